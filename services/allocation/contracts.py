@@ -1,0 +1,130 @@
+"""Wire contract of the allocation service (contracts/asyncapi/allocation.yaml is generated from it)."""
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Literal
+
+from pydantic import Field
+
+from shared.contract import Message, ServiceContract
+from shared.wire import StepCommand, StepFailure, StepReply, Wire
+
+State = Literal["REQUESTED", "PROVISIONING", "ACTIVE", "RELEASING", "RELEASED", "FAILED"]
+
+
+class RequestAllocation(Wire):
+    allocation_id: uuid.UUID
+    tenant_id: uuid.UUID
+    user_id: uuid.UUID
+    name: str = Field(max_length=63)
+    shape: str
+    gpu_count: int = Field(ge=1, le=8)
+    volume_gb: int = Field(ge=0, le=100_000)
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class ReleaseAllocation(Wire):
+    allocation_id: uuid.UUID
+    tenant_id: uuid.UUID
+    requested_by: uuid.UUID
+
+
+class MarkProvisioning(Wire):
+    allocation_id: uuid.UUID
+    saga_id: uuid.UUID
+
+
+class ActivateAllocation(StepCommand):
+    node_id: uuid.UUID
+
+
+class FailAllocation(Wire):
+    allocation_id: uuid.UUID
+    saga_id: uuid.UUID
+    failed_step: str
+    reason: str
+
+
+class MarkReleased(StepCommand):
+    pass
+
+
+class AllocationEvent(Wire):
+    allocation_id: uuid.UUID
+    tenant_id: uuid.UUID
+    state: State
+    at: datetime
+
+
+class AllocationRequested(AllocationEvent):
+    user_id: uuid.UUID
+    name: str
+    shape: str
+    gpu_count: int
+    volume_gb: int
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class AllocationProvisioning(AllocationEvent):
+    saga_id: uuid.UUID
+
+
+class AllocationActivated(AllocationEvent):
+    saga_id: uuid.UUID
+    step: str
+    idempotency_key: str
+    node_id: uuid.UUID
+
+
+class AllocationActivationFailed(StepFailure):
+    pass
+
+
+class AllocationReleaseRequested(AllocationEvent):
+    requested_by: uuid.UUID
+    node_id: uuid.UUID | None = None
+    volume_gb: int = 0
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class AllocationReleased(AllocationEvent):
+    saga_id: uuid.UUID
+    step: str
+    idempotency_key: str
+
+
+class AllocationFailed(AllocationEvent):
+    failed_step: str
+    reason: str
+
+
+class AllocationCommandRejected(Wire):
+    allocation_id: uuid.UUID
+    command: str
+    reason: str
+
+
+CONTRACT = ServiceContract(
+    service="allocation",
+    title="Tessera allocation service",
+    description="Owns the Allocation aggregate: REQUESTED → PROVISIONING → ACTIVE → RELEASING → RELEASED, or FAILED with a reason.",
+    messages=[
+        Message("allocation.request", "allocation.cmd.request", RequestAllocation, "command", "A tenant asks for an allocation (sent by the gateway)."),
+        Message("allocation.release", "allocation.cmd.release", ReleaseAllocation, "command", "A tenant asks to release an ACTIVE allocation (sent by the gateway)."),
+        Message("allocation.mark_provisioning", "allocation.cmd.mark_provisioning", MarkProvisioning, "command", "The allocate saga has started."),
+        Message("allocation.activate", "allocation.cmd.activate", ActivateAllocation, "command", "Last allocate-saga step: the allocation becomes ACTIVE."),
+        Message("allocation.fail", "allocation.cmd.fail", FailAllocation, "command", "The saga ended in failure (after compensating)."),
+        Message("allocation.mark_released", "allocation.cmd.mark_released", MarkReleased, "command", "Last release-saga step: the allocation becomes RELEASED."),
+        Message("allocation.requested", "allocation.evt.requested", AllocationRequested, "event", "An allocation was requested (REQUESTED)."),
+        Message("allocation.provisioning", "allocation.evt.provisioning", AllocationProvisioning, "event", "Provisioning started (PROVISIONING)."),
+        Message("allocation.activated", "allocation.evt.activated", AllocationActivated, "event", "The allocation is ACTIVE."),
+        Message("allocation.activation_failed", "allocation.evt.activation_failed", AllocationActivationFailed, "event", "The activate step was refused."),
+        Message("allocation.release_requested", "allocation.evt.release_requested", AllocationReleaseRequested, "event", "Release was requested (RELEASING)."),
+        Message("allocation.released", "allocation.evt.released", AllocationReleased, "event", "The allocation is RELEASED."),
+        Message("allocation.failed", "allocation.evt.failed", AllocationFailed, "event", "The allocation FAILED; the step and reason are recorded."),
+        Message("allocation.command_rejected", "allocation.evt.command_rejected", AllocationCommandRejected, "event", "A command did not apply to the allocation's state."),
+    ],
+    receives=["allocation.request", "allocation.release", "allocation.mark_provisioning", "allocation.activate",
+              "allocation.fail", "allocation.mark_released"],
+)

@@ -1,0 +1,176 @@
+"""Durable JetStream consumers with an idempotent inbox, bounded retries and a dead-letter stream.
+
+For each message: validate the envelope and payload against the contract (a
+malformed message goes straight to the dead-letter stream: retrying cannot fix
+it); then, in one PostgreSQL transaction, record (consumer, event id) in the
+inbox and run the handler, whose writes and outbox messages commit with it. A
+redelivered message finds its inbox row and has no second effect. A handler
+error is retried with backoff (nak with delay) up to ``max_deliver`` deliveries,
+then the message is moved to the dead-letter stream and acknowledged, so the
+messages behind it keep flowing.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+import asyncpg
+import structlog
+from faststream.middlewares import AckPolicy
+from faststream.nats import JStream, NatsBroker, NatsMessage, PullSub
+from nats.js.api import AckPolicy as JsAckPolicy
+from nats.js.api import ConsumerConfig
+from opentelemetry import trace
+from pydantic import BaseModel, ValidationError
+
+from .config import BusSettings
+from .contract import Catalog, Message
+from .envelope import Envelope
+from .observability import DEAD_LETTERS, HANDLER_SECONDS, MESSAGES, extract_trace, tracer
+from .outbox import Outbox
+from .streams import DEAD_LETTER_PREFIX
+
+log = structlog.get_logger()
+
+
+class PermanentError(Exception):
+    """The message can never be handled (bad reference, contract breach): dead-letter it now."""
+
+
+@dataclass
+class HandlerContext:
+    """What a handler gets: the open transaction, the incoming envelope, and an emitter."""
+
+    conn: asyncpg.Connection
+    envelope: Envelope
+    outbox: Outbox
+    consumer: str
+
+    async def emit(self, type_: str, data: BaseModel, *, correlation_id: str | None = None,
+                   tenant_id: uuid.UUID | None = None, subject_params: dict[str, str] | None = None) -> Envelope:
+        return await self.outbox.add(
+            self.conn, type_, data, correlation_id=correlation_id or self.envelope.correlation_id,
+            tenant_id=tenant_id, causation=self.envelope, subject_params=subject_params)
+
+
+Handler = Callable[[HandlerContext, Any], Awaitable[None]]
+
+
+class Consumers:
+    """Registers contract-checked durable pull subscribers on a FastStream broker."""
+
+    def __init__(self, service: str, broker: NatsBroker, catalog: Catalog, outbox: Outbox,
+                 settings: BusSettings, pool_getter: Callable[[], asyncpg.Pool]):
+        self.service, self.broker, self.catalog, self.outbox = service, broker, catalog, outbox
+        self.settings = settings
+        self._pool = pool_getter
+        self.names: list[str] = []
+
+    def subscribe(self, type_: str, handler: Handler, *, subject_params: dict[str, str] | None = None,
+                  durable: str | None = None, max_workers: int | None = None) -> str:
+        msg = self.catalog.check_receive(self.service, type_)
+        subject = msg.render_subject(**subject_params) if subject_params else msg.wildcard()
+        owner = self.catalog.owner(type_)
+        name = durable or f"{self.service}__{type_.replace('.', '_')}"
+        config = ConsumerConfig(
+            ack_policy=JsAckPolicy.EXPLICIT, ack_wait=self.settings.ack_wait_s,
+            max_deliver=self.settings.max_deliver + 1,  # the server's own cap sits above ours; we dead-letter
+            max_ack_pending=1000,
+        )
+        workers = max_workers or self.settings.max_workers
+        run = self._wrap(name, msg, handler)
+
+        @self.broker.subscriber(
+            subject, stream=JStream(name=owner.stream, declare=False), durable=name, config=config,
+            pull_sub=PullSub(batch_size=min(64, max(workers, 1)), timeout=1.0), ack_policy=AckPolicy.MANUAL,
+            max_workers=workers, title=f"{name}:{subject}", description=msg.summary,
+        )
+        async def _entry(nmsg: NatsMessage) -> None:
+            await run(nmsg)
+
+        self.names.append(name)
+        return name
+
+    def _wrap(self, consumer: str, msg: Message, handler: Handler):
+        settings = self.settings
+
+        async def run(nmsg: NatsMessage) -> None:
+            raw = nmsg.raw_message
+            delivered = raw.metadata.num_delivered
+            try:
+                env = Envelope.model_validate_json(nmsg.body)
+                if env.type != msg.type:
+                    raise PermanentError(f"envelope type {env.type} on a {msg.type} subject")
+                data = msg.model.model_validate(env.data)
+            except (ValidationError, PermanentError, ValueError) as exc:
+                await self.dead_letter(nmsg, consumer, "invalid", str(exc)[:2000])
+                return
+            ctx_token = extract_trace(raw.headers)
+            structlog.contextvars.bind_contextvars(correlation_id=env.correlation_id,
+                                                   tenant_id=str(env.tenant_id) if env.tenant_id else None)
+            started = time.perf_counter()
+            heartbeat = asyncio.create_task(self._heartbeat(nmsg))
+            try:
+                with tracer().start_as_current_span(f"{self.service} handle {msg.type}", context=ctx_token,
+                                                    kind=trace.SpanKind.CONSUMER) as span:
+                    span.set_attribute("messaging.message.id", str(env.id))
+                    span.set_attribute("tessera.correlation_id", env.correlation_id)
+                    async with self._pool().acquire() as conn, conn.transaction():
+                        fresh = await conn.fetchval(
+                            "INSERT INTO inbox (consumer, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING 1",
+                            consumer, env.id)
+                        if fresh:
+                            await handler(HandlerContext(conn, env, self.outbox, consumer), data)
+                heartbeat.cancel()
+                await nmsg.ack()
+                MESSAGES.labels(self.service, msg.type, "ok" if fresh else "duplicate").inc()
+            except PermanentError as exc:
+                heartbeat.cancel()
+                await self.dead_letter(nmsg, consumer, "rejected", str(exc)[:2000])
+            except Exception as exc:
+                heartbeat.cancel()
+                MESSAGES.labels(self.service, msg.type, "error").inc()
+                if delivered >= settings.max_deliver:
+                    log.error("consumer.gave_up", consumer=consumer, type=msg.type, deliveries=delivered, error=repr(exc))
+                    await self.dead_letter(nmsg, consumer, "max_deliveries", repr(exc)[:2000])
+                else:
+                    delay = settings.retry_backoff_s[min(delivered - 1, len(settings.retry_backoff_s) - 1)]
+                    log.warning("consumer.retry", consumer=consumer, type=msg.type, deliveries=delivered,
+                                delay_s=delay, error=repr(exc))
+                    await nmsg.nack(delay=delay)
+            finally:
+                HANDLER_SECONDS.labels(self.service, msg.type).observe(time.perf_counter() - started)
+                structlog.contextvars.unbind_contextvars("correlation_id", "tenant_id")
+
+        return run
+
+    async def _heartbeat(self, nmsg: NatsMessage) -> None:
+        """Tell the server we are still working, so a slow step is not redelivered mid-flight."""
+        interval = max(self.settings.ack_wait_s / 3, 0.5)
+        while True:
+            await asyncio.sleep(interval)
+            await nmsg.in_progress()
+
+    async def dead_letter(self, nmsg: NatsMessage, consumer: str, reason: str, error: str) -> None:
+        raw = nmsg.raw_message
+        md = raw.metadata
+        headers = {k: v for k, v in (raw.headers or {}).items() if not k.startswith("Nats-")}
+        headers.update({
+            "Nats-Msg-Id": f"dlq:{consumer}:{md.sequence.stream}",
+            "Tessera-DLQ-Reason": reason,
+            "Tessera-DLQ-Error": error.replace("\n", " ")[:1000],
+            "Tessera-DLQ-Consumer": consumer,
+            "Tessera-DLQ-Subject": raw.subject,
+            "Tessera-DLQ-Stream": md.stream,
+            "Tessera-DLQ-Stream-Seq": str(md.sequence.stream),
+            "Tessera-DLQ-Deliveries": str(md.num_delivered),
+        })
+        js = self.broker.connection.jetstream()
+        await js.publish(f"{DEAD_LETTER_PREFIX}.{self.service}.{consumer}", nmsg.body, headers=headers)
+        await nmsg.ack()
+        DEAD_LETTERS.labels(self.service, reason).inc()
+        log.error("consumer.dead_lettered", consumer=consumer, reason=reason, error=error[:300],
+                  stream_seq=md.sequence.stream)

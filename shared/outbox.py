@@ -1,0 +1,128 @@
+"""Transactional outbox: the writer (inside the caller's transaction) and the relay.
+
+The relay never tracks "the last id seen": ids and sequence numbers are taken
+before commit, so a row that commits late with a lower number would be skipped.
+It publishes every row not yet marked published, locks rows with SKIP LOCKED so
+several relays (replicas) never publish the same row concurrently, and uses
+Nats-Msg-Id = outbox id so a row re-published after a crash (published, not yet
+marked) is dropped by the server's duplicate window.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+
+import asyncpg
+import structlog
+from nats.js import JetStreamContext
+from pydantic import BaseModel
+
+from .contract import Catalog, ContractViolation
+from .envelope import Envelope, utcnow
+from .observability import PUBLISHED, inject_trace
+
+log = structlog.get_logger()
+
+
+class Outbox:
+    """Writes events and commands to the service's outbox table in the caller's transaction."""
+
+    def __init__(self, service: str, catalog: Catalog):
+        self.service = service
+        self.catalog = catalog
+        self.channel = f"outbox_{service}"
+
+    def envelope(self, type_: str, data: BaseModel, *, correlation_id: str, tenant_id: uuid.UUID | None,
+                 causation: Envelope | None) -> Envelope:
+        msg = self.catalog.message(type_)
+        if not isinstance(data, msg.model):
+            raise ContractViolation(f"{type_} carries {msg.model.__name__}, not {type(data).__name__}")
+        trace = inject_trace()
+        return Envelope(
+            id=uuid.uuid4(), type=type_, schema_version=msg.version, occurred_at=utcnow(),
+            tenant_id=tenant_id if tenant_id is not None else (causation.tenant_id if causation else None),
+            correlation_id=str(correlation_id), causation_id=causation.id if causation else None,
+            traceparent=trace.get("traceparent"), tracestate=trace.get("tracestate"),
+            data=data.model_dump(mode="json"),
+        )
+
+    async def add(self, conn: asyncpg.Connection, type_: str, data: BaseModel, *, correlation_id: str,
+                  tenant_id: uuid.UUID | None = None, causation: Envelope | None = None,
+                  subject_params: dict[str, str] | None = None) -> Envelope:
+        """Queue one message; it is published only if the caller's transaction commits."""
+        msg = self.catalog.message(type_)
+        subject = msg.render_subject(**(subject_params or {}))
+        self.catalog.check_send(self.service, type_, subject)
+        env = self.envelope(type_, data, correlation_id=correlation_id, tenant_id=tenant_id, causation=causation)
+        await conn.execute(
+            "INSERT INTO outbox (id, subject, type, headers, body) VALUES ($1, $2, $3, $4::jsonb, $5)",
+            env.id, subject, type_, json.dumps(env.headers()), env.model_dump_json().encode(),
+        )
+        await conn.execute("SELECT pg_notify($1, '')", self.channel)
+        return env
+
+
+class OutboxRelay:
+    """Publishes committed outbox rows to JetStream; woken by NOTIFY, with a polling fallback."""
+
+    def __init__(self, pool: asyncpg.Pool, js: JetStreamContext, service: str, *, batch: int = 256,
+                 poll_s: float = 1.0, retention_s: float = 3600.0):
+        self.pool, self.js, self.service = pool, js, service
+        self.batch, self.poll_s, self.retention_s = batch, poll_s, retention_s
+        self.channel = f"outbox_{service}"
+        self._wake = asyncio.Event()
+        self.published = 0
+
+    def _notified(self, *_args) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        listener = await self.pool.acquire()
+        try:
+            await listener.add_listener(self.channel, self._notified)
+            cycles = 0
+            while True:
+                self._wake.clear()
+                try:
+                    while await self.drain_once():
+                        pass
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # NATS or PG unavailable: keep the rows, try again
+                    log.warning("outbox.publish_failed", error=repr(exc))
+                    await asyncio.sleep(self.poll_s)
+                cycles += 1
+                if cycles % 600 == 0:
+                    await self.purge()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), timeout=self.poll_s)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            try:
+                await listener.remove_listener(self.channel, self._notified)
+            finally:
+                await self.pool.release(listener)
+
+    async def drain_once(self) -> int:
+        """Publish one batch; returns how many rows were published."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            rows = await conn.fetch(
+                "SELECT id, subject, headers, body FROM outbox WHERE published_at IS NULL "
+                "ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED", self.batch)
+            if not rows:
+                return 0
+            # One connection keeps send order; the acks are awaited together.
+            await asyncio.gather(*(
+                self.js.publish(r["subject"], bytes(r["body"]), headers=json.loads(r["headers"]), timeout=10)
+                for r in rows
+            ))
+            await conn.execute("UPDATE outbox SET published_at = now() WHERE id = ANY($1::uuid[])", [r["id"] for r in rows])
+        PUBLISHED.labels(self.service).inc(len(rows))
+        self.published += len(rows)
+        return len(rows)
+
+    async def purge(self) -> None:
+        async with self.pool.acquire() as conn:
+            await conn.execute("DELETE FROM outbox WHERE published_at < now() - make_interval(secs => $1)", self.retention_s)

@@ -1,0 +1,138 @@
+"""The process skeleton every service shares: connect, migrate, subscribe, relay, serve health.
+
+A service's bootstrap builds a ``Runtime`` and passes a ``wire`` function that
+registers its subscribers, HTTP routes and background loops. Nothing connects
+before ``Runtime.start()``.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from pathlib import Path
+from typing import Awaitable, Callable
+
+import asyncpg
+import structlog
+from aiohttp import web
+from faststream.nats import NatsBroker
+from nats.js import JetStreamContext
+
+from .config import ServiceSettings
+from .consumer import Consumers
+from .contract import Catalog, load_catalog
+from .db import create_pool, migrate
+from .health import add_health_routes
+from .observability import configure_logging, configure_tracing
+from .outbox import Outbox, OutboxRelay
+from .streams import declare_streams
+
+log = structlog.get_logger()
+
+
+class Runtime:
+    def __init__(self, settings: ServiceSettings, *, schema: str | None = None, schema_dir: Path | None = None,
+                 catalog: Catalog | None = None):
+        self.settings = settings
+        self.service = settings.service
+        self.schema = schema or settings.service
+        self.schema_dir = schema_dir
+        self.catalog = catalog or load_catalog()
+        self.outbox = Outbox(self.service, self.catalog)
+        self.broker = NatsBroker(settings.nats_url, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
+                                 logger=None)
+        self.consumers = Consumers(self.service, self.broker, self.catalog, self.outbox, settings.bus, lambda: self.pool)
+        self.http = web.Application(client_max_size=1 << 20)
+        self.tasks: list[Callable[[], Awaitable[None]]] = []
+        self.on_stop: list[Callable[[], Awaitable[None]]] = []
+        self.readiness: list[tuple[str, Callable[[], Awaitable[bool]]]] = []
+        self._pool: asyncpg.Pool | None = None
+        self._running: list[asyncio.Task] = []
+        self._runner: web.AppRunner | None = None
+        self.relay: OutboxRelay | None = None
+        self.port: int | None = None
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        if self._pool is None:
+            raise RuntimeError("runtime not started")
+        return self._pool
+
+    @property
+    def js(self) -> JetStreamContext:
+        return self.broker.connection.jetstream()
+
+    def background(self, loop: Callable[[], Awaitable[None]]) -> None:
+        """Run ``loop`` for the life of the process (restarted after an unexpected error)."""
+        self.tasks.append(loop)
+
+    async def _supervise(self, loop: Callable[[], Awaitable[None]]) -> None:
+        while True:
+            try:
+                await loop()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.error("background.crashed", loop=getattr(loop, "__qualname__", str(loop)), error=repr(exc))
+                await asyncio.sleep(1.0)
+
+    async def start(self) -> None:
+        s = self.settings
+        configure_logging(self.service, s.log_level)
+        self.tracer_provider = configure_tracing(self.service, s.trace_file)
+        self._pool = await create_pool(s.db_dsn, self.schema)
+        async with self._pool.acquire() as conn:
+            applied = await migrate(conn, self.schema, self.schema_dir)
+        await self.broker.connect()
+        await declare_streams(self.js)
+        await self.broker.start()
+        self.relay = OutboxRelay(self._pool, self.js, self.schema)
+        self._running = [asyncio.create_task(self._supervise(self.relay.run))]
+        self._running += [asyncio.create_task(self._supervise(t)) for t in self.tasks]
+        self.readiness += [("database", self._db_ready), ("nats", self._nats_ready)]
+        add_health_routes(self.http, self.readiness)
+        self._runner = web.AppRunner(self.http, access_log=None, handler_cancellation=True)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, s.http_host, s.http_port)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+        log.info("service.started", http_port=self.port, migrations=applied, consumers=self.consumers.names)
+
+    async def _db_ready(self) -> bool:
+        async with self.pool.acquire(timeout=2) as conn:
+            return await conn.fetchval("SELECT 1") == 1
+
+    async def _nats_ready(self) -> bool:
+        return self.broker.connection.is_connected
+
+    async def stop(self) -> None:
+        for t in self._running:
+            t.cancel()
+        for t in self._running:
+            with contextlib.suppress(BaseException):
+                await t
+        for hook in self.on_stop:
+            with contextlib.suppress(Exception):
+                await hook()
+        if self._runner:
+            await self._runner.cleanup()
+        with contextlib.suppress(Exception):
+            await self.broker.stop()
+        if self._pool:
+            await self._pool.close()
+        with contextlib.suppress(Exception):
+            self.tracer_provider.shutdown()
+        log.info("service.stopped")
+
+    async def run_forever(self) -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await self.start()
+        if self.port is not None:
+            # The runner and the tests read this line to learn the health port.
+            print(f"TESSERA_READY service={self.service} instance={self.settings.instance} port={self.port}", flush=True)
+        await stop.wait()
+        await self.stop()

@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+import pytest
+
+from shared.config import BusSettings, ServiceSettings
+
+
+@pytest.fixture
+async def run_service(infra, provision):
+    """Start a service in this process (its real bootstrap) against the suite's NATS and PostgreSQL."""
+    started = []
+
+    async def _run(name: str, build, **overrides):
+        bus = overrides.pop("bus", BusSettings(ack_wait_s=5, max_deliver=3, retry_backoff_s=[0.05, 0.1, 0.2]))
+        settings = ServiceSettings(service=name, nats_url=infra.nats_url, db_dsn=await provision(overrides.pop("schema", name)),
+                                   bus=bus, **overrides)
+        rt = build(settings)
+        await rt.start()
+        started.append(rt)
+        return rt
+
+    yield _run
+    for rt in reversed(started):
+        await rt.stop()
