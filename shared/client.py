@@ -1,0 +1,130 @@
+"""A small async client for the gateway's HTTP API, used by the runner's seed, the demo, the
+benchmark and the end-to-end tests (so they all speak to Tessera the way a tenant would)."""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any, AsyncIterator
+
+import aiohttp
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, problem: Any):
+        super().__init__(f"HTTP {status}: {problem}")
+        self.status, self.problem = status, problem
+
+
+class TesseraClient:
+    def __init__(self, base_url: str, api_key: str, session: aiohttp.ClientSession | None = None):
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self._session = session
+        self._own_session = session is None
+        self._token: str | None = None
+        self._token_expiry = 0.0
+
+    async def __aenter__(self) -> "TesseraClient":
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        if self._own_session and self._session:
+            await self._session.close()
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        assert self._session is not None, "use 'async with TesseraClient(...)'"
+        return self._session
+
+    async def token(self) -> str:
+        if self._token is None or time.monotonic() > self._token_expiry:
+            async with self.session.post(f"{self.base_url}/v1/auth/token",
+                                         headers={"Authorization": f"ApiKey {self.api_key}"}) as r:
+                body = await r.json(content_type=None)
+                if r.status != 200:
+                    raise ApiError(r.status, body)
+            self._token = body["access_token"]
+            self._token_expiry = time.monotonic() + max(body.get("expires_in", 60) - 30, 5)
+        return self._token
+
+    async def request(self, method: str, path: str, *, json_body: Any = None, headers: dict | None = None,
+                      expect: tuple[int, ...] = (200, 201, 202)) -> tuple[int, Any, dict]:
+        h = {"Authorization": f"Bearer {await self.token()}", **(headers or {})}
+        async with self.session.request(method, self.base_url + path, json=json_body, headers=h) as r:
+            text = await r.text()
+            body = json.loads(text) if text else None
+            if r.status not in expect:
+                raise ApiError(r.status, body)
+            return r.status, body, dict(r.headers)
+
+    # -- provider admin
+    async def create_tenant(self, name: str) -> dict:
+        return (await self.request("POST", "/v1/tenants", json_body={"name": name}))[1]
+
+    async def create_user(self, tenant_id: str, name: str, role: str = "tenant_user") -> dict:
+        return (await self.request("POST", f"/v1/tenants/{tenant_id}/users", json_body={"name": name, "role": role}))[1]
+
+    async def register_node(self, name: str, gpu_model: str = "H100-SXM5-80GB", gpu_count: int = 8, labels: dict | None = None) -> dict:
+        body = {"name": name, "gpu_model": gpu_model, "gpu_count": gpu_count, "labels": labels or {}}
+        return (await self.request("POST", "/v1/nodes", json_body=body))[1]
+
+    async def nodes(self) -> list[dict]:
+        return (await self.request("GET", "/v1/nodes"))[1]["items"]
+
+    async def wait_node_registered(self, node_id: str, timeout: float = 30.0) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for n in await self.nodes():
+                if n["id"] == node_id and n.get("status") == "registered":
+                    return n
+            await asyncio.sleep(0.05)
+        raise TimeoutError(f"node {node_id} not registered after {timeout}s")
+
+    # -- tenant
+    async def create_allocation(self, name: str, shape: str = "vm.1gpu", volume_gb: int = 0,
+                                labels: dict | None = None, idempotency_key: str | None = None) -> dict:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        body = {"name": name, "shape": shape, "volume_gb": volume_gb, "labels": labels or {}}
+        return (await self.request("POST", "/v1/allocations", json_body=body, headers=headers, expect=(202,)))[1]
+
+    async def allocation(self, allocation_id: str) -> dict:
+        return (await self.request("GET", f"/v1/allocations/{allocation_id}"))[1]
+
+    async def allocations(self, limit: int = 50, cursor: str | None = None) -> dict:
+        q = f"?limit={limit}" + (f"&cursor={cursor}" if cursor else "")
+        return (await self.request("GET", f"/v1/allocations{q}"))[1]
+
+    async def release(self, allocation_id: str) -> dict:
+        return (await self.request("DELETE", f"/v1/allocations/{allocation_id}", expect=(202,)))[1]
+
+    async def events(self, allocation_id: str) -> AsyncIterator[dict]:
+        """Yield the allocation's events from its server-sent event stream (replay, then live)."""
+        h = {"Authorization": f"Bearer {await self.token()}", "Accept": "text/event-stream"}
+        timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
+        async with self.session.get(f"{self.base_url}/v1/allocations/{allocation_id}/events", headers=h, timeout=timeout) as r:
+            if r.status != 200:
+                raise ApiError(r.status, await r.text())
+            data: list[str] = []
+            async for raw in r.content:
+                line = raw.decode().rstrip("\r\n")
+                if line.startswith("data:"):
+                    data.append(line[5:].lstrip())
+                elif line == "" and data:
+                    yield json.loads("\n".join(data))
+                    data = []
+
+    async def wait_state(self, allocation_id: str, states: set[str] | str, timeout: float = 60.0) -> dict:
+        wanted = {states} if isinstance(states, str) else states
+        deadline = time.monotonic() + timeout
+        delay = 0.02
+        while True:
+            a = await self.allocation(allocation_id)
+            if a["state"] in wanted:
+                return a
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"allocation {allocation_id} is {a['state']}, not {wanted}, after {timeout}s: {a}")
+            await asyncio.sleep(delay)
+            delay = min(delay * 1.5, 0.25)

@@ -1,0 +1,198 @@
+"""The whole platform on one machine: embedded (or given) NATS and PostgreSQL, every service as
+its own process, node-agents per registered node. Used by `./taskw up`, the demo, the benchmark
+and the end-to-end and crash tests (which kill and restart single processes)."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import asyncpg
+
+from .client import TesseraClient
+from .db import provision_service, service_dsn
+from .embedded import REPO, EmbeddedNats, EmbeddedPostgres, free_port
+
+CORE_SERVICES = ("allocation", "scheduler", "network", "storage", "billing", "saga", "gateway")
+READY = re.compile(r"TESSERA_READY service=(\S+) instance=(\S+) port=(\d+)")
+
+
+@dataclass
+class ServiceProcess:
+    name: str
+    env: dict[str, str]
+    log_path: Path
+    proc: subprocess.Popen | None = None
+    port: int | None = None
+    ready: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def module(self) -> str:
+        return "services." + (self.name.split(":")[0])
+
+    def start(self) -> None:
+        self.ready.clear()
+        self.port = None
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", self.module], env=self.env, cwd=REPO,
+                                     stdout=subprocess.PIPE, stderr=log, start_new_session=True)
+        threading.Thread(target=self._pump, args=(self.proc, log), daemon=True).start()
+
+    def _pump(self, proc: subprocess.Popen, log) -> None:
+        for raw in proc.stdout:
+            log.write(raw)
+            log.flush()
+            m = READY.search(raw.decode(errors="replace"))
+            if m:
+                self.port = int(m.group(3))
+                self.ready.set()
+
+    async def wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.ready.is_set():
+            if self.proc is None or self.proc.poll() is not None:
+                tail = self.log_path.read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"{self.name} exited before it was ready:\n{tail}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.name} not ready after {timeout}s (log: {self.log_path})")
+            await asyncio.sleep(0.05)
+
+    def signal(self, sig: int) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def wait_exit(self, timeout: float = 20.0) -> int | None:
+        if self.proc is None:
+            return None
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+
+class Platform:
+    def __init__(self, workdir: Path, *, nats_url: str | None = None, database_url: str | None = None,
+                 env: dict[str, str] | None = None, durable: bool = True, gateway_port: int | None = None):
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        (self.workdir / "logs").mkdir(exist_ok=True)
+        self.nats_url, self.database_url = nats_url, database_url
+        self.extra_env = env or {}
+        self.durable = durable
+        self.gateway_port = gateway_port or free_port()
+        self.nats: EmbeddedNats | None = None
+        self.pg: EmbeddedPostgres | None = None
+        self.procs: dict[str, ServiceProcess] = {}
+        self.secrets = self._load_secrets()
+
+    def _load_secrets(self) -> dict[str, str]:
+        path = self.workdir / "secrets.json"
+        if path.exists():
+            return json.loads(path.read_text())
+        values = {"db": secrets.token_hex(16), "token": secrets.token_hex(32), "admin_key": "tsk_admin_" + secrets.token_hex(20)}
+        path.write_text(json.dumps(values))
+        path.chmod(0o600)
+        return values
+
+    @property
+    def gateway_url(self) -> str:
+        return f"http://127.0.0.1:{self.gateway_port}"
+
+    @property
+    def admin_key(self) -> str:
+        return self.secrets["admin_key"]
+
+    def admin(self) -> TesseraClient:
+        return TesseraClient(self.gateway_url, self.admin_key)
+
+    async def start(self) -> "Platform":
+        if not self.nats_url:
+            self.nats = EmbeddedNats(self.workdir / "nats", port=None).start()
+            self.nats_url = self.nats.url
+        if not self.database_url:
+            self.pg = EmbeddedPostgres(self.workdir / "pg", durable=self.durable).start()
+            self.database_url = self.pg.admin_dsn
+        await self._provision()
+        for name in CORE_SERVICES:
+            self._spawn(name)
+        await asyncio.gather(*(p.wait_ready() for p in self.procs.values()))
+        return self
+
+    async def _provision(self) -> None:
+        from .contract import SERVICES
+        admin = await asyncpg.connect(self.database_url)
+        try:
+            for s in SERVICES:
+                await provision_service(admin, s, self.secrets["db"])
+        finally:
+            await admin.close()
+
+    def service_env(self, name: str, instance: str = "0") -> dict[str, str]:
+        service = name.split(":")[0]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TESSERA_")}
+        env.update({
+            "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1",
+            "TESSERA_NATS_URL": self.nats_url, "TESSERA_INSTANCE": instance,
+            "TESSERA_DB_DSN": service_dsn(self.database_url, service, self.secrets["db"]),
+            "TESSERA_HTTP_PORT": str(self.gateway_port) if service == "gateway" else "0",
+        })
+        if service == "gateway":
+            env["TESSERA_TOKEN_SECRET"] = self.secrets["token"]
+            env["TESSERA_BOOTSTRAP_ADMIN_KEY"] = self.admin_key
+        if service == "node_agent":
+            env["TESSERA_NODE_ID"] = instance
+        env.update(self.extra_env)
+        return env
+
+    def _spawn(self, name: str, instance: str = "0", env: dict[str, str] | None = None) -> ServiceProcess:
+        p = ServiceProcess(name, {**self.service_env(name, instance), **(env or {})},
+                           self.workdir / "logs" / f"{name.replace(':', '-')}.log")
+        self.procs[name] = p
+        p.start()
+        return p
+
+    async def add_node(self, name: str, gpu_model: str = "H100-SXM5-80GB", gpu_count: int = 8,
+                       env: dict[str, str] | None = None) -> str:
+        """Register a node through the gateway, wait for the scheduler to confirm it, start its node-agent
+        (``env`` adds settings for that node-agent only, e.g. the sim driver's latency)."""
+        async with self.admin() as admin:
+            node = await admin.register_node(name, gpu_model, gpu_count)
+            await admin.wait_node_registered(node["id"])
+        agent = self._spawn(f"node_agent:{node['id']}", instance=node["id"], env=env)
+        await agent.wait_ready()
+        return node["id"]
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        p = self.procs[name]
+        p.signal(sig)
+        p.wait_exit()
+
+    async def restart(self, name: str) -> None:
+        p = self.procs[name]
+        if p.proc and p.proc.poll() is None:
+            self.kill(name, signal.SIGTERM)
+        p.start()
+        await p.wait_ready()
+
+    def node_agents(self) -> list[str]:
+        return [n for n in self.procs if n.startswith("node_agent:")]
+
+    async def stop(self) -> None:
+        for p in self.procs.values():
+            p.signal(signal.SIGTERM)
+        for p in self.procs.values():
+            await asyncio.to_thread(p.wait_exit, 20)
+        if self.nats:
+            self.nats.stop()
+        if self.pg:
+            self.pg.stop()

@@ -1,0 +1,113 @@
+"""kill -9 in the middle of a saga: the coordinator resumes from PostgreSQL; a dead node-agent's step
+times out and the saga compensates. Each test gets its own platform, since it kills processes."""
+from __future__ import annotations
+
+import asyncio
+import signal
+import uuid
+
+import asyncpg
+import pytest
+
+from shared.client import TesseraClient
+from shared.platform import Platform
+from tests.e2e.conftest import E2E_ENV, leftovers
+
+
+@pytest.fixture
+async def fresh_platform(infra, tmp_path):
+    platforms = []
+
+    async def _make(env: dict[str, str] | None = None, node_env: dict[str, str] | None = None):
+        p = Platform(tmp_path / f"p{len(platforms)}", nats_url=infra.nats_url, database_url=infra.admin_dsn,
+                     env={**E2E_ENV, **(env or {})})
+        platforms.append(p)
+        await p.start()
+        # a node of its own, big enough that no other test's allocations interfere
+        p.node_id = await p.add_node(f"chaos-{uuid.uuid4().hex[:8]}", "H100-SXM5-80GB", 8, env=node_env)
+        async with p.admin() as admin:
+            t = await admin.create_tenant(f"chaos-{uuid.uuid4().hex[:6]}")
+            u = await admin.create_user(t["id"], "u", "tenant_user")
+        p.tenant_key = u["api_key"]
+        return p
+
+    yield _make
+    for p in platforms:
+        await p.stop()
+
+
+async def wait_saga_step(db: asyncpg.Connection, allocation_id: str, step: str, timeout: float = 30.0) -> None:
+    """Wait until the coordinator has persisted (and so sent) the invoke of ``step``."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        row = await db.fetchval(
+            "SELECT st.status FROM saga.saga_steps st JOIN saga.sagas s ON s.id = st.saga_id "
+            "WHERE s.allocation_id=$1 AND s.kind='allocate' AND st.step=$2 AND st.phase='invoke'",
+            uuid.UUID(allocation_id), step)
+        if row is not None:
+            return
+        assert asyncio.get_running_loop().time() < deadline, f"step {step} never started"
+        await asyncio.sleep(0.02)
+
+
+async def node_agent_settled(p: Platform, db: asyncpg.Connection, key: str) -> bool:
+    """The provision key is tombstoned and the node's consumers have nothing left to deliver."""
+    status = await db.fetchval("SELECT status FROM node_agent.step_outcomes WHERE idempotency_key=$1", key)
+    if status != "compensated":
+        return False
+    import nats
+    nc = await nats.connect(p.nats_url)
+    try:
+        js = nc.jetstream()
+        infos = [i for i in await js.consumers_info("TESSERA_NODE_AGENT") if p.node_id.replace("-", "") in i.name]
+        return bool(infos) and all(i.num_pending == 0 and i.num_ack_pending == 0 for i in infos)
+    finally:
+        await nc.close()
+
+
+async def test_saga_coordinator_killed_mid_saga_resumes_and_completes(fresh_platform, infra):
+    # the node-agent takes 2 s per operation, so the saga is surely mid-flight when it is killed
+    p = await fresh_platform(node_env={"TESSERA_SIM_LATENCY_S": "2"})
+    db = await asyncpg.connect(infra.admin_dsn)
+    try:
+        async with TesseraClient(p.gateway_url, p.tenant_key) as tenant:
+            a = await tenant.create_allocation("survivor", shape="vm.1gpu", volume_gb=5)
+            await wait_saga_step(db, a["id"], "provision_node")
+            p.kill("saga", signal.SIGKILL)
+            assert p.procs["saga"].proc.returncode == -signal.SIGKILL
+            await p.restart("saga")
+            active = await tenant.wait_state(a["id"], {"ACTIVE", "FAILED"}, timeout=60)
+            assert active["state"] == "ACTIVE", active
+            await tenant.release(a["id"])
+            await tenant.wait_state(a["id"], "RELEASED", timeout=60)
+            assert await leftovers(db, a["id"]) == {"slots": 0, "attachments": 0, "volumes": 0, "instances": 0, "running_meters": 0}
+    finally:
+        await db.close()
+
+
+async def test_node_agent_killed_mid_step_times_out_and_the_saga_compensates(fresh_platform, infra):
+    p = await fresh_platform(env={"TESSERA_SAGA_COMPENSATION_ATTEMPTS": "2"},
+                             node_env={"TESSERA_SIM_LATENCY_S": "30"})
+    db = await asyncpg.connect(infra.admin_dsn)
+    try:
+        async with TesseraClient(p.gateway_url, p.tenant_key) as tenant:
+            a = await tenant.create_allocation("orphan", shape="vm.1gpu", volume_gb=5)
+            await wait_saga_step(db, a["id"], "provision_node")
+            agent = f"node_agent:{p.node_id}"
+            p.kill(agent, signal.SIGKILL)
+            failed = await tenant.wait_state(a["id"], {"FAILED", "ACTIVE"}, timeout=90)
+            assert failed["state"] == "FAILED" and failed["failed_step"] == "provision_node"
+            assert "timed out" in failed["reason"]
+            left = await leftovers(db, a["id"])
+            assert left["slots"] == 0 and left["attachments"] == 0 and left["volumes"] == 0 and left["running_meters"] == 0
+            # the node-agent comes back: the queued undo runs, the late provision finds the tombstone
+            await p.restart(agent)
+            saga_id = await db.fetchval("SELECT id FROM saga.sagas WHERE allocation_id=$1 AND kind='allocate'",
+                                        uuid.UUID(a["id"]))
+            deadline = asyncio.get_running_loop().time() + 90
+            while not await node_agent_settled(p, db, f"{saga_id}:provision_node"):
+                assert asyncio.get_running_loop().time() < deadline, "node-agent never settled"
+                await asyncio.sleep(0.05)
+            assert (await leftovers(db, a["id"]))["instances"] == 0
+    finally:
+        await db.close()

@@ -1,0 +1,148 @@
+"""Through the gateway, with every service running as its own process."""
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+
+import pytest
+
+from shared.client import ApiError
+from shared.participant import FAULT_LABEL
+from tests.e2e.conftest import leftovers
+
+ALLOCATE_STEPS = ["reserve_slots", "attach_network", "provision_volume", "provision_node", "start_meter"]
+
+
+async def test_allocation_goes_active_then_released_and_leaves_nothing_behind(tenant, db):
+    a = await tenant.user.create_allocation("train-1", shape="vm.2gpu", volume_gb=50)
+    assert a["state"] == "REQUESTED"
+    active = await tenant.user.wait_state(a["id"], "ACTIVE", timeout=60)
+    assert active["node_id"]
+    left = await leftovers(db, a["id"])
+    assert left["slots"] == 2 and left["attachments"] == 1 and left["volumes"] == 1
+    assert left["instances"] == 1 and left["running_meters"] == 1
+    await tenant.user.release(a["id"])
+    released = await tenant.user.wait_state(a["id"], "RELEASED", timeout=60)
+    assert released["state"] == "RELEASED"
+    assert await leftovers(db, a["id"]) == dict.fromkeys(left, 0)
+    gpu_seconds = await db.fetchval("SELECT gpu_seconds FROM billing.meters WHERE allocation_id=$1", uuid.UUID(a["id"]))
+    assert gpu_seconds is not None and gpu_seconds >= 0
+
+
+@pytest.mark.parametrize("step", ALLOCATE_STEPS)
+async def test_fault_at_each_step_fails_the_allocation_and_compensates_every_earlier_step(tenant, db, step):
+    a = await tenant.user.create_allocation(f"fault-{step}", shape="vm.1gpu", volume_gb=10,
+                                            labels={FAULT_LABEL: f"{step}=fail"})
+    failed = await tenant.user.wait_state(a["id"], {"FAILED", "ACTIVE"}, timeout=60)
+    assert failed["state"] == "FAILED"
+    assert failed["failed_step"] == step
+    assert "injected fault" in failed["reason"]
+    assert await leftovers(db, a["id"]) == {"slots": 0, "attachments": 0, "volumes": 0, "instances": 0, "running_meters": 0}
+
+
+async def test_step_that_never_answers_times_out_and_is_compensated(tenant, db):
+    a = await tenant.user.create_allocation("hang", shape="vm.1gpu", volume_gb=10,
+                                            labels={FAULT_LABEL: "provision_node=timeout"})
+    failed = await tenant.user.wait_state(a["id"], {"FAILED", "ACTIVE"}, timeout=90)
+    assert failed["state"] == "FAILED" and failed["failed_step"] == "provision_node"
+    assert "timed out" in failed["reason"]
+    assert await leftovers(db, a["id"]) == {"slots": 0, "attachments": 0, "volumes": 0, "instances": 0, "running_meters": 0}
+
+
+async def test_no_capacity_fails_at_reservation_with_nothing_reserved(tenant, db):
+    # 2 nodes × 8 GPUs: a 16-GPU request cannot exist as a shape; ask for more 8-GPU slices than fit
+    ids = [(await tenant.user.create_allocation(f"big-{i}", shape="bm.8gpu"))["id"] for i in range(3)]
+    states = [await tenant.user.wait_state(i, {"ACTIVE", "FAILED"}, timeout=60) for i in ids]
+    failed = [s for s in states if s["state"] == "FAILED"]
+    assert failed, "three whole-node allocations cannot all fit on two nodes (plus other tests' allocations)"
+    assert all(s["failed_step"] == "reserve_slots" and "capacity" in s["reason"] for s in failed)
+    for s in states:
+        if s["state"] == "ACTIVE":
+            await tenant.user.release(s["id"])
+    for s in states:
+        if s["state"] == "ACTIVE":
+            await tenant.user.wait_state(s["id"], "RELEASED", timeout=60)
+
+
+async def test_same_idempotency_key_serially_and_concurrently_creates_one_allocation(tenant, db):
+    key = uuid.uuid4().hex
+    first = await tenant.user.create_allocation("idem", idempotency_key=key)
+    again = await tenant.user.create_allocation("idem", idempotency_key=key)
+    assert again["id"] == first["id"]
+    key2 = uuid.uuid4().hex
+    results = await asyncio.gather(*(tenant.user.create_allocation("idem-c", idempotency_key=key2) for _ in range(10)))
+    assert len({r["id"] for r in results}) == 1
+    count = await db.fetchval("SELECT count(*) FROM allocation.allocations WHERE tenant_id=$1 AND name IN ('idem', 'idem-c')",
+                              uuid.UUID(tenant.id))
+    # the allocation service may lag the gateway: wait until both requests have arrived there
+    for _ in range(200):
+        if count == 2:
+            break
+        await asyncio.sleep(0.05)
+        count = await db.fetchval("SELECT count(*) FROM allocation.allocations WHERE tenant_id=$1 AND name IN ('idem', 'idem-c')",
+                                  uuid.UUID(tenant.id))
+    assert count == 2
+
+
+async def test_another_tenants_allocation_is_404_and_never_listed(make_tenant):
+    a, b = await make_tenant(), await make_tenant()
+    mine = await a.user.create_allocation("private")
+    with pytest.raises(ApiError) as exc:
+        await b.user.allocation(mine["id"])
+    assert exc.value.status == 404
+    with pytest.raises(ApiError) as exc:
+        await b.user.release(mine["id"])
+    assert exc.value.status == 404
+    listed = (await b.user.allocations(limit=200))["items"]
+    assert mine["id"] not in {x["id"] for x in listed}
+    assert mine["id"] in {x["id"] for x in (await a.admin.allocations(limit=200))["items"]}
+
+
+async def test_tenant_user_cannot_call_provider_admin_endpoints(tenant):
+    for method, path, body in [("POST", "/v1/tenants", {"name": "x"}), ("GET", "/v1/tenants", None),
+                               ("POST", "/v1/nodes", {"name": "n", "gpu_model": "H100", "gpu_count": 8}),
+                               ("GET", "/v1/ops/dead-letters", None)]:
+        with pytest.raises(ApiError) as exc:
+            await tenant.user.request(method, path, json_body=body)
+        assert exc.value.status == 403, (method, path)
+        assert exc.value.problem["status"] == 403
+
+
+@pytest.mark.parametrize("body, content_type, status", [
+    (b'{"name": "x", "shape": ', "application/json", 400),                              # bad JSON
+    (json.dumps({"name": "x", "shape": "vm.1gpu", "volume_gb": "lots"}).encode(), "application/json", 422),  # wrong type
+    (json.dumps({"name": "x", "shape": "vm.1gpu", "colour": "red"}).encode(), "application/json", 422),     # unknown field
+    (json.dumps({"name": "x", "shape": "vm.1gpu", "state": "ACTIVE"}).encode(), "application/json", 422),   # server-owned
+    (json.dumps({"name": "x", "shape": "vm.1gpu", "tenant_id": str(uuid.uuid4())}).encode(), "application/json", 422),
+    (json.dumps({"name": "x", "shape": "vm.1gpu", "labels": {"k": "v" * 70000}}).encode(), "application/json", 413),  # oversized
+    (b"name=x", "application/x-www-form-urlencoded", 415),
+])
+async def test_malformed_allocation_requests_get_problem_json_and_create_nothing(tenant, db, body, content_type, status):
+    before = await db.fetchval("SELECT count(*) FROM gateway.allocations_view WHERE tenant_id=$1", uuid.UUID(tenant.id))
+    headers = {"Authorization": f"Bearer {await tenant.user.token()}", "Content-Type": content_type}
+    async with tenant.user.session.post(tenant.user.base_url + "/v1/allocations", data=body, headers=headers) as r:
+        assert r.status == status
+        assert r.headers["Content-Type"].startswith("application/problem+json")
+        problem = await r.json(content_type=None)
+        assert problem["status"] == status and problem["title"]
+    after = await db.fetchval("SELECT count(*) FROM gateway.allocations_view WHERE tenant_id=$1", uuid.UUID(tenant.id))
+    assert after == before
+    assert await db.fetchval("SELECT count(*) FROM allocation.allocations WHERE tenant_id=$1", uuid.UUID(tenant.id)) == 0
+
+
+async def test_watching_an_allocation_streams_its_own_events(tenant):
+    a = await tenant.user.create_allocation("watched", shape="vm.1gpu")
+    seen: list[str] = []
+
+    async def follow():
+        async for env in tenant.user.events(a["id"]):
+            assert env["correlation_id"] == a["id"]
+            seen.append(env["type"])
+            if env["type"] == "allocation.activated":
+                return
+
+    await asyncio.wait_for(follow(), timeout=60)
+    assert seen[0] == "allocation.requested" and seen[-1] == "allocation.activated"
+    await tenant.user.release(a["id"])
+    await tenant.user.wait_state(a["id"], "RELEASED")

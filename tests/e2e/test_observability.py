@@ -1,0 +1,79 @@
+"""Health, readiness, metrics on every service; one trace across every hop; dead letters and ops streams via the gateway."""
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from pathlib import Path
+
+import aiohttp
+
+from tests.conftest import make_envelope, publish_envelope
+
+
+async def test_every_service_serves_health_readiness_and_metrics(platform):
+    async with aiohttp.ClientSession() as s:
+        for name, proc in platform.procs.items():
+            for path, want in (("/healthz", 200), ("/readyz", 200), ("/metrics", 200)):
+                async with s.get(f"http://127.0.0.1:{proc.port}{path}") as r:
+                    assert r.status == want, (name, path)
+                    if path == "/metrics":
+                        assert "tessera_" in await r.text() or "python_info" in await r.text()
+
+
+async def test_one_trace_spans_gateway_saga_and_every_participant(platform, tenant):
+    a = await tenant.user.create_allocation("traced", shape="vm.1gpu", volume_gb=5)
+    await tenant.user.wait_state(a["id"], "ACTIVE")
+    trace_file = Path(platform.workdir) / "traces.jsonl"
+    wanted = {"gateway", "allocation", "saga", "scheduler", "network", "storage", "node_agent", "billing"}
+    deadline = asyncio.get_running_loop().time() + 20
+    while True:
+        spans = [json.loads(l) for l in trace_file.read_text().splitlines() if l.strip()] if trace_file.exists() else []
+        by_trace: dict[str, set[str]] = {}
+        for s in spans:
+            if s["attributes"].get("tessera.correlation_id") == a["id"] or s["attributes"].get("tessera.allocation_id") == a["id"]:
+                by_trace.setdefault(s["trace_id"], set())
+        for s in spans:
+            if s["trace_id"] in by_trace:
+                by_trace[s["trace_id"]].add(s["service"])
+        if any(wanted <= services for services in by_trace.values()):
+            break
+        assert asyncio.get_running_loop().time() < deadline, f"services per trace: {by_trace}"
+        await asyncio.sleep(0.05)
+    await tenant.user.release(a["id"])
+    await tenant.user.wait_state(a["id"], "RELEASED")
+
+
+async def test_poison_command_is_visible_to_operators_in_dead_letters(platform, admin, nc):
+    bad = make_envelope("billing.start_meter", {"saga_id": str(uuid.uuid4()), "unexpected": True})
+    await publish_envelope(nc.jetstream(), "billing.cmd.start_meter", bad)
+    deadline = asyncio.get_running_loop().time() + 20
+    while True:
+        _, body, _ = await admin.request("GET", "/v1/ops/dead-letters?limit=50")
+        hits = [d for d in body["items"] if str(bad.id) in json.dumps(d)]
+        if hits:
+            break
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.05)
+    assert "invalid" in json.dumps(hits[0])
+
+
+async def test_ops_event_stream_shows_platform_events_to_provider_admins(platform, admin, tenant):
+    headers = {"Authorization": f"Bearer {await admin.token()}", "Accept": "text/event-stream"}
+    types: list[str] = []
+    async with admin.session.get(platform.gateway_url + "/v1/ops/events?subjects=allocation.evt.>",
+                                 headers=headers, timeout=aiohttp.ClientTimeout(total=None, sock_read=None)) as r:
+        assert r.status == 200
+        a = await tenant.user.create_allocation("ops-watched", shape="vm.1gpu")
+
+        async def read():
+            async for raw in r.content:
+                line = raw.decode().strip()
+                if line.startswith("data:") and a["id"] in line:
+                    types.append(json.loads(line[5:])["type"])
+                    if "allocation.activated" in types:
+                        return
+        await asyncio.wait_for(read(), timeout=60)
+    assert "allocation.requested" in types
+    await tenant.user.release(a["id"])
+    await tenant.user.wait_state(a["id"], "RELEASED")

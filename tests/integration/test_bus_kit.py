@@ -1,0 +1,170 @@
+"""The shared bus kit against real JetStream and PostgreSQL: outbox relay, inbox, retries, dead letters.
+
+A probe service with its own contract and stream exercises the kit without any real service's logic.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+
+import pytest
+from nats.js.api import DeliverPolicy, StreamConfig
+from pydantic import BaseModel, ConfigDict
+
+from shared.config import BusSettings, ServiceSettings
+from shared.contract import Catalog, ContractViolation, Message, ServiceContract, load_catalog
+from shared.runtime import Runtime
+from tests.conftest import make_envelope, publish_envelope
+
+
+class Ping(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    n: int
+    poison: bool = False
+
+
+PROBE = ServiceContract(
+    service="probe", title="probe", description="test-only service",
+    messages=[Message("probe.ping", "probe.cmd.ping", Ping, "command", "ping"),
+              Message("probe.pinged", "probe.evt.pinged", Ping, "event", "pinged")],
+    receives=["probe.ping"],
+)
+
+
+def probe_catalog() -> Catalog:
+    real = load_catalog()
+    return Catalog([*real.contracts.values(), PROBE])
+
+
+@pytest.fixture
+async def probe(infra, provision, nc):
+    js = nc.jetstream()
+    await js.add_stream(StreamConfig(name="TESSERA_PROBE", subjects=["probe.>"], duplicate_window=120))
+    handled: list[int] = []
+    attempts: dict[int, int] = {}
+    settings = ServiceSettings(service="probe", nats_url=infra.nats_url, db_dsn=await provision("probe"),
+                               bus=BusSettings(ack_wait_s=5, max_deliver=3, retry_backoff_s=[0.05, 0.1], max_workers=4))
+    rt = Runtime(settings, catalog=probe_catalog())
+
+    async def on_ping(ctx, ping: Ping):
+        attempts[ping.n] = attempts.get(ping.n, 0) + 1
+        if ping.poison:
+            raise RuntimeError(f"poison {ping.n}")
+        handled.append(ping.n)
+        await ctx.emit("probe.pinged", ping)
+
+    rt.consumers.subscribe("probe.ping", on_ping)
+    await rt.start()
+    rt.handled, rt.attempts = handled, attempts
+    yield rt
+    await rt.stop()
+
+
+async def test_poison_message_is_dead_lettered_after_bounded_retries_while_others_flow(probe, nc, watch):
+    dlq = await watch("deadletter.probe.>")
+    events = await watch("probe.evt.pinged")
+    js = nc.jetstream()
+    base = uuid.uuid4().int % 10**6 * 10
+    poison = make_envelope("probe.ping", {"n": base, "poison": True})
+    await publish_envelope(js, "probe.cmd.ping", poison)
+    for i in range(1, 4):
+        await publish_envelope(js, "probe.cmd.ping", make_envelope("probe.ping", {"n": base + i}))
+    await events.wait_for(lambda i: i[1]["data"]["n"] == base + 3)
+    dead = await dlq.wait_for(lambda i: json.loads(json.dumps(i[1]))["id"] == str(poison.id))
+    headers = dead[0][2]
+    assert headers["Tessera-DLQ-Reason"] == "max_deliveries"
+    assert headers["Tessera-DLQ-Deliveries"] == "3"
+    assert "poison" in headers["Tessera-DLQ-Error"]
+    assert probe.attempts[base] == 3            # bounded: exactly max_deliver attempts
+    assert {base + 1, base + 2, base + 3} <= set(probe.handled)
+
+
+async def test_malformed_payload_is_dead_lettered_at_once(probe, nc, watch):
+    dlq = await watch("deadletter.probe.>")
+    bad = make_envelope("probe.ping", {"n": "not-a-number"})
+    await publish_envelope(nc.jetstream(), "probe.cmd.ping", bad)
+    dead = await dlq.wait_for(lambda i: i[1]["id"] == str(bad.id))
+    assert dead[0][2]["Tessera-DLQ-Reason"] == "invalid"
+    assert dead[0][2]["Tessera-DLQ-Deliveries"] == "1"
+
+
+async def test_not_json_at_all_is_dead_lettered(probe, nc):
+    marker = uuid.uuid4().hex
+    sub = await nc.jetstream().subscribe("deadletter.probe.>", ordered_consumer=True,
+                                         deliver_policy=DeliverPolicy.NEW)
+    await nc.jetstream().publish("probe.cmd.ping", f"garbage {marker}".encode())
+    try:
+        while True:
+            msg = await sub.next_msg(timeout=10)
+            if marker.encode() in msg.data:
+                assert msg.headers["Tessera-DLQ-Reason"] == "invalid"
+                break
+    finally:
+        await sub.unsubscribe()
+
+
+async def test_outbox_row_committed_late_with_lower_sequence_is_still_published(probe, watch):
+    events = await watch("probe.evt.pinged")
+    n_early, n_late = 900_000_000 + uuid.uuid4().int % 10**6, 800_000_000 + uuid.uuid4().int % 10**6
+    slow = await probe.pool.acquire()
+    fast = await probe.pool.acquire()
+    try:
+        tx_slow = slow.transaction()
+        await tx_slow.start()
+        await probe.outbox.add(slow, "probe.pinged", Ping(n=n_late), correlation_id="late")  # takes the lower seq
+        async with fast.transaction():
+            await probe.outbox.add(fast, "probe.pinged", Ping(n=n_early), correlation_id="early")
+        await events.wait_for(lambda i: i[1]["data"]["n"] == n_early)
+        await tx_slow.commit()
+        await events.wait_for(lambda i: i[1]["data"]["n"] == n_late)
+    finally:
+        await probe.pool.release(slow)
+        await probe.pool.release(fast)
+
+
+async def test_rolled_back_outbox_row_is_never_published(probe, watch):
+    events = await watch("probe.evt.pinged")
+    n_rolled, n_after = uuid.uuid4().int % 10**9, uuid.uuid4().int % 10**9 + 10**9
+    async with probe.pool.acquire() as conn:
+        tx = conn.transaction()
+        await tx.start()
+        await probe.outbox.add(conn, "probe.pinged", Ping(n=n_rolled), correlation_id="x")
+        await tx.rollback()
+        async with conn.transaction():
+            await probe.outbox.add(conn, "probe.pinged", Ping(n=n_after), correlation_id="x")
+    await events.wait_for(lambda i: i[1]["data"]["n"] == n_after)
+    assert not [i for i in events.items if i[1]["data"]["n"] == n_rolled]
+    async with probe.pool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM outbox WHERE body::text LIKE $1", f"%{n_rolled}%") == 0
+
+
+async def test_republished_outbox_row_is_dropped_by_the_servers_duplicate_window(probe, nc):
+    """A relay that crashed after publishing but before marking the row republishes it: one copy lands."""
+    js = nc.jetstream()
+    async with probe.pool.acquire() as conn:
+        async with conn.transaction():
+            # hold the relay off this row while we play the crashed relay's first publish
+            env = await probe.outbox.add(conn, "probe.pinged", Ping(n=1), correlation_id="dup")
+            row = await conn.fetchrow("SELECT subject, headers, body FROM outbox WHERE id=$1", env.id)
+            first = await js.publish(row["subject"], bytes(row["body"]), headers=json.loads(row["headers"]))
+    deadline = asyncio.get_running_loop().time() + 10
+    while True:
+        async with probe.pool.acquire() as conn:
+            if await conn.fetchval("SELECT published_at IS NOT NULL FROM outbox WHERE id=$1", env.id):
+                break
+        assert asyncio.get_running_loop().time() < deadline, "relay never published the row"
+        await asyncio.sleep(0.02)
+    again = await js.publish(row["subject"], bytes(row["body"]), headers=json.loads(row["headers"]))
+    assert again.duplicate and again.seq == first.seq
+
+
+async def test_outbox_refuses_messages_no_contract_defines(probe):
+    async with probe.pool.acquire() as conn:
+        with pytest.raises(ContractViolation):
+            await probe.outbox.add(conn, "probe.unknown", Ping(n=1), correlation_id="x")
+        with pytest.raises(ContractViolation):   # an event owned by another service
+            from services.billing.contracts import MeterStopped
+            await probe.outbox.add(conn, "billing.meter_stopped", MeterStopped(
+                saga_id=uuid.uuid4(), step="s", idempotency_key="k", allocation_id=uuid.uuid4()), correlation_id="x")
+        assert await conn.fetchval("SELECT count(*) FROM outbox WHERE type = 'probe.unknown'") == 0
