@@ -34,6 +34,7 @@ class ServiceSettings(BaseModel):
     log_level: str = "INFO"
     trace_file: str | None = None
     sim_faults: bool = False
+    stream_replicas: int = 1
     bus: BusSettings = Field(default_factory=BusSettings)
 
     @classmethod
@@ -54,6 +55,7 @@ class ServiceSettings(BaseModel):
             log_level=_env("TESSERA_LOG_LEVEL", "INFO"),
             trace_file=_env("TESSERA_TRACE_FILE"),
             sim_faults=_env("TESSERA_SIM_FAULTS", "0") == "1",
+            stream_replicas=int(_env("TESSERA_STREAM_REPLICAS", "1")),
             bus=bus,
         )
         values.update(overrides)

@@ -95,9 +95,12 @@ class OutboxRelay:
                 cycles += 1
                 if cycles % 600 == 0:
                     await self.purge()
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancellation that
+                # arrives as the NOTIFY wakes us, and the relay (and Runtime.stop) would then run forever.
                 try:
-                    await asyncio.wait_for(self._wake.wait(), timeout=self.poll_s)
-                except asyncio.TimeoutError:
+                    async with asyncio.timeout(self.poll_s):
+                        await self._wake.wait()
+                except TimeoutError:
                     pass
         finally:
             try:

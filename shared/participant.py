@@ -52,6 +52,12 @@ def _reply_fields(cmd: StepCommand) -> dict:
             "allocation_id": cmd.allocation_id}
 
 
+async def _lock_key(conn: asyncpg.Connection, key: str) -> None:
+    """Serialise an invoke and the compensation of the same key (held until the transaction ends):
+    a row lock cannot, since before the first outcome there is no row to lock."""
+    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", key)
+
+
 async def _record(conn: asyncpg.Connection, key: str, status: str, result: dict) -> None:
     await conn.execute(
         "INSERT INTO step_outcomes (idempotency_key, status, result) VALUES ($1, $2, $3::jsonb) "
@@ -64,6 +70,7 @@ async def invoke(ctx: HandlerContext, cmd: StepCommand, action: Callable[[asyncp
                  sim_faults: bool = False, subject_params: dict[str, str] | None = None) -> None:
     """Run ``action`` (returns the reply's extra fields, or raises StepRejected) once per idempotency key."""
     conn = ctx.conn
+    await _lock_key(conn, cmd.idempotency_key)
     row = await conn.fetchrow("SELECT status, result FROM step_outcomes WHERE idempotency_key=$1 FOR UPDATE", cmd.idempotency_key)
     base = _reply_fields(cmd)
     if row is None:
@@ -94,6 +101,8 @@ async def invoke(ctx: HandlerContext, cmd: StepCommand, action: Callable[[asyncp
 async def undo(ctx: HandlerContext, cmd: UndoCommand, action: Callable[[asyncpg.Connection, UndoCommand], Awaitable[dict]],
                *, undone: str, reply_model: type[BaseModel], subject_params: dict[str, str] | None = None) -> None:
     """Run an idempotent undo (safe when the step never happened); mark the compensated key."""
+    if cmd.compensates:
+        await _lock_key(ctx.conn, cmd.compensates)
     extra = await action(ctx.conn, cmd)
     if cmd.compensates:
         await _record(ctx.conn, cmd.compensates, "compensated", {})

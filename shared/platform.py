@@ -177,10 +177,12 @@ class Platform:
         p.signal(sig)
         p.wait_exit()
 
-    async def restart(self, name: str) -> None:
+    async def restart(self, name: str, env: dict[str, str] | None = None) -> None:
+        """Stop (if running) and start a service again; ``env`` changes some of its settings."""
         p = self.procs[name]
         if p.proc and p.proc.poll() is None:
             self.kill(name, signal.SIGTERM)
+        p.env.update(env or {})
         p.start()
         await p.wait_ready()
 

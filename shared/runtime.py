@@ -85,7 +85,7 @@ class Runtime:
         async with self._pool.acquire() as conn:
             applied = await migrate(conn, self.schema, self.schema_dir)
         await self.broker.connect()
-        await declare_streams(self.js)
+        await declare_streams(self.js, replicas=s.stream_replicas)
         await self.broker.start()
         self.relay = OutboxRelay(self._pool, self.js, self.schema)
         self._running = [asyncio.create_task(self._supervise(self.relay.run))]

@@ -94,6 +94,10 @@ class AllocationReleased(AllocationEvent):
     idempotency_key: str
 
 
+class AllocationReleaseFailed(StepFailure):
+    """The mark_released step was refused (only under fault injection or a compensated key)."""
+
+
 class AllocationFailed(AllocationEvent):
     failed_step: str
     reason: str
@@ -122,6 +126,7 @@ CONTRACT = ServiceContract(
         Message("allocation.activation_failed", "allocation.evt.activation_failed", AllocationActivationFailed, "event", "The activate step was refused."),
         Message("allocation.release_requested", "allocation.evt.release_requested", AllocationReleaseRequested, "event", "Release was requested (RELEASING)."),
         Message("allocation.released", "allocation.evt.released", AllocationReleased, "event", "The allocation is RELEASED."),
+        Message("allocation.release_failed", "allocation.evt.release_failed", AllocationReleaseFailed, "event", "The mark_released step was refused."),
         Message("allocation.failed", "allocation.evt.failed", AllocationFailed, "event", "The allocation FAILED; the step and reason are recorded."),
         Message("allocation.command_rejected", "allocation.evt.command_rejected", AllocationCommandRejected, "event", "A command did not apply to the allocation's state."),
     ],

@@ -25,6 +25,7 @@ class SagaStepChanged(Wire):
     status: Literal["invoked", "succeeded", "failed", "timed_out", "compensating", "compensated", "retrying"]
     attempt: int
     detail: str | None = None
+    phase: Literal["invoke", "compensate"] = "invoke"   # "compensate": the status is that of the step's undo
 
 
 class SagaCompleted(Wire):
@@ -71,7 +72,7 @@ CONTRACT = ServiceContract(
         "storage.volume_provisioned", "storage.volume_provision_failed", "storage.volume_deleted",
         "node_agent.node_provisioned", "node_agent.node_provision_failed", "node_agent.node_deprovisioned",
         "billing.meter_started", "billing.meter_start_failed", "billing.meter_stopped",
-        "allocation.activated", "allocation.activation_failed", "allocation.released",
+        "allocation.activated", "allocation.activation_failed", "allocation.released", "allocation.release_failed",
     ],
     sends=[
         "allocation.mark_provisioning", "allocation.activate", "allocation.fail", "allocation.mark_released",

@@ -15,12 +15,12 @@ from tests.e2e.conftest import E2E_ENV, leftovers
 
 
 @pytest.fixture
-async def fresh_platform(infra, tmp_path):
+async def fresh_platform(tmp_path):
     platforms = []
 
     async def _make(env: dict[str, str] | None = None, node_env: dict[str, str] | None = None):
-        p = Platform(tmp_path / f"p{len(platforms)}", nats_url=infra.nats_url, database_url=infra.admin_dsn,
-                     env={**E2E_ENV, **(env or {})})
+        # its own NATS and PostgreSQL: this test kills processes and leaves nodes behind
+        p = Platform(tmp_path / f"p{len(platforms)}", env={**E2E_ENV, **(env or {})}, durable=False)
         platforms.append(p)
         await p.start()
         # a node of its own, big enough that no other test's allocations interfere
@@ -65,10 +65,10 @@ async def node_agent_settled(p: Platform, db: asyncpg.Connection, key: str) -> b
         await nc.close()
 
 
-async def test_saga_coordinator_killed_mid_saga_resumes_and_completes(fresh_platform, infra):
+async def test_saga_coordinator_killed_mid_saga_resumes_and_completes(fresh_platform):
     # the node-agent takes 2 s per operation, so the saga is surely mid-flight when it is killed
     p = await fresh_platform(node_env={"TESSERA_SIM_LATENCY_S": "2"})
-    db = await asyncpg.connect(infra.admin_dsn)
+    db = await asyncpg.connect(p.database_url)
     try:
         async with TesseraClient(p.gateway_url, p.tenant_key) as tenant:
             a = await tenant.create_allocation("survivor", shape="vm.1gpu", volume_gb=5)
@@ -85,10 +85,10 @@ async def test_saga_coordinator_killed_mid_saga_resumes_and_completes(fresh_plat
         await db.close()
 
 
-async def test_node_agent_killed_mid_step_times_out_and_the_saga_compensates(fresh_platform, infra):
+async def test_node_agent_killed_mid_step_times_out_and_the_saga_compensates(fresh_platform):
     p = await fresh_platform(env={"TESSERA_SAGA_COMPENSATION_ATTEMPTS": "2"},
                              node_env={"TESSERA_SIM_LATENCY_S": "30"})
-    db = await asyncpg.connect(infra.admin_dsn)
+    db = await asyncpg.connect(p.database_url)
     try:
         async with TesseraClient(p.gateway_url, p.tenant_key) as tenant:
             a = await tenant.create_allocation("orphan", shape="vm.1gpu", volume_gb=5)
@@ -100,8 +100,9 @@ async def test_node_agent_killed_mid_step_times_out_and_the_saga_compensates(fre
             assert "timed out" in failed["reason"]
             left = await leftovers(db, a["id"])
             assert left["slots"] == 0 and left["attachments"] == 0 and left["volumes"] == 0 and left["running_meters"] == 0
-            # the node-agent comes back: the queued undo runs, the late provision finds the tombstone
-            await p.restart(agent)
+            # the node-agent comes back (repaired: no more slowness): the queued undos run, and the
+            # redelivered provision finds the tombstone and does nothing
+            await p.restart(agent, env={"TESSERA_SIM_LATENCY_S": "0"})
             saga_id = await db.fetchval("SELECT id FROM saga.sagas WHERE allocation_id=$1 AND kind='allocate'",
                                         uuid.UUID(a["id"]))
             deadline = asyncio.get_running_loop().time() + 90

@@ -1,10 +1,12 @@
-"""The whole platform, every service its own process, against the suite's NATS and PostgreSQL."""
+"""The whole platform, every service its own process, on its own NATS JetStream and PostgreSQL
+(started for this package and stopped after it, so no other test's consumers or nodes mix in)."""
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
 
 import asyncpg
+import nats
 import pytest
 
 from shared.client import TesseraClient
@@ -21,11 +23,11 @@ E2E_ENV = {
 }
 
 
-@pytest.fixture(scope="session")
-async def platform(infra, tmp_path_factory):
+@pytest.fixture(scope="package")
+async def platform(tmp_path_factory):
     work = tmp_path_factory.mktemp("platform")
     env = {**E2E_ENV, "TESSERA_TRACE_FILE": str(work / "traces.jsonl")}
-    p = Platform(work, nats_url=infra.nats_url, database_url=infra.admin_dsn, env=env)
+    p = Platform(work, env=env, durable=False)
     await p.start()
     p.node_ids = [await p.add_node(f"e2e-{uuid.uuid4().hex[:6]}-{i}", "H100-SXM5-80GB", 8) for i in range(2)]
     yield p
@@ -67,6 +69,13 @@ async def make_tenant(platform, admin):
 @pytest.fixture
 async def tenant(make_tenant):
     return await make_tenant()
+
+
+@pytest.fixture
+async def platform_nc(platform):
+    client = await nats.connect(platform.nats_url)
+    yield client
+    await client.drain()
 
 
 @pytest.fixture

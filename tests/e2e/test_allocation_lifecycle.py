@@ -94,9 +94,9 @@ async def test_another_tenants_allocation_is_404_and_never_listed(make_tenant):
     with pytest.raises(ApiError) as exc:
         await b.user.release(mine["id"])
     assert exc.value.status == 404
-    listed = (await b.user.allocations(limit=200))["items"]
+    listed = (await b.user.allocations(limit=100))["items"]
     assert mine["id"] not in {x["id"] for x in listed}
-    assert mine["id"] in {x["id"] for x in (await a.admin.allocations(limit=200))["items"]}
+    assert mine["id"] in {x["id"] for x in (await a.admin.allocations(limit=100))["items"]}
 
 
 async def test_tenant_user_cannot_call_provider_admin_endpoints(tenant):

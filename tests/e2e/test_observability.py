@@ -44,9 +44,9 @@ async def test_one_trace_spans_gateway_saga_and_every_participant(platform, tena
     await tenant.user.wait_state(a["id"], "RELEASED")
 
 
-async def test_poison_command_is_visible_to_operators_in_dead_letters(platform, admin, nc):
+async def test_poison_command_is_visible_to_operators_in_dead_letters(platform, admin, platform_nc):
     bad = make_envelope("billing.start_meter", {"saga_id": str(uuid.uuid4()), "unexpected": True})
-    await publish_envelope(nc.jetstream(), "billing.cmd.start_meter", bad)
+    await publish_envelope(platform_nc.jetstream(), "billing.cmd.start_meter", bad)
     deadline = asyncio.get_running_loop().time() + 20
     while True:
         _, body, _ = await admin.request("GET", "/v1/ops/dead-letters?limit=50")
@@ -75,5 +75,6 @@ async def test_ops_event_stream_shows_platform_events_to_provider_admins(platfor
                         return
         await asyncio.wait_for(read(), timeout=60)
     assert "allocation.requested" in types
+    await tenant.user.wait_state(a["id"], "ACTIVE")   # the bus can be ahead of the gateway's view
     await tenant.user.release(a["id"])
     await tenant.user.wait_state(a["id"], "RELEASED")

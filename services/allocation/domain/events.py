@@ -1,0 +1,58 @@
+"""Events the Allocation aggregate records; the handlers write them to the outbox with the state change.
+
+Field names match the wire events in ``services.allocation.contracts`` so the
+mapping is a plain ``asdict``; the saga-reply fields (saga id, step, key) are
+added by the participant kit, not recorded here.
+"""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+@dataclass(frozen=True)
+class AllocationEvent:
+    allocation_id: uuid.UUID
+    tenant_id: uuid.UUID
+    state: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class Requested(AllocationEvent):
+    user_id: uuid.UUID
+    name: str
+    shape: str
+    gpu_count: int
+    volume_gb: int
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Provisioning(AllocationEvent):
+    saga_id: uuid.UUID
+
+
+@dataclass(frozen=True)
+class Activated(AllocationEvent):
+    node_id: uuid.UUID
+
+
+@dataclass(frozen=True)
+class ReleaseRequested(AllocationEvent):
+    requested_by: uuid.UUID
+    node_id: uuid.UUID | None
+    volume_gb: int
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Released(AllocationEvent):
+    pass
+
+
+@dataclass(frozen=True)
+class Failed(AllocationEvent):
+    failed_step: str
+    reason: str

@@ -1,0 +1,127 @@
+"""The Allocation aggregate: a tenant's GPU allocation and its life cycle (pure, no I/O).
+
+    REQUESTED → PROVISIONING → ACTIVE → RELEASING → RELEASED
+    REQUESTED → ACTIVE            (activate may overtake a late mark_provisioning)
+    any non-terminal state → FAILED (with the failed step and the reason)
+
+Each command method either changes the state and records one event, does
+nothing (the command is a duplicate or arrives after a later one: the result it
+asks for already holds), or raises ``IllegalTransition``. The aggregate never
+publishes: the handler drains ``pull_events()`` into the outbox in the same
+transaction as the save.
+"""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Mapping
+
+from shared.wire import SHAPES
+
+from . import events
+from .errors import IllegalTransition, InvalidSpec
+
+REQUESTED, PROVISIONING, ACTIVE = "REQUESTED", "PROVISIONING", "ACTIVE"
+RELEASING, RELEASED, FAILED = "RELEASING", "RELEASED", "FAILED"
+
+TRANSITIONS: dict[str, frozenset[str]] = {
+    REQUESTED: frozenset({PROVISIONING, ACTIVE, FAILED}),
+    PROVISIONING: frozenset({ACTIVE, FAILED}),
+    ACTIVE: frozenset({RELEASING, FAILED}),
+    RELEASING: frozenset({RELEASED, FAILED}),
+    RELEASED: frozenset(),
+    FAILED: frozenset(),
+}
+
+
+def check_spec(shape: str, gpu_count: int, shapes: Mapping[str, int] = SHAPES) -> None:
+    """Raise InvalidSpec unless ``shape`` is known and ``gpu_count`` is that shape's GPU count."""
+    if shape not in shapes:
+        raise InvalidSpec(f"unknown shape {shape!r} (known: {', '.join(sorted(shapes))})")
+    if shapes[shape] != gpu_count:
+        raise InvalidSpec(f"shape {shape} has {shapes[shape]} GPU(s), the request asks for {gpu_count}")
+
+
+@dataclass
+class Allocation:
+    id: uuid.UUID
+    tenant_id: uuid.UUID
+    user_id: uuid.UUID
+    name: str
+    shape: str
+    gpu_count: int
+    volume_gb: int
+    labels: dict[str, str]
+    state: str
+    created_at: datetime
+    updated_at: datetime
+    node_id: uuid.UUID | None = None
+    failed_step: str | None = None
+    reason: str | None = None
+    _events: list[events.AllocationEvent] = field(default_factory=list, repr=False, compare=False)
+
+    @classmethod
+    def request(cls, id: uuid.UUID, tenant_id: uuid.UUID, user_id: uuid.UUID, name: str, shape: str,
+                gpu_count: int, volume_gb: int, labels: Mapping[str, str], at: datetime) -> "Allocation":
+        """A new REQUESTED allocation, recording Requested. Raises InvalidSpec for an inconsistent spec."""
+        check_spec(shape, gpu_count)
+        alloc = cls(id, tenant_id, user_id, name, shape, gpu_count, volume_gb, dict(labels), REQUESTED, at, at)
+        alloc._record(events.Requested, user_id=user_id, name=name, shape=shape, gpu_count=gpu_count,
+                      volume_gb=volume_gb, labels=dict(labels))
+        return alloc
+
+    def pull_events(self) -> list[events.AllocationEvent]:
+        """The events recorded since the last pull (and forget them)."""
+        out, self._events = self._events, []
+        return out
+
+    def mark_provisioning(self, saga_id: uuid.UUID, at: datetime) -> None:
+        """REQUESTED → PROVISIONING. In any later state the message is stale: no-op."""
+        if self.state != REQUESTED:
+            return
+        self._move(PROVISIONING, "mark provisioning", at)
+        self._record(events.Provisioning, saga_id=saga_id)
+
+    def activate(self, node_id: uuid.UUID, at: datetime) -> None:
+        """REQUESTED/PROVISIONING → ACTIVE on ``node_id``; no-op if already ACTIVE on that node.
+
+        Raises IllegalTransition otherwise (e.g. FAILED, or ACTIVE on another node)."""
+        if self.state == ACTIVE and self.node_id == node_id:
+            return
+        self._move(ACTIVE, "activate", at)
+        self.node_id = node_id
+        self._record(events.Activated, node_id=node_id)
+
+    def fail(self, failed_step: str, reason: str, at: datetime) -> None:
+        """Any non-terminal state → FAILED; no-op if already FAILED. Raises IllegalTransition from RELEASED."""
+        if self.state == FAILED:
+            return
+        self._move(FAILED, "fail", at)
+        self.failed_step, self.reason = failed_step, reason
+        self._record(events.Failed, failed_step=failed_step, reason=reason)
+
+    def release(self, requested_by: uuid.UUID, at: datetime) -> None:
+        """ACTIVE → RELEASING; no-op if RELEASING or RELEASED already. Raises IllegalTransition otherwise."""
+        if self.state in (RELEASING, RELEASED):
+            return
+        self._move(RELEASING, "release", at)
+        self._record(events.ReleaseRequested, requested_by=requested_by, node_id=self.node_id,
+                     volume_gb=self.volume_gb, labels=dict(self.labels))
+
+    def mark_released(self, at: datetime) -> None:
+        """RELEASING → RELEASED; no-op if RELEASED already. Raises IllegalTransition otherwise."""
+        if self.state == RELEASED:
+            return
+        self._move(RELEASED, "mark released", at)
+        self._record(events.Released)
+
+    def _move(self, target: str, command: str, at: datetime) -> None:
+        if target not in TRANSITIONS[self.state]:
+            raise IllegalTransition(self.id, self.state, target, command)
+        self.state = target
+        self.updated_at = max(at, self.updated_at)
+
+    def _record(self, kind: type[events.AllocationEvent], **fields) -> None:
+        self._events.append(kind(allocation_id=self.id, tenant_id=self.tenant_id, state=self.state,
+                                 at=self.updated_at, **fields))

@@ -1,0 +1,142 @@
+"""Allocation's handlers: load the aggregate (row locked), apply the command, save, and write the
+events it recorded to the outbox, all in the consumer's transaction.
+
+Plain commands (request, mark_provisioning, fail, release) emit the recorded
+events; a command that does not fit the state emits ``allocation.command_rejected``
+(request, fail, release) or is a no-op when it is stale (see the aggregate).
+The saga steps (activate, mark_released) go through ``shared.participant.invoke``:
+one effect per idempotency key, and the reply *is* the recorded event.
+"""
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict
+
+import asyncpg
+from pydantic import BaseModel
+
+from shared.consumer import HandlerContext, PermanentError
+from shared.envelope import utcnow
+from shared.participant import StepRejected, invoke
+
+from . import contracts as c
+from .adapters import repository
+from .domain import events
+from .domain.errors import IllegalTransition, InvalidSpec
+from .domain.model import Allocation
+
+WIRE_EVENTS: dict[type, tuple[str, type[BaseModel]]] = {
+    events.Requested: ("allocation.requested", c.AllocationRequested),
+    events.Provisioning: ("allocation.provisioning", c.AllocationProvisioning),
+    events.ReleaseRequested: ("allocation.release_requested", c.AllocationReleaseRequested),
+    events.Failed: ("allocation.failed", c.AllocationFailed),
+}
+
+
+async def _publish(ctx: HandlerContext, alloc: Allocation) -> None:
+    for ev in alloc.pull_events():
+        type_, model = WIRE_EVENTS[type(ev)]
+        await ctx.emit(type_, model(**asdict(ev)), tenant_id=alloc.tenant_id)
+
+
+async def _save(ctx: HandlerContext, alloc: Allocation) -> None:
+    await repository.save(ctx.conn, alloc)
+    await _publish(ctx, alloc)
+
+
+async def _reject(ctx: HandlerContext, allocation_id: uuid.UUID, command: str, reason: str) -> None:
+    await ctx.emit("allocation.command_rejected", c.AllocationCommandRejected(
+        allocation_id=allocation_id, command=command, reason=reason))
+
+
+async def _load(conn: asyncpg.Connection, allocation_id: uuid.UUID, command: str) -> Allocation:
+    """The locked aggregate; PermanentError if it does not exist (the saga only names existing ones)."""
+    alloc = await repository.get_for_update(conn, allocation_id)
+    if alloc is None:
+        raise PermanentError(f"{command}: no allocation {allocation_id}")
+    return alloc
+
+
+def _as_reply(alloc: Allocation, **extra) -> dict:
+    """A saga step's reply fields. invoke emits the reply, so the recorded event is dropped here."""
+    alloc.pull_events()
+    return {"tenant_id": alloc.tenant_id, "state": alloc.state, "at": alloc.updated_at, **extra}
+
+
+async def request(ctx: HandlerContext, cmd: c.RequestAllocation) -> None:
+    """Create a REQUESTED allocation. Idempotent on allocation_id: an existing id is a no-op."""
+    try:
+        alloc = Allocation.request(cmd.allocation_id, cmd.tenant_id, cmd.user_id, cmd.name, cmd.shape,
+                                   cmd.gpu_count, cmd.volume_gb, cmd.labels, utcnow())
+    except InvalidSpec as exc:
+        await _reject(ctx, cmd.allocation_id, "allocation.request", str(exc))
+        return
+    if await repository.add(ctx.conn, alloc):
+        await _publish(ctx, alloc)
+
+
+async def mark_provisioning(ctx: HandlerContext, cmd: c.MarkProvisioning) -> None:
+    """REQUESTED → PROVISIONING; a stale message (allocation already further on) is a no-op."""
+    alloc = await _load(ctx.conn, cmd.allocation_id, "allocation.mark_provisioning")
+    alloc.mark_provisioning(cmd.saga_id, utcnow())
+    await _save(ctx, alloc)
+
+
+async def fail(ctx: HandlerContext, cmd: c.FailAllocation) -> None:
+    """→ FAILED with step and reason; no-op if FAILED already; rejected (no change) if RELEASED."""
+    alloc = await _load(ctx.conn, cmd.allocation_id, "allocation.fail")
+    try:
+        alloc.fail(cmd.failed_step, cmd.reason, utcnow())
+    except IllegalTransition as exc:
+        await _reject(ctx, alloc.id, "allocation.fail", str(exc))
+        return
+    await _save(ctx, alloc)
+
+
+async def release(ctx: HandlerContext, cmd: c.ReleaseAllocation) -> None:
+    """ACTIVE → RELEASING; no-op if RELEASING/RELEASED; otherwise rejected with the reason (no change)."""
+    alloc = await repository.get_for_update(ctx.conn, cmd.allocation_id)
+    if alloc is None or alloc.tenant_id != cmd.tenant_id:
+        await _reject(ctx, cmd.allocation_id, "allocation.release",
+                      f"tenant {cmd.tenant_id} has no allocation {cmd.allocation_id}")
+        return
+    try:
+        alloc.release(cmd.requested_by, utcnow())
+    except IllegalTransition as exc:
+        await _reject(ctx, alloc.id, "allocation.release", f"{exc} (only an ACTIVE allocation can be released)")
+        return
+    await _save(ctx, alloc)
+
+
+async def _activate(conn: asyncpg.Connection, cmd: c.ActivateAllocation) -> dict:
+    alloc = await repository.get_for_update(conn, cmd.allocation_id)
+    if alloc is None:
+        raise StepRejected(f"no allocation {cmd.allocation_id}")
+    try:
+        alloc.activate(cmd.node_id, utcnow())
+    except IllegalTransition as exc:
+        raise StepRejected(str(exc)) from None
+    await repository.save(conn, alloc)
+    return _as_reply(alloc, node_id=alloc.node_id)
+
+
+async def _mark_released(conn: asyncpg.Connection, cmd: c.MarkReleased) -> dict:
+    alloc = await _load(conn, cmd.allocation_id, "allocation.mark_released")
+    try:
+        alloc.mark_released(utcnow())
+    except IllegalTransition as exc:
+        raise PermanentError(str(exc)) from None
+    await repository.save(conn, alloc)
+    return _as_reply(alloc)
+
+
+async def activate(ctx: HandlerContext, cmd: c.ActivateAllocation, *, sim_faults: bool = False) -> None:
+    """Saga step: → ACTIVE on the node; replies activated, or activation_failed if the state forbids it."""
+    await invoke(ctx, cmd, _activate, succeeded="allocation.activated", failed="allocation.activation_failed",
+                 reply_model=c.AllocationActivated, failure_model=c.AllocationActivationFailed, sim_faults=sim_faults)
+
+
+async def mark_released(ctx: HandlerContext, cmd: c.MarkReleased, *, sim_faults: bool = False) -> None:
+    """Saga step: RELEASING → RELEASED, replies released. Raises PermanentError from any other state."""
+    await invoke(ctx, cmd, _mark_released, succeeded="allocation.released", failed="allocation.release_failed",
+                 reply_model=c.AllocationReleased, failure_model=c.AllocationReleaseFailed, sim_faults=sim_faults)

@@ -1,0 +1,109 @@
+"""allocations_view, allocation_events and idempotency_keys (asyncpg; the caller owns the transaction)."""
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime
+
+import asyncpg
+
+from shared.envelope import Envelope
+
+EVENTS_CHANNEL = "gateway_allocation_events"
+_COLS = ("id, tenant_id, name, shape, gpu_count, volume_gb, labels, state, node_id, failed_step, reason, "
+         "release_requested_at, created_at, updated_at")
+
+
+async def claim_idempotency_key(conn: asyncpg.Connection, tenant_id: uuid.UUID, key: str, request_hash: str,
+                                allocation_id: uuid.UUID, response: dict) -> asyncpg.Record | None:
+    """Claim ``key`` for this request: None when claimed, else the row of the request that holds it.
+
+    Blocks while a concurrent transaction holds an uncommitted claim of the same key
+    (the primary key serialises them); the loser then reads the winner's row.
+    """
+    claimed = await conn.fetchval(
+        "INSERT INTO idempotency_keys (tenant_id, key, request_hash, allocation_id, response) "
+        "VALUES ($1, $2, $3, $4, $5::jsonb) ON CONFLICT DO NOTHING RETURNING 1",
+        tenant_id, key, request_hash, allocation_id, json.dumps(response))
+    if claimed:
+        return None
+    return await conn.fetchrow("SELECT request_hash, allocation_id, response FROM idempotency_keys "
+                               "WHERE tenant_id=$1 AND key=$2", tenant_id, key)
+
+
+async def purge_idempotency_keys(conn: asyncpg.Connection, older_than_s: float) -> int:
+    result = await conn.execute("DELETE FROM idempotency_keys WHERE created_at < now() - make_interval(secs => $1)",
+                                older_than_s)
+    return int(result.split()[-1])
+
+
+async def insert(conn: asyncpg.Connection, a: dict) -> None:
+    """Insert a view row (``a`` holds every column but updated_at); a row already there is kept."""
+    await conn.execute(
+        "INSERT INTO allocations_view (id, tenant_id, user_id, name, shape, gpu_count, volume_gb, labels, state, created_at, "
+        "updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10, $10) ON CONFLICT (id) DO NOTHING",
+        a["id"], a["tenant_id"], a["user_id"], a["name"], a["shape"], a["gpu_count"], a["volume_gb"],
+        json.dumps(a["labels"]), a["state"], a["created_at"])
+
+
+async def get(conn: asyncpg.Connection, allocation_id: uuid.UUID, tenant_id: uuid.UUID | None = None, *,
+              for_update: bool = False) -> asyncpg.Record | None:
+    """The row, only if it belongs to ``tenant_id`` (when given)."""
+    lock = " FOR UPDATE" if for_update else ""
+    if tenant_id is None:
+        return await conn.fetchrow(f"SELECT {_COLS} FROM allocations_view WHERE id=$1{lock}", allocation_id)
+    return await conn.fetchrow(f"SELECT {_COLS} FROM allocations_view WHERE id=$1 AND tenant_id=$2{lock}",
+                               allocation_id, tenant_id)
+
+
+async def page(conn: asyncpg.Connection, tenant_id: uuid.UUID, limit: int,
+               after: tuple[datetime, uuid.UUID] | None) -> list[asyncpg.Record]:
+    """Up to ``limit`` rows of the tenant, newest first, strictly older than the ``after`` position."""
+    if after is None:
+        return await conn.fetch(f"SELECT {_COLS} FROM allocations_view WHERE tenant_id=$1 "
+                                "ORDER BY created_at DESC, id DESC LIMIT $2", tenant_id, limit)
+    return await conn.fetch(f"SELECT {_COLS} FROM allocations_view WHERE tenant_id=$1 AND (created_at, id) < ($2, $3) "
+                            "ORDER BY created_at DESC, id DESC LIMIT $4", tenant_id, after[0], after[1], limit)
+
+
+async def update(conn: asyncpg.Connection, allocation_id: uuid.UUID, **fields) -> None:
+    """Set the given columns (names are the caller's constants, never client input) and updated_at."""
+    names = list(fields)
+    sets = ", ".join(f"{n}=${i + 2}" for i, n in enumerate(names))
+    await conn.execute(f"UPDATE allocations_view SET {sets}, updated_at=now() WHERE id=$1",
+                       allocation_id, *[fields[n] for n in names])
+
+
+async def lock_events(conn: asyncpg.Connection, allocation_id: uuid.UUID) -> None:
+    """Serialise event appends per allocation until commit.
+
+    A stream reads events by ``seq``; without this, an append that took seq 9 but
+    commits after seq 10 would be skipped by a reader already past 10.
+    """
+    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 7))", str(allocation_id))
+
+
+async def append_event(conn: asyncpg.Connection, allocation_id: uuid.UUID, env: Envelope) -> bool:
+    """Record the event (once per event id) and wake the streams watching the allocation on commit."""
+    added = await conn.fetchval(
+        "INSERT INTO allocation_events (event_id, allocation_id, type, envelope) VALUES ($1, $2, $3, $4::jsonb) "
+        "ON CONFLICT (event_id) DO NOTHING RETURNING 1", env.id, allocation_id, env.type, env.model_dump_json())
+    if added:
+        await conn.execute("SELECT pg_notify($1, $2)", EVENTS_CHANNEL, str(allocation_id))
+    return bool(added)
+
+
+async def events_after(conn: asyncpg.Connection, allocation_id: uuid.UUID, after_seq: int,
+                       limit: int = 500) -> list[asyncpg.Record]:
+    return await conn.fetch("SELECT seq, event_id, type, envelope::text AS envelope FROM allocation_events "
+                            "WHERE allocation_id=$1 AND seq>$2 ORDER BY seq LIMIT $3", allocation_id, after_seq, limit)
+
+
+async def seq_of(conn: asyncpg.Connection, allocation_id: uuid.UUID, event_id: uuid.UUID) -> int | None:
+    return await conn.fetchval("SELECT seq FROM allocation_events WHERE allocation_id=$1 AND event_id=$2",
+                               allocation_id, event_id)
+
+
+def labels_of(row: asyncpg.Record) -> dict[str, str]:
+    value = row["labels"]
+    return json.loads(value) if isinstance(value, str) else dict(value or {})

@@ -1,0 +1,37 @@
+"""nodes_view: nodes as requested through the API and as the scheduler confirmed them."""
+from __future__ import annotations
+
+import json
+import uuid
+
+import asyncpg
+
+_COLS = "id, name, gpu_model, gpu_count, labels, status, requested_at, registered_at"
+
+
+async def request_node(conn: asyncpg.Connection, node_id: uuid.UUID, name: str, gpu_model: str, gpu_count: int,
+                       labels: dict[str, str], requested_by: uuid.UUID) -> asyncpg.Record | None:
+    """The new 'registering' node, or None when the name is taken."""
+    return await conn.fetchrow(
+        f"INSERT INTO nodes_view (id, name, gpu_model, gpu_count, labels, status, requested_by, requested_at) "
+        f"VALUES ($1, $2, $3, $4, $5::jsonb, 'registering', $6, now()) ON CONFLICT DO NOTHING RETURNING {_COLS}",
+        node_id, name, gpu_model, gpu_count, json.dumps(labels), requested_by)
+
+
+async def list_nodes(conn: asyncpg.Connection) -> list[asyncpg.Record]:
+    return await conn.fetch(f"SELECT {_COLS} FROM nodes_view ORDER BY name")
+
+
+async def mark_registered(conn: asyncpg.Connection, node_id: uuid.UUID, name: str, gpu_model: str, gpu_count: int) -> None:
+    """Idempotent: a node the scheduler confirmed shows 'registered' (created here if it came another way)."""
+    await conn.execute(
+        "INSERT INTO nodes_view (id, name, gpu_model, gpu_count, status, registered_at) "
+        "VALUES ($1, $2, $3, $4, 'registered', now()) ON CONFLICT DO NOTHING", node_id, name, gpu_model, gpu_count)
+    await conn.execute(
+        "UPDATE nodes_view SET status='registered', gpu_model=$2, gpu_count=$3, registered_at=coalesce(registered_at, now()) "
+        "WHERE id=$1", node_id, gpu_model, gpu_count)
+
+
+def labels_of(row: asyncpg.Record) -> dict[str, str]:
+    value = row["labels"]
+    return json.loads(value) if isinstance(value, str) else dict(value or {})

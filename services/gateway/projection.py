@@ -1,0 +1,86 @@
+"""Projection handlers: allocation.*, saga.step_changed and scheduler.node_registered → the read model.
+
+Each runs in the consumer's transaction (inbox dedupe included). The allocation view
+only moves forward (``domain.model.advances``), whatever order the events arrive in;
+every allocation event is appended to ``allocation_events`` and NOTIFYs the streams.
+"""
+from __future__ import annotations
+
+import uuid
+
+import structlog
+
+from services.allocation import contracts as ac
+from services.saga.contracts import SagaStepChanged
+from services.scheduler.contracts import NodeRegistered
+from shared.consumer import HandlerContext
+
+from .adapters import allocations as repo
+from .adapters import nodes as node_repo
+from .domain.model import advances
+
+log = structlog.get_logger()
+
+
+async def _record(ctx: HandlerContext, allocation_id: uuid.UUID, state: str | None = None, **fields) -> None:
+    """Append the event; move the view to ``state`` (with ``fields``) if that is forward."""
+    await repo.lock_events(ctx.conn, allocation_id)
+    await repo.append_event(ctx.conn, allocation_id, ctx.envelope)
+    if state is None and not fields:
+        return
+    row = await repo.get(ctx.conn, allocation_id, for_update=True)
+    if row is None:
+        # not created through this gateway (the POST writes the row before the command exists): nothing to move
+        log.warning("projection.unknown_allocation", allocation_id=str(allocation_id), type=ctx.envelope.type)
+        return
+    if state is not None and not advances(row["state"], state):
+        log.info("projection.stale_state_ignored", allocation_id=str(allocation_id), current=row["state"], event_state=state)
+        return
+    changes = {k: v for k, v in fields.items() if v is not None}
+    if state is not None:
+        changes["state"] = state
+    if changes:
+        await repo.update(ctx.conn, allocation_id, **changes)
+
+
+async def on_requested(ctx: HandlerContext, data: ac.AllocationRequested) -> None:
+    await repo.insert(ctx.conn, {
+        "id": data.allocation_id, "tenant_id": data.tenant_id, "user_id": data.user_id, "name": data.name,
+        "shape": data.shape, "gpu_count": data.gpu_count, "volume_gb": data.volume_gb, "labels": data.labels,
+        "state": "REQUESTED", "created_at": data.at})
+    await _record(ctx, data.allocation_id)
+
+
+async def on_provisioning(ctx: HandlerContext, data: ac.AllocationProvisioning) -> None:
+    await _record(ctx, data.allocation_id, "PROVISIONING")
+
+
+async def on_activated(ctx: HandlerContext, data: ac.AllocationActivated) -> None:
+    await _record(ctx, data.allocation_id, "ACTIVE", node_id=data.node_id)
+
+
+async def on_release_requested(ctx: HandlerContext, data: ac.AllocationReleaseRequested) -> None:
+    await _record(ctx, data.allocation_id, "RELEASING", node_id=data.node_id)
+
+
+async def on_released(ctx: HandlerContext, data: ac.AllocationReleased) -> None:
+    await _record(ctx, data.allocation_id, "RELEASED")
+
+
+async def on_failed(ctx: HandlerContext, data: ac.AllocationFailed) -> None:
+    await _record(ctx, data.allocation_id, "FAILED", failed_step=data.failed_step, reason=data.reason)
+
+
+async def on_command_rejected(ctx: HandlerContext, data: ac.AllocationCommandRejected) -> None:
+    # The view is not corrected: a release is only sent for an ACTIVE view, and the real
+    # state is never behind the view, so a rejected release means it is already releasing.
+    await _record(ctx, data.allocation_id)
+
+
+async def on_saga_step_changed(ctx: HandlerContext, data: SagaStepChanged) -> None:
+    await _record(ctx, data.allocation_id)
+
+
+async def on_node_registered(ctx: HandlerContext, data: NodeRegistered) -> None:
+    await node_repo.mark_registered(ctx.conn, data.node_id, data.name, data.gpu_model, data.gpu_count)
+

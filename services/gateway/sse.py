@@ -1,0 +1,103 @@
+"""Server-sent events: the wire format, and the hub that wakes allocation streams on NOTIFY.
+
+One LISTEN connection per process receives the projection's NOTIFY (payload: the
+allocation id) and sets the wake-up event of each stream watching that allocation.
+Streams also re-read on a timer, so a lost notification (listener reconnecting)
+delays an event, never drops it.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections import defaultdict
+from typing import AsyncIterator, Callable, Iterator
+
+import asyncpg
+import structlog
+from aiohttp import web
+
+log = structlog.get_logger()
+
+KEEPALIVE = b": keepalive\n\n"
+
+
+def event_bytes(event_id: str, event: str, data: str) -> bytes:
+    """One SSE event; ``data`` must be a single line (compact JSON is)."""
+    return f"id: {event_id}\nevent: {event}\ndata: {data}\n\n".encode()
+
+
+def json_line(value) -> str:
+    return json.dumps(value, separators=(",", ":"), default=str)
+
+
+async def open_stream(request: web.Request) -> web.StreamResponse:
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                                       "X-Accel-Buffering": "no"})
+    await resp.prepare(request)
+    return resp
+
+
+class StreamRegistry:
+    """Open streams, ended cleanly at shutdown (a stream never ends on its own).
+
+    Each stream registers how to wake itself; ``close_all`` (an on_shutdown hook) sets
+    ``closing`` and wakes them all, so they finish their response instead of holding
+    the server's shutdown for its full timeout.
+    """
+
+    def __init__(self) -> None:
+        self.closing = asyncio.Event()
+        self._wakers: set[Callable[[], None]] = set()
+
+    @contextlib.contextmanager
+    def track(self, wake: Callable[[], None]) -> Iterator[None]:
+        self._wakers.add(wake)
+        try:
+            yield
+        finally:
+            self._wakers.discard(wake)
+
+    async def close_all(self, _app: web.Application | None = None) -> None:
+        self.closing.set()
+        for wake in list(self._wakers):
+            wake()
+
+    def __len__(self) -> int:
+        return len(self._wakers)
+
+
+class AllocationEventHub:
+    """Fans the projection's NOTIFY out to the streams watching each allocation."""
+
+    def __init__(self, channel: str):
+        self.channel = channel
+        self._watchers: dict[str, set[asyncio.Event]] = defaultdict(set)
+
+    def _notified(self, _conn, _pid, _channel, payload: str) -> None:
+        for wake in self._watchers.get(payload, ()):
+            wake.set()
+
+    @contextlib.contextmanager
+    def watch(self, allocation_id: str) -> Iterator[asyncio.Event]:
+        """An event set whenever new events of the allocation are committed."""
+        wake = asyncio.Event()
+        self._watchers[allocation_id].add(wake)
+        try:
+            yield wake
+        finally:
+            self._watchers[allocation_id].discard(wake)
+            if not self._watchers[allocation_id]:
+                del self._watchers[allocation_id]
+
+    @contextlib.asynccontextmanager
+    async def listening(self, pool: asyncpg.Pool) -> AsyncIterator[None]:
+        """Hold one LISTEN connection while the context is open."""
+        conn = await pool.acquire()
+        await conn.add_listener(self.channel, self._notified)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(Exception):
+                await conn.remove_listener(self.channel, self._notified)
+            await pool.release(conn)

@@ -1,0 +1,44 @@
+"""What the node-agent provisions and what runs on its node. Pure: no I/O."""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Iterable
+
+
+class InvalidRequest(ValueError):
+    """A provisioning request that can never be carried out as given (e.g. no slots)."""
+
+
+@dataclass(frozen=True)
+class InstanceSpec:
+    """What to run on the node for one allocation."""
+
+    allocation_id: uuid.UUID
+    tenant_id: uuid.UUID
+    node_id: uuid.UUID
+    slots: tuple[int, ...]
+    volume_id: uuid.UUID | None = None
+    ip_address: str | None = None
+    mac_address: str | None = None
+
+
+@dataclass(frozen=True)
+class Instance:
+    """An allocation's instance as a driver reports it (at most one per allocation and node)."""
+
+    allocation_id: uuid.UUID
+    instance_id: str
+    slots: tuple[int, ...]
+
+
+def checked_slots(slots: Iterable[int]) -> tuple[int, ...]:
+    """The slots in ascending order; raises InvalidRequest when empty, negative or repeated."""
+    ordered = tuple(sorted(slots))
+    if not ordered:
+        raise InvalidRequest("no slots given: an instance needs at least one slot")
+    if ordered[0] < 0:
+        raise InvalidRequest(f"slot numbers are never negative: {list(ordered)}")
+    if len(set(ordered)) != len(ordered):
+        raise InvalidRequest(f"a slot is given twice: {list(ordered)}")
+    return ordered

@@ -1,0 +1,16 @@
+"""The node-agent's subscribers: only this node's subjects, under durable names unique to the node."""
+from __future__ import annotations
+
+from functools import partial
+
+from shared.runtime import Runtime
+
+from .. import handlers
+
+
+def wire(rt: Runtime, node: handlers.Node) -> None:
+    params, durable = node.subject_params, f"node_agent_{node.id.hex}"
+    rt.consumers.subscribe("node_agent.provision", partial(handlers.provision_node, node=node),
+                           subject_params=params, durable=f"{durable}__provision")
+    rt.consumers.subscribe("node_agent.deprovision", partial(handlers.deprovision_node, node=node),
+                           subject_params=params, durable=f"{durable}__deprovision")

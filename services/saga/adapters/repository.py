@@ -1,0 +1,87 @@
+"""Sagas and their steps in the saga schema (asyncpg; the caller owns the transaction).
+
+A saga is always read under its row lock (``SELECT ... FOR UPDATE``), so a reply
+handler and the deadline loop (in this or another replica) never work on one saga
+at the same time. The deadline loop claims with ``SKIP LOCKED`` and never waits.
+"""
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime
+
+import asyncpg
+
+from ..domain.model import AWAITING, OPEN, Saga, StepRecord
+
+_AWAITING, _OPEN = sorted(AWAITING), sorted(OPEN)
+
+
+async def clock(conn: asyncpg.Connection) -> datetime:
+    """The database's clock: every replica measures deadlines against the same one."""
+    return await conn.fetchval("SELECT clock_timestamp()")
+
+
+async def create(conn: asyncpg.Connection, saga: Saga) -> bool:
+    """Insert a new saga; False (and nothing written) when the allocation already has one of this kind."""
+    made = await conn.fetchval(
+        "INSERT INTO sagas (id, kind, allocation_id, tenant_id, status, input) VALUES ($1,$2,$3,$4,$5,$6::jsonb) "
+        "ON CONFLICT (allocation_id, kind) DO NOTHING RETURNING id",
+        saga.id, saga.kind, saga.allocation_id, saga.tenant_id, saga.status, json.dumps(saga.input))
+    return made is not None
+
+
+async def get(conn: asyncpg.Connection, saga_id: uuid.UUID) -> Saga | None:
+    """Load a saga with its steps and lock it until the transaction ends (may block on its lock)."""
+    row = await conn.fetchrow("SELECT * FROM sagas WHERE id=$1 FOR UPDATE", saga_id)
+    if row is None:
+        return None
+    steps = await conn.fetch("SELECT step, phase, status, attempt, deadline, result, error FROM saga_steps WHERE saga_id=$1",
+                             saga_id)
+    return Saga(
+        id=row["id"], kind=row["kind"], allocation_id=row["allocation_id"], tenant_id=row["tenant_id"],
+        input=json.loads(row["input"]), status=row["status"], current_step=row["current_step"],
+        failed_step=row["failed_step"], reason=row["reason"],
+        steps={(s["step"], s["phase"]): StepRecord(s["status"], s["attempt"], s["deadline"],
+                                                   json.loads(s["result"]) if s["result"] is not None else None, s["error"])
+               for s in steps},
+    )
+
+
+async def save(conn: asyncpg.Connection, before: Saga, after: Saga) -> None:
+    """Write the saga row and every step record that changed between ``before`` and ``after``."""
+    await conn.execute(
+        "UPDATE sagas SET status=$2, current_step=$3, failed_step=$4, reason=$5, updated_at=now() WHERE id=$1",
+        after.id, after.status, after.current_step, after.failed_step, after.reason)
+    changed = [(after.id, step, phase, r.status, r.attempt, r.deadline,
+                json.dumps(r.result) if r.result is not None else None, r.error)
+               for (step, phase), r in after.steps.items() if before.steps.get((step, phase)) != r]
+    if changed:
+        await conn.executemany(
+            "INSERT INTO saga_steps (saga_id, step, phase, status, attempt, deadline, result, error) "
+            "VALUES ($1,$2,$3,$4,$5,$6,$7::jsonb,$8) ON CONFLICT (saga_id, step, phase) DO UPDATE SET "
+            "status=EXCLUDED.status, attempt=EXCLUDED.attempt, deadline=EXCLUDED.deadline, "
+            "result=EXCLUDED.result, error=EXCLUDED.error", changed)
+
+
+async def claim_due(conn: asyncpg.Connection, skip: list[uuid.UUID]) -> uuid.UUID | None:
+    """Lock one open saga with a passed deadline that no one else holds (never blocks); None if none."""
+    return await conn.fetchval(
+        "SELECT s.id FROM sagas s "
+        "WHERE s.status = ANY($1::text[]) AND s.id <> ALL($3::uuid[]) AND EXISTS ("
+        "  SELECT 1 FROM saga_steps st WHERE st.saga_id = s.id AND st.deadline <= clock_timestamp() "
+        "  AND st.status = ANY($2::text[])) "
+        "ORDER BY s.updated_at LIMIT 1 FOR UPDATE OF s SKIP LOCKED",
+        _OPEN, _AWAITING, skip)
+
+
+async def reserved_node(conn: asyncpg.Connection, allocation_id: uuid.UUID) -> str | None:
+    """The node the allocation's allocate saga reserved, if it recorded one."""
+    return await conn.fetchval(
+        "SELECT st.result->>'node_id' FROM saga_steps st JOIN sagas s ON s.id = st.saga_id "
+        "WHERE s.allocation_id=$1 AND s.kind='allocate' AND st.step='reserve_slots' AND st.phase='invoke' "
+        "AND st.status='succeeded'", allocation_id)
+
+
+async def find(conn: asyncpg.Connection, allocation_id: uuid.UUID, kind: str) -> uuid.UUID | None:
+    return await conn.fetchval("SELECT id FROM sagas WHERE allocation_id=$1 AND kind=$2", allocation_id, kind)

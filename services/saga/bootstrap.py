@@ -1,0 +1,21 @@
+"""The only place the saga coordinator's adapters are built and wired."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from shared.config import ServiceSettings
+from shared.runtime import Runtime
+
+from .entrypoints import bus, deadlines
+from .settings import SagaSettings
+
+
+def build(settings: ServiceSettings | None = None, saga: SagaSettings | None = None) -> Runtime:
+    """Build the coordinator; its own settings come from TESSERA_SAGA_* unless given (raises ValueError if bad)."""
+    settings = settings or ServiceSettings.from_env("saga")
+    saga = saga or SagaSettings.from_env(os.environ)
+    rt = Runtime(settings, schema_dir=Path(__file__).parent / "schema")
+    bus.wire(rt, saga.policy)
+    deadlines.wire(rt, saga.policy, saga.deadline_poll_s)
+    return rt

@@ -1,0 +1,212 @@
+"""The saga state machine: (saga, input) -> (new saga, actions). Pure and deterministic.
+
+``handle`` never mutates its argument and never performs I/O; the coordinator
+persists the returned state and writes the returned actions to the outbox in one
+transaction. Inputs that do not apply (a duplicate reply, a reply for a step not
+awaiting one, a deadline already met) change nothing and return no actions, so
+every input may be delivered more than once.
+"""
+from __future__ import annotations
+
+import copy
+from datetime import datetime
+
+from shared.wire import step_key
+
+from .definitions import DEFINITIONS, SagaDefinition, Step, context
+from .model import COMPENSATE, INVOKE, OPEN, Action, Command, Event, Expired, Input, Policy, Reply, Saga, Start, StepRecord
+
+
+def compensation_key(saga_id, step: str) -> str:
+    return step_key(saga_id, "compensate:" + step)
+
+
+def handle(saga: Saga, message: Input, policy: Policy) -> tuple[Saga, list[Action]]:
+    """Apply one input. Idempotent: an input that does not apply yields (unchanged saga, [])."""
+    t = _Transition(saga, policy, message.now)
+    if isinstance(message, Start):
+        t.start()
+    elif isinstance(message, Reply):
+        t.reply(message)
+    elif isinstance(message, Expired):
+        t.expire(message.step, message.phase)
+    else:
+        raise TypeError(f"not a saga input: {message!r}")
+    return t.saga, t.actions
+
+
+def expired(saga: Saga, now: datetime) -> list[Expired]:
+    """The (step, phase) records of an open saga whose deadline has passed at ``now``."""
+    if saga.status not in OPEN:
+        return []
+    return [Expired(step, phase, now) for (step, phase), rec in saga.steps.items()
+            if rec.awaiting and rec.deadline <= now]
+
+
+class _Transition:
+    def __init__(self, saga: Saga, policy: Policy, now: datetime):
+        self.saga = copy.deepcopy(saga)
+        self.definition: SagaDefinition = DEFINITIONS[saga.kind]
+        self.policy, self.now = policy, now
+        self.actions: list[Action] = []
+
+    # --- inputs -----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self.saga.steps:          # already started: a redelivered start does nothing
+            return
+        s = self.saga
+        if s.kind == "allocate":
+            self._command("allocation.mark_provisioning", {"allocation_id": s.allocation_id, "saga_id": s.id})
+        self._event("saga.started", steps=self.definition.names)
+        self._invoke(self.definition.steps[0], attempt=1)
+
+    def reply(self, r: Reply) -> None:
+        step = self.definition.step(r.step)
+        if step is None or self.saga.status not in OPEN:
+            return
+        if r.type in (step.ok, step.fail) and r.idempotency_key == step_key(self.saga.id, step.name):
+            self._invoke_replied(step, r)
+        elif step.undone and r.type == step.undone and r.idempotency_key == compensation_key(self.saga.id, step.name):
+            self._compensation_replied(step)
+
+    def expire(self, step_name: str, phase: str) -> None:
+        step, rec = self.definition.step(step_name), self.saga.record(step_name, phase)
+        if step is None or rec is None or not rec.awaiting or rec.deadline > self.now or self.saga.status not in OPEN:
+            return
+        if phase == INVOKE:
+            self._invoke_expired(step, rec)
+        else:
+            self._compensation_expired(step, rec)
+
+    # --- forward ----------------------------------------------------------------------------------
+
+    def _invoke(self, step: Step, attempt: int) -> None:
+        ctx = context(self.saga, self.definition)
+        if step.requires and ctx.get(step.requires) is None:
+            self._set(step.name, INVOKE, "succeeded", attempt=0, detail=f"skipped: no {step.requires}")
+            return self._advance(step)
+        self.saga.current_step = step.name
+        if step.compensate and self.saga.record(step.name, COMPENSATE) is None:
+            self.saga.steps[(step.name, COMPENSATE)] = StepRecord("armed")   # armed before the command goes out
+        data = {**self._base(step.name, step_key(self.saga.id, step.name)), **step.fields(ctx)}
+        self._command(step.invoke, data, self._subject(step, ctx))
+        self._set(step.name, INVOKE, "invoked", attempt=attempt, deadline=self.now + self.policy.step_timeout)
+
+    def _invoke_replied(self, step: Step, r: Reply) -> None:
+        rec = self.saga.record(step.name)
+        if rec is None or rec.status not in ("invoked", "retrying"):
+            return   # duplicate, stale, or late (the step already timed out and is being compensated)
+        if r.type == step.ok:
+            self._set(step.name, INVOKE, "succeeded", attempt=rec.attempt, result=r.data)
+            return self._advance(step)
+        reason = str(r.data.get("reason") or f"{step.name} failed")
+        self._set(step.name, INVOKE, "failed", attempt=rec.attempt, error=reason, detail=reason)
+        if self.saga.record(step.name, COMPENSATE) is not None:
+            self.saga.steps[(step.name, COMPENSATE)] = StepRecord("disarmed")   # a refused step did nothing
+        self._begin_compensation(step, reason)
+
+    def _invoke_expired(self, step: Step, rec: StepRecord) -> None:
+        if rec.status == "retrying":
+            return self._invoke(step, rec.attempt + 1)
+        reason = f"timed out after {self.policy.step_timeout_s:g}s"
+        if self.definition.on_failure == "compensate":
+            # The outcome is unknown: the step is compensated too (first), its undo being safe either way.
+            self._set(step.name, INVOKE, "timed_out", attempt=rec.attempt, error=reason, detail=reason)
+            return self._begin_compensation(step, reason)
+        if rec.attempt < self.policy.release_attempts:
+            wait = self.policy.backoff(rec.attempt)
+            self._set(step.name, INVOKE, "retrying", attempt=rec.attempt, deadline=self.now + wait, error=reason,
+                      detail=f"{reason}; resend in {wait.total_seconds():g}s")
+            return
+        self._set(step.name, INVOKE, "failed", attempt=rec.attempt, error=reason, detail=reason)
+        self._give_up(step, rec.attempt, reason)
+        self._finish_failed(step.name, f"{step.name} unconfirmed after {rec.attempt} attempts ({reason} each)")
+
+    def _advance(self, step: Step) -> None:
+        nxt = self.definition.after(step.name)
+        if nxt is not None:
+            return self._invoke(nxt, attempt=1)
+        self.saga.status, self.saga.current_step = "completed", None
+        self._event("saga.completed")
+
+    # --- compensation -----------------------------------------------------------------------------
+
+    def _begin_compensation(self, step: Step, reason: str) -> None:
+        self.saga.status, self.saga.failed_step, self.saga.reason = "compensating", step.name, reason
+        self._next_compensation()
+
+    def _next_compensation(self) -> None:
+        """Undo the latest step that ran (or may have run) and is not undone yet; finish when none is left."""
+        for step in reversed(self.definition.steps):
+            undo, did = self.saga.record(step.name, COMPENSATE), self.saga.record(step.name)
+            if undo and undo.status == "armed" and did and did.status in ("succeeded", "timed_out"):
+                return self._compensate(step, attempt=1)
+        self._finish_failed(self.saga.failed_step or "", self.saga.reason or "")
+
+    def _compensate(self, step: Step, attempt: int) -> None:
+        ctx = context(self.saga, self.definition)
+        self.saga.current_step = step.name
+        data = {**self._base(step.name, compensation_key(self.saga.id, step.name)),
+                "compensates": step_key(self.saga.id, step.name), **step.undo_fields(ctx)}
+        self._command(step.compensate, data, self._subject(step, ctx))
+        self._set(step.name, COMPENSATE, "compensating", attempt=attempt,
+                  deadline=self.now + self.policy.compensation_timeout)
+
+    def _compensation_replied(self, step: Step) -> None:
+        rec = self.saga.record(step.name, COMPENSATE)
+        if rec is None or rec.status not in ("compensating", "retrying"):
+            return   # duplicate or stale
+        self._set(step.name, COMPENSATE, "compensated", attempt=rec.attempt)
+        self._next_compensation()
+
+    def _compensation_expired(self, step: Step, rec: StepRecord) -> None:
+        if rec.status == "retrying":
+            return self._compensate(step, rec.attempt + 1)
+        reason = f"no reply within {self.policy.compensation_timeout_s:g}s"
+        if rec.attempt < self.policy.compensation_attempts:
+            wait = self.policy.backoff(rec.attempt)
+            self._set(step.name, COMPENSATE, "retrying", attempt=rec.attempt, deadline=self.now + wait, error=reason,
+                      detail=f"{reason}; resend in {wait.total_seconds():g}s")
+            return
+        self._set(step.name, COMPENSATE, "failed", attempt=rec.attempt, error=reason, detail=reason)
+        self._give_up(step, rec.attempt, reason)
+        self._next_compensation()   # an earlier step's undo must not wait on this one
+
+    # --- endings and helpers ----------------------------------------------------------------------
+
+    def _give_up(self, step: Step, attempts: int, reason: str) -> None:
+        self._event("saga.compensation_failed", step=step.name, attempts=attempts,
+                    reason=f"{reason}, {attempts} attempts")
+
+    def _finish_failed(self, failed_step: str, reason: str) -> None:
+        s = self.saga
+        s.status, s.current_step, s.failed_step, s.reason = "failed", None, failed_step, reason
+        self._command("allocation.fail", {"allocation_id": s.allocation_id, "saga_id": s.id,
+                                          "failed_step": failed_step, "reason": reason})
+        undone = [st.name for st in reversed(self.definition.steps)
+                  if (r := s.record(st.name, COMPENSATE)) is not None and r.status == "compensated"]
+        self._event("saga.failed", failed_step=failed_step, reason=reason, compensated=undone)
+
+    def _set(self, step: str, phase: str, status: str, *, attempt: int, deadline: datetime | None = None,
+             result: dict | None = None, error: str | None = None, detail: str | None = None) -> None:
+        old = self.saga.record(step, phase)
+        kept = result if result is not None else (old.result if old else None)
+        self.saga.steps[(step, phase)] = StepRecord(status, attempt, deadline, kept, error)
+        self._event("saga.step_changed", step=step, phase=phase, status=status, attempt=attempt, detail=detail)
+
+    def _base(self, step: str, key: str) -> dict:
+        s = self.saga
+        return {"saga_id": s.id, "step": step, "idempotency_key": key, "allocation_id": s.allocation_id,
+                "tenant_id": s.tenant_id, "labels": dict(s.input.get("labels") or {})}
+
+    @staticmethod
+    def _subject(step: Step, ctx) -> dict[str, str]:
+        return {p: str(ctx.get(p)) for p in step.subject}
+
+    def _command(self, type_: str, data: dict, subject_params: dict[str, str] | None = None) -> None:
+        self.actions.append(Command(type_, data, subject_params or {}))
+
+    def _event(self, type_: str, **fields) -> None:
+        s = self.saga
+        self.actions.append(Event(type_, {"saga_id": s.id, "kind": s.kind, "allocation_id": s.allocation_id, **fields}))

@@ -1,0 +1,137 @@
+"""Saga state, the inputs the state machine accepts and the actions it returns (pure; no I/O).
+
+State mirrors the two tables: one ``Saga`` row, and one ``StepRecord`` per
+(step, phase), phase being "invoke" (the step itself) or "compensate" (its undo).
+
+Step record statuses:
+- invoke:     invoked → succeeded | failed | timed_out; release steps also retrying → invoked (resent)
+- compensate: armed (set when the step is invoked) → compensating → compensated,
+              or → retrying → compensating (resent) ... → failed (gave up); disarmed when the step
+              itself failed (the participant did nothing, so there is nothing to undo)
+A record is *awaiting* (has a deadline) while invoked, compensating or retrying.
+"""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal, Union
+
+INVOKE, COMPENSATE = "invoke", "compensate"
+Phase = Literal["invoke", "compensate"]
+AWAITING = frozenset({"invoked", "compensating", "retrying"})
+OPEN = frozenset({"running", "compensating"})           # saga statuses that still act
+SagaStatus = Literal["running", "compensating", "completed", "failed"]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Timeouts, attempts and backoff. Raises ValueError for values that make no sense."""
+
+    step_timeout_s: float = 30.0
+    compensation_timeout_s: float = 10.0
+    compensation_attempts: int = 5
+    release_attempts: int = 8
+    backoff_s: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0)
+
+    def __post_init__(self) -> None:
+        if self.step_timeout_s <= 0 or self.compensation_timeout_s <= 0:
+            raise ValueError("saga timeouts must be positive")
+        if self.compensation_attempts < 1 or self.release_attempts < 1:
+            raise ValueError("saga attempts must be at least 1")
+        if not self.backoff_s or any(b < 0 for b in self.backoff_s):
+            raise ValueError("saga backoff needs at least one non-negative delay")
+
+    def backoff(self, attempt: int) -> timedelta:
+        """Wait after the ``attempt``-th unanswered attempt (1-based); the last delay repeats."""
+        return timedelta(seconds=self.backoff_s[min(attempt, len(self.backoff_s)) - 1])
+
+    @property
+    def step_timeout(self) -> timedelta:
+        return timedelta(seconds=self.step_timeout_s)
+
+    @property
+    def compensation_timeout(self) -> timedelta:
+        return timedelta(seconds=self.compensation_timeout_s)
+
+
+@dataclass
+class StepRecord:
+    status: str
+    attempt: int = 0
+    deadline: datetime | None = None
+    result: dict[str, Any] | None = None
+    error: str | None = None
+
+    @property
+    def awaiting(self) -> bool:
+        return self.status in AWAITING and self.deadline is not None
+
+
+@dataclass
+class Saga:
+    id: uuid.UUID
+    kind: Literal["allocate", "release"]
+    allocation_id: uuid.UUID
+    tenant_id: uuid.UUID
+    input: dict[str, Any]
+    status: SagaStatus = "running"
+    current_step: str | None = None
+    failed_step: str | None = None
+    reason: str | None = None
+    steps: dict[tuple[str, str], StepRecord] = field(default_factory=dict)
+
+    def record(self, step: str, phase: str = INVOKE) -> StepRecord | None:
+        return self.steps.get((step, phase))
+
+
+# --- inputs ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Start:
+    now: datetime
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A participant's reply: its message type, the echoed step and key, and its other fields."""
+
+    type: str
+    step: str
+    idempotency_key: str
+    data: dict[str, Any]
+    now: datetime
+
+
+@dataclass(frozen=True)
+class Expired:
+    """The deadline of (step, phase) has passed."""
+
+    step: str
+    phase: Phase
+    now: datetime
+
+
+Input = Union[Start, Reply, Expired]
+
+
+# --- actions --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Command:
+    """Send a command (to a participant or to the allocation service)."""
+
+    type: str
+    data: dict[str, Any]
+    subject_params: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Event:
+    """Emit one of the saga's own events."""
+
+    type: str
+    data: dict[str, Any]
+
+
+Action = Union[Command, Event]

@@ -1,0 +1,18 @@
+"""The coordinator's subscribers: saga starts, and every participant reply in its contract."""
+from __future__ import annotations
+
+from functools import partial
+
+from shared.runtime import Runtime
+
+from .. import handlers
+from ..contracts import CONTRACT
+from ..domain.model import Policy
+
+STARTS = {"allocation.requested": handlers.start_allocate, "allocation.release_requested": handlers.start_release}
+
+
+def wire(rt: Runtime, policy: Policy) -> None:
+    for type_ in CONTRACT.receives:
+        handler = STARTS.get(type_, handlers.on_reply)
+        rt.consumers.subscribe(type_, partial(handler, policy=policy))

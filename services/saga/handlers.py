@@ -1,0 +1,111 @@
+"""The coordinator's handlers: start a saga, feed it replies, feed it passed deadlines.
+
+Every handler runs in one transaction: lock the saga, run the pure state machine,
+persist the new step records (step invoked, compensation armed, deadline) and
+write the resulting commands and events to the outbox, all of which commit
+together ("persist before send"). Nothing is kept in memory between messages, so
+a restarted coordinator carries on from PostgreSQL and the outbox.
+"""
+from __future__ import annotations
+
+import uuid
+
+import asyncpg
+import structlog
+
+from services.allocation.contracts import AllocationReleaseRequested, AllocationRequested
+from shared.consumer import HandlerContext
+from shared.envelope import Envelope
+from shared.outbox import Outbox
+
+from .adapters import repository
+from .domain.machine import expired, handle
+from .domain.model import Command, Input, Policy, Reply, Saga, Start
+
+log = structlog.get_logger()
+
+REPLY_BASE = ("saga_id", "step", "idempotency_key", "allocation_id")
+
+
+async def start_allocate(ctx: HandlerContext, evt: AllocationRequested, *, policy: Policy) -> None:
+    """Create the allocate saga and send its first commands; a second start for the allocation does nothing."""
+    data = evt.model_dump(mode="json")
+    saga_input = {k: data[k] for k in ("allocation_id", "tenant_id", "shape", "gpu_count", "volume_gb", "labels")}
+    await _start(ctx, Saga(uuid.uuid4(), "allocate", evt.allocation_id, evt.tenant_id, {**saga_input, "node_id": None}),
+                 policy)
+
+
+async def start_release(ctx: HandlerContext, evt: AllocationReleaseRequested, *, policy: Policy) -> None:
+    """Create the release saga; the node comes from the event, else from the allocate saga's reservation."""
+    data = evt.model_dump(mode="json")
+    node_id = data["node_id"] or await repository.reserved_node(ctx.conn, evt.allocation_id)
+    saga_input = {k: data[k] for k in ("allocation_id", "tenant_id", "volume_gb", "labels")}
+    await _start(ctx, Saga(uuid.uuid4(), "release", evt.allocation_id, evt.tenant_id, {**saga_input, "node_id": node_id}),
+                 policy)
+
+
+async def _start(ctx: HandlerContext, saga: Saga, policy: Policy) -> None:
+    if not await repository.create(ctx.conn, saga):
+        log.info("saga.already_started", allocation_id=str(saga.allocation_id), kind=saga.kind)
+        return
+    await apply(ctx.conn, ctx.outbox, saga, Start(await repository.clock(ctx.conn)), policy, ctx.envelope)
+
+
+async def on_reply(ctx: HandlerContext, reply, *, policy: Policy) -> None:
+    """Feed a participant's reply to its saga. Unknown sagas, stale and duplicate replies change nothing."""
+    saga = await repository.get(ctx.conn, reply.saga_id)
+    if saga is None:
+        log.warning("saga.reply_for_unknown_saga", saga_id=str(reply.saga_id), type=ctx.envelope.type)
+        return
+    data = reply.model_dump(mode="json")
+    message = Reply(ctx.envelope.type, reply.step, reply.idempotency_key,
+                    {k: v for k, v in data.items() if k not in REPLY_BASE}, await repository.clock(ctx.conn))
+    await apply(ctx.conn, ctx.outbox, saga, message, policy, ctx.envelope)
+
+
+async def expire_due(pool: asyncpg.Pool, outbox: Outbox, policy: Policy, *, limit: int = 100) -> int:
+    """Handle passed deadlines, one saga per transaction; returns how many sagas were handled.
+
+    A saga whose handling raises is logged and skipped for the rest of this pass,
+    so one broken saga cannot starve the others. Raises when the database is unreachable.
+    """
+    handled, broken = 0, []
+    while handled + len(broken) < limit:
+        saga_id = None
+        try:
+            async with pool.acquire() as conn, conn.transaction():
+                saga_id = await repository.claim_due(conn, broken)
+                if saga_id is None:
+                    return handled
+                await _expire(conn, outbox, saga_id, policy)
+            handled += 1
+        except Exception as exc:
+            if saga_id is None:
+                raise
+            log.error("saga.deadline_failed", saga_id=str(saga_id), error=repr(exc))
+            broken.append(saga_id)
+    return handled
+
+
+async def _expire(conn: asyncpg.Connection, outbox: Outbox, saga_id: uuid.UUID, policy: Policy) -> None:
+    saga = await repository.get(conn, saga_id)
+    if saga is None:
+        return
+    now = await repository.clock(conn)
+    for message in expired(saga, now):
+        saga = await apply(conn, outbox, saga, message, policy, None)
+
+
+async def apply(conn: asyncpg.Connection, outbox: Outbox, saga: Saga, message: Input, policy: Policy,
+                causation: Envelope | None) -> Saga:
+    """Run the state machine, persist its new state and queue its actions, in the caller's transaction."""
+    after, actions = handle(saga, message, policy)
+    if not actions and after == saga:
+        return saga
+    await repository.save(conn, saga, after)
+    for action in actions:
+        model = outbox.catalog.message(action.type).model.model_validate(action.data)
+        params = action.subject_params if isinstance(action, Command) else None
+        await outbox.add(conn, action.type, model, correlation_id=str(saga.allocation_id), tenant_id=saga.tenant_id,
+                         causation=causation, subject_params=params)
+    return after

@@ -1,0 +1,247 @@
+"""Allocation against real NATS JetStream and PostgreSQL: commands → events on the stream → rows,
+redelivery without a second effect, rejections, and dead-lettering of malformed commands."""
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from services.allocation.bootstrap import build
+from shared.contract import load_catalog
+from shared.envelope import Envelope
+from shared.wire import step_key
+from tests.conftest import make_envelope
+
+STREAM = "TESSERA_ALLOCATION"
+
+
+async def send(js, type_: str, data: dict, *, env: Envelope | None = None, msg_id: str | None = None) -> tuple[Envelope, int]:
+    """Publish a command (or re-publish ``env`` under another Nats-Msg-Id); returns it and its stream seq."""
+    env = env or make_envelope(type_, data, tenant_id=data.get("tenant_id"), correlation_id=str(data["allocation_id"]))
+    headers = env.headers()
+    if msg_id:
+        headers["Nats-Msg-Id"] = msg_id
+    ack = await js.publish(load_catalog().message(type_).subject, env.model_dump_json().encode(), headers=headers)
+    return env, ack.seq
+
+
+async def handled(js, type_: str, seq: int, timeout: float = 20.0) -> None:
+    """Wait until the service's consumer for ``type_`` has delivered stream seq ``seq`` and nothing awaits an ack."""
+    durable = f"allocation__{type_.replace('.', '_')}"
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        info = await js.consumer_info(STREAM, durable)
+        if info.num_ack_pending == 0 and info.delivered.stream_seq >= seq:
+            return
+        assert loop.time() < deadline, f"{durable} has not handled seq {seq}: {info}"
+        await asyncio.sleep(0.02)
+
+
+def request_cmd(alloc: uuid.UUID, tenant: uuid.UUID, **overrides) -> dict:
+    cmd = {"allocation_id": alloc, "tenant_id": tenant, "user_id": uuid.uuid4(), "name": "train-1", "shape": "vm.2gpu",
+           "gpu_count": 2, "volume_gb": 50, "labels": {"team": "ml"}}
+    cmd.update(overrides)
+    return cmd
+
+
+def step_cmd(alloc: uuid.UUID, tenant: uuid.UUID, saga: uuid.UUID, step: str, **extra) -> dict:
+    return {"saga_id": saga, "step": step, "idempotency_key": step_key(saga, step), "allocation_id": alloc,
+            "tenant_id": tenant, **extra}
+
+
+def of(alloc: uuid.UUID, type_: str):
+    return lambda i: i[1]["type"] == type_ and i[1]["data"]["allocation_id"] == str(alloc)
+
+
+async def row(rt, alloc: uuid.UUID):
+    async with rt.pool.acquire() as conn:
+        return await conn.fetchrow("SELECT * FROM allocations WHERE id=$1", alloc)
+
+
+async def emitted(rt, alloc: uuid.UUID, type_: str) -> int:
+    """How many events of ``type_`` about ``alloc`` the service ever wrote to its outbox."""
+    async with rt.pool.acquire() as conn:
+        return await conn.fetchval(
+            "SELECT count(*) FROM outbox WHERE type=$1 AND convert_from(body, 'UTF8')::jsonb->'data'->>'allocation_id' = $2",
+            type_, str(alloc))
+
+
+async def activated(js, events, alloc, tenant) -> uuid.UUID:
+    """Drive a fresh allocation to ACTIVE through the bus; returns its node id."""
+    saga, node = uuid.uuid4(), uuid.uuid4()
+    await send(js, "allocation.request", request_cmd(alloc, tenant))
+    await events.wait_for(of(alloc, "allocation.requested"))
+    await send(js, "allocation.activate", step_cmd(alloc, tenant, saga, "activate", node_id=node))
+    await events.wait_for(of(alloc, "allocation.activated"))
+    return node
+
+
+async def test_request_delivered_twice_creates_one_requested_allocation_and_one_event(run_service, nc, watch):
+    rt = await run_service("allocation", build)
+    js, events = nc.jetstream(), await watch("allocation.evt.>")
+    alloc, tenant = uuid.uuid4(), uuid.uuid4()
+    env, _ = await send(js, "allocation.request", request_cmd(alloc, tenant))
+    _, seq = await send(js, "allocation.request", {}, env=env, msg_id=f"again-{env.id}")
+    [hit] = await events.wait_for(of(alloc, "allocation.requested"))
+    await handled(js, "allocation.request", seq)
+    data = hit[1]["data"]
+    assert (data["state"], data["shape"], data["gpu_count"], data["volume_gb"], data["labels"]) == (
+        "REQUESTED", "vm.2gpu", 2, 50, {"team": "ml"})
+    assert hit[1]["causation_id"] == str(env.id) and hit[1]["tenant_id"] == str(tenant)
+    r = await row(rt, alloc)
+    assert (r["state"], r["name"], r["node_id"]) == ("REQUESTED", "train-1", None)
+    assert await emitted(rt, alloc, "allocation.requested") == 1
+
+
+async def test_a_second_request_with_an_existing_id_is_a_no_op(run_service, nc, watch):
+    rt = await run_service("allocation", build)
+    js, events = nc.jetstream(), await watch("allocation.evt.>")
+    alloc, tenant = uuid.uuid4(), uuid.uuid4()
+    await send(js, "allocation.request", request_cmd(alloc, tenant))
+    await events.wait_for(of(alloc, "allocation.requested"))
+    _, seq = await send(js, "allocation.request", request_cmd(alloc, tenant, name="other", volume_gb=7))
+    await handled(js, "allocation.request", seq)
+    r = await row(rt, alloc)
+    assert (r["name"], r["volume_gb"]) == ("train-1", 50)
+    assert await emitted(rt, alloc, "allocation.requested") == 1
+
+
+async def test_request_with_a_gpu_count_that_does_not_match_the_shape_is_rejected_and_stores_nothing(run_service, nc, watch):
+    rt = await run_service("allocation", build)
+    js, events = nc.jetstream(), await watch("allocation.evt.>")
+    alloc = uuid.uuid4()
+    await send(js, "allocation.request", request_cmd(alloc, uuid.uuid4(), shape="vm.4gpu", gpu_count=2))
+    [hit] = await events.wait_for(of(alloc, "allocation.command_rejected"))
+    assert hit[1]["data"]["command"] == "allocation.request" and "vm.4gpu" in hit[1]["data"]["reason"]
+    assert await row(rt, alloc) is None
+
+
+async def test_full_life_cycle_reaches_released_with_release_carrying_node_volume_and_labels(run_service, nc, watch):
+    rt = await run_service("allocation", build)
+    js, events = nc.jetstream(), await watch("allocation.evt.>")
+    alloc, tenant, saga, node = uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    await send(js, "allocation.request", request_cmd(alloc, tenant))
+    await events.wait_for(of(alloc, "allocation.requested"))
+    await send(js, "allocation.mark_provisioning", {"allocation_id": alloc, "saga_id": saga})
+    [prov] = await events.wait_for(of(alloc, "allocation.provisioning"))
+    assert prov[1]["data"]["state"] == "PROVISIONING" and prov[1]["data"]["saga_id"] == str(saga)
+    await send(js, "allocation.activate", step_cmd(alloc, tenant, saga, "activate", node_id=node))
+    [act] = await events.wait_for(of(alloc, "allocation.activated"))
+    assert (act[1]["data"]["state"], act[1]["data"]["node_id"]) == ("ACTIVE", str(node))
+    assert act[1]["data"]["idempotency_key"] == step_key(saga, "activate")
+    await send(js, "allocation.release", {"allocation_id": alloc, "tenant_id": tenant, "requested_by": uuid.uuid4()})
+    [rel] = await events.wait_for(of(alloc, "allocation.release_requested"))
+    assert (rel[1]["data"]["node_id"], rel[1]["data"]["volume_gb"], rel[1]["data"]["labels"]) == (str(node), 50, {"team": "ml"})
+    assert (await row(rt, alloc))["state"] == "RELEASING"
+    release_saga = uuid.uuid4()
+    await send(js, "allocation.mark_released", step_cmd(alloc, tenant, release_saga, "mark_released"))
+    [done] = await events.wait_for(of(alloc, "allocation.released"))
+    assert done[1]["data"]["state"] == "RELEASED"
+    assert (await row(rt, alloc))["state"] == "RELEASED"
+
+
+async def test_activate_delivered_twice_activates_once_and_a_repeated_key_gets_the_same_reply(run_service, nc, watch):
+    rt = await run_service("allocation", build)
+    js, events = nc.jetstream(), await watch("allocation.evt.>")
+    alloc, tenant, saga, node = uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    await send(js, "allocation.request", request_cmd(alloc, tenant))
+    await events.wait_for(of(alloc, "allocation.requested"))
+    env, _ = await send(js, "allocation.activate", step_cmd(alloc, tenant, saga, "activate", node_id=node))
+    _, seq = await send(js, "allocation.activate", {}, env=env, msg_id=f"again-{env.id}")
+    await events.wait_for(of(alloc, "allocation.activated"))
+    await handled(js, "allocation.activate", seq)
+    assert await emitted(rt, alloc, "allocation.activated") == 1
+    first = (await row(rt, alloc))["updated_at"]
+    # the coordinator retrying the step: a new envelope, the same key → the recorded reply again, no new effect
+    _, seq = await send(js, "allocation.activate", step_cmd(alloc, tenant, saga, "activate", node_id=node))
+    await handled(js, "allocation.activate", seq)
+    assert await emitted(rt, alloc, "allocation.activated") == 2
+    assert (await row(rt, alloc))["updated_at"] == first
+
+
+async def test_activate_of_a_failed_allocation_replies_activation_failed_and_stays_failed(run_service, nc, watch):
+    rt = await run_service("allocation", build)
+    js, events = nc.jetstream(), await watch("allocation.evt.>")
+    alloc, tenant, saga = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    await send(js, "allocation.request", request_cmd(alloc, tenant))
+    await events.wait_for(of(alloc, "allocation.requested"))
+    await send(js, "allocation.fail", {"allocation_id": alloc, "saga_id": saga, "failed_step": "reserve_slots",
+                                       "reason": "no capacity: 2 GPUs"})
+    [failed] = await events.wait_for(of(alloc, "allocation.failed"))
+    assert (failed[1]["data"]["failed_step"], failed[1]["data"]["state"]) == ("reserve_slots", "FAILED")
+    await send(js, "allocation.activate", step_cmd(alloc, tenant, saga, "activate", node_id=uuid.uuid4()))
+    [refused] = await events.wait_for(of(alloc, "allocation.activation_failed"))
+    assert "FAILED" in refused[1]["data"]["reason"]
+    r = await row(rt, alloc)
+    assert (r["state"], r["failed_step"], r["reason"], r["node_id"]) == ("FAILED", "reserve_slots", "no capacity: 2 GPUs", None)
+
+
+async def test_stale_mark_provisioning_after_activation_changes_nothing(run_service, nc, watch):
+    rt = await run_service("allocation", build)
+    js, events = nc.jetstream(), await watch("allocation.evt.>")
+    alloc, tenant = uuid.uuid4(), uuid.uuid4()
+    await activated(js, events, alloc, tenant)
+    _, seq = await send(js, "allocation.mark_provisioning", {"allocation_id": alloc, "saga_id": uuid.uuid4()})
+    await handled(js, "allocation.mark_provisioning", seq)
+    assert (await row(rt, alloc))["state"] == "ACTIVE"
+    assert await emitted(rt, alloc, "allocation.provisioning") == 0
+
+
+async def test_release_of_an_allocation_that_is_not_active_is_rejected_with_the_reason(run_service, nc, watch):
+    rt = await run_service("allocation", build)
+    js, events = nc.jetstream(), await watch("allocation.evt.>")
+    alloc, tenant = uuid.uuid4(), uuid.uuid4()
+    await send(js, "allocation.request", request_cmd(alloc, tenant))
+    await events.wait_for(of(alloc, "allocation.requested"))
+    await send(js, "allocation.release", {"allocation_id": alloc, "tenant_id": tenant, "requested_by": uuid.uuid4()})
+    [rej] = await events.wait_for(of(alloc, "allocation.command_rejected"))
+    assert rej[1]["data"]["command"] == "allocation.release"
+    assert "REQUESTED" in rej[1]["data"]["reason"] and "only an ACTIVE allocation" in rej[1]["data"]["reason"]
+    assert (await row(rt, alloc))["state"] == "REQUESTED"
+    assert await emitted(rt, alloc, "allocation.release_requested") == 0
+
+
+async def test_release_by_another_tenant_is_rejected_and_releasing_twice_is_a_no_op(run_service, nc, watch):
+    rt = await run_service("allocation", build)
+    js, events = nc.jetstream(), await watch("allocation.evt.>")
+    alloc, tenant = uuid.uuid4(), uuid.uuid4()
+    await activated(js, events, alloc, tenant)
+    intruder = uuid.uuid4()
+    await send(js, "allocation.release", {"allocation_id": alloc, "tenant_id": intruder, "requested_by": uuid.uuid4()})
+    [rej] = await events.wait_for(of(alloc, "allocation.command_rejected"))
+    assert str(intruder) in rej[1]["data"]["reason"]
+    assert (await row(rt, alloc))["state"] == "ACTIVE"
+    for _ in range(2):
+        _, seq = await send(js, "allocation.release", {"allocation_id": alloc, "tenant_id": tenant, "requested_by": uuid.uuid4()})
+    await handled(js, "allocation.release", seq)
+    assert (await row(rt, alloc))["state"] == "RELEASING"
+    assert await emitted(rt, alloc, "allocation.release_requested") == 1
+
+
+async def test_mark_released_of_an_active_allocation_is_dead_lettered_without_effect(run_service, nc, watch):
+    rt = await run_service("allocation", build)
+    js, events = nc.jetstream(), await watch("allocation.evt.>")
+    dead = await watch("deadletter.allocation.>")
+    alloc, tenant = uuid.uuid4(), uuid.uuid4()
+    await activated(js, events, alloc, tenant)
+    env, _ = await send(js, "allocation.mark_released", step_cmd(alloc, tenant, uuid.uuid4(), "mark_released"))
+    [hit] = await dead.wait_for(lambda i: i[1]["id"] == str(env.id))
+    assert hit[2]["Tessera-DLQ-Reason"] == "rejected" and "ACTIVE" in hit[2]["Tessera-DLQ-Error"]
+    assert (await row(rt, alloc))["state"] == "ACTIVE"
+
+
+async def test_malformed_request_is_dead_lettered_and_the_next_valid_one_is_still_handled(run_service, nc, watch):
+    rt = await run_service("allocation", build)
+    js, events = nc.jetstream(), await watch("allocation.evt.>")
+    dead = await watch("deadletter.allocation.>")
+    bad, good, tenant = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    malformed = request_cmd(bad, tenant)
+    del malformed["shape"]
+    env, _ = await send(js, "allocation.request", malformed)
+    await send(js, "allocation.request", request_cmd(good, tenant))
+    [hit] = await dead.wait_for(lambda i: i[1]["id"] == str(env.id))
+    assert hit[0] == "deadletter.allocation.allocation__allocation_request"
+    assert hit[2]["Tessera-DLQ-Reason"] == "invalid" and "shape" in hit[2]["Tessera-DLQ-Error"]
+    await events.wait_for(of(good, "allocation.requested"))
+    assert await row(rt, bad) is None
+    assert (await row(rt, good))["state"] == "REQUESTED"

@@ -1,0 +1,190 @@
+"""Storage against real NATS JetStream and PostgreSQL: provision/delete steps, quotas (also under
+concurrency), tombstones, redelivery and dead-lettering."""
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import asyncpg
+
+from services.storage import handlers
+from services.storage.bootstrap import build
+from services.storage.contracts import ProvisionVolume
+from services.storage.domain.model import StoragePolicy
+from shared.consumer import HandlerContext
+from shared.contract import load_catalog
+from shared.envelope import Envelope
+from shared.wire import step_key
+from tests.conftest import make_envelope
+
+STREAM = "TESSERA_STORAGE"
+
+
+async def send(js, type_: str, data: dict, *, env: Envelope | None = None, msg_id: str | None = None) -> tuple[Envelope, int]:
+    """Publish a command (or re-publish ``env`` under another Nats-Msg-Id); returns it and its stream seq."""
+    env = env or make_envelope(type_, data, tenant_id=data.get("tenant_id"))
+    headers = env.headers()
+    if msg_id:
+        headers["Nats-Msg-Id"] = msg_id
+    ack = await js.publish(load_catalog().message(type_).subject, env.model_dump_json().encode(), headers=headers)
+    return env, ack.seq
+
+
+async def handled(js, type_: str, seq: int, timeout: float = 20.0) -> None:
+    """Wait until the service's consumer for ``type_`` has delivered stream seq ``seq`` and nothing awaits an ack."""
+    durable = f"storage__{type_.replace('.', '_')}"
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        info = await js.consumer_info(STREAM, durable)
+        if info.num_ack_pending == 0 and info.delivered.stream_seq >= seq:
+            return
+        assert loop.time() < deadline, f"{durable} has not handled seq {seq}: {info}"
+        await asyncio.sleep(0.02)
+
+
+def provision_cmd(alloc: uuid.UUID, tenant: uuid.UUID, size_gb: int, saga: uuid.UUID | None = None) -> dict:
+    saga = saga or uuid.uuid4()
+    return {"saga_id": saga, "step": "provision_volume", "idempotency_key": step_key(saga, "provision_volume"),
+            "allocation_id": alloc, "tenant_id": tenant, "size_gb": size_gb}
+
+
+def delete_cmd(alloc: uuid.UUID, tenant: uuid.UUID, saga: uuid.UUID, compensates: str | None = None) -> dict:
+    return {"saga_id": saga, "step": "delete_volume", "idempotency_key": step_key(saga, "delete_volume"),
+            "allocation_id": alloc, "tenant_id": tenant, "compensates": compensates}
+
+
+def of(alloc: uuid.UUID, type_: str):
+    return lambda i: i[1]["type"] == type_ and i[1]["data"]["allocation_id"] == str(alloc)
+
+
+async def request_volume(js, events, alloc: uuid.UUID, tenant: uuid.UUID, size_gb: int) -> dict:
+    env, _ = await send(js, "storage.provision_volume", provision_cmd(alloc, tenant, size_gb))
+    [hit] = await events.wait_for(lambda i, sent=env: i[1].get("causation_id") == str(sent.id))
+    return hit[1]
+
+
+async def volumes(rt, alloc: uuid.UUID) -> list[asyncpg.Record]:
+    async with rt.pool.acquire() as conn:
+        return await conn.fetch("SELECT * FROM volumes WHERE allocation_id=$1", alloc)
+
+
+async def set_quota(rt, tenant: uuid.UUID, max_gb: int) -> None:
+    async with rt.pool.acquire() as conn:
+        await conn.execute("INSERT INTO tenant_quotas (tenant_id, max_gb) VALUES ($1, $2)", tenant, max_gb)
+
+
+async def test_provision_delivered_twice_creates_one_volume(run_service, nc, watch):
+    rt = await run_service("storage", build)
+    js, events = nc.jetstream(), await watch("storage.evt.>")
+    alloc, tenant = uuid.uuid4(), uuid.uuid4()
+    env, _ = await send(js, "storage.provision_volume", provision_cmd(alloc, tenant, 250))
+    _, seq = await send(js, "storage.provision_volume", {}, env=env, msg_id=f"again-{env.id}")
+    [hit] = await events.wait_for(of(alloc, "storage.volume_provisioned"))
+    await handled(js, "storage.provision_volume", seq)
+    [row] = await volumes(rt, alloc)
+    assert (str(row["id"]), row["size_gb"], row["tenant_id"]) == (hit[1]["data"]["volume_id"], 250, tenant)
+    assert hit[1]["data"]["size_gb"] == 250
+
+
+async def test_a_zero_size_request_provisions_no_volume(run_service, nc, watch):
+    rt = await run_service("storage", build)
+    js, events = nc.jetstream(), await watch("storage.evt.>")
+    alloc = uuid.uuid4()
+    reply = await request_volume(js, events, alloc, uuid.uuid4(), 0)
+    assert reply["type"] == "storage.volume_provisioned"
+    assert (reply["data"]["volume_id"], reply["data"]["size_gb"]) == (None, 0)
+    assert await volumes(rt, alloc) == []
+
+
+async def test_a_volume_over_the_tenant_quota_fails_naming_limit_and_use_and_creates_nothing(run_service, nc, watch):
+    rt = await run_service("storage", build)
+    js, events = nc.jetstream(), await watch("storage.evt.>")
+    tenant = uuid.uuid4()
+    await set_quota(rt, tenant, 100)
+    assert (await request_volume(js, events, uuid.uuid4(), tenant, 60))["type"] == "storage.volume_provisioned"
+    alloc = uuid.uuid4()
+    reply = await request_volume(js, events, alloc, tenant, 50)
+    assert reply["type"] == "storage.volume_provision_failed"
+    reason = reply["data"]["reason"]
+    assert "quota exceeded" in reason and "limit 100 GB" in reason and "current use 60 GB" in reason
+    assert await volumes(rt, alloc) == []
+    assert (await request_volume(js, events, uuid.uuid4(), tenant, 40))["type"] == "storage.volume_provisioned"
+
+
+async def test_the_default_quota_comes_from_the_environment(run_service, nc, watch, monkeypatch):
+    monkeypatch.setenv("TESSERA_STORAGE_DEFAULT_QUOTA_GB", "10")
+    rt = await run_service("storage", build)
+    js, events = nc.jetstream(), await watch("storage.evt.>")
+    alloc = uuid.uuid4()
+    reply = await request_volume(js, events, alloc, uuid.uuid4(), 11)
+    assert reply["type"] == "storage.volume_provision_failed" and "limit 10 GB" in reply["data"]["reason"]
+    assert await volumes(rt, alloc) == []
+
+
+async def test_delete_removes_the_volume_idempotently_and_frees_the_quota(run_service, nc, watch):
+    rt = await run_service("storage", build)
+    js, events = nc.jetstream(), await watch("storage.evt.>")
+    alloc, tenant, saga = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    await set_quota(rt, tenant, 100)
+    await request_volume(js, events, alloc, tenant, 100)
+    for _ in range(2):
+        env, _ = await send(js, "storage.delete_volume", delete_cmd(alloc, tenant, saga))
+        [hit] = await events.wait_for(lambda i, sent=env: i[1].get("causation_id") == str(sent.id))
+        assert hit[1]["type"] == "storage.volume_deleted"
+    assert await volumes(rt, alloc) == []
+    assert (await request_volume(js, events, uuid.uuid4(), tenant, 100))["type"] == "storage.volume_provisioned"
+
+
+async def test_compensation_before_the_provision_leaves_a_tombstone_so_the_late_provision_fails(run_service, nc, watch):
+    rt = await run_service("storage", build)
+    js, events = nc.jetstream(), await watch("storage.evt.>")
+    alloc, tenant, saga = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    await send(js, "storage.delete_volume", delete_cmd(alloc, tenant, saga, compensates=step_key(saga, "provision_volume")))
+    await events.wait_for(of(alloc, "storage.volume_deleted"))
+    await send(js, "storage.provision_volume", provision_cmd(alloc, tenant, 10, saga))
+    [hit] = await events.wait_for(of(alloc, "storage.volume_provision_failed"))
+    assert "compensated" in hit[1]["data"]["reason"]
+    assert await volumes(rt, alloc) == []
+
+
+async def test_concurrent_provisions_for_one_tenant_never_exceed_its_quota(run_service, provision):
+    rt = await run_service("storage", build)
+    tenant = uuid.uuid4()
+    await set_quota(rt, tenant, 100)
+    cmds = [ProvisionVolume(**provision_cmd(uuid.uuid4(), tenant, 30)) for _ in range(10)]
+    dsn = await provision("storage")
+    conns = [await asyncpg.connect(dsn) for _ in cmds]   # one connection (one transaction) per provision
+
+    async def run(conn: asyncpg.Connection, cmd: ProvisionVolume) -> None:
+        env = make_envelope("storage.provision_volume", cmd.model_dump(mode="json"))
+        async with conn.transaction():
+            await handlers.provision_volume(HandlerContext(conn, env, rt.outbox, "test"), cmd, policy=StoragePolicy())
+
+    try:
+        await asyncio.gather(*(run(conn, cmd) for conn, cmd in zip(conns, cmds, strict=True)))
+    finally:
+        await asyncio.gather(*(conn.close() for conn in conns))
+    async with rt.pool.acquire() as conn:
+        statuses = await conn.fetch("SELECT status FROM step_outcomes WHERE idempotency_key = ANY($1::text[])",
+                                    [c.idempotency_key for c in cmds])
+        used = await conn.fetchval("SELECT sum(size_gb) FROM volumes WHERE tenant_id=$1", tenant)
+    assert sorted(s["status"] for s in statuses) == ["done"] * 3 + ["failed"] * 7
+    assert used == 90
+
+
+async def test_malformed_provision_is_dead_lettered_and_the_next_valid_one_is_still_handled(run_service, nc, watch):
+    rt = await run_service("storage", build)
+    js, events = nc.jetstream(), await watch("storage.evt.>")
+    dead = await watch("deadletter.storage.>")
+    bad, good, tenant = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    malformed = provision_cmd(bad, tenant, 10)
+    del malformed["size_gb"]
+    env, _ = await send(js, "storage.provision_volume", malformed)
+    await send(js, "storage.provision_volume", provision_cmd(good, tenant, 10))
+    [hit] = await dead.wait_for(lambda i: i[1]["id"] == str(env.id))
+    assert hit[0] == "deadletter.storage.storage__storage_provision_volume"
+    assert hit[2]["Tessera-DLQ-Reason"] == "invalid" and "size_gb" in hit[2]["Tessera-DLQ-Error"]
+    await events.wait_for(of(good, "storage.volume_provisioned"))
+    assert await volumes(rt, bad) == []
+    assert len(await volumes(rt, good)) == 1

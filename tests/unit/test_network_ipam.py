@@ -1,0 +1,78 @@
+"""VNI allocation, IP address management and MAC derivation (pure domain, no I/O)."""
+from __future__ import annotations
+
+import ipaddress
+import uuid
+
+import pytest
+
+from services.network.domain.model import NetworkPlan, VniPool, lowest_free_host, mac_for
+
+NET = ipaddress.IPv4Network("10.0.0.0/24")
+
+
+def ip(s: str) -> ipaddress.IPv4Address:
+    return ipaddress.IPv4Address(s)
+
+
+def test_vni_pool_defaults_to_10000_through_the_24_bit_maximum():
+    assert (VniPool().first, VniPool().last) == (10_000, 16_777_215)
+
+
+def test_lowest_free_vni_is_the_pool_start_when_nothing_is_used():
+    assert VniPool(100, 200).lowest_free([]) == 100
+
+
+def test_lowest_free_vni_fills_the_first_gap_whatever_the_order_of_used():
+    assert VniPool(100, 200).lowest_free([103, 100, 101]) == 102
+
+
+def test_lowest_free_vni_ignores_values_outside_the_pool_and_duplicates():
+    assert VniPool(100, 200).lowest_free([5, 99, 100, 100, 500]) == 101
+
+
+def test_exhausted_vni_pool_has_no_free_vni():
+    assert VniPool(100, 102).lowest_free([100, 101, 102]) is None
+
+
+@pytest.mark.parametrize("first,last", [(0, 10), (10, 9), (1, 1 << 24)])
+def test_vni_pool_outside_the_24_bit_range_or_reversed_is_refused(first, last):
+    with pytest.raises(ValueError):
+        VniPool(first, last)
+
+
+def test_lowest_free_host_skips_the_network_address_and_used_hosts():
+    assert lowest_free_host(NET, []) == ip("10.0.0.1")
+    assert lowest_free_host(NET, [ip("10.0.0.1"), ip("10.0.0.3")]) == ip("10.0.0.2")
+
+
+def test_a_released_address_is_reused_first():
+    used = [ip(f"10.0.0.{i}") for i in range(1, 11) if i != 4]
+    assert lowest_free_host(NET, used) == ip("10.0.0.4")
+
+
+def test_full_subnet_has_no_free_host_and_never_offers_the_broadcast_address():
+    used = [ip(f"10.0.0.{i}") for i in range(1, 255)]
+    assert lowest_free_host(NET, used) is None
+    assert lowest_free_host(ipaddress.IPv4Network("10.1.0.0/30"), [ip("10.1.0.1"), ip("10.1.0.2")]) is None
+
+
+def test_mac_is_deterministic_per_attachment_and_differs_between_attachments():
+    a, b = uuid.uuid4(), uuid.uuid4()
+    assert mac_for(a) == mac_for(a)
+    assert mac_for(a) != mac_for(b)
+
+
+def test_mac_is_locally_administered_unicast_in_colon_notation():
+    for _ in range(200):
+        mac = mac_for(uuid.uuid4())
+        octets = mac.split(":")
+        assert len(octets) == 6 and all(len(o) == 2 for o in octets)
+        first = int(octets[0], 16)
+        assert first & 0b10 == 0b10, "locally administered bit set"
+        assert first & 0b01 == 0, "multicast bit clear"
+
+
+def test_network_plan_refuses_a_subnet_without_host_addresses():
+    with pytest.raises(ValueError):
+        NetworkPlan(tenant_cidr=ipaddress.IPv4Network("10.0.0.0/31"))

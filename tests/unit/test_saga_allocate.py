@@ -1,0 +1,216 @@
+"""The allocate saga as a state machine: given/expect, no I/O."""
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from services.saga.domain.definitions import ALLOCATE
+from services.saga.domain.machine import compensation_key, handle
+from services.saga.domain.model import Expired, Policy, Start
+from services.saga.testing import SagaScenario
+from shared.wire import step_key
+
+NODE, VOLUME = str(uuid.uuid4()), str(uuid.uuid4())
+# what each step's participant answers on success
+OK_DATA = {
+    "reserve_slots": {"node_id": NODE, "slots": [2, 3], "gpu_model": "H100"},
+    "attach_network": {"attachment_id": str(uuid.uuid4()), "vni": 4100, "ip_address": "10.0.0.5", "mac_address": "02:00:00:00:00:05"},
+    "provision_volume": {"volume_id": VOLUME, "size_gb": 50},
+    "provision_node": {"node_id": NODE, "instance_id": "vm-1"},
+    "start_meter": {"meter_id": str(uuid.uuid4()), "started_at": "2030-01-01T00:00:00+00:00"},
+    "activate": {"node_id": NODE, "state": "ACTIVE"},
+}
+STEPS = ALLOCATE.names
+COMPENSATIONS = {s.name: s.compensate for s in ALLOCATE.steps}
+
+
+def run_until(s: SagaScenario, step: str):
+    """Answer every step before ``step`` with success; return the command of ``step``."""
+    for st in ALLOCATE.steps:
+        cmd = s.expect_command(st.invoke, step=st.name)
+        if st.name == step:
+            return cmd
+        s.succeed(cmd, **OK_DATA[st.name])
+    raise AssertionError(step)
+
+
+def expect_compensations(s: SagaScenario, steps: list[str]) -> None:
+    for name in steps:
+        cmd = s.expect_command(COMPENSATIONS[name], step=name)
+        s.undone(cmd)
+
+
+def test_start_marks_provisioning_announces_the_saga_and_reserves_slots():
+    s = SagaScenario.allocate()
+    s.expect_command("allocation.mark_provisioning", saga_id=s.saga.id, allocation_id=s.saga.allocation_id)
+    cmd = s.expect_command("scheduler.reserve_slots", shape="vm.2gpu", gpu_count=2, step="reserve_slots",
+                           idempotency_key=step_key(s.saga.id, "reserve_slots"), labels={"team": "ml"})
+    assert cmd.data["tenant_id"] == s.saga.tenant_id
+    assert s.events("saga.started")[0]["steps"] == STEPS
+    assert s.saga.record("reserve_slots").status == "invoked"
+    assert s.saga.record("reserve_slots", "compensate").status == "armed"   # armed with the invoke
+    assert s.saga.record("reserve_slots").deadline == s.now + Policy().step_timeout
+
+
+def test_every_step_succeeding_sends_commands_in_order_with_earlier_results_and_completes():
+    s = SagaScenario.allocate()
+    s.expect_command("allocation.mark_provisioning")
+    sent = {}
+    for st in ALLOCATE.steps:
+        sent[st.name] = s.expect_command(st.invoke, step=st.name, idempotency_key=step_key(s.saga.id, st.name),
+                                         labels={"team": "ml"})
+        s.succeed(sent[st.name], **OK_DATA[st.name])
+    assert sent["attach_network"].data["node_id"] == NODE
+    assert sent["provision_volume"].data["size_gb"] == 50
+    node = sent["provision_node"]
+    assert (node.data["node_id"], node.data["slots"], node.data["volume_id"]) == (NODE, [2, 3], VOLUME)
+    assert (node.data["ip_address"], node.data["mac_address"]) == ("10.0.0.5", "02:00:00:00:00:05")
+    assert node.subject_params == {"node_id": NODE}
+    assert sent["activate"].data["node_id"] == NODE
+    s.expect_no_command()
+    assert s.saga.status == "completed"
+    assert len(s.events("saga.completed")) == 1 and not s.events("saga.failed")
+    assert [c for c in s.step_changes() if c[2] == "succeeded"] == [(n, "invoke", "succeeded") for n in STEPS]
+
+
+@pytest.mark.parametrize("failing", STEPS)
+def test_failure_at_any_step_undoes_the_completed_steps_in_reverse_then_fails_the_allocation(failing):
+    s = SagaScenario.allocate()
+    s.expect_command("allocation.mark_provisioning")
+    cmd = run_until(s, failing)
+    s.fail(cmd, f"{failing} refused: no capacity")
+    done = STEPS[:STEPS.index(failing)]
+    expect_compensations(s, list(reversed(done)))
+    s.expect_command("allocation.fail", failed_step=failing, reason=f"{failing} refused: no capacity",
+                     saga_id=s.saga.id, allocation_id=s.saga.allocation_id)
+    s.expect_no_command()
+    assert s.saga.status == "failed"
+    failed = s.events("saga.failed")
+    assert len(failed) == 1 and failed[0]["compensated"] == list(reversed(done))
+    assert s.saga.record(failing, "compensate") is None or s.saga.record(failing, "compensate").status == "disarmed"
+
+
+@pytest.mark.parametrize("silent", STEPS)
+def test_timeout_at_any_step_compensates_that_step_first_then_the_earlier_ones(silent):
+    s = SagaScenario.allocate()
+    s.expect_command("allocation.mark_provisioning")
+    run_until(s, silent)
+    s.advance(29.9)
+    s.expect_no_command()
+    s.advance(0.1)
+    assert s.saga.record(silent).status == "timed_out"
+    undo = [n for n in reversed(STEPS[:STEPS.index(silent) + 1]) if COMPENSATIONS[n]]
+    expect_compensations(s, undo)
+    s.expect_command("allocation.fail", failed_step=silent, reason="timed out after 30s")
+    s.expect_no_command()
+    assert s.events("saga.failed")[0]["compensated"] == undo
+
+
+def test_compensation_commands_name_the_step_they_undo_and_carry_labels_and_the_node():
+    s = SagaScenario.allocate()
+    s.expect_command("allocation.mark_provisioning")
+    s.fail(run_until(s, "start_meter"), "billing down")
+    sid = s.saga.id
+    cmd = s.expect_command("node_agent.deprovision", step="provision_node", saga_id=sid, node_id=NODE,
+                           idempotency_key=compensation_key(sid, "provision_node"),
+                           compensates=step_key(sid, "provision_node"), labels={"team": "ml"})
+    assert cmd.subject_params == {"node_id": NODE}
+    assert cmd.data["idempotency_key"] == f"{sid}:compensate:provision_node"
+
+
+def test_late_success_of_a_timed_out_step_is_ignored_while_it_is_compensated():
+    s = SagaScenario.allocate()
+    s.expect_command("allocation.mark_provisioning")
+    cmd = run_until(s, "provision_volume")
+    s.advance(30)
+    detach_volume = s.expect_command("storage.delete_volume", step="provision_volume")
+    assert s.succeed(cmd, **OK_DATA["provision_volume"]) == []    # the late reply changes nothing
+    assert s.fail(cmd, "late failure") == []
+    s.undone(detach_volume)
+    expect_compensations(s, ["attach_network", "reserve_slots"])
+    s.expect_command("allocation.fail", failed_step="provision_volume")
+    assert s.succeed(cmd, **OK_DATA["provision_volume"]) == []    # ... and after the end too
+    assert s.saga.status == "failed"
+
+
+def test_duplicate_stale_and_mismatched_replies_change_nothing():
+    s = SagaScenario.allocate()
+    s.expect_command("allocation.mark_provisioning")
+    reserve = s.expect_command("scheduler.reserve_slots")
+    sid = s.saga.id
+    # wrong key, unknown step, a reply type that does not belong to the step, an undo nobody asked for
+    assert s.reply("scheduler.slots_reserved", "reserve_slots", step_key(uuid.uuid4(), "reserve_slots"), **OK_DATA["reserve_slots"]) == []
+    assert s.reply("scheduler.slots_reserved", "no_such_step", step_key(sid, "no_such_step")) == []
+    assert s.reply("network.network_attached", "reserve_slots", step_key(sid, "reserve_slots")) == []
+    assert s.reply("scheduler.slots_released", "reserve_slots", compensation_key(sid, "reserve_slots")) == []
+    assert s.saga.record("reserve_slots").status == "invoked"
+    s.succeed(reserve, **OK_DATA["reserve_slots"])
+    before = s.saga
+    assert s.succeed(reserve, **OK_DATA["reserve_slots"]) == []     # duplicate
+    assert s.fail(reserve, "stale failure") == []                   # stale
+    assert s.saga == before
+    s.expect_command("network.attach_network")
+    s.expect_no_command()
+
+
+def test_a_reply_before_the_deadline_means_no_timeout_and_a_second_start_does_nothing():
+    s = SagaScenario.allocate()
+    s.expect_command("allocation.mark_provisioning")
+    s.advance(29)
+    s.succeed(s.expect_command("scheduler.reserve_slots"), **OK_DATA["reserve_slots"])
+    s.advance(29)
+    assert s.saga.status == "running" and s.saga.record("reserve_slots").status == "succeeded"
+    assert handle(s.saga, Start(s.now), s.policy) == (s.saga, [])
+    early = Expired("attach_network", "invoke", s.now)             # its deadline is 1 s away
+    assert handle(s.saga, early, s.policy) == (s.saga, [])
+
+
+def test_unanswered_compensation_is_resent_with_backoff_then_reported_and_the_earlier_ones_still_run():
+    s = SagaScenario.allocate(Policy(compensation_timeout_s=10, compensation_attempts=3, backoff_s=(0.5, 1)))
+    s.expect_command("allocation.mark_provisioning")
+    s.fail(run_until(s, "provision_volume"), "quota exceeded")
+    first = s.expect_command("network.detach_network")
+    s.advance(10)                                   # no reply: wait the first backoff
+    s.expect_no_command()
+    s.advance(0.5)
+    again = s.expect_command("network.detach_network", idempotency_key=first.data["idempotency_key"])
+    assert s.saga.record("attach_network", "compensate").attempt == 2
+    s.advance(10 + 1)
+    s.expect_command("network.detach_network")
+    assert s.saga.record("attach_network", "compensate").attempt == 3
+    s.advance(10)                                   # the third attempt was the last
+    gave_up = s.events("saga.compensation_failed")
+    assert len(gave_up) == 1 and gave_up[0]["step"] == "attach_network" and gave_up[0]["attempts"] == 3
+    assert s.saga.record("attach_network", "compensate").status == "failed"
+    s.undone(s.expect_command("scheduler.release_slots"))
+    s.expect_command("allocation.fail", failed_step="provision_volume", reason="quota exceeded")
+    assert s.events("saga.failed")[0]["compensated"] == ["reserve_slots"]
+    assert again.data == first.data
+
+
+def test_a_late_undo_reply_during_the_backoff_wait_is_accepted_and_duplicates_are_ignored():
+    s = SagaScenario.allocate()
+    s.expect_command("allocation.mark_provisioning")
+    s.fail(run_until(s, "attach_network"), "no vni left")
+    release = s.expect_command("scheduler.release_slots")
+    s.advance(10)
+    assert s.saga.record("reserve_slots", "compensate").status == "retrying"
+    s.undone(release)                                              # the first attempt's reply, late
+    s.expect_command("allocation.fail", failed_step="attach_network", reason="no vni left")
+    assert s.undone(release) == []
+    s.advance(60)
+    s.expect_no_command()
+    assert [c for c in s.step_changes() if c[1] == "compensate"] == [
+        ("reserve_slots", "compensate", "compensating"), ("reserve_slots", "compensate", "retrying"),
+        ("reserve_slots", "compensate", "compensated")]
+
+
+def test_the_machine_never_mutates_the_saga_it_is_given():
+    s = SagaScenario.allocate()
+    s.expect_command("allocation.mark_provisioning")
+    reserve = s.expect_command("scheduler.reserve_slots")
+    before = s.saga
+    snapshot = repr(before)
+    s.succeed(reserve, **OK_DATA["reserve_slots"])
+    assert repr(before) == snapshot and s.saga is not before
