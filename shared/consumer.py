@@ -36,6 +36,11 @@ from .streams import DEAD_LETTER_PREFIX
 log = structlog.get_logger()
 
 
+def _header_safe(text: str, limit: int = 1000) -> str:
+    """One printable ASCII line: NATS headers are not MIME, and some readers decode anything else oddly."""
+    return "".join(c if " " <= c <= "~" else " " for c in text)[:limit]
+
+
 class PermanentError(Exception):
     """The message can never be handled (bad reference, contract breach): dead-letter it now."""
 
@@ -161,7 +166,7 @@ class Consumers:
         headers.update({
             "Nats-Msg-Id": f"dlq:{consumer}:{md.sequence.stream}",
             "Tessera-DLQ-Reason": reason,
-            "Tessera-DLQ-Error": error.replace("\n", " ")[:1000],
+            "Tessera-DLQ-Error": _header_safe(error),
             "Tessera-DLQ-Consumer": consumer,
             "Tessera-DLQ-Subject": raw.subject,
             "Tessera-DLQ-Stream": md.stream,

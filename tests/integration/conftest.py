@@ -22,3 +22,17 @@ async def run_service(infra, provision):
     yield _run
     for rt in reversed(started):
         await rt.stop()
+
+
+@pytest.fixture(scope="module", autouse=True)
+async def clean_streams(nc):
+    """Each module starts with empty service streams: a command another module left unconsumed (its
+    test played the participant) must not reach a service this module starts under the same durable."""
+    from shared.contract import SERVICES, stream_name
+    from shared.streams import declare_streams
+
+    js = nc.jetstream()
+    await declare_streams(js)
+    for service in SERVICES:
+        await js.purge_stream(stream_name(service))
+    yield

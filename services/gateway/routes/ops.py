@@ -51,7 +51,7 @@ async def dead_letters(request: web.Request) -> web.Response:
         except NotFoundError:  # a deleted sequence leaves a gap
             seq -= 1
             continue
-        headers = {k: v for k, v in (msg.headers or {}).items() if k.startswith(DLQ_HEADER_PREFIX)}
+        headers = {k: str(v) for k, v in (msg.headers or {}).items() if k.startswith(DLQ_HEADER_PREFIX)}
         items.append(DeadLetter(seq=seq, subject=msg.subject or "", time=msg.time, headers=headers, body=decode_body(msg.data)))
         seq -= 1
     return respond(DeadLetterList(items=items))
