@@ -69,8 +69,15 @@ async def migrate(conn: asyncpg.Connection, schema: str, sql_dir: Path | None) -
     return applied
 
 
+async def _keep_session(_conn: asyncpg.Connection) -> None:
+    """Release without asyncpg's default reset query (UNLISTEN *, RESET ALL, advisory unlock, CLOSE ALL):
+    our code changes no session state (advisory locks are transaction-scoped; the one LISTEN lives on a
+    connection the relay holds for its whole life), and the reset cost a round trip per message.
+    asyncpg still rolls back any open transaction and drops listener callbacks on release."""
+
+
 async def create_pool(dsn: str, schema: str, *, min_size: int = 2, max_size: int = 10) -> asyncpg.Pool:
     return await asyncpg.create_pool(
-        dsn, min_size=min_size, max_size=max_size,
+        dsn, min_size=min_size, max_size=max_size, reset=_keep_session,
         server_settings={"search_path": schema, "application_name": f"tessera-{schema}"},
     )

@@ -55,11 +55,12 @@ class Outbox:
         subject = msg.render_subject(**(subject_params or {}))
         self.catalog.check_send(self.service, type_, subject)
         env = self.envelope(type_, data, correlation_id=correlation_id, tenant_id=tenant_id, causation=causation)
+        # one round trip: the row, and the wake-up the relay receives when the transaction commits
         await conn.execute(
-            "INSERT INTO outbox (id, subject, type, headers, body) VALUES ($1, $2, $3, $4::jsonb, $5)",
-            env.id, subject, type_, json.dumps(env.headers()), env.model_dump_json().encode(),
+            "WITH row AS (INSERT INTO outbox (id, subject, type, headers, body) VALUES ($1, $2, $3, $4::jsonb, $5)) "
+            "SELECT pg_notify($6, '')",
+            env.id, subject, type_, json.dumps(env.headers()), env.model_dump_json().encode(), self.channel,
         )
-        await conn.execute("SELECT pg_notify($1, '')", self.channel)
         return env
 
 
@@ -85,8 +86,8 @@ class OutboxRelay:
             while True:
                 self._wake.clear()
                 try:
-                    while await self.drain_once():
-                        pass
+                    while await self.drain_once() == self.batch:
+                        pass   # a full batch: there may be more; a partial one drained the table
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # NATS or PG unavailable: keep the rows, try again

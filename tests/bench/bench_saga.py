@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
+import signal
+import subprocess
+import sys
 import statistics
 import tempfile
 import time
@@ -140,27 +144,62 @@ async def drive(platform: Platform, api_key: str, n: int, concurrency: int) -> d
     return {"wall_s": wall, "latencies": latencies, "failures": failures}
 
 
-async def main(n: int, concurrency: int, nodes: int) -> dict:
+def start_profile(platform: Platform, service: str, out: Path) -> subprocess.Popen | None:
+    """py-spy (sampling, from outside the process) on one service for the measured run."""
+    spy = Path(sys.executable).parent / "py-spy"
+    proc = platform.procs.get(service)
+    if not spy.exists() or proc is None or proc.proc is None:
+        return None
+    return subprocess.Popen([str(spy), "record", "--pid", str(proc.proc.pid), "--format", "raw", "--rate", "250",
+                             "--nonblocking", "--output", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def summarise_profile(path: Path, top: int = 12) -> dict:
+    """Share of samples per function: self (leaf frame) and inclusive (anywhere on the stack, our code only)."""
+    if not path.exists():
+        return {}
+    self_t: collections.Counter = collections.Counter()
+    incl: collections.Counter = collections.Counter()
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = stack.split(";")
+        self_t[frames[-1]] += n
+        for f in set(frames):
+            if "__main__.py" not in f and ("services/" in f or "shared/" in f):
+                incl[f] += n
+    if not total:
+        return {}
+    pct_of = lambda c: {k.replace(str(Path(__file__).resolve().parents[2]) + "/", ""): round(100 * v / total, 1)
+                        for k, v in c.most_common(top)}
+    return {"samples": total, "self_pct": pct_of(self_t), "inclusive_pct_project_code": pct_of(incl)}
+
+
+async def main(n: int, concurrency: int, nodes: int, profile: str) -> dict:
     work = Path(tempfile.mkdtemp(prefix="tessera-bench-"))
     platform = Platform(work, env={"TESSERA_LOG_LEVEL": "WARNING"}, durable=True)
     await platform.start()
     try:
         gpus_per_node = 16
-        nodes = max(nodes, -(-n // gpus_per_node))
+        warmup = min(concurrency * 2, n)
+        nodes = max(nodes, -(-(n + warmup) // gpus_per_node))   # room for the warm-up and the measured run
         for i in range(nodes):
             await platform.add_node(f"bench-{i:03d}", "H100-SXM5-80GB", gpus_per_node)
         async with platform.admin() as admin:
             t = await admin.create_tenant("bench")
             u = await admin.create_user(t["id"], "bench", "tenant_user")
-        await drive(platform, u["api_key"], min(concurrency * 2, n), concurrency)  # warm-up (connections, JIT-free caches)
-        async with platform.admin() as admin:
-            t2 = await admin.create_tenant("bench-run")
-            u2 = await admin.create_user(t2["id"], "bench", "tenant_user")
-        # make room: the warm-up allocations stay ACTIVE, so add one more node for them
-        await platform.add_node("bench-extra", "H100-SXM5-80GB", gpus_per_node)
+        await drive(platform, u["api_key"], warmup, concurrency)  # warm-up: connections, consumers, caches
         msgs0, x0 = await counters(platform)
         cpu0 = cpu_seconds(platform)
-        run = await drive(platform, u2["api_key"], n, concurrency)
+        spy = start_profile(platform, profile, work / "profile.txt")
+        run = await drive(platform, u["api_key"], n, concurrency)
+        if spy:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(30)
         cpu1 = cpu_seconds(platform)
         msgs1, x1 = await counters(platform)
         js_sync = await js_publish_rate(platform.nats_url, concurrency, 4000)
@@ -180,7 +219,7 @@ async def main(n: int, concurrency: int, nodes: int) -> dict:
     cpu = {k: round((cpu1.get(k, 0) - cpu0.get(k, 0)) / n * 1000, 2) for k in sorted(cpu1)}
     slowest = max((k for k in cpu if k not in ("nats-server", "postgres")), key=lambda k: cpu[k])
     return {
-        "allocations": n, "concurrency": concurrency, "nodes": nodes + 1, "failed": run["failures"],
+        "allocations": n, "concurrency": concurrency, "nodes": nodes, "failed": run["failures"],
         "allocations_per_s": round(rate, 1),
         "create_to_active_p50_ms": round(pct(lat, 0.50) * 1000, 1),
         "create_to_active_p99_ms": round(pct(lat, 0.99) * 1000, 1),
@@ -195,6 +234,8 @@ async def main(n: int, concurrency: int, nodes: int) -> dict:
         "ratio_to_ceiling": round(rate / ceiling, 3),
         "cpu_ms_per_allocation": cpu,
         "slowest_service": slowest,
+        "profile_of": profile,
+        "profile": summarise_profile(work / "profile.txt"),
     }
 
 
@@ -203,8 +244,9 @@ if __name__ == "__main__":
     ap.add_argument("-n", type=int, default=200)
     ap.add_argument("-c", "--concurrency", type=int, default=16)
     ap.add_argument("--nodes", type=int, default=1)
+    ap.add_argument("--profile", default="saga", help="service to sample with py-spy during the run")
     args = ap.parse_args()
-    result = asyncio.run(main(args.n, args.concurrency, args.nodes))
+    result = asyncio.run(main(args.n, args.concurrency, args.nodes, args.profile))
     for k, v in result.items():
         print(f"{k:45s} {v}")
     print(json.dumps(result))
