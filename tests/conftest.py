@@ -130,3 +130,34 @@ async def watch(nc):
 
 def pytest_report_header(config):
     return f"tessera: running as uid {os.geteuid()}"
+
+
+async def send_command(js, type_: str, data: dict, *, env: Envelope | None = None,
+                       msg_id: str | None = None) -> tuple[Envelope, int]:
+    """Publish a message on its contract subject (or re-publish ``env`` under another Nats-Msg-Id,
+    which the server cannot dedupe); returns the envelope and its stream sequence."""
+    from shared.contract import load_catalog
+
+    corr = str(data["allocation_id"]) if data.get("allocation_id") else None
+    env = env or make_envelope(type_, data, tenant_id=data.get("tenant_id"), correlation_id=corr)
+    headers = env.headers()
+    if msg_id:
+        headers["Nats-Msg-Id"] = msg_id
+    ack = await js.publish(load_catalog().message(type_).subject, env.model_dump_json().encode(), headers=headers)
+    return env, ack.seq
+
+
+async def wait_handled(js, service: str, type_: str, seq: int, timeout: float = 20.0) -> None:
+    """Wait until ``service``'s consumer for ``type_`` has delivered stream seq ``seq`` and nothing awaits an ack."""
+    from shared.contract import load_catalog
+
+    stream = load_catalog().owner(type_).stream
+    durable = f"{service}__{type_.replace('.', '_')}"
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        info = await js.consumer_info(stream, durable)
+        if info.num_ack_pending == 0 and info.delivered.stream_seq >= seq:
+            return
+        assert loop.time() < deadline, f"{durable} has not handled seq {seq}: {info}"
+        await asyncio.sleep(0.02)

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from shared.contract import Message, ServiceContract
-from shared.wire import StepCommand, StepFailure, StepReply, Wire
+from shared.wire import StepCommand, StepFailure, Wire
 
 State = Literal["REQUESTED", "PROVISIONING", "ACTIVE", "RELEASING", "RELEASED", "FAILED"]
 

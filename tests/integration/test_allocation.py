@@ -2,39 +2,19 @@
 redelivery without a second effect, rejections, and dead-lettering of malformed commands."""
 from __future__ import annotations
 
-import asyncio
 import uuid
 
 from services.allocation.bootstrap import build
-from shared.contract import load_catalog
-from shared.envelope import Envelope
 from shared.wire import step_key
-from tests.conftest import make_envelope
+from tests.conftest import send_command as send, wait_handled
 
 STREAM = "TESSERA_ALLOCATION"
 
 
-async def send(js, type_: str, data: dict, *, env: Envelope | None = None, msg_id: str | None = None) -> tuple[Envelope, int]:
-    """Publish a command (or re-publish ``env`` under another Nats-Msg-Id); returns it and its stream seq."""
-    env = env or make_envelope(type_, data, tenant_id=data.get("tenant_id"), correlation_id=str(data["allocation_id"]))
-    headers = env.headers()
-    if msg_id:
-        headers["Nats-Msg-Id"] = msg_id
-    ack = await js.publish(load_catalog().message(type_).subject, env.model_dump_json().encode(), headers=headers)
-    return env, ack.seq
 
 
 async def handled(js, type_: str, seq: int, timeout: float = 20.0) -> None:
-    """Wait until the service's consumer for ``type_`` has delivered stream seq ``seq`` and nothing awaits an ack."""
-    durable = f"allocation__{type_.replace('.', '_')}"
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        info = await js.consumer_info(STREAM, durable)
-        if info.num_ack_pending == 0 and info.delivered.stream_seq >= seq:
-            return
-        assert loop.time() < deadline, f"{durable} has not handled seq {seq}: {info}"
-        await asyncio.sleep(0.02)
+    await wait_handled(js, "allocation", type_, seq, timeout)
 
 
 def request_cmd(alloc: uuid.UUID, tenant: uuid.UUID, **overrides) -> dict:

@@ -15,35 +15,16 @@ from services.network.bootstrap import build
 from services.network.contracts import AttachNetwork
 from services.network.domain.model import NetworkPlan, VniPool
 from shared.consumer import HandlerContext
-from shared.contract import load_catalog
-from shared.envelope import Envelope
 from shared.wire import step_key
-from tests.conftest import make_envelope
+from tests.conftest import make_envelope, send_command as send, wait_handled
 
 STREAM = "TESSERA_NETWORK"
 
 
-async def send(js, type_: str, data: dict, *, env: Envelope | None = None, msg_id: str | None = None) -> tuple[Envelope, int]:
-    """Publish a command (or re-publish ``env`` under another Nats-Msg-Id); returns it and its stream seq."""
-    env = env or make_envelope(type_, data, tenant_id=data.get("tenant_id"))
-    headers = env.headers()
-    if msg_id:
-        headers["Nats-Msg-Id"] = msg_id
-    ack = await js.publish(load_catalog().message(type_).subject, env.model_dump_json().encode(), headers=headers)
-    return env, ack.seq
 
 
 async def handled(js, type_: str, seq: int, timeout: float = 20.0) -> None:
-    """Wait until the service's consumer for ``type_`` has delivered stream seq ``seq`` and nothing awaits an ack."""
-    durable = f"network__{type_.replace('.', '_')}"
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        info = await js.consumer_info(STREAM, durable)
-        if info.num_ack_pending == 0 and info.delivered.stream_seq >= seq:
-            return
-        assert loop.time() < deadline, f"{durable} has not handled seq {seq}: {info}"
-        await asyncio.sleep(0.02)
+    await wait_handled(js, "network", type_, seq, timeout)
 
 
 def attach_cmd(alloc: uuid.UUID, tenant: uuid.UUID, saga: uuid.UUID | None = None) -> dict:
