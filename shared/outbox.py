@@ -24,6 +24,8 @@ from .observability import PUBLISHED, inject_trace
 
 log = structlog.get_logger()
 
+INBOX_RETENTION_DAYS = 8   # > the streams' max_age (shared.streams): no redelivery can be older
+
 
 class Outbox:
     """Writes events and commands to the service's outbox table in the caller's transaction."""
@@ -128,5 +130,8 @@ class OutboxRelay:
         return len(rows)
 
     async def purge(self) -> None:
+        """Forget published outbox rows after ``retention_s``, and inbox rows once JetStream can no
+        longer redeliver their message (the streams keep messages for 7 days; we keep 8)."""
         async with self.pool.acquire() as conn:
             await conn.execute("DELETE FROM outbox WHERE published_at < now() - make_interval(secs => $1)", self.retention_s)
+            await conn.execute("DELETE FROM inbox WHERE processed_at < now() - make_interval(days => $1)", INBOX_RETENTION_DAYS)
