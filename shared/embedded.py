@@ -72,12 +72,18 @@ class EmbeddedNats:
         return conf
 
     def start(self) -> "EmbeddedNats":
-        log = open(self.data_dir / "nats.log", "ab") if self.data_dir.exists() else None
         conf = self.config_file()
-        log = log or open(self.data_dir / "nats.log", "ab")
-        self.proc = subprocess.Popen([_bin("nats-server"), "-c", str(conf), "-a", "127.0.0.1", "-p", str(self.port)],
-                                     stdout=log, stderr=subprocess.STDOUT)
-        wait_port(self.port, proc=self.proc)
+        log = open(self.data_dir / "nats.log", "ab")
+        for attempt in range(3):   # a free port can be taken between choosing and binding it
+            self.proc = subprocess.Popen([_bin("nats-server"), "-c", str(conf), "-a", "127.0.0.1", "-p", str(self.port)],
+                                         stdout=log, stderr=subprocess.STDOUT)
+            try:
+                wait_port(self.port, proc=self.proc)
+                return self
+            except RuntimeError:
+                if attempt == 2:
+                    raise
+                self.port = free_port()
         return self
 
     def stop(self, kill: bool = False) -> None:
@@ -177,8 +183,16 @@ class EmbeddedPostgres:
         if not self.durable:
             args += ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]
         log = open(self.data_dir / "postgres.log", "ab")
-        self.proc = subprocess.Popen(args, preexec_fn=preexec, stdout=log, stderr=subprocess.STDOUT)
-        wait_port(self.port, proc=self.proc)
+        for attempt in range(3):   # a free port can be taken between choosing and binding it
+            self.proc = subprocess.Popen(args, preexec_fn=preexec, stdout=log, stderr=subprocess.STDOUT)
+            try:
+                wait_port(self.port, proc=self.proc)
+                break
+            except RuntimeError:
+                if attempt == 2:
+                    raise
+                self.port = free_port()
+                args[args.index("-p") + 1] = str(self.port)
         self._ensure_database(sock)
         return self
 

@@ -20,7 +20,7 @@ import asyncpg
 
 from .client import TesseraClient
 from .db import provision_service, service_dsn
-from .embedded import REPO, EmbeddedNats, EmbeddedPostgres, free_port
+from .embedded import REPO, EmbeddedNats, EmbeddedPostgres
 
 CORE_SERVICES = ("allocation", "scheduler", "network", "storage", "billing", "saga", "gateway")
 READY = re.compile(r"TESSERA_READY service=(\S+) instance=(\S+) port=(\d+)")
@@ -89,7 +89,7 @@ class Platform:
         self.nats_url, self.database_url = nats_url, database_url
         self.extra_env = env or {}
         self.durable = durable
-        self.gateway_port = gateway_port or free_port()
+        self.gateway_port = gateway_port   # None: the gateway binds any free port and reports it
         self.nats: EmbeddedNats | None = None
         self.pg: EmbeddedPostgres | None = None
         self.procs: dict[str, ServiceProcess] = {}
@@ -106,7 +106,8 @@ class Platform:
 
     @property
     def gateway_url(self) -> str:
-        return f"http://127.0.0.1:{self.gateway_port}"
+        port = self.gateway_port or self.procs["gateway"].port
+        return f"http://127.0.0.1:{port}"
 
     @property
     def admin_key(self) -> str:
@@ -144,7 +145,7 @@ class Platform:
             "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1",
             "TESSERA_NATS_URL": self.nats_url, "TESSERA_INSTANCE": instance,
             "TESSERA_DB_DSN": service_dsn(self.database_url, service, self.secrets["db"]),
-            "TESSERA_HTTP_PORT": str(self.gateway_port) if service == "gateway" else "0",
+            "TESSERA_HTTP_PORT": str(self.gateway_port or 0) if service == "gateway" else "0",
         })
         if service == "gateway":
             env["TESSERA_TOKEN_SECRET"] = self.secrets["token"]
@@ -182,6 +183,8 @@ class Platform:
         p = self.procs[name]
         if p.proc and p.proc.poll() is None:
             self.kill(name, signal.SIGTERM)
+        if name == "gateway" and p.port:
+            p.env["TESSERA_HTTP_PORT"] = str(p.port)   # clients keep their URL
         p.env.update(env or {})
         p.start()
         await p.wait_ready()
