@@ -1,0 +1,31 @@
+"""The runner (`./taskw up`) on servers it is given: no embedded NATS or PostgreSQL is started,
+every service comes up as its own process against them, with its own role and schema."""
+from __future__ import annotations
+
+import asyncpg
+
+from shared.contract import SERVICES
+from shared.db import role_name
+from shared.platform import CORE_SERVICES, Platform
+
+
+async def test_runner_uses_the_configured_nats_and_postgres_instead_of_embedded_ones(infra, tmp_path):
+    p = Platform(tmp_path, nats_url=infra.nats_url, database_url=infra.admin_dsn)
+    try:
+        await p.start()
+        assert p.nats is None and p.pg is None
+        assert set(p.procs) == set(CORE_SERVICES)
+        assert all(proc.ready.is_set() for proc in p.procs.values())
+        async with p.admin() as admin:
+            assert (await admin.request("GET", "/v1/tenants"))[0] == 200
+        conn = await asyncpg.connect(infra.admin_dsn)
+        try:
+            schemas = {r["nspname"]: r["owner"] for r in await conn.fetch(
+                "SELECT nspname, pg_get_userbyid(nspowner) AS owner FROM pg_namespace")}
+        finally:
+            await conn.close()
+        for service in SERVICES:
+            assert schemas.get(service) == role_name(service)
+    finally:
+        await p.stop()
+    assert all(proc.proc.poll() is not None for proc in p.procs.values())
