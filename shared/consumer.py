@@ -87,14 +87,17 @@ class Consumers:
         )
         workers = max_workers or self.settings.max_workers
         run = self._wrap(name, msg, handler)
+        broker_context = self.broker.context
 
         @self.broker.subscriber(
             subject, stream=JStream(name=owner.stream, declare=False), durable=name, config=config,
             pull_sub=PullSub(batch_size=min(64, max(workers, 1)), timeout=1.0), ack_policy=AckPolicy.MANUAL,
             max_workers=workers, title=f"{name}:{subject}", description=msg.summary,
         )
-        async def _entry(nmsg: NatsMessage) -> None:
-            await run(nmsg)
+        async def _entry(_body) -> None:
+            # The message comes from FastStream's context, not an annotated parameter: resolving a
+            # NatsMessage annotation runs fast_depends' Context.use in a thread pool for every message.
+            await run(broker_context.get_local("message"))
 
         self.names.append(name)
         return name

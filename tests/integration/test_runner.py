@@ -11,6 +11,7 @@ from shared.platform import CORE_SERVICES, Platform
 
 async def test_runner_uses_the_configured_nats_and_postgres_instead_of_embedded_ones(infra, tmp_path):
     p = Platform(tmp_path, nats_url=infra.nats_url, database_url=infra.admin_dsn)
+    p.secrets["db"] = infra.secret   # the roles' passwords the rest of the suite connects with
     try:
         await p.start()
         assert p.nats is None and p.pg is None
