@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import sys
 from pathlib import Path
 from typing import Awaitable, Callable
 
@@ -136,3 +137,13 @@ class Runtime:
             print(f"TESSERA_READY service={self.service} instance={self.settings.instance} port={self.port}", flush=True)
         await stop.wait()
         await self.stop()
+
+
+def serve(build: Callable[[], "Runtime"], service: str) -> None:
+    """A service process's entry point: a bad setting ends it with one line naming the variable
+    (exit status 1), not a traceback; otherwise it runs until SIGTERM/SIGINT."""
+    try:
+        runtime = build()
+    except ValueError as exc:   # every settings error is a ValueError naming its variable
+        sys.exit(f"{service}: cannot start: {exc}")
+    asyncio.run(runtime.run_forever())

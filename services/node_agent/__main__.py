@@ -1,12 +1,6 @@
-import asyncio
-import sys
+from shared.runtime import serve
 
 from .bootstrap import build
-from .config import ConfigError
 
 if __name__ == "__main__":
-    try:
-        runtime = build()
-    except ConfigError as exc:
-        sys.exit(f"node_agent: cannot start: {exc}")
-    asyncio.run(runtime.run_forever())
+    serve(build, "node_agent")

@@ -1,6 +1,6 @@
-import asyncio
+from shared.runtime import serve
 
 from .bootstrap import build
 
 if __name__ == "__main__":
-    asyncio.run(build().run_forever())
+    serve(build, "saga")

@@ -30,3 +30,15 @@ async def test_runner_uses_the_configured_nats_and_postgres_instead_of_embedded_
     finally:
         await p.stop()
     assert all(proc.proc.poll() is not None for proc in p.procs.values())
+
+
+def test_a_service_with_a_bad_setting_exits_with_one_line_naming_it(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TESSERA_HTTP_PORT": "eighty", "PYTHONPATH": "."}
+    r = subprocess.run([sys.executable, "-m", "services.billing"], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines()[-1] == "billing: cannot start: TESSERA_HTTP_PORT='eighty' is not a port number"
+    assert "Traceback" not in r.stderr

@@ -52,3 +52,14 @@ def test_every_stream_is_file_backed_with_a_duplicate_window():
     assert DEAD_LETTER_STREAM in {c.name for c in configs}
     for c in configs:
         assert c.storage.value == "file" and c.duplicate_window >= 60
+
+
+def test_a_bad_setting_is_refused_naming_the_variable(monkeypatch):
+    from shared.config import ServiceSettings
+
+    for name, value in [("TESSERA_HTTP_PORT", "eighty"), ("TESSERA_MAX_DELIVER", "0"),
+                        ("TESSERA_RETRY_BACKOFF_S", "1,-2"), ("TESSERA_ACK_WAIT_S", "soon")]:
+        with monkeypatch.context() as m:
+            m.setenv(name, value)
+            with pytest.raises(ValueError, match=name):
+                ServiceSettings.from_env("billing")
