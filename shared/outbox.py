@@ -53,17 +53,28 @@ class Outbox:
                   tenant_id: uuid.UUID | None = None, causation: Envelope | None = None,
                   subject_params: dict[str, str] | None = None) -> Envelope:
         """Queue one message; it is published only if the caller's transaction commits."""
-        msg = self.catalog.message(type_)
-        subject = msg.render_subject(**(subject_params or {}))
-        self.catalog.check_send(self.service, type_, subject)
-        env = self.envelope(type_, data, correlation_id=correlation_id, tenant_id=tenant_id, causation=causation)
-        # one round trip: the row, and the wake-up the relay receives when the transaction commits
-        await conn.execute(
-            "WITH row AS (INSERT INTO outbox (id, subject, type, headers, body) VALUES ($1, $2, $3, $4::jsonb, $5)) "
-            "SELECT pg_notify($6, '')",
-            env.id, subject, type_, json.dumps(env.headers()), env.model_dump_json().encode(), self.channel,
-        )
+        [env] = await self.add_many(conn, [(type_, data, subject_params)], correlation_id=correlation_id,
+                                    tenant_id=tenant_id, causation=causation)
         return env
+
+    async def add_many(self, conn: asyncpg.Connection, items: list[tuple[str, BaseModel, dict[str, str] | None]], *,
+                       correlation_id: str, tenant_id: uuid.UUID | None = None,
+                       causation: Envelope | None = None) -> list[Envelope]:
+        """Queue several messages (type, payload, subject params) in one pipelined round trip, in order.
+        Every one is checked against the contracts before anything is written."""
+        rows, envelopes = [], []
+        for type_, data, params in items:
+            subject = self.catalog.message(type_).render_subject(**(params or {}))
+            self.catalog.check_send(self.service, type_, subject)
+            env = self.envelope(type_, data, correlation_id=correlation_id, tenant_id=tenant_id, causation=causation)
+            envelopes.append(env)
+            rows.append((env.id, subject, type_, json.dumps(env.headers()), env.model_dump_json().encode(), self.channel))
+        if rows:
+            # the row, and the wake-up the relay receives when the transaction commits
+            await conn.executemany(
+                "WITH row AS (INSERT INTO outbox (id, subject, type, headers, body) VALUES ($1, $2, $3, $4::jsonb, $5)) "
+                "SELECT pg_notify($6, '')", rows)
+        return envelopes
 
 
 class OutboxRelay:

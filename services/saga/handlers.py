@@ -103,9 +103,9 @@ async def apply(conn: asyncpg.Connection, outbox: Outbox, saga: Saga, message: I
     if not actions and after == saga:
         return saga
     await repository.save(conn, saga, after)
-    for action in actions:
-        model = outbox.catalog.message(action.type).model.model_validate(action.data)
-        params = action.subject_params if isinstance(action, Command) else None
-        await outbox.add(conn, action.type, model, correlation_id=str(saga.allocation_id), tenant_id=saga.tenant_id,
-                         causation=causation, subject_params=params)
+    await outbox.add_many(conn, [
+        (action.type, outbox.catalog.message(action.type).model.model_validate(action.data),
+         action.subject_params if isinstance(action, Command) else None)
+        for action in actions
+    ], correlation_id=str(saga.allocation_id), tenant_id=saga.tenant_id, causation=causation)
     return after

@@ -85,11 +85,12 @@ async def lock_events(conn: asyncpg.Connection, allocation_id: uuid.UUID) -> Non
 
 async def append_event(conn: asyncpg.Connection, allocation_id: uuid.UUID, env: Envelope) -> bool:
     """Record the event (once per event id) and wake the streams watching the allocation on commit."""
+    # one round trip: the NOTIFY runs only when the row was added (and is delivered on commit)
     added = await conn.fetchval(
-        "INSERT INTO allocation_events (event_id, allocation_id, type, envelope) VALUES ($1, $2, $3, $4::jsonb) "
-        "ON CONFLICT (event_id) DO NOTHING RETURNING 1", env.id, allocation_id, env.type, env.model_dump_json())
-    if added:
-        await conn.execute("SELECT pg_notify($1, $2)", EVENTS_CHANNEL, str(allocation_id))
+        "WITH added AS (INSERT INTO allocation_events (event_id, allocation_id, type, envelope) "
+        "VALUES ($1, $2, $3, $4::jsonb) ON CONFLICT (event_id) DO NOTHING RETURNING 1) "
+        "SELECT count(pg_notify($5, $6)) FROM added", env.id, allocation_id, env.type, env.model_dump_json(),
+        EVENTS_CHANNEL, str(allocation_id))
     return bool(added)
 
 
