@@ -29,8 +29,7 @@ async def seed(platform: Platform) -> dict:
     if path.exists():
         data = json.loads(path.read_text())
         for node_id in data["nodes"]:
-            agent = platform._spawn(f"node_agent:{node_id}", instance=node_id)
-            await agent.wait_ready()
+            await platform.start_node_agent(node_id)
         return data
     async with platform.admin() as admin:
         tenant = await admin.create_tenant("demo")

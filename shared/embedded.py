@@ -152,37 +152,35 @@ class EmbeddedPostgres:
             return f"postgresql://postgres:{self.password}@/tessera?host={sock}&port={self.port}"
         return f"postgresql://postgres:{self.password}@127.0.0.1:{self.port}/tessera"
 
-    def _demote(self):
-        if os.geteuid() != 0:
-            return None
-        user = _ensure_pg_user()
-
-        def preexec():
-            os.setgid(user.pw_gid)
-            os.setuid(user.pw_uid)
-        return preexec
-
     def start(self) -> "EmbeddedPostgres":
         pgdata = self.data_dir / "pgdata"
-        preexec = self._demote()
-        if os.geteuid() == 0:
-            user = _ensure_pg_user()
+        # as root: the server runs as its own system user, owning what it writes
+        owner = _ensure_pg_user() if os.geteuid() == 0 else None
+
+        def own(path: Path) -> None:
+            if owner:
+                os.chown(path, owner.pw_uid, owner.pw_gid)
+
+        def preexec():
+            os.setgid(owner.pw_gid)
+            os.setuid(owner.pw_uid)
+
+        if owner:
             _make_traversable(self.bindir)
             _make_traversable(self.data_dir)
-            os.chown(self.data_dir, user.pw_uid, user.pw_gid)
+            own(self.data_dir)
+        preexec = preexec if owner else None
         if not (pgdata / "PG_VERSION").exists():
             pw = self.data_dir / ".initpw"
             pw.write_text(self.password)
-            if os.geteuid() == 0:
-                os.chown(pw, pwd.getpwnam(PG_USER).pw_uid, -1)
+            own(pw)
             subprocess.run([str(self.bindir / "initdb"), "-D", str(pgdata), "-U", "postgres", "--pwfile", str(pw),
                             "--auth-host=scram-sha-256", "--auth-local=scram-sha-256", "-E", "UTF8", "--no-instructions"],
                            check=True, preexec_fn=preexec, stdout=subprocess.DEVNULL)
             pw.unlink()
         sock = self.data_dir / "sock"
         sock.mkdir(exist_ok=True)
-        if os.geteuid() == 0:
-            os.chown(sock, pwd.getpwnam(PG_USER).pw_uid, -1)
+        own(sock)
         args = [str(self.bindir / "postgres"), "-D", str(pgdata), "-p", str(self.port), "-c", "listen_addresses=127.0.0.1",
                 "-c", f"unix_socket_directories={sock}", "-c", "max_connections=400", "-c", "shared_buffers=256MB"]
         if not self.durable:

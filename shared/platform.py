@@ -169,9 +169,12 @@ class Platform:
         async with self.admin() as admin:
             node = await admin.register_node(name, gpu_model, gpu_count)
             await admin.wait_node_registered(node["id"])
-        agent = self._spawn(f"node_agent:{node['id']}", instance=node["id"], env=env)
-        await agent.wait_ready()
+        await self.start_node_agent(node["id"], env)
         return node["id"]
+
+    async def start_node_agent(self, node_id: str, env: dict[str, str] | None = None) -> None:
+        """Start the node-agent of an already registered node and wait until it is ready."""
+        await self._spawn(f"node_agent:{node_id}", instance=node_id, env=env).wait_ready()
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         p = self.procs[name]

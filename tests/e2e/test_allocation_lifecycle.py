@@ -73,15 +73,13 @@ async def test_same_idempotency_key_serially_and_concurrently_creates_one_alloca
     key2 = uuid.uuid4().hex
     results = await asyncio.gather(*(tenant.user.create_allocation("idem-c", idempotency_key=key2) for _ in range(10)))
     assert len({r["id"] for r in results}) == 1
-    count = await db.fetchval("SELECT count(*) FROM allocation.allocations WHERE tenant_id=$1 AND name IN ('idem', 'idem-c')",
-                              uuid.UUID(tenant.id))
     # the allocation service may lag the gateway: wait until both requests have arrived there
+    query = "SELECT count(*) FROM allocation.allocations WHERE tenant_id=$1 AND name IN ('idem', 'idem-c')"
     for _ in range(200):
+        count = await db.fetchval(query, uuid.UUID(tenant.id))
         if count == 2:
             break
         await asyncio.sleep(0.05)
-        count = await db.fetchval("SELECT count(*) FROM allocation.allocations WHERE tenant_id=$1 AND name IN ('idem', 'idem-c')",
-                                  uuid.UUID(tenant.id))
     assert count == 2
 
 

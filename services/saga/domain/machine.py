@@ -114,13 +114,8 @@ class _Transition:
             # The outcome is unknown: the step is compensated too (first), its undo being safe either way.
             self._set(step.name, INVOKE, "timed_out", attempt=rec.attempt, error=reason, detail=reason)
             return self._begin_compensation(step, reason)
-        if rec.attempt < self.policy.release_attempts:
-            wait = self.policy.backoff(rec.attempt)
-            self._set(step.name, INVOKE, "retrying", attempt=rec.attempt, deadline=self.now + wait, error=reason,
-                      detail=f"{reason}; resend in {wait.total_seconds():g}s")
+        if self._retry_later(step, INVOKE, rec, reason, self.policy.release_attempts):
             return
-        self._set(step.name, INVOKE, "failed", attempt=rec.attempt, error=reason, detail=reason)
-        self._give_up(step, rec.attempt, reason)
         self._finish_failed(step.name, f"{step.name} unconfirmed after {rec.attempt} attempts ({reason} each)")
 
     def _advance(self, step: Step) -> None:
@@ -164,16 +159,23 @@ class _Transition:
         if rec.status == "retrying":
             return self._compensate(step, rec.attempt + 1)
         reason = f"no reply within {self.policy.compensation_timeout_s:g}s"
-        if rec.attempt < self.policy.compensation_attempts:
-            wait = self.policy.backoff(rec.attempt)
-            self._set(step.name, COMPENSATE, "retrying", attempt=rec.attempt, deadline=self.now + wait, error=reason,
-                      detail=f"{reason}; resend in {wait.total_seconds():g}s")
+        if self._retry_later(step, COMPENSATE, rec, reason, self.policy.compensation_attempts):
             return
-        self._set(step.name, COMPENSATE, "failed", attempt=rec.attempt, error=reason, detail=reason)
-        self._give_up(step, rec.attempt, reason)
         self._next_compensation()   # an earlier step's undo must not wait on this one
 
     # --- endings and helpers ----------------------------------------------------------------------
+
+    def _retry_later(self, step: Step, phase: str, rec: StepRecord, reason: str, attempts: int) -> bool:
+        """An unanswered command: schedule its resend after backoff (True), or, with no attempt left,
+        record the failure and tell operators (False)."""
+        if rec.attempt < attempts:
+            wait = self.policy.backoff(rec.attempt)
+            self._set(step.name, phase, "retrying", attempt=rec.attempt, deadline=self.now + wait, error=reason,
+                      detail=f"{reason}; resend in {wait.total_seconds():g}s")
+            return True
+        self._set(step.name, phase, "failed", attempt=rec.attempt, error=reason, detail=reason)
+        self._give_up(step, rec.attempt, reason)
+        return False
 
     def _give_up(self, step: Step, attempts: int, reason: str) -> None:
         self._event("saga.compensation_failed", step=step.name, attempts=attempts,
