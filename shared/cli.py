@@ -34,7 +34,9 @@ async def seed(platform: Platform) -> dict:
     async with platform.admin() as admin:
         tenant = await admin.create_tenant("demo")
         user = await admin.create_user(tenant["id"], "demo-user", "tenant_user")
-    nodes = [await platform.add_node(f"demo-node-{i}", "H100-SXM5-80GB", 8) for i in ("a", "b")]
+        # quotas are explicit: a tenant may use what the provider granted it, per GPU model and pool
+        await admin.set_quota(tenant["id"], "shared", "H100", 16)
+    nodes = [await platform.add_node(f"demo-node-{i}", "H100", 8) for i in ("a", "b")]
     data = {"tenant_id": tenant["id"], "user_id": user["id"], "api_key": user["api_key"], "nodes": nodes}
     path.write_text(json.dumps(data))
     path.chmod(0o600)

@@ -67,8 +67,10 @@ class TesseraClient:
     async def create_user(self, tenant_id: str, name: str, role: str = "tenant_user") -> dict:
         return (await self.request("POST", f"/v1/tenants/{tenant_id}/users", json_body={"name": name, "role": role}))[1]
 
-    async def register_node(self, name: str, gpu_model: str = "H100-SXM5-80GB", gpu_count: int = 8, labels: dict | None = None) -> dict:
-        body = {"name": name, "gpu_model": gpu_model, "gpu_count": gpu_count, "labels": labels or {}}
+    async def register_node(self, name: str, gpu_model: str = "H100", gpu_count: int = 8, labels: dict | None = None,
+                            pool: str | None = None) -> dict:
+        body = {"name": name, "gpu_model": gpu_model, "gpu_count": gpu_count, "labels": labels or {},
+                **({"pool": pool} if pool else {})}
         return (await self.request("POST", "/v1/nodes", json_body=body))[1]
 
     async def nodes(self) -> list[dict]:
@@ -83,11 +85,74 @@ class TesseraClient:
             await asyncio.sleep(0.05)
         raise TimeoutError(f"node {node_id} not registered after {timeout}s")
 
+    async def node(self, node_id: str) -> dict:
+        return (await self.request("GET", f"/v1/nodes/{node_id}"))[1]
+
+    async def wait_node(self, node_id: str, status: str, timeout: float = 30.0) -> dict:
+        """Poll GET /v1/nodes/{id} until the node has ``status`` (e.g. pending_approval, schedulable)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                n = await self.node(node_id)
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+                n = {"status": None}
+            if n.get("status") == status:
+                return n
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"node {node_id} is {n.get('status')}, not {status}, after {timeout}s")
+            await asyncio.sleep(0.05)
+
+    async def approve_node(self, node_id: str, proposal: int, wipe_policy: str | None = None) -> dict:
+        body = {"proposal": proposal, **({"wipe_policy": wipe_policy} if wipe_policy is not None else {})}
+        return (await self.request("POST", f"/v1/nodes/{node_id}/approve", json_body=body))[1]
+
+    async def onboard_node(self, node_id: str, timeout: float = 30.0) -> dict:
+        """Wait for the node-agent's discovery, approve the proposed slot map, wait until schedulable."""
+        pending = await self.wait_node(node_id, "pending_approval", timeout)
+        await self.approve_node(node_id, pending["proposal"])
+        return await self.wait_node(node_id, "schedulable", timeout)
+
+    async def define_pool(self, name: str, policy: str = "pack", taints: dict | None = None,
+                          timeout: float = 30.0) -> dict:
+        """PUT the pool and wait until the scheduler has it (GET /v1/pools lists it with these settings)."""
+        body = {"policy": policy, "taints": taints or {}}
+        await self.request("PUT", f"/v1/pools/{name}", json_body=body)
+        deadline = time.monotonic() + timeout
+        while True:
+            pools = (await self.request("GET", "/v1/pools"))[1]["items"]
+            found = next((p for p in pools if p["name"] == name and p["policy"] == policy
+                          and p.get("version") is not None), None)
+            if found is not None:
+                return found
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"pool {name} not defined after {timeout}s")
+            await asyncio.sleep(0.05)
+
+    async def set_quota(self, tenant_id: str, pool: str, gpu_model: str, limit: int, guaranteed: int = 0,
+                        timeout: float = 30.0) -> dict:
+        """PUT the tenant's quota and wait until the scheduler has applied it (GET shows it with a version)."""
+        await self.request("PUT", f"/v1/tenants/{tenant_id}/quotas/{pool}/{gpu_model}",
+                           json_body={"limit": limit, "guaranteed": guaranteed})
+        deadline = time.monotonic() + timeout
+        while True:
+            items = (await self.request("GET", f"/v1/tenants/{tenant_id}/quotas"))[1]["items"]
+            found = next((q for q in items if (q["pool"], q["gpu_model"]) == (pool, gpu_model)
+                          and q["limit"] == limit and q.get("version") is not None), None)
+            if found is not None:
+                return found
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"quota {pool}/{gpu_model} of tenant {tenant_id} not applied after {timeout}s")
+            await asyncio.sleep(0.05)
+
     # -- tenant
     async def create_allocation(self, name: str, shape: str = "vm.1gpu", volume_gb: int = 0,
-                                labels: dict | None = None, idempotency_key: str | None = None) -> dict:
+                                labels: dict | None = None, idempotency_key: str | None = None,
+                                **options: Any) -> dict:
+        """``options``: priority_class, spot, pool, tolerations, fail_fast, network_id."""
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
-        body = {"name": name, "shape": shape, "volume_gb": volume_gb, "labels": labels or {}}
+        body = {"name": name, "shape": shape, "volume_gb": volume_gb, "labels": labels or {}, **options}
         return (await self.request("POST", "/v1/allocations", json_body=body, headers=headers, expect=(202,)))[1]
 
     async def allocation(self, allocation_id: str) -> dict:

@@ -14,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import asyncpg
 import structlog
@@ -53,6 +54,20 @@ class HandlerContext:
     envelope: Envelope
     outbox: Outbox
     consumer: str
+    after_commit: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+    def on_commit(self, callback: Callable[[], Awaitable[None]]) -> None:
+        """Run ``callback`` once the handler's transaction has committed (never if it rolls back): for
+        in-memory state that must not run ahead of the database. A failing callback is logged; the
+        message stays handled (its effect is committed)."""
+        self.after_commit.append(callback)
+
+    async def run_after_commit(self) -> None:
+        for callback in self.after_commit:
+            try:
+                await callback()
+            except Exception as exc:  # noqa: BLE001 - the effect is committed: never nack it now
+                log.error("consumer.after_commit_failed", consumer=self.consumer, error=repr(exc))
 
     async def emit(self, type_: str, data: BaseModel, *, correlation_id: str | None = None,
                    tenant_id: uuid.UUID | None = None, subject_params: dict[str, str] | None = None) -> Envelope:
@@ -131,7 +146,10 @@ class Consumers:
                             "INSERT INTO inbox (consumer, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING 1",
                             consumer, env.id)
                         if fresh:
-                            await handler(HandlerContext(conn, env, self.outbox, consumer), data)
+                            hctx = HandlerContext(conn, env, self.outbox, consumer)
+                            await handler(hctx, data)
+                    if fresh:
+                        await hctx.run_after_commit()
                 heartbeat.cancel()
                 await nmsg.ack()
                 MESSAGES.labels(self.service, msg.type, "ok" if fresh else "duplicate").inc()

@@ -162,14 +162,18 @@ class Platform:
         p.start()
         return p
 
-    async def add_node(self, name: str, gpu_model: str = "H100-SXM5-80GB", gpu_count: int = 8,
-                       env: dict[str, str] | None = None) -> str:
+    async def add_node(self, name: str, gpu_model: str = "H100", gpu_count: int = 8,
+                       env: dict[str, str] | None = None, *, approve: bool = True, pool: str | None = None) -> str:
         """Register a node through the gateway, wait for the scheduler to confirm it, start its node-agent
-        (``env`` adds settings for that node-agent only, e.g. the sim driver's latency)."""
+        (``env`` adds settings for that node-agent only, e.g. the sim driver's latency or topology kind),
+        which reports the hardware it discovers; with ``approve`` the proposed slot map is approved as a
+        provider admin would, and the node is schedulable when this returns."""
         async with self.admin() as admin:
-            node = await admin.register_node(name, gpu_model, gpu_count)
+            node = await admin.register_node(name, gpu_model, gpu_count, pool=pool)
             await admin.wait_node_registered(node["id"])
-        await self.start_node_agent(node["id"], env)
+            await self.start_node_agent(node["id"], {"TESSERA_NODE_NAME": name, **(env or {})})
+            if approve:
+                await admin.onboard_node(node["id"])
         return node["id"]
 
     async def start_node_agent(self, node_id: str, env: dict[str, str] | None = None) -> None:

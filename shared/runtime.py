@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Awaitable, Callable
 
 import asyncpg
 import structlog
@@ -129,8 +130,18 @@ class Runtime:
     async def run_forever(self) -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+        me = os.getpid()
+
+        # Not loop.add_signal_handler: it routes signals through a wakeup socket that a forked child (pyroute2
+        # enters network namespaces in forked children) inherits, so a SIGTERM meant for such a child would
+        # stop this service. A plain handler runs in the process the signal was sent to; a child ignores it.
+        def stopping(signum: int, _frame) -> None:
+            if os.getpid() != me:
+                os._exit(0)   # a forked child of this service that was told to stop
+            log.info("service.stopping", signal=signal.Signals(signum).name)
+            loop.call_soon_threadsafe(stop.set)
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+            signal.signal(sig, stopping)
         await self.start()
         if self.port is not None:
             # The runner and the tests read this line to learn the health port.
@@ -139,7 +150,7 @@ class Runtime:
         await self.stop()
 
 
-def serve(build: Callable[[], "Runtime"], service: str) -> None:
+def serve(build: Callable[[], Runtime], service: str) -> None:
     """A service process's entry point: a bad setting ends it with one line naming the variable
     (exit status 1), not a traceback; otherwise it runs until SIGTERM/SIGINT."""
     try:

@@ -13,13 +13,23 @@ from shared.wire import StepCommand, StepFailure, Wire
 State = Literal["REQUESTED", "PROVISIONING", "ACTIVE", "RELEASING", "RELEASED", "FAILED"]
 
 
-class RequestAllocation(Wire):
+class Scheduling(Wire):
+    """What the tenant asked about placement and networking (passed on by the saga)."""
+    priority: int = Field(default=0, ge=-1000, le=1000)
+    spot: bool = False
+    pool: str | None = Field(default=None, max_length=63)
+    tolerations: list[str] = Field(default_factory=list, max_length=16)
+    fail_fast: bool = False
+    network_id: uuid.UUID | None = None
+
+
+class RequestAllocation(Scheduling):
     allocation_id: uuid.UUID
     tenant_id: uuid.UUID
     user_id: uuid.UUID
     name: str = Field(max_length=63)
     shape: str
-    gpu_count: int = Field(ge=1, le=8)
+    gpu_count: int = Field(ge=1, le=16)
     volume_gb: int = Field(ge=0, le=100_000)
     labels: dict[str, str] = Field(default_factory=dict)
 
@@ -28,6 +38,14 @@ class ReleaseAllocation(Wire):
     allocation_id: uuid.UUID
     tenant_id: uuid.UUID
     requested_by: uuid.UUID
+
+
+class PreemptAllocation(Wire):
+    """Sent by the scheduler after a preemption notice's grace period: release the allocation, recording why."""
+    allocation_id: uuid.UUID
+    tenant_id: uuid.UUID
+    reason: str = Field(max_length=500)
+    preempted_for: uuid.UUID | None = None
 
 
 class MarkProvisioning(Wire):
@@ -57,7 +75,7 @@ class AllocationEvent(Wire):
     at: datetime
 
 
-class AllocationRequested(AllocationEvent):
+class AllocationRequested(AllocationEvent, Scheduling):
     user_id: uuid.UUID
     name: str
     shape: str
@@ -82,7 +100,8 @@ class AllocationActivationFailed(StepFailure):
 
 
 class AllocationReleaseRequested(AllocationEvent):
-    requested_by: uuid.UUID
+    requested_by: uuid.UUID | None = None
+    reason: str | None = Field(default=None, description="Why, when not the tenant's own request (e.g. preempted).")
     node_id: uuid.UUID | None = None
     volume_gb: int = 0
     labels: dict[str, str] = Field(default_factory=dict)
@@ -116,6 +135,7 @@ CONTRACT = ServiceContract(
     messages=[
         Message("allocation.request", "allocation.cmd.request", RequestAllocation, "command", "A tenant asks for an allocation (sent by the gateway)."),
         Message("allocation.release", "allocation.cmd.release", ReleaseAllocation, "command", "A tenant asks to release an ACTIVE allocation (sent by the gateway)."),
+        Message("allocation.preempt", "allocation.cmd.preempt", PreemptAllocation, "command", "The scheduler preempts an ACTIVE allocation: release it, recording the reason."),
         Message("allocation.mark_provisioning", "allocation.cmd.mark_provisioning", MarkProvisioning, "command", "The allocate saga has started."),
         Message("allocation.activate", "allocation.cmd.activate", ActivateAllocation, "command", "Last allocate-saga step: the allocation becomes ACTIVE."),
         Message("allocation.fail", "allocation.cmd.fail", FailAllocation, "command", "The saga ended in failure (after compensating)."),
@@ -130,6 +150,6 @@ CONTRACT = ServiceContract(
         Message("allocation.failed", "allocation.evt.failed", AllocationFailed, "event", "The allocation FAILED; the step and reason are recorded."),
         Message("allocation.command_rejected", "allocation.evt.command_rejected", AllocationCommandRejected, "event", "A command did not apply to the allocation's state."),
     ],
-    receives=["allocation.request", "allocation.release", "allocation.mark_provisioning", "allocation.activate",
+    receives=["allocation.request", "allocation.release", "allocation.preempt", "allocation.mark_provisioning", "allocation.activate",
               "allocation.fail", "allocation.mark_released"],
 )

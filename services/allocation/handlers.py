@@ -67,7 +67,8 @@ async def request(ctx: HandlerContext, cmd: c.RequestAllocation) -> None:
     """Create a REQUESTED allocation. Idempotent on allocation_id: an existing id is a no-op."""
     try:
         alloc = Allocation.request(cmd.allocation_id, cmd.tenant_id, cmd.user_id, cmd.name, cmd.shape,
-                                   cmd.gpu_count, cmd.volume_gb, cmd.labels, utcnow())
+                                   cmd.gpu_count, cmd.volume_gb, cmd.labels, utcnow(),
+                                   options=cmd.model_dump(include=set(c.Scheduling.model_fields)))
     except InvalidSpec as exc:
         await _reject(ctx, cmd.allocation_id, "allocation.request", str(exc))
         return
@@ -93,12 +94,19 @@ async def fail(ctx: HandlerContext, cmd: c.FailAllocation) -> None:
     await _save(ctx, alloc)
 
 
-async def release(ctx: HandlerContext, cmd: c.ReleaseAllocation) -> None:
-    """ACTIVE → RELEASING; no-op if RELEASING/RELEASED; otherwise rejected with the reason (no change)."""
+async def _tenants(ctx: HandlerContext, cmd: c.ReleaseAllocation | c.PreemptAllocation,
+                   command: str) -> Allocation | None:
+    """The locked aggregate if it is the command's tenant's; otherwise the command is rejected (None)."""
     alloc = await repository.get_for_update(ctx.conn, cmd.allocation_id)
     if alloc is None or alloc.tenant_id != cmd.tenant_id:
-        await _reject(ctx, cmd.allocation_id, "allocation.release",
-                      f"tenant {cmd.tenant_id} has no allocation {cmd.allocation_id}")
+        await _reject(ctx, cmd.allocation_id, command, f"tenant {cmd.tenant_id} has no allocation {cmd.allocation_id}")
+        return None
+    return alloc
+
+
+async def release(ctx: HandlerContext, cmd: c.ReleaseAllocation) -> None:
+    """ACTIVE → RELEASING; no-op if RELEASING/RELEASED; otherwise rejected with the reason (no change)."""
+    if (alloc := await _tenants(ctx, cmd, "allocation.release")) is None:
         return
     try:
         alloc.release(cmd.requested_by, utcnow())
@@ -106,6 +114,20 @@ async def release(ctx: HandlerContext, cmd: c.ReleaseAllocation) -> None:
         await _reject(ctx, alloc.id, "allocation.release", f"{exc} (only an ACTIVE allocation can be released)")
         return
     await _save(ctx, alloc)
+
+
+async def preempt(ctx: HandlerContext, cmd: c.PreemptAllocation) -> None:
+    """The scheduler preempts: ACTIVE → RELEASING with the reason (the release saga follows); a no-op when it is
+    releasing, released or failed already; rejected with the reason before it is ACTIVE."""
+    if (alloc := await _tenants(ctx, cmd, "allocation.preempt")) is None:
+        return
+    try:
+        changed = alloc.preempt(f"preempted: {cmd.reason}", utcnow())
+    except IllegalTransition as exc:
+        await _reject(ctx, alloc.id, "allocation.preempt", str(exc))
+        return
+    if changed:
+        await _save(ctx, alloc)
 
 
 async def _activate(conn: asyncpg.Connection, cmd: c.ActivateAllocation) -> dict:

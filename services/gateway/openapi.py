@@ -15,6 +15,7 @@ from pydantic.json_schema import models_json_schema
 from .endpoint import EVENT_STREAM, Endpoint, Param
 from .problems import _TITLES, PROBLEM_JSON
 from .routes import ENDPOINTS as API_ENDPOINTS
+from .routes import networks as network_routes
 from .schemas import Problem
 
 _REF = "#/components/schemas/{model}"
@@ -27,7 +28,7 @@ async def serve_openapi(_request: web.Request) -> web.Response:
 
 OPENAPI = Endpoint("GET", "/openapi.json", serve_openapi, "getOpenApi", "This OpenAPI document", "meta",
                    {200: "application/json"}, security="none")
-ENDPOINTS = [*API_ENDPOINTS, OPENAPI]
+ENDPOINTS = [*API_ENDPOINTS, *network_routes.ENDPOINTS, OPENAPI]
 
 
 def _models(endpoints: list[Endpoint]) -> list[type[BaseModel]]:

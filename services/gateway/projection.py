@@ -16,7 +16,7 @@ from services.scheduler.contracts import NodeRegistered
 from shared.consumer import HandlerContext
 
 from .adapters import allocations as repo
-from .adapters import nodes as node_repo
+from .adapters import inventory
 from .domain.model import advances
 
 log = structlog.get_logger()
@@ -47,7 +47,8 @@ async def on_requested(ctx: HandlerContext, data: ac.AllocationRequested) -> Non
     await repo.insert(ctx.conn, {
         "id": data.allocation_id, "tenant_id": data.tenant_id, "user_id": data.user_id, "name": data.name,
         "shape": data.shape, "gpu_count": data.gpu_count, "volume_gb": data.volume_gb, "labels": data.labels,
-        "state": "REQUESTED", "created_at": data.at})
+        "state": "REQUESTED", "created_at": data.at, "priority": data.priority, "spot": data.spot, "pool": data.pool,
+        "tolerations": data.tolerations, "fail_fast": data.fail_fast, "network_id": data.network_id})
     await _record(ctx, data.allocation_id)
 
 
@@ -60,7 +61,7 @@ async def on_activated(ctx: HandlerContext, data: ac.AllocationActivated) -> Non
 
 
 async def on_release_requested(ctx: HandlerContext, data: ac.AllocationReleaseRequested) -> None:
-    await _record(ctx, data.allocation_id, "RELEASING", node_id=data.node_id)
+    await _record(ctx, data.allocation_id, "RELEASING", node_id=data.node_id, reason=data.reason)
 
 
 async def on_released(ctx: HandlerContext, data: ac.AllocationReleased) -> None:
@@ -82,5 +83,6 @@ async def on_saga_step_changed(ctx: HandlerContext, data: SagaStepChanged) -> No
 
 
 async def on_node_registered(ctx: HandlerContext, data: NodeRegistered) -> None:
-    await node_repo.mark_registered(ctx.conn, data.node_id, data.name, data.gpu_model, data.gpu_count)
+    # the scheduler-aware variant: a late confirmation never overwrites a newer node_changed document
+    await inventory.mark_registered(ctx.conn, data.node_id, data.name, data.gpu_model, data.gpu_count)
 

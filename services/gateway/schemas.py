@@ -11,11 +11,12 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from shared.wire import SHAPES
-
 from .domain.model import Role, State
+from .domain.scheduling import TOLERATION
 
-Shape = Literal[tuple(SHAPES)]  # type: ignore[valid-type]
+ShapeName = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=r"^[a-z0-9]([a-z0-9.\-]{0,61}[a-z0-9])?$")]
+NodeStatus = Literal["registering", "registered", "pending_approval", "schedulable", "needs_review"]
+Toleration = Annotated[str, StringConstraints(max_length=200, pattern=TOLERATION)]
 ResourceName = Annotated[str, StringConstraints(min_length=1, max_length=63,
                                                 pattern=r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")]
 PersonName = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._@+-]*$")]
@@ -56,6 +57,10 @@ class NodeCreate(Body):
     gpu_model: Annotated[str, StringConstraints(min_length=1, max_length=64)]
     gpu_count: int = Field(ge=1, le=16)
     labels: Labels = Field(default_factory=dict)
+    pool: ShapeName | None = Field(default=None, description="The node pool (default: shared).")
+    region: Annotated[str, StringConstraints(min_length=1, max_length=63)] | None = None
+    site: Annotated[str, StringConstraints(min_length=1, max_length=63)] | None = None
+    rack: Annotated[str, StringConstraints(min_length=1, max_length=63)] | None = None
 
 
 class AllocationCreate(Body):
@@ -63,9 +68,20 @@ class AllocationCreate(Body):
         {"id", "tenant_id", "user_id", "state", "price", "gpu_count", "node_id", "saga_id", "created_at",
          "updated_at", "failed_step", "reason", "links"})
     name: ResourceName
-    shape: Shape = Field(description="One of the provider's capacity shapes; fixes gpu_count.")
+    shape: ShapeName = Field(description="One of the shapes GET /v1/shapes lists; fixes gpu_count. An unknown or "
+                                         "deleted shape is a 422 naming the known ones.")
     volume_gb: int = Field(default=0, ge=0, le=100_000)
     labels: Labels = Field(default_factory=dict)
+    priority_class: Literal["low", "normal", "high"] = Field(
+        default="normal", description="Scheduling priority: low = -100, normal = 0, high = 100. A waiting request of a "
+                                      "higher class may preempt spot or lower-priority allocations (never a tenant's "
+                                      "guaranteed quota).")
+    spot: bool = Field(default=False, description="Preemptible capacity: may be preempted for higher priority requests.")
+    pool: ShapeName | None = Field(default=None, description="The node pool to place in (default: the shared pool).")
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=16,
+                                          description="'key=value:NoSchedule' entries: taints this request tolerates.")
+    fail_fast: bool = Field(default=False, description="Fail at once instead of waiting in the queue when nothing fits.")
+    network_id: uuid.UUID | None = Field(default=None, strict=False, description="A tenant network to attach to.")
 
 
 # --- responses --------------------------------------------------------------------------------------
@@ -141,7 +157,7 @@ class NodeOut(Out):
     gpu_model: str
     gpu_count: int
     labels: dict[str, str]
-    status: Literal["registering", "registered"]
+    status: NodeStatus
     requested_at: datetime | None = None
     registered_at: datetime | None = None
 
@@ -157,6 +173,25 @@ class AllocationLinks(Out):
 
     self: str
     events: str
+
+
+class AllocationPreemption(Out):
+    """The scheduler will preempt the allocation after ``grace_deadline`` (then it is released)."""
+
+    reason: str
+    grace_deadline: datetime
+    preempted_for: uuid.UUID | None = None
+
+
+class AllocationProblem(Out):
+    """Why the scheduler refused the reservation (quota members set for code quota-exceeded)."""
+
+    code: str
+    reason: str
+    quota: str | None = None
+    limit: int | None = None
+    used: int | None = None
+    requested: int | None = None
 
 
 class AllocationOut(Out):
@@ -176,6 +211,17 @@ class AllocationOut(Out):
     created_at: datetime
     updated_at: datetime
     links: AllocationLinks
+    priority: int = 0
+    priority_class: Literal["low", "normal", "high"] | None = Field(default="normal", description="null: a custom priority.")
+    spot: bool = False
+    pool: str | None = None
+    tolerations: list[str] = Field(default_factory=list)
+    fail_fast: bool = False
+    network_id: uuid.UUID | None = None
+    queue_position: int | None = Field(default=None, description="While QUEUED: the place in the tenant's queue (1 = next).")
+    queued_reason: str | None = Field(default=None, description="While QUEUED: why nothing fits now.")
+    preemption: AllocationPreemption | None = None
+    problem: AllocationProblem | None = None
 
 
 class AllocationPage(Out):

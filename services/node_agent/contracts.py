@@ -2,9 +2,13 @@
 from __future__ import annotations
 
 import uuid
+from typing import Literal
+
+from pydantic import Field
 
 from shared.contract import Message, ServiceContract
-from shared.wire import StepCommand, StepFailure, StepReply, StepUndone, UndoCommand
+from shared.netwire import SlotAttachment, TenantNetworks
+from shared.wire import StepCommand, StepFailure, StepReply, StepUndone, UndoCommand, Wire
 
 
 class ProvisionNode(StepCommand):
@@ -13,6 +17,8 @@ class ProvisionNode(StepCommand):
     volume_id: uuid.UUID | None = None
     ip_address: str | None = None
     mac_address: str | None = None
+    attachment: SlotAttachment | None = Field(default=None, description="The allocation's interface to plumb on the node.")
+    tenant_networks: TenantNetworks | None = Field(default=None, description="The tenant's networks and rules (with attachment).")
 
 
 class NodeProvisioned(StepReply):
@@ -32,16 +38,27 @@ class NodeDeprovisioned(StepUndone):
     node_id: uuid.UUID
 
 
+class NetworkRepaired(Wire):
+    """One repair the node's reconcile made: the kernel had drifted from the desired state."""
+
+    node_id: uuid.UUID
+    action: Literal["create", "remove", "replace"]
+    object: str = Field(description="'<kind>:<name>', e.g. 'vxlan:tvx0000c8' or 'slot:ts-1a2b3c4d-...'.")
+    detail: str = ""
+
+
 CONTRACT = ServiceContract(
     service="node_agent",
     title="Tessera node-agent",
-    description="Runs on each node; provisions and deprovisions allocations through its driver.",
+    description="Runs on each node; provisions and deprovisions allocations through its driver and plumbs their tenant networks.",
     messages=[
         Message("node_agent.provision", "node_agent.cmd.provision.{node_id}", ProvisionNode, "command", "Saga step: provision the allocation on this node."),
         Message("node_agent.deprovision", "node_agent.cmd.deprovision.{node_id}", DeprovisionNode, "command", "Saga step or compensation: remove the allocation from this node (idempotent)."),
         Message("node_agent.node_provisioned", "node_agent.evt.node_provisioned.{node_id}", NodeProvisioned, "event", "The allocation runs on the node."),
         Message("node_agent.node_provision_failed", "node_agent.evt.node_provision_failed.{node_id}", NodeProvisionFailed, "event", "Provisioning failed on the node."),
         Message("node_agent.node_deprovisioned", "node_agent.evt.node_deprovisioned.{node_id}", NodeDeprovisioned, "event", "Nothing of the allocation is left on the node."),
+        Message("node_agent.network_repaired", "node_agent.evt.network_repaired.{node_id}", NetworkRepaired, "event", "Reconcile found the node's network drifted and repaired one object."),
     ],
-    receives=["node_agent.provision", "node_agent.deprovision"],
+    receives=["node_agent.provision", "node_agent.deprovision", "network.tenant_networks_changed"],
+    sends=["scheduler.report_topology"],
 )

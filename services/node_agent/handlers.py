@@ -1,14 +1,20 @@
-"""The node-agent's saga-step handlers: provision and deprovision an allocation through the driver.
+"""The node-agent's saga-step handlers: provision and deprovision an allocation through the driver,
+plumbing its tenant network through the dataplane around it (issue 4).
 
 Both run inside the consumer's transaction: the driver acts first, the row and
 the reply commit after it. A crash between the two leaves an instance with no
 row; the redelivered command finds it again (drivers are idempotent per
-allocation), and a compensation removes it whether or not a row exists.
+allocation), and a compensation removes it whether or not a row exists. The
+network is plumbed before the driver provisions and unplumbed after it
+deprovisions; the dataplane is idempotent too, and the periodic reconcile
+repairs what a crash in between left.
 """
 from __future__ import annotations
 
+import asyncio
 import uuid
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from functools import partial
 
 import asyncpg
@@ -16,10 +22,14 @@ import structlog
 from prometheus_client import Gauge
 
 from shared.consumer import HandlerContext, PermanentError
+from shared.netwire import TenantNetworks
+from shared.outbox import Outbox
 from shared.participant import StepRejected, invoke, undo
 
 from . import contracts as c
+from .adapters import network as netrepo
 from .adapters import repository
+from .dataplane import Dataplane, InvalidAttachment, KernelError, NullDataplane, Repair
 from .domain.model import Instance, InstanceSpec, InvalidRequest, checked_slots
 from .drivers import DriverError, ProvisioningDriver
 
@@ -30,11 +40,22 @@ INSTANCES = Gauge("tessera_node_instances", "Instances on the node, as its drive
 
 @dataclass(frozen=True)
 class Node:
-    """The node this process serves: its id, its driver, and whether sim fault labels apply."""
+    """The node this process serves: its id, its driver, whether sim fault labels apply, its dataplane."""
 
     id: uuid.UUID
     driver: ProvisioningDriver
     sim_faults: bool = False
+    dataplane: Dataplane = field(default_factory=NullDataplane)
+    # one thread for every kernel call: pyroute2's sync sockets stay on the thread that made them
+    kernel_thread: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "dataplane"), repr=False)
+    # set once the stored desired state is loaded: a command handled before that would be undone by the load
+    loaded: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+
+    async def plumbing(self, fn, *args):
+        """Run a blocking dataplane call on the node's kernel thread, once the stored state is loaded."""
+        if self.dataplane.kind != "none":
+            await self.loaded.wait()
+        return await asyncio.get_running_loop().run_in_executor(self.kernel_thread, fn, *args)
 
     @property
     def subject_params(self) -> dict[str, str]:
@@ -59,10 +80,33 @@ def _spec(cmd: c.ProvisionNode) -> InstanceSpec:
                         cmd.volume_id, cmd.ip_address, cmd.mac_address)
 
 
+async def _plumb(node: Node, conn: asyncpg.Connection, cmd: c.ProvisionNode) -> bool:
+    """Record and plumb the attachment when one is given and the dataplane is real; True when it did.
+    Raises StepRejected for an attachment that cannot be plumbed (the kernel is left as it was)."""
+    if cmd.attachment is None or node.dataplane.kind == "none":
+        return False
+    tenant = cmd.tenant_networks
+    if tenant is None or tenant.tenant_id != cmd.tenant_id or cmd.attachment.allocation_id != cmd.allocation_id:
+        raise StepRejected("network: the attachment needs the tenant_networks of the command's tenant and allocation")
+    tenant = await netrepo.keep_tenant(conn, node.id, tenant)
+    await netrepo.record_attachment(conn, node.id, cmd.tenant_id, cmd.attachment)
+    try:
+        await node.plumbing(node.dataplane.attach, tenant, cmd.attachment)
+    except (InvalidAttachment, KernelError) as exc:
+        raise StepRejected(f"network: {exc}") from exc
+    return True
+
+
 async def _provision(node: Node, conn: asyncpg.Connection, cmd: c.ProvisionNode) -> dict:
     try:
         spec = _spec(cmd)
-        instance_id = await node.driver.provision(spec)
+        plumbed = await _plumb(node, conn, cmd)
+        try:
+            instance_id = await node.driver.provision(spec)
+        except BaseException:
+            if plumbed:   # the step fails or is retried: leave no network behind either way
+                await node.plumbing(node.dataplane.detach, cmd.allocation_id)
+            raise
     except (InvalidRequest, DriverError) as exc:
         raise StepRejected(str(exc)) from exc
     await repository.record(conn, node.id, Instance(cmd.allocation_id, instance_id, spec.slots))
@@ -73,6 +117,8 @@ async def _provision(node: Node, conn: asyncpg.Connection, cmd: c.ProvisionNode)
 async def _deprovision(node: Node, conn: asyncpg.Connection, cmd: c.DeprovisionNode) -> dict:
     # the driver is asked even without a row: a crash may have left an instance that never got one
     await node.driver.deprovision(cmd.allocation_id)
+    await node.plumbing(node.dataplane.detach, cmd.allocation_id)
+    await netrepo.forget_attachment(conn, node.id, cmd.allocation_id)
     gone = await repository.forget(conn, node.id, cmd.allocation_id)
     log.info("node_agent.deprovisioned", allocation_id=str(cmd.allocation_id), instance_id=gone)
     return {"node_id": node.id}
@@ -95,3 +141,40 @@ async def deprovision_node(ctx: HandlerContext, cmd: c.DeprovisionNode, *, node:
     await undo(ctx, cmd, partial(_deprovision, node), undone="node_agent.node_deprovisioned",
                reply_model=c.NodeDeprovisioned, subject_params=node.subject_params)
     await refresh_gauge(node)
+
+
+async def tenant_networks_changed(ctx: HandlerContext, tenant: TenantNetworks, *, node: Node) -> None:
+    """Keep the highest snapshot version per tenant and re-plumb its networks and rules if it has slots here.
+    An older or repeated snapshot changes nothing; a kernel error propagates (retried, then dead-lettered)."""
+    if node.dataplane.kind == "none":
+        return
+    kept = await netrepo.keep_tenant(ctx.conn, node.id, tenant)
+    if kept.version == tenant.version:
+        try:
+            await node.plumbing(node.dataplane.update_tenant, tenant)
+        except InvalidAttachment as exc:   # e.g. a network removed while a slot here still uses it: never fits
+            raise PermanentError(f"tenant {tenant.tenant_id} v{tenant.version}: {exc}") from exc
+
+
+async def load_network(node: Node, pool: asyncpg.Pool) -> None:
+    """Give the dataplane the desired inputs stored before a restart (no kernel change)."""
+    async with pool.acquire() as conn:
+        tenants, attachments = await netrepo.load(conn, node.id)
+    await asyncio.get_running_loop().run_in_executor(node.kernel_thread, node.dataplane.load, tenants, attachments)
+    node.loaded.set()
+
+
+async def reconcile_network(node: Node, pool: asyncpg.Pool, outbox: Outbox) -> list[Repair]:
+    """Repair the kernel towards the desired state; each repair is emitted as node_agent.network_repaired."""
+    repairs = await node.plumbing(node.dataplane.reconcile)
+    if repairs:
+        correlation = f"reconcile:{node.id}:{uuid.uuid4()}"
+        async with pool.acquire() as conn, conn.transaction():
+            for r in repairs:
+                await outbox.add(conn, "node_agent.network_repaired", c.NetworkRepaired(
+                    node_id=node.id, action=r.action, object=f"{r.kind}:{r.name}", detail=r.detail),
+                    correlation_id=correlation, subject_params=node.subject_params)
+        for r in repairs:
+            log.warning("node_agent.network_repaired", node_id=str(node.id), action=r.action, kind=r.kind,
+                        name=r.name, detail=r.detail)
+    return repairs

@@ -22,7 +22,7 @@ class SagaStepChanged(Wire):
     kind: SagaKind
     allocation_id: uuid.UUID
     step: str
-    status: Literal["invoked", "succeeded", "failed", "timed_out", "compensating", "compensated", "retrying"]
+    status: Literal["invoked", "waiting", "succeeded", "failed", "timed_out", "compensating", "compensated", "retrying"]
     attempt: int
     detail: str | None = None
     phase: Literal["invoke", "compensate"] = "invoke"   # "compensate": the status is that of the step's undo
@@ -67,7 +67,8 @@ CONTRACT = ServiceContract(
     ],
     receives=[
         "allocation.requested", "allocation.release_requested",
-        "scheduler.slots_reserved", "scheduler.slot_reservation_failed", "scheduler.slots_released",
+        "scheduler.slots_reserved", "scheduler.reservation_queued", "scheduler.slot_reservation_failed",
+        "scheduler.slots_released",
         "network.network_attached", "network.network_attach_failed", "network.network_detached",
         "storage.volume_provisioned", "storage.volume_provision_failed", "storage.volume_deleted",
         "node_agent.node_provisioned", "node_agent.node_provision_failed", "node_agent.node_deprovisioned",

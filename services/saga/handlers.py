@@ -25,12 +25,15 @@ from .domain.model import Command, Input, Policy, Reply, Saga, Start
 log = structlog.get_logger()
 
 REPLY_BASE = ("saga_id", "step", "idempotency_key", "allocation_id")
+# what the tenant asked about placement and networking, passed on to the scheduler and network steps
+SCHEDULING_INPUT = ("user_id", "priority", "spot", "pool", "tolerations", "fail_fast", "network_id")
 
 
 async def start_allocate(ctx: HandlerContext, evt: AllocationRequested, *, policy: Policy) -> None:
     """Create the allocate saga and send its first commands; a second start for the allocation does nothing."""
     data = evt.model_dump(mode="json")
     saga_input = {k: data[k] for k in ("allocation_id", "tenant_id", "shape", "gpu_count", "volume_gb", "labels")}
+    saga_input.update({k: data[k] for k in SCHEDULING_INPUT if data.get(k) is not None})
     await _start(ctx, Saga(uuid.uuid4(), "allocate", evt.allocation_id, evt.tenant_id, {**saga_input, "node_id": None}),
                  policy)
 

@@ -6,6 +6,7 @@ Environment variables (defaults in brackets):
   TESSERA_SAGA_COMPENSATION_ATTEMPTS   [5]    undo attempts before saga.compensation_failed
   TESSERA_SAGA_RELEASE_ATTEMPTS        [8]    attempts per release step before the release saga fails
   TESSERA_SAGA_BACKOFF_S               [0.5,1,2,4,8]  waits between attempts; the last one repeats
+  TESSERA_SAGA_QUEUE_TIMEOUT_S         [86400] how long a queued reservation may wait for capacity
   TESSERA_SAGA_DEADLINE_POLL_S         [0.2]  how often the deadline loop looks for passed deadlines
 """
 from __future__ import annotations
@@ -50,6 +51,7 @@ class SagaSettings:
             release_attempts=read("TESSERA_SAGA_RELEASE_ATTEMPTS", "8", int, positive, "a positive integer"),
             backoff_s=read("TESSERA_SAGA_BACKOFF_S", "0.5,1,2,4,8", delays, lambda d: all(x >= 0 for x in d),
                            "a comma-separated list of non-negative seconds"),
+            queue_timeout_s=read("TESSERA_SAGA_QUEUE_TIMEOUT_S", "86400", float, positive, "a positive number of seconds"),
         )
         poll = read("TESSERA_SAGA_DEADLINE_POLL_S", "0.2", float, positive, "a positive number of seconds")
         return cls(policy=policy, deadline_poll_s=poll)

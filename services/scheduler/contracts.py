@@ -1,22 +1,100 @@
-"""Wire contract of the scheduler service (nodes, GPU slots, placement and reservation)."""
+"""Wire contract of the scheduler service: inventory, slot maps, shapes, pools, quotas, placement, queue, preemption.
+
+Inventory changes arrive as commands (from the gateway for provider/tenant
+admins, from node-agents for discovered topology); every change of an entity is
+published as one ``*_changed`` event carrying the entity's whole document, so
+read models (the gateway's, ops dashboards) never need to merge partial updates.
+"""
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
+from typing import Any, Literal
 
 from pydantic import Field
 
 from shared.contract import Message, ServiceContract
 from shared.wire import StepCommand, StepFailure, StepReply, StepUndone, UndoCommand, Wire
 
+NAME = r"^[a-z0-9]([a-z0-9.\-]{0,61}[a-z0-9])?$"
+NodeStatus = Literal["registered", "pending_approval", "schedulable", "needs_review"]
+FailureCode = Literal["no-capacity", "quota-exceeded", "queue-full", "cancelled", "unknown-shape", "invalid-request",
+                      "preempted"]
 
+
+# --- inventory commands ---------------------------------------------------------------------------------------
 class RegisterNode(Wire):
+    """A provider admin declares a node: where it is, which pool; its hardware comes from discovery."""
     node_id: uuid.UUID
     name: str = Field(min_length=1, max_length=63)
     gpu_model: str = Field(min_length=1, max_length=64)
     gpu_count: int = Field(ge=1, le=16)
     labels: dict[str, str] = Field(default_factory=dict)
+    pool: str = Field(default="shared", pattern=NAME)
+    region: str = Field(default="region-1", max_length=63)
+    site: str = Field(default="site-1", max_length=63)
+    rack: str = Field(default="rack-1", max_length=63)
 
 
+class ReportTopology(Wire):
+    """Sent by a node-agent at start (and on re-discovery): the hardware its driver found."""
+    node_id: uuid.UUID
+    driver: str
+    topology: dict[str, Any] = Field(description="services.scheduler.domain.topology.NodeTopology.to_dict()")
+
+
+class ApproveSlotMap(Wire):
+    node_id: uuid.UUID
+    proposal: int = Field(ge=1, description="The proposal number being approved; a stale one is rejected.")
+    approved_by: uuid.UUID
+    wipe_policy: str | None = Field(default=None, max_length=64,
+                                    description="Overrides every slot's wipe policy; empty string = none (unschedulable).")
+
+
+class UpdateNode(Wire):
+    node_id: uuid.UUID
+    pool: str | None = Field(default=None, pattern=NAME)
+    labels: dict[str, str] | None = None
+    taints: dict[str, str] | None = Field(default=None, description="key -> 'value:NoSchedule'")
+    cordoned: bool | None = None
+    reason: str | None = Field(default=None, max_length=500)
+    requested_by: uuid.UUID
+
+
+class DefineShape(Wire):
+    name: str = Field(pattern=NAME)
+    kind: Literal["bare_metal", "vm", "mig"]
+    gpu_count: int = Field(ge=1, le=16)
+    gpu_model: str | None = Field(default=None, max_length=64)
+    mig_profile: str | None = Field(default=None, max_length=32)
+    deleted: bool = False
+
+
+class DefinePool(Wire):
+    name: str = Field(pattern=NAME)
+    policy: Literal["pack", "spread"] = "pack"
+    taints: dict[str, str] = Field(default_factory=dict)
+    description: str = Field(default="", max_length=500)
+
+
+class SetQuota(Wire):
+    """Provider admin: a tenant's limit on GPUs of one model in one pool; ``user_id`` set = a tenant admin's split."""
+    tenant_id: uuid.UUID
+    gpu_model: str = Field(min_length=1, max_length=64)
+    pool: str = Field(pattern=NAME)
+    limit: int = Field(ge=0, le=1_000_000)
+    guaranteed: int = Field(default=0, ge=0, le=1_000_000)
+    user_id: uuid.UUID | None = None
+    set_by: uuid.UUID
+
+
+class CancelRequest(Wire):
+    allocation_id: uuid.UUID
+    tenant_id: uuid.UUID
+    requested_by: uuid.UUID
+
+
+# --- inventory events -----------------------------------------------------------------------------------------
 class NodeRegistered(Wire):
     node_id: uuid.UUID
     name: str
@@ -24,19 +102,105 @@ class NodeRegistered(Wire):
     gpu_count: int
 
 
+class NodeChanged(Wire):
+    node_id: uuid.UUID
+    name: str
+    status: NodeStatus
+    pool: str
+    region: str
+    site: str
+    rack: str
+    gpu_model: str
+    gpu_count: int
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: dict[str, str] = Field(default_factory=dict)
+    cordoned: bool = False
+    proposal: int | None = Field(default=None, description="Number of the slot-map proposal awaiting approval.")
+    proposed_slot_map: dict[str, Any] | None = None
+    approved_slot_map: dict[str, Any] | None = None
+    review: list[str] = Field(default_factory=list, description="Why the node needs review (discovery differs).")
+    free_slots: int = 0
+    version: int = Field(ge=1)
+
+
+class ShapeChanged(DefineShape):
+    version: int = Field(ge=1)
+
+
+class PoolChanged(DefinePool):
+    version: int = Field(ge=1)
+
+
+class QuotaChanged(Wire):
+    tenant_id: uuid.UUID
+    gpu_model: str
+    pool: str
+    user_id: uuid.UUID | None = None
+    limit: int
+    guaranteed: int = 0
+    used: int
+    version: int = Field(ge=1)
+
+
+class AdminCommandRejected(Wire):
+    command: str
+    target: str
+    reason: str
+
+
+class SchedulingStats(Wire):
+    """Periodic snapshot for ops dashboards (also on /metrics)."""
+    at: datetime
+    pending: dict[str, int] = Field(description="tenant id -> pending requests")
+    utilisation: dict[str, list[int]] = Field(description="'pool/model' -> [used GPUs, total GPUs]")
+    fragmentation: dict[str, float] = Field(description="'pool/model' -> share of free GPUs that cannot serve 8 GPUs")
+    preemptions_total: int = 0
+
+
+# --- saga step: reserve / release -----------------------------------------------------------------------------
 class ReserveSlots(StepCommand):
     shape: str
     gpu_count: int = Field(ge=1, le=16)
+    user_id: uuid.UUID | None = None
+    priority: int = Field(default=0, ge=-1000, le=1000)
+    spot: bool = False
+    pool: str | None = None
+    tolerations: list[str] = Field(default_factory=list)
+    fail_fast: bool = False
+
+
+class SlotDetail(Wire):
+    index: int
+    gpu_pci: str
+    nvme_pci: str
+    ib_vf_pci: str
+    ib_guid: str
+    numa: int
+    nvlink_domain: int
 
 
 class SlotsReserved(StepReply):
     node_id: uuid.UUID
     slots: list[int]
     gpu_model: str
+    pool: str = "shared"
+    slot_details: list[SlotDetail] = Field(default_factory=list)
+    waited_s: float = 0.0
+
+
+class ReservationQueued(StepReply):
+    """Progress reply: nothing fits now, the request waits in the queue (the saga extends its deadline)."""
+    tenant_id: uuid.UUID
+    position: int = Field(ge=1)
+    reason: str
 
 
 class SlotReservationFailed(StepFailure):
-    pass
+    code: FailureCode = "no-capacity"
+    quota: str | None = None
+    limit: int | None = None
+    used: int | None = None
+    requested: int | None = None
 
 
 class ReleaseSlots(UndoCommand):
@@ -47,18 +211,50 @@ class SlotsReleased(StepUndone):
     slots_freed: int = 0
 
 
+class PreemptionNotice(Wire):
+    allocation_id: uuid.UUID
+    tenant_id: uuid.UUID
+    node_id: uuid.UUID
+    reason: str
+    preempted_for: uuid.UUID
+    grace_deadline: datetime
+
+
+def _m(name: str, model, kind: str, summary: str) -> Message:
+    return Message(f"scheduler.{name}", f"scheduler.{'cmd' if kind == 'command' else 'evt'}.{name}", model, kind, summary)
+
+
 CONTRACT = ServiceContract(
     service="scheduler",
     title="Tessera scheduler service",
-    description="Owns nodes and GPU slots; places and reserves allocations (first fit).",
+    description="Owns the GPU inventory, slot maps, shapes, pools and quotas; places and reserves allocations, "
+                "queues what does not fit (fair share), preempts for higher priority.",
     messages=[
-        Message("scheduler.register_node", "scheduler.cmd.register_node", RegisterNode, "command", "A provider admin registers a node and its GPU slots."),
-        Message("scheduler.reserve_slots", "scheduler.cmd.reserve_slots", ReserveSlots, "command", "Saga step: reserve GPU slots for an allocation."),
-        Message("scheduler.release_slots", "scheduler.cmd.release_slots", ReleaseSlots, "command", "Saga step or compensation: free the allocation's slots (idempotent)."),
-        Message("scheduler.node_registered", "scheduler.evt.node_registered", NodeRegistered, "event", "A node and its slots exist."),
-        Message("scheduler.slots_reserved", "scheduler.evt.slots_reserved", SlotsReserved, "event", "Slots were reserved for the allocation."),
-        Message("scheduler.slot_reservation_failed", "scheduler.evt.slot_reservation_failed", SlotReservationFailed, "event", "No slots could be reserved."),
-        Message("scheduler.slots_released", "scheduler.evt.slots_released", SlotsReleased, "event", "The allocation holds no slots."),
+        _m("register_node", RegisterNode, "command", "A provider admin declares a node (location, pool)."),
+        _m("report_topology", ReportTopology, "command", "A node-agent reports the hardware it discovered."),
+        _m("approve_slot_map", ApproveSlotMap, "command", "A provider admin approves a node's proposed slot map."),
+        _m("update_node", UpdateNode, "command", "A provider admin changes a node's pool, labels, taints or cordon."),
+        _m("define_shape", DefineShape, "command", "A provider admin defines (or deletes) a capacity shape."),
+        _m("define_pool", DefinePool, "command", "A provider admin defines a node pool and its policy."),
+        _m("set_quota", SetQuota, "command", "A tenant's (or one of its users') GPU quota for a model and pool."),
+        _m("cancel_request", CancelRequest, "command", "Cancel a pending (queued) reservation."),
+        _m("reserve_slots", ReserveSlots, "command", "Saga step: reserve GPU slots for an allocation."),
+        _m("release_slots", ReleaseSlots, "command", "Saga step or compensation: free the allocation's slots (idempotent)."),
+        _m("node_registered", NodeRegistered, "event", "A node exists."),
+        _m("node_changed", NodeChanged, "event", "A node's whole document after any change."),
+        _m("shape_changed", ShapeChanged, "event", "A shape's whole document after any change."),
+        _m("pool_changed", PoolChanged, "event", "A pool's whole document after any change."),
+        _m("quota_changed", QuotaChanged, "event", "A quota's limit or use changed."),
+        _m("admin_command_rejected", AdminCommandRejected, "event", "An inventory command could not be applied."),
+        _m("scheduling_stats", SchedulingStats, "event", "Periodic pending/utilisation/fragmentation snapshot."),
+        _m("slots_reserved", SlotsReserved, "event", "Slots were reserved for the allocation."),
+        _m("reservation_queued", ReservationQueued, "event", "Nothing fits now: the request waits in the queue."),
+        _m("slot_reservation_failed", SlotReservationFailed, "event", "No slots could be reserved (code says why)."),
+        _m("slots_released", SlotsReleased, "event", "The allocation holds no slots."),
+        _m("preemption_notice", PreemptionNotice, "event", "An allocation will be preempted after its grace period."),
     ],
-    receives=["scheduler.register_node", "scheduler.reserve_slots", "scheduler.release_slots"],
+    receives=["scheduler.register_node", "scheduler.report_topology", "scheduler.approve_slot_map",
+              "scheduler.update_node", "scheduler.define_shape", "scheduler.define_pool", "scheduler.set_quota",
+              "scheduler.cancel_request", "scheduler.reserve_slots", "scheduler.release_slots"],
+    sends=["allocation.preempt"],
 )

@@ -188,9 +188,10 @@ async def main(n: int, concurrency: int, nodes: int, profile: str) -> dict:
         warmup = min(concurrency * 2, n)
         nodes = max(nodes, -(-(n + warmup) // gpus_per_node))   # room for the warm-up and the measured run
         for i in range(nodes):
-            await platform.add_node(f"bench-{i:03d}", "H100-SXM5-80GB", gpus_per_node)
+            await platform.add_node(f"bench-{i:03d}", "V100", gpus_per_node, env={"TESSERA_SIM_TOPOLOGY": "dgx2-v100-16"})
         async with platform.admin() as admin:
             t = await admin.create_tenant("bench")
+            await admin.set_quota(t["id"], "shared", "V100", n + warmup)
             u = await admin.create_user(t["id"], "bench", "tenant_user")
         await drive(platform, u["api_key"], warmup, concurrency)  # warm-up: connections, consumers, caches
         msgs0, x0 = await counters(platform)

@@ -24,9 +24,10 @@ async def fresh_platform(tmp_path):
         platforms.append(p)
         await p.start()
         # a node of its own, big enough that no other test's allocations interfere
-        p.node_id = await p.add_node(f"chaos-{uuid.uuid4().hex[:8]}", "H100-SXM5-80GB", 8, env=node_env)
+        p.node_id = await p.add_node(f"chaos-{uuid.uuid4().hex[:8]}", "H100", 8, env=node_env)
         async with p.admin() as admin:
             t = await admin.create_tenant(f"chaos-{uuid.uuid4().hex[:6]}")
+            await admin.set_quota(t["id"], "shared", "H100", 64)
             u = await admin.create_user(t["id"], "u", "tenant_user")
         p.tenant_key = u["api_key"]
         return p

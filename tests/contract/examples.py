@@ -50,6 +50,8 @@ def _value(annotation: Any, metadata: list[Any]) -> Any:
         return uuid.uuid4()
     if annotation is datetime:
         return datetime.now(UTC)
+    if annotation is Any:          # free-form documents (e.g. a topology): any JSON value is valid
+        return "example"
     raise TypeError(f"no example value for {annotation!r}: teach tests/contract/examples.py this type")
 
 

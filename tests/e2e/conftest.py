@@ -20,6 +20,7 @@ E2E_ENV = {
     "TESSERA_ACK_WAIT_S": "10",
     "TESSERA_RETRY_BACKOFF_S": "0.1,0.3,1",
     "TESSERA_LOG_LEVEL": "INFO",
+    "TESSERA_SCHEDULER_PREEMPTION_GRACE_S": "1",   # the preemption notice's grace period
 }
 
 
@@ -29,7 +30,7 @@ async def platform(tmp_path_factory):
     env = {**E2E_ENV, "TESSERA_TRACE_FILE": str(work / "traces.jsonl")}
     p = Platform(work, env=env, durable=False)
     await p.start()
-    p.node_ids = [await p.add_node(f"e2e-{uuid.uuid4().hex[:6]}-{i}", "H100-SXM5-80GB", 8) for i in range(2)]
+    p.node_ids = [await p.add_node(f"e2e-{uuid.uuid4().hex[:6]}-{i}", "H100", 8) for i in range(2)]
     yield p
     await p.stop()
 
@@ -54,6 +55,7 @@ async def make_tenant(platform, admin):
 
     async def _make() -> Tenant:
         t = await admin.create_tenant(f"t-{uuid.uuid4().hex[:8]}")
+        await admin.set_quota(t["id"], "shared", "H100", 64)
         ta = await admin.create_user(t["id"], "owner", "tenant_admin")
         tu = await admin.create_user(t["id"], "researcher", "tenant_user")
         a = await TesseraClient(platform.gateway_url, ta["api_key"]).__aenter__()

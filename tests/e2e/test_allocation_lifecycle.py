@@ -50,9 +50,9 @@ async def test_step_that_never_answers_times_out_and_is_compensated(tenant, db):
     assert await leftovers(db, a["id"]) == {"slots": 0, "attachments": 0, "volumes": 0, "instances": 0, "running_meters": 0}
 
 
-async def test_no_capacity_fails_at_reservation_with_nothing_reserved(tenant, db):
-    # 2 nodes × 8 GPUs: a 16-GPU request cannot exist as a shape; ask for more 8-GPU slices than fit
-    ids = [(await tenant.user.create_allocation(f"big-{i}", shape="bm.8gpu"))["id"] for i in range(3)]
+async def test_no_capacity_with_fail_fast_fails_at_reservation_with_nothing_reserved(tenant, db):
+    # 2 shared nodes × 8 GPUs: ask for more whole nodes than fit, refusing to wait in the queue
+    ids = [(await tenant.user.create_allocation(f"big-{i}", shape="bm.8gpu", fail_fast=True))["id"] for i in range(3)]
     states = [await tenant.user.wait_state(i, {"ACTIVE", "FAILED"}, timeout=60) for i in ids]
     failed = [s for s in states if s["state"] == "FAILED"]
     assert failed, "three whole-node allocations cannot all fit on two nodes (plus other tests' allocations)"

@@ -16,7 +16,8 @@ from services.network.contracts import AttachNetwork
 from services.network.domain.model import NetworkPlan, VniPool
 from shared.consumer import HandlerContext
 from shared.wire import step_key
-from tests.conftest import make_envelope, send_command as send, wait_handled
+from tests.conftest import make_envelope, wait_handled
+from tests.conftest import send_command as send
 
 STREAM = "TESSERA_NETWORK"
 
@@ -64,10 +65,10 @@ async def test_attach_delivered_twice_gives_one_attachment_with_the_first_addres
     [hit] = await events.wait_for(of(alloc, "network.network_attached"))
     await handled(js, "network.attach_network", seq)
     data = hit[1]["data"]
-    assert data["ip_address"] == "10.0.0.1" and data["vni"] >= 10_000
+    assert data["ip_address"] == "10.0.0.2" and data["vni"] >= 10_000   # 10.0.0.1 is the network's gateway
     [row] = await attachments(rt, allocation_id=alloc)
     assert (row["ip"], row["vni"], str(row["mac_address"]), row["id"]) == (
-        "10.0.0.1", data["vni"], data["mac_address"], uuid.UUID(data["attachment_id"]))
+        "10.0.0.2", data["vni"], data["mac_address"], uuid.UUID(data["attachment_id"]))
     assert str(row["node_id"]) == env.data["node_id"]
     async with rt.pool.acquire() as conn:
         assert await conn.fetchval("SELECT count(*) FROM tenant_networks WHERE tenant_id=$1", tenant) == 1
@@ -81,9 +82,9 @@ async def test_a_tenant_shares_one_vni_and_tenants_get_distinct_vnis_with_overla
     a = await attach(js, events, uuid.uuid4(), t1)
     b = await attach(js, events, uuid.uuid4(), t1)
     other = await attach(js, events, uuid.uuid4(), t2)
-    assert (a["data"]["ip_address"], b["data"]["ip_address"]) == ("10.0.0.1", "10.0.0.2")
+    assert (a["data"]["ip_address"], b["data"]["ip_address"]) == ("10.0.0.2", "10.0.0.3")
     assert a["data"]["vni"] == b["data"]["vni"] != other["data"]["vni"]
-    assert other["data"]["ip_address"] == "10.0.0.1"
+    assert other["data"]["ip_address"] == "10.0.0.2"
     assert a["data"]["mac_address"] != b["data"]["mac_address"]
 
 
@@ -100,7 +101,7 @@ async def test_detach_deletes_the_attachment_idempotently_and_frees_its_address(
         assert hit[1]["type"] == "network.network_detached"
     assert await attachments(rt, allocation_id=first) == []
     again = await attach(js, events, uuid.uuid4(), tenant)
-    assert again["data"]["ip_address"] == "10.0.0.1"
+    assert again["data"]["ip_address"] == "10.0.0.2"
 
 
 async def test_compensation_before_the_attach_leaves_a_tombstone_so_the_late_attach_fails(run_service, nc, watch):
@@ -116,11 +117,11 @@ async def test_compensation_before_the_attach_leaves_a_tombstone_so_the_late_att
 
 
 async def test_an_exhausted_vni_pool_fails_the_attach_of_a_new_tenant_and_creates_no_network(run_service, nc, watch):
-    vni = random.randint(16_000_000, 16_777_215)   # a one-VNI pool far above the default pool's lowest VNIs
-    rt = await run_service("network", partial(build, plan=NetworkPlan(VniPool(vni, vni))))
+    vni = random.randint(16_000_000, 16_777_214)   # a two-VNI pool far above the default pool's lowest VNIs
+    rt = await run_service("network", partial(build, plan=NetworkPlan(VniPool(vni, vni + 1))))
     js, events = nc.jetstream(), await watch("network.evt.>")
-    first = await attach(js, events, uuid.uuid4(), uuid.uuid4())
-    assert first["type"] == "network.network_attached" and first["data"]["vni"] == vni
+    first = await attach(js, events, uuid.uuid4(), uuid.uuid4())   # takes both: its L3 VNI and its network's VNI
+    assert first["type"] == "network.network_attached" and first["data"]["vni"] in (vni, vni + 1)
     late_tenant, alloc = uuid.uuid4(), uuid.uuid4()
     refused = await attach(js, events, alloc, late_tenant)
     assert refused["type"] == "network.network_attach_failed"
@@ -133,8 +134,8 @@ async def test_an_exhausted_subnet_fails_the_attach_and_assigns_nothing(run_serv
     rt = await run_service("network", partial(build, plan=NetworkPlan(tenant_cidr=ipaddress.IPv4Network("10.9.0.0/30"))))
     js, events = nc.jetstream(), await watch("network.evt.>")
     tenant = uuid.uuid4()
-    got = [(await attach(js, events, uuid.uuid4(), tenant))["data"]["ip_address"] for _ in range(2)]
-    assert got == ["10.9.0.1", "10.9.0.2"]
+    got = [(await attach(js, events, uuid.uuid4(), tenant))["data"]["ip_address"] for _ in range(1)]
+    assert got == ["10.9.0.2"]   # a /30 has two hosts: the gateway and one slot
     alloc = uuid.uuid4()
     refused = await attach(js, events, alloc, tenant)
     assert refused["type"] == "network.network_attach_failed" and "subnet exhausted" in refused["data"]["reason"]
@@ -161,7 +162,7 @@ async def test_concurrent_attaches_never_give_an_address_or_a_vni_twice(run_serv
     vnis = set()
     for tenant in tenants:
         rows = await attachments(rt, tenant_id=tenant)
-        assert sorted(ipaddress.IPv4Address(r["ip"]) for r in rows) == [ipaddress.IPv4Address(f"10.0.0.{i}") for i in range(1, 9)]
+        assert sorted(ipaddress.IPv4Address(r["ip"]) for r in rows) == [ipaddress.IPv4Address(f"10.0.0.{i}") for i in range(2, 10)]
         assert len({r["vni"] for r in rows}) == 1 and len({r["mac_address"] for r in rows}) == 8
         vnis |= {r["vni"] for r in rows}
     assert len(vnis) == 3

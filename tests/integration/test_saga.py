@@ -110,10 +110,14 @@ class Participants:
         return {k: cmd["data"][k] for k in ("saga_id", "step", "idempotency_key", "allocation_id")}
 
     def _ok_fields(self, type_: str) -> dict:
+        attachment_id, network_id = uuid.uuid4(), uuid.uuid4()
+        attachment = {"attachment_id": attachment_id, "allocation_id": self.allocation_id, "network_id": network_id,
+                      "ip_address": "10.9.0.7", "prefix_len": 24, "mac_address": "02:00:0a:09:00:07"}
         return {
             "scheduler.slots_reserved": {"node_id": self.node_id, "slots": [0, 1], "gpu_model": "H100"},
-            "network.network_attached": {"attachment_id": uuid.uuid4(), "vni": 4242, "ip_address": "10.9.0.7",
-                                         "mac_address": "02:00:0a:09:00:07"},
+            "network.network_attached": {"attachment_id": attachment_id, "vni": 4242, "ip_address": "10.9.0.7",
+                                         "mac_address": "02:00:0a:09:00:07", "attachment": attachment,
+                                         "tenant_networks": {"tenant_id": self.tenant_id, "version": 1, "networks": []}},
             "storage.volume_provisioned": {"volume_id": uuid.uuid4(), "size_gb": 20},
             "node_agent.node_provisioned": {"node_id": self.node_id, "instance_id": "vm-7"},
             "node_agent.node_deprovisioned": {"node_id": self.node_id},

@@ -51,10 +51,31 @@ def test_request_records_requested_with_the_full_spec():
     assert a.pull_events() == []
 
 
-@pytest.mark.parametrize("shape,gpus", [("vm.9gpu", 9), ("vm.2gpu", 4)])
-def test_request_with_unknown_shape_or_wrong_gpu_count_is_invalid(shape, gpus):
+@pytest.mark.parametrize("shape,gpus", [("vm.17gpu", 17), ("vm.2gpu", 4), ("", 1), ("vm.0gpu", 0)])
+def test_request_with_an_impossible_gpu_count_or_a_builtin_shape_mismatch_is_invalid(shape, gpus):
     with pytest.raises(InvalidSpec):
         requested(shape=shape, gpu_count=gpus)
+
+
+def test_a_provider_defined_shape_unknown_here_is_accepted_the_scheduler_decides():
+    a = requested(shape="mig.1g.10gb", gpu_count=1)
+    assert a.state == REQUESTED
+
+
+def test_preempting_an_active_allocation_releases_it_with_the_reason():
+    a = requested()
+    a.activate(uuid.uuid4(), T0)
+    a.pull_events()
+    assert a.preempt("preempted: for a priority-100 request", T0) is True
+    [ev] = a.pull_events()
+    assert isinstance(ev, events.ReleaseRequested)
+    assert (a.state, ev.reason, ev.requested_by) == (RELEASING, "preempted: for a priority-100 request", None)
+    assert a.preempt("again", T0) is False and a.pull_events() == []
+
+
+def test_preempting_before_the_allocation_is_active_is_an_illegal_transition():
+    with pytest.raises(IllegalTransition):
+        requested().preempt("too early", T0)
 
 
 def test_happy_path_walks_the_whole_life_cycle_recording_one_event_per_transition():

@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from services.network.domain.model import NetworkPlan, VniPool, lowest_free_host, mac_for
+from services.network.domain.model import NetworkPlan, VniPool, gateway_ip, lowest_free_slot_address, mac_for
 
 NET = ipaddress.IPv4Network("10.0.0.0/24")
 
@@ -41,20 +41,21 @@ def test_vni_pool_outside_the_24_bit_range_or_reversed_is_refused(first, last):
         VniPool(first, last)
 
 
-def test_lowest_free_host_skips_the_network_address_and_used_hosts():
-    assert lowest_free_host(NET, []) == ip("10.0.0.1")
-    assert lowest_free_host(NET, [ip("10.0.0.1"), ip("10.0.0.3")]) == ip("10.0.0.2")
+def test_the_gateway_is_the_first_host_and_slots_start_at_the_next_one():
+    assert gateway_ip(NET) == ip("10.0.0.1")
+    assert lowest_free_slot_address(NET, []) == ip("10.0.0.2")
+    assert lowest_free_slot_address(NET, [ip("10.0.0.2"), ip("10.0.0.4")]) == ip("10.0.0.3")
 
 
 def test_a_released_address_is_reused_first():
-    used = [ip(f"10.0.0.{i}") for i in range(1, 11) if i != 4]
-    assert lowest_free_host(NET, used) == ip("10.0.0.4")
+    used = [ip(f"10.0.0.{i}") for i in range(2, 12) if i != 4]
+    assert lowest_free_slot_address(NET, used) == ip("10.0.0.4")
 
 
-def test_full_subnet_has_no_free_host_and_never_offers_the_broadcast_address():
-    used = [ip(f"10.0.0.{i}") for i in range(1, 255)]
-    assert lowest_free_host(NET, used) is None
-    assert lowest_free_host(ipaddress.IPv4Network("10.1.0.0/30"), [ip("10.1.0.1"), ip("10.1.0.2")]) is None
+def test_full_subnet_has_no_free_address_and_never_offers_the_gateway_or_broadcast_address():
+    used = [ip(f"10.0.0.{i}") for i in range(2, 255)]
+    assert lowest_free_slot_address(NET, used) is None
+    assert lowest_free_slot_address(ipaddress.IPv4Network("10.1.0.0/30"), [ip("10.1.0.2")]) is None
 
 
 def test_mac_is_deterministic_per_attachment_and_differs_between_attachments():
@@ -73,6 +74,7 @@ def test_mac_is_locally_administered_unicast_in_colon_notation():
         assert first & 0b01 == 0, "multicast bit clear"
 
 
-def test_network_plan_refuses_a_subnet_without_host_addresses():
-    with pytest.raises(ValueError):
-        NetworkPlan(tenant_cidr=ipaddress.IPv4Network("10.0.0.0/31"))
+@pytest.mark.parametrize("cidr", ["10.0.0.0/31", "10.0.0.0/32"])
+def test_network_plan_refuses_a_default_subnet_without_room_for_a_gateway_and_a_slot(cidr):
+    with pytest.raises(ValueError, match="too small"):
+        NetworkPlan(tenant_cidr=ipaddress.IPv4Network(cidr))

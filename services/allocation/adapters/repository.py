@@ -9,12 +9,13 @@ import asyncpg
 from ..domain.model import Allocation
 
 _COLUMNS = ("id", "tenant_id", "user_id", "name", "shape", "gpu_count", "volume_gb", "labels", "state",
-            "created_at", "updated_at", "node_id", "failed_step", "reason")
+            "created_at", "updated_at", "node_id", "failed_step", "reason", "options")
 
 
 def _from_row(row: asyncpg.Record) -> Allocation:
     fields = {k: row[k] for k in _COLUMNS}
     fields["labels"] = json.loads(fields["labels"])
+    fields["options"] = json.loads(fields["options"])
     return Allocation(**fields)
 
 
@@ -28,10 +29,10 @@ async def add(conn: asyncpg.Connection, a: Allocation) -> bool:
     """Insert a new allocation; False (and no change) if one with that id exists already."""
     inserted = await conn.fetchval(
         "INSERT INTO allocations (id, tenant_id, user_id, name, shape, gpu_count, volume_gb, labels, state, "
-        "created_at, updated_at) VALUES ($1,$2,$3,$4,$5,$6,$7,$8::jsonb,$9,$10,$11) "
+        "created_at, updated_at, options) VALUES ($1,$2,$3,$4,$5,$6,$7,$8::jsonb,$9,$10,$11,$12::jsonb) "
         "ON CONFLICT (id) DO NOTHING RETURNING true",
         a.id, a.tenant_id, a.user_id, a.name, a.shape, a.gpu_count, a.volume_gb, json.dumps(a.labels), a.state,
-        a.created_at, a.updated_at)
+        a.created_at, a.updated_at, json.dumps(a.options, default=str))
     return bool(inserted)
 
 

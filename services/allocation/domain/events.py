@@ -27,6 +27,12 @@ class Requested(AllocationEvent):
     gpu_count: int
     volume_gb: int
     labels: dict[str, str] = field(default_factory=dict)
+    priority: int = 0
+    spot: bool = False
+    pool: str | None = None
+    tolerations: list[str] = field(default_factory=list)
+    fail_fast: bool = False
+    network_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True)
@@ -41,10 +47,11 @@ class Activated(AllocationEvent):
 
 @dataclass(frozen=True)
 class ReleaseRequested(AllocationEvent):
-    requested_by: uuid.UUID
+    requested_by: uuid.UUID | None
     node_id: uuid.UUID | None
     volume_gb: int
     labels: dict[str, str] = field(default_factory=dict)
+    reason: str | None = None
 
 
 @dataclass(frozen=True)

@@ -36,10 +36,12 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 
 
 def check_spec(shape: str, gpu_count: int, shapes: Mapping[str, int] = SHAPES) -> None:
-    """Raise InvalidSpec unless ``shape`` is known and ``gpu_count`` is that shape's GPU count."""
-    if shape not in shapes:
-        raise InvalidSpec(f"unknown shape {shape!r} (known: {', '.join(sorted(shapes))})")
-    if shapes[shape] != gpu_count:
+    """Raise InvalidSpec for an inconsistent spec: an empty shape name, a GPU count outside 1–16, or one of the
+    built-in shapes with another GPU count. Shapes are the provider's (the scheduler owns them and refuses
+    unknown ones at reservation), so a name this service has not seen is not an error here."""
+    if not shape or not 1 <= gpu_count <= 16:
+        raise InvalidSpec(f"shape {shape!r} with {gpu_count} GPU(s): a shape name and 1–16 GPUs are needed")
+    if shape in shapes and shapes[shape] != gpu_count:
         raise InvalidSpec(f"shape {shape} has {shapes[shape]} GPU(s), the request asks for {gpu_count}")
 
 
@@ -59,16 +61,21 @@ class Allocation:
     node_id: uuid.UUID | None = None
     failed_step: str | None = None
     reason: str | None = None
+    options: dict = field(default_factory=dict)   # scheduling/network options, see contracts.Scheduling
     _events: list[events.AllocationEvent] = field(default_factory=list, repr=False, compare=False)
 
     @classmethod
     def request(cls, id: uuid.UUID, tenant_id: uuid.UUID, user_id: uuid.UUID, name: str, shape: str,
-                gpu_count: int, volume_gb: int, labels: Mapping[str, str], at: datetime) -> "Allocation":
-        """A new REQUESTED allocation, recording Requested. Raises InvalidSpec for an inconsistent spec."""
+                gpu_count: int, volume_gb: int, labels: Mapping[str, str], at: datetime,
+                options: Mapping | None = None) -> "Allocation":
+        """A new REQUESTED allocation, recording Requested. Raises InvalidSpec for an inconsistent spec.
+        ``options`` are the scheduling/network options (priority, spot, pool, tolerations, fail_fast, network_id)."""
         check_spec(shape, gpu_count)
-        alloc = cls(id, tenant_id, user_id, name, shape, gpu_count, volume_gb, dict(labels), REQUESTED, at, at)
+        opts = dict(options or {})
+        alloc = cls(id, tenant_id, user_id, name, shape, gpu_count, volume_gb, dict(labels), REQUESTED, at, at,
+                    options=opts)
         alloc._record(events.Requested, user_id=user_id, name=name, shape=shape, gpu_count=gpu_count,
-                      volume_gb=volume_gb, labels=dict(labels))
+                      volume_gb=volume_gb, labels=dict(labels), **opts)
         return alloc
 
     def pull_events(self) -> list[events.AllocationEvent]:
@@ -108,6 +115,17 @@ class Allocation:
         self._move(RELEASING, "release", at)
         self._record(events.ReleaseRequested, requested_by=requested_by, node_id=self.node_id,
                      volume_gb=self.volume_gb, labels=dict(self.labels))
+
+    def preempt(self, reason: str, at: datetime) -> bool:
+        """ACTIVE → RELEASING because the scheduler preempts it; the reason is recorded. Returns False (no-op) when
+        it is releasing, released or failed already. Raises IllegalTransition before it is ACTIVE."""
+        if self.state in (RELEASING, RELEASED, FAILED):
+            return False
+        self._move(RELEASING, "preempt", at)
+        self.reason = reason
+        self._record(events.ReleaseRequested, requested_by=None, node_id=self.node_id, volume_gb=self.volume_gb,
+                     labels=dict(self.labels), reason=reason)
+        return True
 
     def mark_released(self, at: datetime) -> None:
         """RELEASING → RELEASED; no-op if RELEASED already. Raises IllegalTransition otherwise."""

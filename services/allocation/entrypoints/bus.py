@@ -15,4 +15,5 @@ def wire(rt: Runtime) -> None:
     rt.consumers.subscribe("allocation.activate", partial(handlers.activate, sim_faults=faults))
     rt.consumers.subscribe("allocation.fail", handlers.fail)
     rt.consumers.subscribe("allocation.release", handlers.release)
+    rt.consumers.subscribe("allocation.preempt", handlers.preempt)
     rt.consumers.subscribe("allocation.mark_released", partial(handlers.mark_released, sim_faults=faults))

@@ -22,16 +22,6 @@ async def list_nodes(conn: asyncpg.Connection) -> list[asyncpg.Record]:
     return await conn.fetch(f"SELECT {_COLS} FROM nodes_view ORDER BY name")
 
 
-async def mark_registered(conn: asyncpg.Connection, node_id: uuid.UUID, name: str, gpu_model: str, gpu_count: int) -> None:
-    """Idempotent: a node the scheduler confirmed shows 'registered' (created here if it came another way)."""
-    await conn.execute(
-        "INSERT INTO nodes_view (id, name, gpu_model, gpu_count, status, registered_at) "
-        "VALUES ($1, $2, $3, $4, 'registered', now()) ON CONFLICT DO NOTHING", node_id, name, gpu_model, gpu_count)
-    await conn.execute(
-        "UPDATE nodes_view SET status='registered', gpu_model=$2, gpu_count=$3, registered_at=coalesce(registered_at, now()) "
-        "WHERE id=$1", node_id, gpu_model, gpu_count)
-
-
 def labels_of(row: asyncpg.Record) -> dict[str, str]:
     value = row["labels"]
     return json.loads(value) if isinstance(value, str) else dict(value or {})

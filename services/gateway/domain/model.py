@@ -6,10 +6,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 Role = Literal["provider_admin", "tenant_admin", "tenant_user"]
-State = Literal["REQUESTED", "PROVISIONING", "ACTIVE", "RELEASING", "RELEASED", "FAILED"]
+State = Literal["REQUESTED", "QUEUED", "PROVISIONING", "ACTIVE", "RELEASING", "RELEASED", "FAILED"]
 
 # Forward order of the allocation lifecycle; FAILED ranks above everything so it always wins.
-_RANK: dict[str, int] = {"REQUESTED": 0, "PROVISIONING": 1, "ACTIVE": 2, "RELEASING": 3, "RELEASED": 4, "FAILED": 5}
+# The saga's start (allocation.provisioning) comes before the scheduler queues the request, so
+# PROVISIONING < QUEUED; PROVISIONING once slots are reserved ("placed") ranks after QUEUED.
+_RANK: dict[str, int] = {"REQUESTED": 0, "PROVISIONING": 1, "QUEUED": 2, "ACTIVE": 4, "RELEASING": 5, "RELEASED": 6,
+                         "FAILED": 7}
+_PLACED = 3
 TERMINAL = frozenset({"RELEASED", "FAILED"})
 # A DELETE of an allocation in one of these states was already accepted: answer 202 again, send nothing.
 RELEASE_ALREADY_REQUESTED = frozenset({"RELEASING", "RELEASED"})
@@ -25,6 +29,19 @@ def advances(current: str, new: str) -> bool:
     if current in TERMINAL:
         return False
     return _RANK[new] > _RANK[current]
+
+
+def stage(state: str, placed: bool = False) -> int:
+    """Rank of a view state; ``placed``: the scheduler reserved the slots (PROVISIONING after QUEUED)."""
+    return _PLACED if placed and state == "PROVISIONING" else _RANK[state]
+
+
+def advances_to(current: str, current_placed: bool, new: str, new_placed: bool = False) -> bool:
+    """Like ``advances``, telling PROVISIONING before and after the slots were reserved apart:
+    QUEUED → PROVISIONING (placed) is forward, a late QUEUED after the slots were reserved is not."""
+    if current in TERMINAL:
+        return False
+    return stage(new, new_placed) > stage(current, current_placed)
 
 
 @dataclass(frozen=True)

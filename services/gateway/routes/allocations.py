@@ -11,27 +11,38 @@ import asyncpg
 from aiohttp import web
 
 from services.allocation.contracts import ReleaseAllocation, RequestAllocation
+from services.scheduler.contracts import CancelRequest
 from shared.envelope import utcnow
-from shared.wire import SHAPES
 
 from ..adapters import allocations as repo
+from ..adapters.inventory import plain
 from ..auth import require_tenant_member
 from ..domain.keys import BadCursor, decode_cursor, encode_cursor, fingerprint
 from ..domain.model import RELEASE_ALREADY_REQUESTED, Principal, allocation_links
+from ..domain.scheduling import PRIORITY_CLASSES, ShapeInfo, priority_class_of
 from ..endpoint import Endpoint, Param, respond
 from ..inputs import path_uuid, query_int, read_body
 from ..problems import ProblemError, not_found, validation_problem
 from ..schemas import AllocationCreate, AllocationOut, AllocationPage, FieldError
 from ..state import gateway_of
 from .allocation_events import ALLOCATION_ID, ENDPOINTS as EVENT_ENDPOINTS
+from .quotas import check_quota
+from .shapes import resolve_shape
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+
+_SCHEDULING = ("priority", "spot", "pool", "tolerations", "fail_fast", "network_id", "queue_position", "queued_reason",
+               "preemption", "problem")
 
 
 def allocation_out(row: asyncpg.Record | dict) -> AllocationOut:
     fields = {k: row[k] for k in ("id", "tenant_id", "name", "shape", "gpu_count", "volume_gb", "state", "node_id",
                                   "failed_step", "reason", "created_at", "updated_at")}
-    return AllocationOut(**fields, labels=repo.labels_of(row), links=allocation_links(row["id"]))
+    decoded = plain(row) if isinstance(row, asyncpg.Record) else row
+    scheduling = {k: decoded[k] for k in _SCHEDULING if decoded.get(k) is not None}
+    return AllocationOut(**fields, **scheduling, priority_class=priority_class_of(scheduling.get("priority", 0)),
+                         labels=repo.labels_of(row), links=allocation_links(row["id"]))
 
 
 def _idempotency_key(request: web.Request) -> str | None:
@@ -44,11 +55,13 @@ def _idempotency_key(request: web.Request) -> str | None:
     return key
 
 
-def _new_allocation(p: Principal, body: AllocationCreate) -> dict:
+def _new_allocation(p: Principal, body: AllocationCreate, shape: ShapeInfo) -> dict:
     now = utcnow()
     return {"id": uuid.uuid4(), "tenant_id": p.tenant_id, "user_id": p.user_id, "name": body.name, "shape": body.shape,
-            "gpu_count": SHAPES[body.shape], "volume_gb": body.volume_gb, "labels": body.labels, "state": "REQUESTED",
-            "node_id": None, "failed_step": None, "reason": None, "created_at": now, "updated_at": now}
+            "gpu_count": shape.gpu_count, "volume_gb": body.volume_gb, "labels": body.labels, "state": "REQUESTED",
+            "node_id": None, "failed_step": None, "reason": None, "created_at": now, "updated_at": now,
+            "priority": PRIORITY_CLASSES[body.priority_class], "spot": body.spot, "pool": body.pool,
+            "tolerations": body.tolerations, "fail_fast": body.fail_fast, "network_id": body.network_id}
 
 
 def _accepted(body: str, allocation_id, replayed: bool = False) -> web.Response:
@@ -62,10 +75,12 @@ async def create_allocation(request: web.Request) -> web.Response:
     p = require_tenant_member(request)
     key = _idempotency_key(request)
     body = await read_body(request, AllocationCreate)
-    gw, alloc = gateway_of(request), _new_allocation(p, body)
-    out = allocation_out(alloc)
+    gw = gateway_of(request)
     request_hash = fingerprint(body.model_dump(mode="json"))
     async with gw.pool.acquire() as conn, conn.transaction():
+        shape = await resolve_shape(conn, body.shape)
+        alloc = _new_allocation(p, body, shape)
+        out = allocation_out(alloc)
         if key is not None:
             held = await repo.claim_idempotency_key(conn, p.tenant_id, key, request_hash, alloc["id"],
                                                     out.model_dump(mode="json"))
@@ -75,11 +90,13 @@ async def create_allocation(request: web.Request) -> web.Response:
                                        slug="idempotency-key-reused", errors=[FieldError(
                                            field=IDEMPOTENCY_HEADER, message="reused with a different body", code="reused")])
                 return _accepted(held["response"], held["allocation_id"], replayed=True)
+        await check_quota(conn, p, shape, body.pool)   # raising rolls the key claim back too
         await repo.insert(conn, alloc)
         await gw.outbox.add(conn, "allocation.request", RequestAllocation(
             allocation_id=alloc["id"], tenant_id=p.tenant_id, user_id=p.user_id, name=body.name, shape=body.shape,
-            gpu_count=alloc["gpu_count"], volume_gb=body.volume_gb, labels=body.labels),
-            correlation_id=str(alloc["id"]), tenant_id=p.tenant_id)
+            gpu_count=alloc["gpu_count"], volume_gb=body.volume_gb, labels=body.labels, priority=alloc["priority"],
+            spot=body.spot, pool=body.pool, tolerations=body.tolerations, fail_fast=body.fail_fast,
+            network_id=body.network_id), correlation_id=str(alloc["id"]), tenant_id=p.tenant_id)
     return _accepted(out.model_dump_json(), alloc["id"])
 
 
@@ -114,8 +131,19 @@ async def get_allocation(request: web.Request) -> web.Response:
     return respond(allocation_out(row))
 
 
+async def _cancel_queued(gw, conn, row: asyncpg.Record, p: Principal) -> asyncpg.Record:
+    """A QUEUED allocation is cancelled, once: the scheduler drops the request and the saga fails it (cancelled)."""
+    if row["cancel_requested_at"] is None:
+        await repo.update(conn, row["id"], cancel_requested_at=utcnow())
+        await gw.outbox.add(conn, "scheduler.cancel_request", CancelRequest(
+            allocation_id=row["id"], tenant_id=p.tenant_id, requested_by=p.user_id),
+            correlation_id=str(row["id"]), tenant_id=p.tenant_id)
+    return await repo.get(conn, row["id"])
+
+
 async def release_allocation(request: web.Request) -> web.Response:
-    """202 and one allocation.release for an ACTIVE allocation; 202 again (nothing sent) once releasing."""
+    """202 and one allocation.release for an ACTIVE allocation; 202 again (nothing sent) once releasing.
+    A QUEUED allocation is cancelled instead (one scheduler.cancel_request)."""
     p = require_tenant_member(request)
     allocation_id = path_uuid(request, "allocation_id", "allocation")
     gw = gateway_of(request)
@@ -123,7 +151,9 @@ async def release_allocation(request: web.Request) -> web.Response:
         row = await repo.get(conn, allocation_id, p.tenant_id, for_update=True)
         if row is None:
             raise not_found("allocation")
-        if row["state"] not in RELEASE_ALREADY_REQUESTED:
+        if row["state"] == "QUEUED":
+            row = await _cancel_queued(gw, conn, row, p)
+        elif row["state"] not in RELEASE_ALREADY_REQUESTED:
             if row["state"] != "ACTIVE":
                 raise ProblemError(409, f"the allocation is {row['state']}; only an ACTIVE allocation can be released",
                                    slug="allocation-not-active")
@@ -145,13 +175,18 @@ _BODY_ERRORS = (400, 401, 403, 413, 415, 422)
 ENDPOINTS = [
     Endpoint("POST", "/v1/allocations", create_allocation, "createAllocation", "Request an allocation", "allocations",
              {202: AllocationOut}, body=AllocationCreate, params=(IDEMPOTENCY,), errors=_BODY_ERRORS,
-             description="Accepted as REQUESTED; the saga provisions it. Provider admins (no tenant) get 403."),
+             description="Accepted as REQUESTED; the saga provisions it. Provider admins (no tenant) get 403. A request "
+                         "the tenant's (or the user's) quota certainly cannot admit is refused at once with 403 "
+                         "`quota-exceeded` and the members quota, limit, used and requested; an unknown shape is a 422. "
+                         "When nothing fits the allocation waits as QUEUED (unless fail_fast)."),
     Endpoint("GET", "/v1/allocations", list_allocations, "listAllocations", "List the tenant's allocations, newest first",
              "allocations", {200: AllocationPage}, params=(LIMIT, CURSOR), errors=(401, 403, 422)),
     Endpoint("GET", "/v1/allocations/{allocation_id}", get_allocation, "getAllocation", "Read an allocation",
              "allocations", {200: AllocationOut}, params=(ALLOCATION_ID,), errors=(401, 403, 404)),
     Endpoint("DELETE", "/v1/allocations/{allocation_id}", release_allocation, "releaseAllocation",
-             "Release an ACTIVE allocation", "allocations", {202: AllocationOut}, params=(ALLOCATION_ID,),
-             errors=(401, 403, 404, 409), description="Repeating it while RELEASING or RELEASED answers 202 again."),
+             "Release an ACTIVE allocation, or cancel a QUEUED one", "allocations", {202: AllocationOut},
+             params=(ALLOCATION_ID,), errors=(401, 403, 404, 409),
+             description="Repeating it while RELEASING or RELEASED answers 202 again. A QUEUED allocation is "
+                         "cancelled: it ends FAILED (cancelled) once the scheduler dropped it."),
     *EVENT_ENDPOINTS,
 ]

@@ -29,9 +29,11 @@ async def register_node(request: web.Request) -> web.Response:
         row = await nodes.request_node(conn, node_id, body.name, body.gpu_model, body.gpu_count, body.labels, admin.user_id)
         if row is None:
             raise ProblemError(409, f"a node named {body.name!r} already exists", slug="name-taken")
+        # where the node is (pool, region, site, rack): only what was given, the scheduler defaults the rest
+        location = body.model_dump(include={"pool", "region", "site", "rack"}, exclude_none=True)
         await gw.outbox.add(conn, "scheduler.register_node", RegisterNode(
-            node_id=node_id, name=body.name, gpu_model=body.gpu_model, gpu_count=body.gpu_count, labels=body.labels),
-            correlation_id=str(node_id))
+            node_id=node_id, name=body.name, gpu_model=body.gpu_model, gpu_count=body.gpu_count, labels=body.labels,
+            **location), correlation_id=str(node_id))
     return respond(node_out(row), 202)
 
 

@@ -14,3 +14,8 @@ def wire(rt: Runtime, node: handlers.Node) -> None:
                            subject_params=params, durable=f"{durable}__provision")
     rt.consumers.subscribe("node_agent.deprovision", partial(handlers.deprovision_node, node=node),
                            subject_params=params, durable=f"{durable}__deprovision")
+    if node.dataplane.kind == "none":
+        return   # nothing plumbed, nothing to keep up to date
+    # every node sees every tenant's changes (one durable per node); the dataplane ignores tenants not here
+    rt.consumers.subscribe("network.tenant_networks_changed", partial(handlers.tenant_networks_changed, node=node),
+                           durable=f"{durable}__tenant_networks")

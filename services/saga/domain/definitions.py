@@ -29,6 +29,13 @@ def _pick(*names: str) -> FieldBuilder:
     return build
 
 
+def _some(*names: str) -> FieldBuilder:
+    """Like _pick, but leaves out values the context does not have (the command's defaults apply)."""
+    def build(ctx: Context) -> dict:
+        return {n: ctx[n] for n in names if ctx.get(n) is not None}
+    return build
+
+
 def _undo(*names: str) -> FieldBuilder:
     """Release steps are undo commands that compensate nothing (``compensates`` = None)."""
     def build(ctx: Context) -> dict:
@@ -53,6 +60,7 @@ class Step:
     subject: tuple[str, ...] = ()        # context values that are subject parameters of both commands
     yields: tuple[str, ...] = ()         # reply fields later steps need
     requires: str | None = None          # context value without which the step has nothing to do (skipped)
+    progress: str | None = None          # reply type: still working (e.g. queued); the deadline moves to the queue timeout
 
 
 @dataclass(frozen=True)
@@ -79,16 +87,18 @@ class SagaDefinition:
 ALLOCATE = SagaDefinition("allocate", on_failure="compensate", steps=(
     Step("reserve_slots", "scheduler.reserve_slots", ok="scheduler.slots_reserved",
          fail="scheduler.slot_reservation_failed", compensate="scheduler.release_slots", undone="scheduler.slots_released",
-         fields=_pick("shape", "gpu_count"), yields=("node_id", "slots")),
+         fields=_some("shape", "gpu_count", "user_id", "priority", "spot", "pool", "tolerations", "fail_fast"),
+         yields=("node_id", "slots"), progress="scheduler.reservation_queued"),
     Step("attach_network", "network.attach_network", ok="network.network_attached",
          fail="network.network_attach_failed", compensate="network.detach_network", undone="network.network_detached",
-         fields=_pick("node_id"), yields=("ip_address", "mac_address")),
+         fields=_some("node_id", "network_id"), yields=("ip_address", "mac_address", "attachment", "tenant_networks")),
     Step("provision_volume", "storage.provision_volume", ok="storage.volume_provisioned",
          fail="storage.volume_provision_failed", compensate="storage.delete_volume", undone="storage.volume_deleted",
          fields=_volume, yields=("volume_id",)),
     Step("provision_node", "node_agent.provision", ok="node_agent.node_provisioned",
          fail="node_agent.node_provision_failed", compensate="node_agent.deprovision", undone="node_agent.node_deprovisioned",
-         fields=_pick("node_id", "slots", "volume_id", "ip_address", "mac_address"), undo_fields=_pick("node_id"),
+         fields=_some("node_id", "slots", "volume_id", "ip_address", "mac_address", "attachment", "tenant_networks"),
+         undo_fields=_pick("node_id"),
          subject=("node_id",)),
     Step("start_meter", "billing.start_meter", ok="billing.meter_started",
          fail="billing.meter_start_failed", compensate="billing.stop_meter", undone="billing.meter_stopped",

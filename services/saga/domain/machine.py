@@ -67,6 +67,8 @@ class _Transition:
             return
         if r.type in (step.ok, step.fail) and r.idempotency_key == step_key(self.saga.id, step.name):
             self._invoke_replied(step, r)
+        elif step.progress and r.type == step.progress and r.idempotency_key == step_key(self.saga.id, step.name):
+            self._invoke_progressed(step, r)
         elif step.undone and r.type == step.undone and r.idempotency_key == compensation_key(self.saga.id, step.name):
             self._compensation_replied(step)
 
@@ -93,9 +95,18 @@ class _Transition:
         self._command(step.invoke, data, self._subject(step, ctx))
         self._set(step.name, INVOKE, "invoked", attempt=attempt, deadline=self.now + self.policy.step_timeout)
 
-    def _invoke_replied(self, step: Step, r: Reply) -> None:
+    def _invoke_progressed(self, step: Step, r: Reply) -> None:
+        """The participant accepted the step but cannot finish it yet (queued for capacity): wait longer."""
         rec = self.saga.record(step.name)
         if rec is None or rec.status not in ("invoked", "retrying"):
+            return   # duplicate (already waiting), stale, or after the final reply
+        detail = str(r.data.get("reason") or "waiting")
+        self._set(step.name, INVOKE, "waiting", attempt=rec.attempt, deadline=self.now + self.policy.queue_timeout,
+                  detail=detail)
+
+    def _invoke_replied(self, step: Step, r: Reply) -> None:
+        rec = self.saga.record(step.name)
+        if rec is None or rec.status not in ("invoked", "retrying", "waiting"):
             return   # duplicate, stale, or late (the step already timed out and is being compensated)
         if r.type == step.ok:
             self._set(step.name, INVOKE, "succeeded", attempt=rec.attempt, result=r.data)
@@ -109,7 +120,8 @@ class _Transition:
     def _invoke_expired(self, step: Step, rec: StepRecord) -> None:
         if rec.status == "retrying":
             return self._invoke(step, rec.attempt + 1)
-        reason = f"timed out after {self.policy.step_timeout_s:g}s"
+        reason = (f"still queued after {self.policy.queue_timeout_s:g}s" if rec.status == "waiting"
+                  else f"timed out after {self.policy.step_timeout_s:g}s")
         if self.definition.on_failure == "compensate":
             # The outcome is unknown: the step is compensated too (first), its undo being safe either way.
             self._set(step.name, INVOKE, "timed_out", attempt=rec.attempt, error=reason, detail=reason)

@@ -4,11 +4,12 @@ State mirrors the two tables: one ``Saga`` row, and one ``StepRecord`` per
 (step, phase), phase being "invoke" (the step itself) or "compensate" (its undo).
 
 Step record statuses:
-- invoke:     invoked → succeeded | failed | timed_out; release steps also retrying → invoked (resent)
+- invoke:     invoked → succeeded | failed | timed_out; release steps also retrying → invoked (resent);
+              a step with a progress reply also invoked → waiting (queued, longer deadline) → succeeded | failed | timed_out
 - compensate: armed (set when the step is invoked) → compensating → compensated,
               or → retrying → compensating (resent) ... → failed (gave up); disarmed when the step
               itself failed (the participant did nothing, so there is nothing to undo)
-A record is *awaiting* (has a deadline) while invoked, compensating or retrying.
+A record is *awaiting* (has a deadline) while invoked, waiting, compensating or retrying.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from typing import Any, Literal, Union
 
 INVOKE, COMPENSATE = "invoke", "compensate"
 Phase = Literal["invoke", "compensate"]
-AWAITING = frozenset({"invoked", "compensating", "retrying"})
+AWAITING = frozenset({"invoked", "waiting", "compensating", "retrying"})
 OPEN = frozenset({"running", "compensating"})           # saga statuses that still act
 SagaStatus = Literal["running", "compensating", "completed", "failed"]
 
@@ -33,9 +34,10 @@ class Policy:
     compensation_attempts: int = 5
     release_attempts: int = 8
     backoff_s: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0)
+    queue_timeout_s: float = 86_400.0   # how long a step that reported "queued" may wait for capacity
 
     def __post_init__(self) -> None:
-        if self.step_timeout_s <= 0 or self.compensation_timeout_s <= 0:
+        if self.step_timeout_s <= 0 or self.compensation_timeout_s <= 0 or self.queue_timeout_s <= 0:
             raise ValueError("saga timeouts must be positive")
         if self.compensation_attempts < 1 or self.release_attempts < 1:
             raise ValueError("saga attempts must be at least 1")
@@ -49,6 +51,10 @@ class Policy:
     @property
     def step_timeout(self) -> timedelta:
         return timedelta(seconds=self.step_timeout_s)
+
+    @property
+    def queue_timeout(self) -> timedelta:
+        return timedelta(seconds=self.queue_timeout_s)
 
     @property
     def compensation_timeout(self) -> timedelta:

@@ -1,0 +1,84 @@
+"""Shapes, pools and quotas in the scheduler schema (asyncpg; the caller owns the transaction).
+
+Each upsert returns the whole row after the change (its ``version`` bumped), which is what the
+``*_changed`` event carries.
+"""
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import asyncpg
+
+from .claims import NIL
+
+
+async def upsert_shape(conn: asyncpg.Connection, s: dict[str, Any]) -> dict[str, Any]:
+    row = await conn.fetchrow(
+        "INSERT INTO shapes (name, kind, gpu_count, gpu_model, mig_profile, deleted) VALUES ($1,$2,$3,$4,$5,$6) "
+        "ON CONFLICT (name) DO UPDATE SET kind=EXCLUDED.kind, gpu_count=EXCLUDED.gpu_count, gpu_model=EXCLUDED.gpu_model, "
+        "mig_profile=EXCLUDED.mig_profile, deleted=EXCLUDED.deleted, version=shapes.version + 1 RETURNING *",
+        s["name"], s["kind"], s["gpu_count"], s["gpu_model"], s["mig_profile"], s["deleted"])
+    return dict(row)
+
+
+async def shape(conn: asyncpg.Connection, name: str) -> dict[str, Any] | None:
+    row = await conn.fetchrow("SELECT * FROM shapes WHERE name=$1 AND NOT deleted", name)
+    return dict(row) if row else None
+
+
+async def all_shapes(conn: asyncpg.Connection) -> list[dict[str, Any]]:
+    return [dict(r) for r in await conn.fetch("SELECT * FROM shapes WHERE NOT deleted")]
+
+
+async def upsert_pool(conn: asyncpg.Connection, p: dict[str, Any]) -> dict[str, Any]:
+    row = await conn.fetchrow(
+        "INSERT INTO pools (name, policy, taints, description) VALUES ($1,$2,$3::jsonb,$4) "
+        "ON CONFLICT (name) DO UPDATE SET policy=EXCLUDED.policy, taints=EXCLUDED.taints, "
+        "description=EXCLUDED.description, version=pools.version + 1 RETURNING *",
+        p["name"], p["policy"], json.dumps(p["taints"]), p["description"])
+    return {**dict(row), "taints": json.loads(row["taints"])}
+
+
+async def all_pools(conn: asyncpg.Connection) -> list[dict[str, Any]]:
+    return [{**dict(r), "taints": json.loads(r["taints"])} for r in await conn.fetch("SELECT * FROM pools")]
+
+
+async def pool_exists(conn: asyncpg.Connection, name: str) -> bool:
+    return bool(await conn.fetchval("SELECT true FROM pools WHERE name=$1", name))
+
+
+async def set_quota(conn: asyncpg.Connection, tenant_id: uuid.UUID, gpu_model: str, pool: str,
+                    user_id: uuid.UUID | None, limit: int, guaranteed: int) -> dict[str, Any]:
+    """Set a quota's limit; a new quota starts with ``used`` = what the tenant (or user) already holds,
+    so quotas introduced on a running system count running allocations. Never touches allocations."""
+    user = user_id or NIL
+    row = await conn.fetchrow(
+        'INSERT INTO quotas (tenant_id, gpu_model, pool, user_id, "limit", guaranteed, used, published) '
+        "SELECT $1, $2, $3, $4, $5, $6, coalesce(sum(gpus), 0), 1 FROM allocations "
+        "WHERE tenant_id=$1 AND gpu_model=$2 AND pool=$3 AND ($4 = $7::uuid OR user_id = $4) "
+        'ON CONFLICT (tenant_id, gpu_model, pool, user_id) DO UPDATE SET "limit"=EXCLUDED."limit", '
+        "guaranteed=EXCLUDED.guaranteed, version=quotas.version + 1, published=quotas.version + 1 RETURNING *",
+        tenant_id, gpu_model, pool, user, limit, guaranteed, NIL)
+    return dict(row)
+
+
+async def unpublished_quotas(conn: asyncpg.Connection, limit: int = 1000) -> list[dict[str, Any]]:
+    """Quotas whose use changed since their last ``quota_changed``, marked published now."""
+    rows = await conn.fetch(
+        "UPDATE quotas q SET published = q.version FROM (SELECT tenant_id, gpu_model, pool, user_id FROM quotas "
+        "WHERE published <> version LIMIT $1 FOR UPDATE SKIP LOCKED) d WHERE (q.tenant_id, q.gpu_model, q.pool, "
+        "q.user_id) = (d.tenant_id, d.gpu_model, d.pool, d.user_id) RETURNING q.*", limit)
+    return [dict(r) for r in rows]
+
+
+async def all_quotas(conn: asyncpg.Connection) -> list[dict[str, Any]]:
+    return [dict(r) for r in await conn.fetch("SELECT * FROM quotas")]
+
+
+def quota_document(row: dict[str, Any]) -> dict[str, Any]:
+    """A quota row as the ``scheduler.quota_changed`` payload."""
+    return {"tenant_id": row["tenant_id"], "gpu_model": row["gpu_model"], "pool": row["pool"],
+            "user_id": None if row["user_id"] == NIL else row["user_id"], "limit": row["limit"],
+            "guaranteed": row["guaranteed"], "used": row["used"], "version": row["version"]}

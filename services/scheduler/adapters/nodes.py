@@ -1,0 +1,92 @@
+"""Nodes and their approved slots in the scheduler schema (asyncpg; the caller owns the transaction).
+
+Every write bumps the node's ``version`` and returns nothing; ``document`` reads the whole node as the
+``scheduler.node_changed`` payload, so each handler emits exactly what was committed.
+"""
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import asyncpg
+
+_NODE_COLUMNS = ("name", "gpu_model", "gpu_count", "pool", "region", "site", "rack", "labels", "taints",
+                 "cordoned", "declared", "status", "driver", "topology", "proposal", "proposed_slot_map",
+                 "approved_slot_map", "review")
+_JSON = {"labels", "taints", "topology", "proposed_slot_map", "approved_slot_map", "review"}
+
+
+def _decode(row: asyncpg.Record) -> dict[str, Any]:
+    out = dict(row)
+    for key in _JSON & out.keys():
+        if out[key] is not None:
+            out[key] = json.loads(out[key])
+    return out
+
+
+async def get(conn: asyncpg.Connection, node_id: uuid.UUID, *, lock: bool = False) -> dict[str, Any] | None:
+    """The node's row (JSON columns decoded), or None. ``lock`` serialises every writer of this node id
+    until the transaction ends, even before the row exists (declare and discovery may race to create it)."""
+    if lock:
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('scheduler.node:' || $1, 0))", str(node_id))
+    row = await conn.fetchrow("SELECT * FROM nodes WHERE id=$1" + (" FOR UPDATE" if lock else ""), node_id)
+    return _decode(row) if row else None
+
+
+async def name_holder(conn: asyncpg.Connection, name: str) -> uuid.UUID | None:
+    return await conn.fetchval("SELECT id FROM nodes WHERE name=$1", name)
+
+
+async def insert(conn: asyncpg.Connection, node_id: uuid.UUID, fields: dict[str, Any]) -> bool:
+    """Create the node; False (nothing written) if the id or the name exists already."""
+    cols = list(fields)
+    values = [json.dumps(fields[c]) if c in _JSON else fields[c] for c in cols]
+    placeholders = ", ".join(f"${i + 2}" + ("::jsonb" if c in _JSON else "") for i, c in enumerate(cols))
+    return bool(await conn.fetchval(
+        f"INSERT INTO nodes (id, {', '.join(cols)}) VALUES ($1, {placeholders}) ON CONFLICT DO NOTHING RETURNING true",
+        node_id, *values))
+
+
+async def update(conn: asyncpg.Connection, node_id: uuid.UUID, fields: dict[str, Any]) -> None:
+    """Change the given columns and bump the version."""
+    unknown = set(fields) - set(_NODE_COLUMNS)
+    if unknown:
+        raise ValueError(f"not node columns: {sorted(unknown)}")
+    cols = list(fields)
+    sets = ", ".join(f"{c}=${i + 2}" + ("::jsonb" if c in _JSON else "") for i, c in enumerate(cols))
+    values = [json.dumps(fields[c]) if c in _JSON else fields[c] for c in cols]
+    await conn.execute(f"UPDATE nodes SET {sets}, version = version + 1 WHERE id=$1", node_id, *values)
+
+
+async def document(conn: asyncpg.Connection, node_id: uuid.UUID) -> dict[str, Any]:
+    """The node as the ``scheduler.node_changed`` payload (free_slots = schedulable, unheld slots)."""
+    row = await conn.fetchrow(
+        "SELECT n.*, (SELECT count(*) FROM slots s WHERE s.node_id = n.id AND s.allocation_id IS NULL "
+        "AND s.wipe_policy <> '' AND NOT s.retired) AS free_slots FROM nodes n WHERE n.id=$1", node_id)
+    d = _decode(row)
+    return {"node_id": d["id"], "name": d["name"], "status": d["status"], "pool": d["pool"], "region": d["region"],
+            "site": d["site"], "rack": d["rack"], "gpu_model": d["gpu_model"], "gpu_count": d["gpu_count"],
+            "labels": d["labels"], "taints": d["taints"], "cordoned": d["cordoned"],
+            "proposal": d["proposal"] if d["proposed_slot_map"] is not None else None, "proposed_slot_map": d["proposed_slot_map"],
+            "approved_slot_map": d["approved_slot_map"], "review": d["review"],
+            "free_slots": d["free_slots"] if d["status"] == "schedulable" else 0, "version": d["version"]}
+
+
+async def install_slots(conn: asyncpg.Connection, node_id: uuid.UUID, slots: list[dict[str, Any]]) -> None:
+    """Make the approved map's slots the node's slots: upsert each (held slots keep their allocation),
+    retire the ones the map no longer has (a held one stays held until released, and is never reused)."""
+    await conn.executemany(
+        "INSERT INTO slots (node_id, idx, detail, wipe_policy) VALUES ($1, $2, $3::jsonb, $4) "
+        "ON CONFLICT (node_id, idx) DO UPDATE SET detail = EXCLUDED.detail, wipe_policy = EXCLUDED.wipe_policy, "
+        "retired = false",
+        [(node_id, s["index"], json.dumps(s), s.get("wipe_policy") or "") for s in slots])
+    await conn.execute("DELETE FROM slots WHERE node_id=$1 AND NOT (idx = ANY($2::int[])) AND allocation_id IS NULL",
+                       node_id, [s["index"] for s in slots])
+    await conn.execute("UPDATE slots SET retired = true WHERE node_id=$1 AND NOT (idx = ANY($2::int[]))",
+                       node_id, [s["index"] for s in slots])
+
+
+async def all_nodes(conn: asyncpg.Connection) -> list[dict[str, Any]]:
+    """Every node row (for loading the in-memory index)."""
+    return [_decode(r) for r in await conn.fetch("SELECT * FROM nodes ORDER BY name")]

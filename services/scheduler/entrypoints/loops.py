@@ -1,0 +1,156 @@
+"""The active scheduler's background work: leadership, preemptions whose grace has ended, stats.
+
+Only the leader consumes commands and runs the loops that act; a standby waits on the advisory lock.
+When leadership is lost the subscribers stop and the index is dropped: whoever leads next reloads it
+from PostgreSQL.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+
+import structlog
+
+from services.allocation.contracts import PreemptAllocation
+from shared.consumer import HandlerContext
+from shared.envelope import Envelope, utcnow
+from shared.runtime import Runtime
+
+from .. import contracts as c
+from ..adapters import catalog
+from ..adapters import queue as pending
+from ..adapters.leader import LeaderLease
+from ..adapters.metrics import FRAGMENTATION, LEADER, UTILISATION
+from ..handlers import ActiveScheduler
+from ..handlers.placing import settle
+
+log = structlog.get_logger()
+
+
+class Leadership:
+    """Consume (and decide) only while holding the lease."""
+
+    def __init__(self, rt: Runtime, active: ActiveScheduler, subscribers: list, lease: LeaderLease | None):
+        self.rt, self.active, self.subscribers, self.lease = rt, active, subscribers, lease
+        self.leading = asyncio.Event()
+
+    async def run(self) -> None:
+        if self.lease is None:      # election off: every replica consumes (the SQL guards alone apply)
+            await self.active.load(self.rt.pool)
+            self.leading.set()
+            await asyncio.Event().wait()
+        while True:
+            await self.lease.acquire()
+            try:
+                await self.active.load(self.rt.pool)
+                for sub in self.subscribers:
+                    await sub.start()
+                self.leading.set()
+                LEADER.set(1)
+                await self.lease.watch()
+            finally:
+                LEADER.set(0)
+                self.leading.clear()
+                for sub in self.subscribers:
+                    with contextlib.suppress(Exception):
+                        await sub.stop()
+                self.active.unload()
+                await self.lease.release()
+            # A replica that just lost its session stands back for a few probes, so a healthy standby
+            # takes over rather than the one whose connection failed.
+            await asyncio.sleep(self.lease.probe_s * 4)
+
+
+async def send_due_preemptions(rt: Runtime) -> int:
+    """Send ``allocation.preempt`` for every preemption whose grace period has ended; returns how many."""
+    async with rt.pool.acquire() as conn, conn.transaction():
+        due = await pending.due_preemptions(conn)
+        for p in due:
+            await rt.outbox.add(conn, "allocation.preempt", PreemptAllocation(
+                allocation_id=p["victim"], tenant_id=p["victim_tenant"], reason=p["reason"],
+                preempted_for=p["preemptor"]), correlation_id=str(p["victim"]), tenant_id=p["victim_tenant"])
+            await pending.mark_sent(conn, p["victim"])
+    if due:
+        log.info("scheduler.preemptions_sent", victims=[str(p["victim"]) for p in due])
+    return len(due)
+
+
+async def preemption_loop(rt: Runtime, leadership: Leadership, every_s: float) -> None:
+    while True:
+        await leadership.leading.wait()
+        await send_due_preemptions(rt)
+        await asyncio.sleep(every_s)
+
+
+async def publish_stats(rt: Runtime, active: ActiveScheduler) -> None:
+    """Update the utilisation/fragmentation gauges and emit ``scheduler.scheduling_stats``."""
+    sched = active.sched
+    if sched is None:
+        return
+    util = sched.inv.utilisation()
+    frag = sched.inv.fragmentation()
+    for (pool, model), (used, total) in util.items():
+        UTILISATION.labels(pool, model).set(used / total if total else 0.0)
+    for (pool, model), share in frag.items():
+        FRAGMENTATION.labels(pool, model).set(share)
+    async with rt.pool.acquire() as conn, conn.transaction():
+        total = await conn.fetchval("SELECT count(*) FROM preemptions")
+        await rt.outbox.add(conn, "scheduler.scheduling_stats", c.SchedulingStats(
+            at=utcnow(), pending={str(t): n for t, n in sched.queue.pending().items()},
+            utilisation={f"{p}/{m}": [u, t] for (p, m), (u, t) in util.items()},
+            fragmentation={f"{p}/{m}": round(f, 4) for (p, m), f in frag.items()},
+            preemptions_total=total), correlation_id="scheduler-stats")
+
+
+async def publish_quota_use(rt: Runtime) -> int:
+    """Send ``quota_changed`` for every quota whose use changed since it was last sent. Reservations and
+    releases do not send one each: at hundreds of decisions a second that doubled the events per decision;
+    coalesced, a quota's use is published at most once per period."""
+    async with rt.pool.acquire() as conn, conn.transaction():
+        rows = await catalog.unpublished_quotas(conn)
+        if rows:
+            await rt.outbox.add_many(conn, [("scheduler.quota_changed", c.QuotaChanged(**catalog.quota_document(r)),
+                                             None) for r in rows], correlation_id="scheduler-quota-use")
+    return len(rows)
+
+
+async def quota_use_loop(rt: Runtime, leadership: Leadership, every_s: float) -> None:
+    while True:
+        await leadership.leading.wait()
+        await publish_quota_use(rt)
+        await asyncio.sleep(every_s)
+
+
+async def tick(rt: Runtime, active: ActiveScheduler) -> int:
+    """Re-evaluate the queue without an event: after a takeover (the placements a crashed leader had not
+    claimed), and as time passes (a request that waited ``aging_s`` reserves a node). Returns how many
+    requests it placed."""
+    sched = active.sched
+    if sched is None or not len(sched.queue):
+        return 0
+    placed = sched.tick()
+    if placed:
+        cause = Envelope(id=uuid.uuid4(), type="scheduler.queue_tick", schema_version=1, occurred_at=utcnow(),
+                         correlation_id="scheduler-queue-tick", data={})
+        try:
+            async with rt.pool.acquire() as conn, conn.transaction():
+                await settle(HandlerContext(conn, cause, rt.outbox, "scheduler.queue_tick"), active, placed)
+        except Exception:
+            active.needs_reload = True
+            raise
+    return len(placed)
+
+
+async def tick_loop(rt: Runtime, active: ActiveScheduler, leadership: Leadership, every_s: float) -> None:
+    while True:
+        await leadership.leading.wait()
+        await tick(rt, active)
+        await asyncio.sleep(every_s)
+
+
+async def stats_loop(rt: Runtime, active: ActiveScheduler, leadership: Leadership, every_s: float) -> None:
+    while True:
+        await leadership.leading.wait()
+        await publish_stats(rt, active)
+        await asyncio.sleep(every_s)

@@ -1,0 +1,59 @@
+"""Provider-admin definitions: capacity shapes, node pools and quotas. Each change emits its whole
+document (``*_changed``); an invalid one emits ``scheduler.admin_command_rejected`` and changes nothing.
+Lowering a quota below current use blocks new allocations and never evicts; raising one re-evaluates
+the queue."""
+from __future__ import annotations
+
+from shared.consumer import HandlerContext
+
+from .. import contracts as c
+from ..adapters import catalog
+from ..domain.shapes import Shape, ShapeError
+from .active import ActiveScheduler
+from .common import Rejected, admin
+from .placing import place_waiting
+
+
+async def define_shape(ctx: HandlerContext, cmd: c.DefineShape, *, active: ActiveScheduler) -> None:
+    """Create, change or delete (``deleted``) a shape. Rejected: a definition the domain refuses."""
+    await active.ensure_loaded()
+    async def body() -> None:
+        try:
+            shape = Shape(cmd.name, cmd.kind, cmd.gpu_count, cmd.gpu_model, cmd.mig_profile)
+        except ShapeError as exc:
+            raise Rejected(str(exc)) from None
+        row = await catalog.upsert_shape(ctx.conn, cmd.model_dump())
+        await ctx.emit("scheduler.shape_changed", c.ShapeChanged(**{k: row[k] for k in c.ShapeChanged.model_fields}))
+        active.apply_shape(shape, deleted=cmd.deleted)
+    await admin(ctx, "scheduler.define_shape", cmd.name, body)
+
+
+async def define_pool(ctx: HandlerContext, cmd: c.DefinePool, *, active: ActiveScheduler) -> None:
+    """Create or change a pool (policy, taints)."""
+    await active.ensure_loaded()
+    async def body() -> None:
+        row = await catalog.upsert_pool(ctx.conn, cmd.model_dump())
+        await ctx.emit("scheduler.pool_changed", c.PoolChanged(**{k: row[k] for k in c.PoolChanged.model_fields}))
+        active.apply_pool(row)
+        await place_waiting(ctx, active)
+    await admin(ctx, "scheduler.define_pool", cmd.name, body)
+
+
+async def set_quota(ctx: HandlerContext, cmd: c.SetQuota, *, active: ActiveScheduler) -> None:
+    """Set a tenant's (or, with ``user_id``, one user's) limit and guarantee for a model in a pool.
+    Rejected: an unknown pool, a guarantee above the limit."""
+    await active.ensure_loaded()
+    target = f"{cmd.tenant_id}/{cmd.gpu_model}/{cmd.pool}" + (f"/{cmd.user_id}" if cmd.user_id else "")
+
+    async def body() -> None:
+        if not await catalog.pool_exists(ctx.conn, cmd.pool):
+            raise Rejected(f"unknown pool {cmd.pool!r}")
+        if cmd.guaranteed > cmd.limit:
+            raise Rejected(f"guaranteed {cmd.guaranteed} is above the limit {cmd.limit}")
+        row = await catalog.set_quota(ctx.conn, cmd.tenant_id, cmd.gpu_model, cmd.pool, cmd.user_id,
+                                      cmd.limit, cmd.guaranteed)
+        await ctx.emit("scheduler.quota_changed", c.QuotaChanged(**catalog.quota_document(row)),
+                       tenant_id=cmd.tenant_id)
+        active.apply_quota(row)
+        await place_waiting(ctx, active)
+    await admin(ctx, "scheduler.set_quota", target, body)

@@ -1,0 +1,172 @@
+"""Turning the index's decisions into committed claims and replies.
+
+A placement decided in memory becomes real only through ``claims.claim`` (conditional SQL). A request
+placed out of the queue (after a release, an approval, an uncordon, a quota raise) is answered here:
+its pending row is taken, its slots claimed, the reserve step's outcome recorded under the idempotency
+key it arrived with, and ``scheduler.slots_reserved`` sent with the saga fields it carried, so a
+redelivered reserve command later gets that same answer.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+
+from shared.consumer import HandlerContext
+
+from .. import contracts as c
+from ..adapters import claims, outcomes
+from ..adapters import queue as pending
+from ..adapters.metrics import PENDING, PREEMPTIONS, QUEUE_WAIT
+from ..domain.inventory import Placement, Request
+from ..domain.quota import QuotaKey
+from .active import ActiveScheduler
+
+log = structlog.get_logger()
+
+_DETAIL = ("index", "gpu_pci", "nvme_pci", "ib_vf_pci", "ib_guid", "numa", "nvlink_domain")
+_STEP = ("saga_id", "step", "idempotency_key", "allocation_id")
+
+
+def step_fields(cmd: dict[str, Any]) -> dict[str, Any]:
+    return {k: cmd[k] for k in _STEP}
+
+
+def claim_of(req: Request, p: Placement, cmd: dict[str, Any]) -> claims.Claim:
+    user = cmd.get("user_id")
+    return claims.Claim(req.allocation_id, req.tenant_id, uuid.UUID(str(user)) if user else None, p.node_id,
+                        tuple(p.slots), req.shape.name, p.gpu_model, p.pool, req.shape.quota_units, req.priority,
+                        req.spot, p.mig_profile, req.shape.mig_per_gpu)
+
+
+def reserved_result(p: Placement, details: list[dict], waited_s: float = 0.0) -> dict[str, Any]:
+    """The extra fields of ``scheduler.slots_reserved`` (also the recorded step outcome)."""
+    return {"node_id": str(p.node_id), "slots": list(p.slots), "gpu_model": p.gpu_model, "pool": p.pool,
+            "slot_details": [{k: d.get(k) for k in _DETAIL} for d in details if "gpu_pci" in d],
+            "waited_s": round(waited_s, 3)}
+
+
+async def commit(ctx: HandlerContext, active: ActiveScheduler, req: Request, p: Placement,
+                 cmd: dict[str, Any]) -> list[dict]:
+    """Claim what the index decided. On SlotTaken / QuotaExceeded the index is corrected (decision
+    undone, node or quota re-read) and the exception propagates; nothing was written."""
+    try:
+        details, _ = await claims.claim(ctx.conn, claim_of(req, p, cmd))   # quota use: published by a loop
+    except claims.SlotTaken as exc:
+        log.warning("scheduler.index_stale", allocation_id=str(req.allocation_id), error=str(exc))
+        active.forget(req.allocation_id)
+        await active.resync_node(ctx.conn, p.node_id)
+        raise
+    except claims.QuotaExceeded:
+        active.forget(req.allocation_id)
+        await active.resync_quota(ctx.conn, QuotaKey(req.tenant_id, p.gpu_model, p.pool))
+        raise
+    return details
+
+
+async def answer(ctx: HandlerContext, cmd: dict[str, Any], status: str, result: dict[str, Any],
+                 correlation_id: str | None = None) -> None:
+    """Record the reserve step's final outcome and send its reply (done: slots_reserved, else failed)."""
+    await outcomes.record(ctx.conn, cmd["idempotency_key"], status, result)
+    await send_recorded(ctx, cmd, status, result, correlation_id)
+
+
+async def send_recorded(ctx: HandlerContext, cmd: dict[str, Any], status: str, result: dict[str, Any],
+                        correlation_id: str | None = None) -> None:
+    tenant = uuid.UUID(str(cmd["tenant_id"]))
+    if status == "done":
+        reply = c.SlotsReserved(**step_fields(cmd), **result)
+        await ctx.emit("scheduler.slots_reserved", reply, correlation_id=correlation_id, tenant_id=tenant)
+        return
+    fields = result if status == "failed" else {
+        "reason": "compensated before it ran (the saga had given up on this step)", "code": "cancelled"}
+    await ctx.emit("scheduler.slot_reservation_failed", c.SlotReservationFailed(**step_fields(cmd), **fields),
+                   correlation_id=correlation_id, tenant_id=tenant)
+
+
+async def place_waiting(ctx: HandlerContext, active: ActiveScheduler) -> None:
+    """Re-evaluate the queue (capacity or quota may have appeared) and answer what it placed."""
+    await settle(ctx, active, active.sched.tick())
+
+
+async def place_released(ctx: HandlerContext, active: ActiveScheduler, allocation_id: uuid.UUID) -> None:
+    """After a release committed: free the allocation in the index, re-evaluate the queue and, in a
+    transaction of its own, claim and answer what that placed."""
+    placed = active.sched.release(allocation_id)
+    if not placed:
+        refresh_pending_gauge(active)
+        return
+    try:
+        async with active.pool.acquire() as conn, conn.transaction():
+            await settle(HandlerContext(conn, ctx.envelope, ctx.outbox, ctx.consumer), active, placed)
+    except Exception:
+        active.needs_reload = True
+        raise
+
+
+async def settle(ctx: HandlerContext, active: ActiveScheduler, placed: list[tuple[Request, Placement]]) -> None:
+    """Claim and answer each request the index placed out of the queue."""
+    for req, p in placed:
+        row = await pending.get(ctx.conn, req.allocation_id, lock=True)
+        if row is None:            # the queue entry never committed (a failed handler): not ours to place
+            active.forget(req.allocation_id)
+            continue
+        try:
+            async with ctx.conn.transaction():
+                details = await commit(ctx, active, req, p, row["request"])
+                await pending.remove(ctx.conn, req.allocation_id)
+        except claims.SlotTaken:
+            active.sched.queue.push(req)        # stale index: it waits again, the node was re-read
+            continue
+        except claims.QuotaExceeded as exc:     # a tenant admin's split for this user is used up
+            await pending.remove(ctx.conn, req.allocation_id)
+            await answer(ctx, row["request"], "failed", quota_failure(exc), row["correlation_id"])
+            continue
+        waited = (datetime.now(UTC) - row["enqueued_at"]).total_seconds()
+        QUEUE_WAIT.labels(str(req.tenant_id)).observe(waited)
+        await answer(ctx, row["request"], "done", reserved_result(p, details, waited), row["correlation_id"])
+    refresh_pending_gauge(active)
+
+
+def quota_failure(exc: claims.QuotaExceeded) -> dict[str, Any]:
+    return {"reason": str(exc), "code": "quota-exceeded", "quota": exc.quota, "limit": exc.limit,
+            "used": exc.used, "requested": exc.requested}
+
+
+def refresh_pending_gauge(active: ActiveScheduler) -> None:
+    counts = active.sched.queue.pending()
+    for tenant, n in counts.items():
+        PENDING.labels(str(tenant)).set(n)
+    for tenant in active.seen_pending - counts.keys():
+        PENDING.labels(str(tenant)).set(0)
+    active.seen_pending = set(counts)
+
+
+async def notify_preemption(ctx: HandlerContext, active: ActiveScheduler, req: Request,
+                            victims: tuple[uuid.UUID, ...]) -> None:
+    """Record each victim with its grace deadline and send ``scheduler.preemption_notice``; the request
+    stays queued, nominated to the victims' node (the index reserved it: backfill cannot take it)."""
+    node = None
+    for victim in victims:
+        row = await claims.held(ctx.conn, victim)
+        if row is None:
+            continue
+        victim_class = "a spot allocation" if row["spot"] else f"priority {row['priority']}"
+        reason = f"preempted for allocation {req.allocation_id} (priority {req.priority}) over {victim_class}"
+        rec = await pending.record_preemption(ctx.conn, row, req.allocation_id, reason,
+                                              active.settings.preemption_grace_s)
+        if rec is None:
+            continue
+        node = row["node_id"]
+        PREEMPTIONS.labels(row["pool"]).inc()
+        await ctx.emit("scheduler.preemption_notice", c.PreemptionNotice(
+            allocation_id=victim, tenant_id=row["tenant_id"], node_id=row["node_id"], reason=reason,
+            preempted_for=req.allocation_id, grace_deadline=rec["grace_deadline"]),
+            correlation_id=str(victim), tenant_id=row["tenant_id"])
+    if node is not None:
+        await pending.nominate(ctx.conn, req.allocation_id, node)
+    log.info("scheduler.preemption_noticed", preemptor=str(req.allocation_id), victims=[str(v) for v in victims],
+             at=time.time())

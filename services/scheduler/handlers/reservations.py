@@ -1,0 +1,180 @@
+"""The reserve step (saga participant), its undo (release), and cancelling a queued request.
+
+Reserve, once per idempotency key: the recorded outcome answers any repeat; a request already waiting
+answers ``reservation_queued`` again (never a second queue entry or placement). Otherwise: resolve the
+shape (unknown: failed ``unknown-shape``), let the index decide, then make it real in SQL:
+- placed: claim (quota charged and slots taken conditionally, atomically) → ``slots_reserved``;
+- over quota: failed ``quota-exceeded`` naming quota, limit, use and request;
+- nothing fits: fail fast → failed ``no-capacity``; else queued (bound reached → failed ``queue-full``)
+  → ``reservation_queued`` WITHOUT a recorded outcome; the final reply is sent when the queue places
+  it (placing.settle) or it is cancelled, and recorded then. A higher-priority request that could fit by
+  preempting also gets preemption notices for its victims (placing.notify_preemption).
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from functools import partial
+from typing import Any
+
+from shared.consumer import HandlerContext
+from shared.participant import injected_fault
+
+from .. import contracts as c
+from ..adapters import claims, outcomes
+from ..adapters import queue as pending
+from ..adapters.metrics import LATENCY
+from ..domain.inventory import Placement
+from ..domain.scheduler import Decision
+from .active import ActiveScheduler, request_of
+from .common import Rejected, admin
+from .placing import (
+    answer,
+    commit,
+    notify_preemption,
+    place_released,
+    quota_failure,
+    refresh_pending_gauge,
+    reserved_result,
+    send_recorded,
+    settle,
+    step_fields,
+)
+
+_ATTEMPTS = 3   # decisions retried after the index proved stale; then the whole index is reloaded
+
+
+async def reserve_slots(ctx: HandlerContext, cmd: c.ReserveSlots, *, active: ActiveScheduler,
+                        sim_faults: bool = False) -> None:
+    """Saga step: reserve slots for the allocation (see module docstring). Idempotent per key."""
+    started = time.perf_counter()
+    await active.ensure_loaded()
+    data = cmd.model_dump(mode="json")
+    await outcomes.lock(ctx.conn, cmd.idempotency_key)
+    prior, queued, held = await outcomes.prior(ctx.conn, cmd.idempotency_key, cmd.allocation_id)
+    if prior is not None:
+        await send_recorded(ctx, data, *prior)
+        return
+    if queued:
+        await _queued(ctx, active, data, "already waiting in the queue")
+        return
+    fault = injected_fault(cmd, sim_faults)
+    if fault == "timeout":
+        return
+    if fault == "fail":
+        await answer(ctx, data, "failed", {"reason": f"injected fault at {cmd.step}", "code": "invalid-request"})
+        return
+    try:
+        outcome = await _decide(ctx, active, cmd, data, held)
+    except Exception:
+        active.needs_reload = True      # the index may hold a decision this transaction will not commit
+        raise
+    LATENCY.labels(str(cmd.tenant_id), outcome).observe(time.perf_counter() - started)
+
+
+async def _decide(ctx: HandlerContext, active: ActiveScheduler, cmd: c.ReserveSlots, data: dict,
+                  held: dict | None) -> str:
+    if held is not None:   # reserved before under another key: the same answer, no second reservation
+        node = uuid.UUID(held["node_id"])
+        p = Placement(node, held["pool"], held["gpu_model"], tuple(held["slots"]), held["mig_profile"])
+        details = await claims.slot_details(ctx.conn, node, list(held["slots"]))
+        await answer(ctx, data, "done", reserved_result(p, details))
+        return "placed"
+    shape = active.shapes.get(cmd.shape)
+    if shape is None:
+        return await _fail(ctx, data, f"unknown shape {cmd.shape!r} (known: {', '.join(sorted(active.shapes))})",
+                           "unknown-shape")
+    if shape.quota_units != cmd.gpu_count:
+        return await _fail(ctx, data, f"shape {shape.name} has {shape.quota_units} GPU(s), the request says "
+                                      f"{cmd.gpu_count}", "invalid-request")
+    req = request_of(data, shape)
+    for _ in range(_ATTEMPTS):
+        d = active.sched.submit(req)
+        if d.kind == "placed":
+            if d.reason == "already placed":      # the index holds what SQL does not: drop it, decide again
+                active.forget(req.allocation_id)
+                continue
+            try:
+                details = await commit(ctx, active, req, d.placement, data)
+            except claims.SlotTaken:
+                continue
+            except claims.QuotaExceeded as exc:
+                await answer(ctx, data, "failed", quota_failure(exc))
+                return "rejected"
+            await answer(ctx, data, "done", reserved_result(d.placement, details))
+            return "placed"
+        if d.kind == "rejected":
+            await answer(ctx, data, "failed", _failure(d))
+            return "rejected"
+        if d.reason == "already pending":        # queued in the index only (a failed handler): forget it
+            active.sched.cancel(req.allocation_id)
+            continue
+        await _enqueue(ctx, active, req, d, data)
+        return "queued"
+    raise RuntimeError(f"the index stayed stale for allocation {cmd.allocation_id}: reloading it")
+
+
+def _failure(d: Decision) -> dict[str, Any]:
+    v = d.quota_verdict
+    if v is not None and not v.ok:
+        return {"reason": v.reason, "code": "quota-exceeded", "quota": v.quota, "limit": v.limit, "used": v.used,
+                "requested": v.requested}
+    code = "queue-full" if "pending request" in d.reason else "no-capacity"
+    return {"reason": d.reason, "code": code}
+
+
+async def _fail(ctx: HandlerContext, data: dict, reason: str, code: str) -> str:
+    await answer(ctx, data, "failed", {"reason": reason, "code": code})
+    return "rejected"
+
+
+async def _enqueue(ctx: HandlerContext, active: ActiveScheduler, req, d: Decision, data: dict) -> None:
+    await pending.add(ctx.conn, data, ctx.envelope.correlation_id)
+    if d.victims:
+        await notify_preemption(ctx, active, req, d.victims)
+    await _queued(ctx, active, data, d.reason)
+    refresh_pending_gauge(active)
+
+
+async def _queued(ctx: HandlerContext, active: ActiveScheduler, data: dict, reason: str) -> None:
+    tenant = data["tenant_id"]
+    await ctx.emit("scheduler.reservation_queued", c.ReservationQueued(
+        **step_fields(data), tenant_id=tenant, position=active.position(uuid.UUID(str(tenant))), reason=reason))
+
+
+async def release_slots(ctx: HandlerContext, cmd: c.ReleaseSlots, *, active: ActiveScheduler) -> None:
+    """Saga step or compensation: free the allocation's slots, refund its quota, drop it from the queue
+    if it waits there, then re-evaluate the queue. Idempotent; safe when nothing was held."""
+    await active.ensure_loaded()
+    if cmd.compensates:
+        await outcomes.lock(ctx.conn, cmd.compensates)
+    row, _ = await claims.release(ctx.conn, cmd.allocation_id)    # quota use: published by a loop
+    queued = await pending.remove(ctx.conn, cmd.allocation_id)
+    if cmd.compensates:
+        await outcomes.record(ctx.conn, cmd.compensates, "compensated", {})
+    if queued is not None and queued["idempotency_key"] != cmd.compensates:
+        await answer(ctx, queued["request"], "failed", {"reason": "released while waiting", "code": "cancelled"},
+                     queued["correlation_id"])
+    await ctx.emit("scheduler.slots_released", c.SlotsReleased(
+        **step_fields(cmd.model_dump(mode="json")), slots_freed=len(row["slots"]) if row else 0))
+    # The index frees the slots only once this commits: freed earlier, a concurrent claim would pick
+    # them while the committed row still names the allocation, and fail.
+    ctx.on_commit(partial(place_released, ctx, active, cmd.allocation_id))
+
+
+async def cancel_request(ctx: HandlerContext, cmd: c.CancelRequest, *, active: ActiveScheduler) -> None:
+    """Withdraw a queued request: its step is answered failed ``cancelled``. Rejected (nothing changes):
+    no such pending request, or one of another tenant."""
+    await active.ensure_loaded()
+
+    async def body() -> None:
+        row = await pending.remove(ctx.conn, cmd.allocation_id)
+        if row is None:
+            raise Rejected(f"allocation {cmd.allocation_id} has no pending request")
+        if row["tenant_id"] != cmd.tenant_id:
+            raise Rejected(f"the pending request of allocation {cmd.allocation_id} belongs to another tenant")
+        await answer(ctx, row["request"], "failed", {"reason": f"cancelled by {cmd.requested_by}",
+                                                     "code": "cancelled"}, row["correlation_id"])
+        active.sched.cancel(cmd.allocation_id)
+        await settle(ctx, active, active.sched.tick())
+    await admin(ctx, "scheduler.cancel_request", str(cmd.allocation_id), body)

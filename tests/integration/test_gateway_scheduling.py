@@ -1,0 +1,250 @@
+"""Inventory administration through the gateway: node documents and slot-map approval, node changes and
+cordon, pools, shapes (the scheduler is played by publishing its events; its commands are watched)."""
+from __future__ import annotations
+
+import uuid
+
+from shared.contract import load_catalog
+from tests.conftest import make_envelope, publish_envelope
+from tests.integration.test_gateway_harness import api, eventually, start_gateway  # noqa: F401
+
+SLOT_MAP = {"slots": [{"index": i, "gpu_pci": f"0000:{i:02x}:00.0", "numa": i // 4, "wipe_policy": "nvme-format"}
+                      for i in range(8)]}
+DEFAULT_SHAPES = {"vm.1gpu": ("vm", 1), "vm.2gpu": ("vm", 2), "vm.4gpu": ("vm", 4), "vm.8gpu": ("vm", 8),
+                  "bm.8gpu": ("bare_metal", 8)}
+
+
+async def publish(nc, type_: str, data: dict, *, tenant_id: str | None = None):
+    """Play the scheduler: publish one of its events on its contract subject; returns the envelope."""
+    env = make_envelope(type_, data, tenant_id=uuid.UUID(tenant_id) if tenant_id else None,
+                        correlation_id=str(data.get("allocation_id") or data.get("node_id") or uuid.uuid4()))
+    await publish_envelope(nc.jetstream(), load_catalog().message(type_).subject, env)
+    return env
+
+
+async def handled(api, env) -> bool:
+    """The gateway's consumer processed the event (the inbox row is written with its effect)."""
+    return bool(await api.scalar("SELECT 1 FROM inbox WHERE event_id=$1", env.id))
+
+
+async def outbox_count(api, type_: str, key: str, value: str) -> int:
+    return await api.scalar("SELECT count(*) FROM outbox WHERE type=$1 "
+                            "AND convert_from(body, 'UTF8')::jsonb->'data'->>$2 = $3", type_, key, value)
+
+
+def node_doc(node_id: str, name: str, version: int, **over) -> dict:
+    doc = {"node_id": node_id, "name": name, "status": "pending_approval", "pool": "shared", "region": "eu-1",
+           "site": "fra-1", "rack": "r12", "gpu_model": "H100", "gpu_count": 8, "labels": {"hw": "hgx"}, "taints": {},
+           "cordoned": False, "proposal": 1, "proposed_slot_map": SLOT_MAP, "approved_slot_map": None, "review": [],
+           "free_slots": 0, "version": version}
+    doc.update(over)
+    return doc
+
+
+async def node_with_document(api, nc, **over) -> tuple[str, str]:
+    """A node the scheduler has published (pending approval of proposal 1 unless overridden)."""
+    node_id, name = str(uuid.uuid4()), f"node-{uuid.uuid4().hex[:8]}"
+    env = await publish(nc, "scheduler.node_changed", node_doc(node_id, name, over.pop("version", 1), **over))
+    await eventually(lambda: handled(api, env))
+    return node_id, name
+
+
+async def ensure_default_shapes(api, nc) -> None:
+    """The scheduler's seeded shapes are in the catalog, so publishing other shapes never hides the defaults
+    from the rest of the session (a stale version is simply ignored)."""
+    for name, (kind, count) in DEFAULT_SHAPES.items():
+        env = await publish(nc, "scheduler.shape_changed", {"name": name, "kind": kind, "gpu_count": count, "version": 1})
+        await eventually(lambda env=env: handled(api, env))
+
+
+# --- nodes -----------------------------------------------------------------------------------------
+
+async def test_node_document_shows_the_proposal_and_approving_it_sends_one_command(api, nc, watch):
+    admin = await api.admin()
+    commands = await watch("scheduler.cmd.approve_slot_map")
+    node_id, name = await node_with_document(api, nc)
+    doc = (await admin.get(f"/v1/nodes/{node_id}")).body
+    assert doc["status"] == "pending_approval" and doc["proposal"] == 1 and doc["proposed_slot_map"] == SLOT_MAP
+    assert (doc["pool"], doc["region"], doc["site"], doc["rack"], doc["version"]) == ("shared", "eu-1", "fra-1", "r12", 1)
+    assert name in {n["name"] for n in (await admin.get("/v1/nodes")).body["items"]}
+    r = await admin.post(f"/v1/nodes/{node_id}/approve", {"proposal": 1, "wipe_policy": "nvme-format"})
+    assert r.status == 202 and r.body["id"] == node_id
+    hits = await commands.wait_for(lambda i: i[1]["data"]["node_id"] == node_id)
+    assert hits[0][1]["data"]["proposal"] == 1 and hits[0][1]["data"]["wipe_policy"] == "nvme-format"
+    assert hits[0][1]["data"]["approved_by"] is not None
+
+
+async def test_approving_a_stale_proposal_or_a_node_not_pending_is_409_naming_the_current_one(api, nc):
+    admin = await api.admin()
+    node_id, name = await node_with_document(api, nc, proposal=2)
+    r = await admin.post(f"/v1/nodes/{node_id}/approve", {"proposal": 1})
+    assert r.status == 409 and r.content_type == "application/problem+json"
+    assert r.body["current_proposal"] == 2 and r.body["node_status"] == "pending_approval"
+    env = await publish(nc, "scheduler.node_changed", node_doc(node_id, name, 2, status="schedulable", proposal=None,
+                                                                 approved_slot_map=SLOT_MAP, free_slots=8))
+    await eventually(lambda: handled(api, env))
+    r = await admin.post(f"/v1/nodes/{node_id}/approve", {"proposal": 2})
+    assert r.status == 409 and r.body["node_status"] == "schedulable"
+    assert await outbox_count(api, "scheduler.approve_slot_map", "node_id", node_id) == 0
+
+
+async def test_node_endpoints_refuse_the_unauthenticated_tenants_unknown_nodes_and_bad_bodies(api, nc):
+    admin, (user, _) = await api.admin(), await api.tenant_user("tenant_admin")
+    node_id, _ = await node_with_document(api, nc)
+    assert (await api.anonymous().get(f"/v1/nodes/{node_id}")).status == 401
+    assert (await user.get(f"/v1/nodes/{node_id}")).status == 403
+    assert (await user.post(f"/v1/nodes/{node_id}/approve", {"proposal": 1})).status == 403
+    assert (await user.call("PATCH", f"/v1/nodes/{node_id}", json_body={"cordoned": True})).status == 403
+    assert (await user.post(f"/v1/nodes/{node_id}/cordon")).status == 403
+    assert (await admin.get(f"/v1/nodes/{uuid.uuid4()}")).status == 404
+    assert (await admin.post(f"/v1/nodes/{uuid.uuid4()}/approve", {"proposal": 1})).status == 404
+    assert (await admin.post(f"/v1/nodes/{uuid.uuid4()}/uncordon")).status == 404
+    for bad in ({"proposal": 0}, {"proposal": "1"}, {"proposal": 1, "approved_by": str(uuid.uuid4())}, {}):
+        r = await admin.post(f"/v1/nodes/{node_id}/approve", bad)
+        assert r.status == 422 and r.content_type == "application/problem+json", bad
+    for bad in ({}, {"reason": "only a reason"}, {"pool": "Not A Pool"}, {"taints": {"gpu": "x:Evict"}},
+                {"cordoned": None}, {"status": "schedulable"}):
+        r = await admin.call("PATCH", f"/v1/nodes/{node_id}", json_body=bad)
+        assert r.status == 422 and r.content_type == "application/problem+json", bad
+    for type_ in ("scheduler.approve_slot_map", "scheduler.update_node"):
+        assert await outbox_count(api, type_, "node_id", node_id) == 0
+
+
+async def test_patch_cordon_and_uncordon_send_update_node_with_what_was_asked(api, nc, watch):
+    admin = await api.admin()
+    commands = await watch("scheduler.cmd.update_node")
+    node_id, _ = await node_with_document(api, nc, status="schedulable", proposal=None)
+    change = {"pool": "dedicated-a", "labels": {"hw": "hgx", "row": "3"}, "taints": {"tenant": "a:NoSchedule"},
+              "reason": "dedicate to tenant a"}
+    r = await admin.call("PATCH", f"/v1/nodes/{node_id}", json_body=change)
+    assert r.status == 202 and r.body["pool"] == "dedicated-a" and r.body["taints"] == {"tenant": "a:NoSchedule"}
+    assert (await admin.post(f"/v1/nodes/{node_id}/cordon")).body["cordoned"] is True
+    assert (await admin.post(f"/v1/nodes/{node_id}/uncordon")).body["cordoned"] is False
+    hits = await commands.wait_for(lambda i: i[1]["data"]["node_id"] == node_id and i[1]["data"]["cordoned"] is False)
+    sent = [i[1]["data"] for i in commands.items if i[1]["data"]["node_id"] == node_id]
+    assert [d["cordoned"] for d in sent] == [None, True, False] and hits
+    assert {k: sent[0][k] for k in change} == change and sent[1]["pool"] is None
+    # the view follows the scheduler's document, not the request
+    assert (await admin.get(f"/v1/nodes/{node_id}")).body["pool"] == "shared"
+
+
+async def test_an_older_node_document_or_a_late_registration_never_overwrites_a_newer_one(api, nc):
+    admin = await api.admin()
+    node_id, name = await node_with_document(api, nc, status="schedulable", proposal=None, version=3, free_slots=8)
+    stale = await publish(nc, "scheduler.node_changed", node_doc(node_id, name, 2, status="needs_review",
+                                                                   review=["gpu 3 missing"]))
+    late = await publish(nc, "scheduler.node_registered", {"node_id": node_id, "name": name, "gpu_model": "H100",
+                                                           "gpu_count": 8})
+    await eventually(lambda: handled(api, stale))
+    await eventually(lambda: handled(api, late))
+    doc = (await admin.get(f"/v1/nodes/{node_id}")).body
+    assert (doc["status"], doc["version"], doc["review"], doc["free_slots"]) == ("schedulable", 3, [], 8)
+    newer = await publish(nc, "scheduler.node_changed", node_doc(node_id, name, 4, status="needs_review",
+                                                                   review=["gpu 3 missing"]))
+    await eventually(lambda: handled(api, newer))
+    doc = (await admin.get(f"/v1/nodes/{node_id}")).body
+    assert (doc["status"], doc["review"]) == ("needs_review", ["gpu 3 missing"])
+
+
+async def test_a_rejected_admin_command_is_shown_on_the_node(api, nc):
+    admin = await api.admin()
+    node_id, _ = await node_with_document(api, nc)
+    env = await publish(nc, "scheduler.admin_command_rejected", {"command": "scheduler.approve_slot_map",
+                                                                 "target": node_id, "reason": "slot 3 has no wipe policy"})
+    await eventually(lambda: handled(api, env))
+    rejection = (await admin.get(f"/v1/nodes/{node_id}")).body["last_rejection"]
+    assert rejection["reason"] == "slot 3 has no wipe policy" and rejection["command"] == "scheduler.approve_slot_map"
+
+
+# --- pools -----------------------------------------------------------------------------------------
+
+async def test_pool_definition_is_sent_and_the_list_shows_the_newest_document(api, nc, watch):
+    admin, (user, _) = await api.admin(), await api.tenant_user("tenant_admin")
+    commands = await watch("scheduler.cmd.define_pool")
+    name = f"pool-{uuid.uuid4().hex[:8]}"
+    body = {"policy": "spread", "taints": {"spot": "true:NoSchedule"}, "description": "spot capacity"}
+    r = await admin.call("PUT", f"/v1/pools/{name}", json_body=body)
+    assert r.status == 202 and r.body == {"name": name, **body, "version": None, "last_rejection": None}
+    hits = await commands.wait_for(lambda i: i[1]["data"]["name"] == name)
+    assert hits[0][1]["data"] == {"name": name, **body}
+    for version, policy in ((2, "spread"), (1, "pack")):
+        env = await publish(nc, "scheduler.pool_changed", {"name": name, "policy": policy, "taints": {},
+                                                           "description": "", "version": version})
+        await eventually(lambda env=env: handled(api, env))
+    pools = {p["name"]: p for p in (await admin.get("/v1/pools")).body["items"]}
+    assert pools[name]["version"] == 2 and pools[name]["policy"] == "spread"
+    assert (await user.get("/v1/pools")).status == 403
+    assert (await user.call("PUT", f"/v1/pools/{name}", json_body=body)).status == 403
+    for path, bad in ((f"/v1/pools/{name}", {"policy": "random"}), ("/v1/pools/Bad_Name", body),
+                      (f"/v1/pools/{name}", {"taints": {"k": "no-effect"}}), (f"/v1/pools/{name}", {"version": 3})):
+        assert (await admin.call("PUT", path, json_body=bad)).status == 422, (path, bad)
+    assert await outbox_count(api, "scheduler.define_pool", "name", name) == 1
+
+
+# --- shapes ----------------------------------------------------------------------------------------
+
+async def test_shapes_are_listed_to_any_caller_and_defined_or_deleted_by_provider_admins(api, nc, watch):
+    await ensure_default_shapes(api, nc)
+    admin, (user, _) = await api.admin(), await api.tenant_user()
+    commands = await watch("scheduler.cmd.define_shape")
+    name = f"mig-{uuid.uuid4().hex[:8]}"
+    body = {"kind": "mig", "gpu_count": 1, "gpu_model": "H100", "mig_profile": "1g.10gb"}
+    r = await admin.call("PUT", f"/v1/shapes/{name}", json_body=body)
+    assert r.status == 202 and r.body["name"] == name and r.body["deleted"] is False
+    hits = await commands.wait_for(lambda i: i[1]["data"]["name"] == name)
+    assert hits[0][1]["data"] == {"name": name, **body, "deleted": False}
+    env = await publish(nc, "scheduler.shape_changed", {"name": name, **body, "version": 1})
+    await eventually(lambda: handled(api, env))
+    listed = {s["name"]: s for s in (await user.get("/v1/shapes")).body["items"]}
+    assert set(DEFAULT_SHAPES) <= set(listed) and listed[name]["mig_profile"] == "1g.10gb"
+    assert (await api.anonymous().get("/v1/shapes")).status == 401
+    assert (await user.call("PUT", f"/v1/shapes/{name}", json_body=body)).status == 403
+    assert (await user.delete(f"/v1/shapes/{name}")).status == 403
+    r = await admin.delete(f"/v1/shapes/{name}")
+    assert r.status == 202 and r.body["deleted"] is True
+    hits = await commands.wait_for(lambda i: i[1]["data"]["name"] == name and i[1]["data"]["deleted"])
+    assert hits[0][1]["data"]["mig_profile"] == "1g.10gb"
+    assert (await admin.delete(f"/v1/shapes/nothing-{uuid.uuid4().hex[:8]}")).status == 404
+
+
+async def test_invalid_shape_definitions_are_422_and_send_nothing(api):
+    admin = await api.admin()
+    name = f"bad-{uuid.uuid4().hex[:8]}"
+    for bad in ({"kind": "mig", "gpu_count": 1}, {"kind": "vm", "gpu_count": 3}, {"kind": "vm", "gpu_count": 2,
+                "mig_profile": "1g.10gb"}, {"kind": "gpu", "gpu_count": 1}, {"kind": "vm", "gpu_count": 17},
+                {"kind": "vm", "gpu_count": 1, "deleted": True}):
+        r = await admin.call("PUT", f"/v1/shapes/{name}", json_body=bad)
+        assert r.status == 422 and r.content_type == "application/problem+json", bad
+    assert (await admin.call("PUT", "/v1/shapes/UPPER", json_body={"kind": "vm", "gpu_count": 1})).status == 422
+    assert await outbox_count(api, "scheduler.define_shape", "name", name) == 0
+
+
+async def test_every_inventory_endpoint_needs_a_token_and_unknown_nodes_are_404(api):
+    anonymous, admin = api.anonymous(), await api.admin()
+    node, tenant, user = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    calls = [("GET", f"/v1/nodes/{node}"), ("POST", f"/v1/nodes/{node}/approve"), ("PATCH", f"/v1/nodes/{node}"),
+             ("POST", f"/v1/nodes/{node}/cordon"), ("POST", f"/v1/nodes/{node}/uncordon"), ("GET", "/v1/pools"),
+             ("PUT", "/v1/pools/p1"), ("GET", "/v1/shapes"), ("PUT", "/v1/shapes/s1"), ("DELETE", "/v1/shapes/s1"),
+             ("GET", f"/v1/tenants/{tenant}/quotas"), ("PUT", f"/v1/tenants/{tenant}/quotas/shared/H100"),
+             ("PUT", f"/v1/tenants/{tenant}/users/{user}/quotas/shared/H100")]
+    for method, path in calls:
+        r = await anonymous.call(method, path, json_body={"limit": 1})
+        assert r.status == 401 and r.content_type == "application/problem+json", (method, path)
+    r = await admin.call("PATCH", f"/v1/nodes/{node}", json_body={"cordoned": True})
+    assert r.status == 404 and r.content_type == "application/problem+json"
+    assert (await admin.get("/v1/nodes/not-a-uuid")).status == 404
+    assert await outbox_count(api, "scheduler.update_node", "node_id", str(node)) == 0
+
+
+async def test_node_registration_passes_its_location_and_pool_to_the_scheduler(api, watch):
+    admin = await api.admin()
+    commands = await watch("scheduler.cmd.register_node")
+    name = f"node-{uuid.uuid4().hex[:8]}"
+    where = {"pool": "gpu-a", "region": "eu-1", "site": "fra-1", "rack": "r07"}
+    r = await admin.post("/v1/nodes", {"name": name, "gpu_model": "H100", "gpu_count": 8, **where})
+    assert r.status == 202
+    hits = await commands.wait_for(lambda i: i[1]["data"]["node_id"] == r.body["id"])
+    assert {k: hits[0][1]["data"][k] for k in where} == where
+    bad = await admin.post("/v1/nodes", {"name": f"n-{uuid.uuid4().hex[:8]}", "gpu_model": "H100", "gpu_count": 8,
+                                         "pool": "Not_A_Pool"})
+    assert bad.status == 422 and bad.body["errors"][0]["field"] == "pool"
