@@ -242,3 +242,18 @@ def test_bad_scheduler_settings_are_refused_naming_the_variable(monkeypatch):
             scheduler_settings()
         monkeypatch.delenv(name)
     assert scheduler_settings().queue_per_tenant == 100
+
+
+async def test_a_new_leader_announces_the_seeded_shapes_and_pools_so_read_models_know_them(run_service, nc, watch):
+    events = await watch("scheduler.evt.>")          # watching before the scheduler starts
+    from services.scheduler.handlers import SchedulerSettings
+    rt = await run_service("scheduler", lambda s: build(s, SchedulerSettings()))
+    await asyncio.wait_for(rt.leadership.leading.wait(), 30)
+    shapes = await events.wait_for(lambda i: i[1]["type"] == "scheduler.shape_changed"
+                                   and i[1]["data"]["name"] == "mig.1g.10gb")
+    mig = shapes[-1][1]["data"]
+    assert (mig["kind"], mig["gpu_count"], mig["mig_profile"]) == ("mig", 1, "1g.10gb") and mig["version"] >= 1
+    pools = await events.wait_for(lambda i: i[1]["type"] == "scheduler.pool_changed" and i[1]["data"]["name"] == "shared")
+    assert pools[-1][1]["data"]["policy"] == "pack"
+    announced = {i[1]["data"]["name"] for i in events.items if i[1]["type"] == "scheduler.shape_changed"}
+    assert {"vm.1gpu", "vm.2gpu", "vm.4gpu", "vm.8gpu", "bm.8gpu", "mig.1g.10gb"} <= announced

@@ -44,6 +44,7 @@ class Leadership:
             await self.lease.acquire()
             try:
                 await self.active.load(self.rt.pool)
+                await announce_catalog(self.rt)
                 for sub in self.subscribers:
                     await sub.start()
                 self.leading.set()
@@ -60,6 +61,20 @@ class Leadership:
             # A replica that just lost its session stands back for a few probes, so a healthy standby
             # takes over rather than the one whose connection failed.
             await asyncio.sleep(self.lease.probe_s * 4)
+
+
+async def announce_catalog(rt: Runtime) -> int:
+    """Publish every shape and pool as it stands (read models ignore versions they have), so what the
+    migrations seeded (the standard shapes, the shared pool) is known before any admin changes it."""
+    async with rt.pool.acquire() as conn, conn.transaction():
+        shapes, pools = await catalog.all_shapes(conn), await catalog.all_pools(conn)
+        items = [("scheduler.shape_changed", c.ShapeChanged(**{k: r[k] for k in c.ShapeChanged.model_fields}), None)
+                 for r in shapes]
+        items += [("scheduler.pool_changed", c.PoolChanged(**{k: r[k] for k in c.PoolChanged.model_fields}), None)
+                  for r in pools]
+        if items:
+            await rt.outbox.add_many(conn, items, correlation_id="scheduler.catalog")
+    return len(items)
 
 
 async def send_due_preemptions(rt: Runtime) -> int:
