@@ -16,6 +16,17 @@ class ApiError(Exception):
         self.status, self.problem = status, problem
 
 
+async def _until(probe, timeout: float, what: str):
+    """Poll ``probe`` (async; returns the result, or None while not yet) until it answers; TimeoutError
+    naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while (found := await probe()) is None:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not {what} after {timeout}s")
+        await asyncio.sleep(0.05)
+    return found
+
+
 class TesseraClient:
     def __init__(self, base_url: str, api_key: str, session: aiohttp.ClientSession | None = None):
         self.base_url = base_url.rstrip("/")
@@ -77,32 +88,24 @@ class TesseraClient:
         return (await self.request("GET", "/v1/nodes"))[1]["items"]
 
     async def wait_node_registered(self, node_id: str, timeout: float = 30.0) -> dict:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for n in await self.nodes():
-                if n["id"] == node_id and n.get("status") == "registered":
-                    return n
-            await asyncio.sleep(0.05)
-        raise TimeoutError(f"node {node_id} not registered after {timeout}s")
+        async def registered():
+            return next((n for n in await self.nodes() if n["id"] == node_id and n.get("status") == "registered"), None)
+        return await _until(registered, timeout, f"node {node_id} registered")
 
     async def node(self, node_id: str) -> dict:
         return (await self.request("GET", f"/v1/nodes/{node_id}"))[1]
 
     async def wait_node(self, node_id: str, status: str, timeout: float = 30.0) -> dict:
         """Poll GET /v1/nodes/{id} until the node has ``status`` (e.g. pending_approval, schedulable)."""
-        deadline = time.monotonic() + timeout
-        while True:
+        async def in_status():
             try:
                 n = await self.node(node_id)
             except ApiError as exc:
                 if exc.status != 404:
                     raise
-                n = {"status": None}
-            if n.get("status") == status:
-                return n
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"node {node_id} is {n.get('status')}, not {status}, after {timeout}s")
-            await asyncio.sleep(0.05)
+                return None
+            return n if n.get("status") == status else None
+        return await _until(in_status, timeout, f"node {node_id} {status}")
 
     async def approve_node(self, node_id: str, proposal: int, wipe_policy: str | None = None) -> dict:
         body = {"proposal": proposal, **({"wipe_policy": wipe_policy} if wipe_policy is not None else {})}
@@ -117,34 +120,25 @@ class TesseraClient:
     async def define_pool(self, name: str, policy: str = "pack", taints: dict | None = None,
                           timeout: float = 30.0) -> dict:
         """PUT the pool and wait until the scheduler has it (GET /v1/pools lists it with these settings)."""
-        body = {"policy": policy, "taints": taints or {}}
-        await self.request("PUT", f"/v1/pools/{name}", json_body=body)
-        deadline = time.monotonic() + timeout
-        while True:
+        await self.request("PUT", f"/v1/pools/{name}", json_body={"policy": policy, "taints": taints or {}})
+
+        async def defined():
             pools = (await self.request("GET", "/v1/pools"))[1]["items"]
-            found = next((p for p in pools if p["name"] == name and p["policy"] == policy
-                          and p.get("version") is not None), None)
-            if found is not None:
-                return found
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"pool {name} not defined after {timeout}s")
-            await asyncio.sleep(0.05)
+            return next((p for p in pools if p["name"] == name and p["policy"] == policy
+                         and p.get("version") is not None), None)
+        return await _until(defined, timeout, f"pool {name} defined")
 
     async def set_quota(self, tenant_id: str, pool: str, gpu_model: str, limit: int, guaranteed: int = 0,
                         timeout: float = 30.0) -> dict:
         """PUT the tenant's quota and wait until the scheduler has applied it (GET shows it with a version)."""
         await self.request("PUT", f"/v1/tenants/{tenant_id}/quotas/{pool}/{gpu_model}",
                            json_body={"limit": limit, "guaranteed": guaranteed})
-        deadline = time.monotonic() + timeout
-        while True:
+
+        async def applied():
             items = (await self.request("GET", f"/v1/tenants/{tenant_id}/quotas"))[1]["items"]
-            found = next((q for q in items if (q["pool"], q["gpu_model"]) == (pool, gpu_model)
-                          and q["limit"] == limit and q.get("version") is not None), None)
-            if found is not None:
-                return found
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"quota {pool}/{gpu_model} of tenant {tenant_id} not applied after {timeout}s")
-            await asyncio.sleep(0.05)
+            return next((q for q in items if (q["pool"], q["gpu_model"]) == (pool, gpu_model)
+                         and q["limit"] == limit and q.get("version") is not None), None)
+        return await _until(applied, timeout, f"quota {pool}/{gpu_model} of tenant {tenant_id} applied")
 
     # -- tenant
     async def create_allocation(self, name: str, shape: str = "vm.1gpu", volume_gb: int = 0,

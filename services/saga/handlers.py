@@ -13,7 +13,7 @@ import uuid
 import asyncpg
 import structlog
 
-from services.allocation.contracts import AllocationReleaseRequested, AllocationRequested
+from services.allocation.contracts import AllocationReleaseRequested, AllocationRequested, Scheduling
 from shared.consumer import HandlerContext
 from shared.envelope import Envelope
 from shared.outbox import Outbox
@@ -26,7 +26,7 @@ log = structlog.get_logger()
 
 REPLY_BASE = ("saga_id", "step", "idempotency_key", "allocation_id")
 # what the tenant asked about placement and networking, passed on to the scheduler and network steps
-SCHEDULING_INPUT = ("user_id", "priority", "spot", "pool", "tolerations", "fail_fast", "network_id")
+SCHEDULING_INPUT = ("user_id", *Scheduling.model_fields)
 
 
 async def start_allocate(ctx: HandlerContext, evt: AllocationRequested, *, policy: Policy) -> None:

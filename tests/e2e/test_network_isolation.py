@@ -10,60 +10,25 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 import uuid
 
 import pytest
 
 from services.node_agent.dataplane import probe
-from services.node_agent.dataplane.names import node_tag, slot_netns
-
-UNDERLAY_DEV = "ul0"
+from services.node_agent.dataplane.lab import UNDERLAY_DEV, Lab
+from services.node_agent.dataplane.names import node_tag, slot_netns, slot_port_name, vxlan_name
 
 pytestmark = [pytest.mark.timeout(300),
               pytest.mark.skipif(os.geteuid() != 0, reason="kernel networking needs root (namespaces, nftables)")]
 
 
-class IpLab:
-    """Node namespaces joined by an underlay bridge, built with the ``ip`` command.
-
-    Not with pyroute2 in this process: its netns helpers fork children and signal them by pid when they are
-    collected, which can hit a node-agent that reused such a pid. Removes every namespace it and the node
-    dataplanes made (``ts-<tag>-``, ``tr-<tag>-``) on destroy."""
-
-    def __init__(self, nodes: int):
-        self.suffix = uuid.uuid4().hex[:6]
-        self.fabric = f"te{self.suffix}-fab"
-        self.node_ns = [f"te{self.suffix}-n{i}" for i in range(nodes)]
-        self.node_ids: list[uuid.UUID] = []
-
-    def build(self) -> "IpLab":
-        steps = [f"netns add {self.fabric}", f"-n {self.fabric} link add ul type bridge mcast_snooping 0",
-                 f"-n {self.fabric} link set ul up"]
-        for i, ns in enumerate(self.node_ns):
-            steps += [f"netns add {ns}", f"-n {self.fabric} link add p{i} type veth peer name {UNDERLAY_DEV} netns {ns}",
-                      f"-n {self.fabric} link set p{i} master ul up",
-                      f"-n {ns} addr add 10.255.0.{i + 1}/24 dev {UNDERLAY_DEV}",
-                      f"-n {ns} link set {UNDERLAY_DEV} up", f"-n {ns} link set lo up"]
-        for step in steps:
-            subprocess.run(["ip", *step.split()], check=True, capture_output=True)
-        return self
-
-    def destroy(self) -> None:
-        prefixes = (f"te{self.suffix}-",) + tuple(p for i in self.node_ids for p in (f"ts-{node_tag(i)}-", f"tr-{node_tag(i)}-"))
-        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split("\n")
-        for ns in (line.split()[0] for line in listed if line.strip()):
-            if ns.startswith(prefixes):
-                subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-
-
 @pytest.fixture(scope="module")
 async def net_nodes(platform):
     """Three kernel-dataplane nodes in a tainted, spread pool; yields (pool options, node ids, lab, pool)."""
-    lab = IpLab(3)
+    lab = Lab(3, dataplanes=False)       # the node-agent processes drive the nodes
     pool = f"net-{uuid.uuid4().hex[:6]}"
     try:
-        await asyncio.to_thread(lab.build)
+        await asyncio.to_thread(lab.build)   # pyroute2's sync API runs an event loop of its own
         async with platform.admin() as admin:
             await admin.define_pool(pool, "spread", {"dedicated": f"{pool}:NoSchedule"})
             ids = []
@@ -108,11 +73,9 @@ def netns_of(att: dict) -> str:
 
 def kernel_address(ns: str) -> tuple[str, str]:
     """(inet address/prefix, MAC) of eth0 in the slot namespace, as the kernel has them."""
-    out = subprocess.run(["ip", "-n", ns, "-o", "addr", "show", "dev", "eth0"], capture_output=True, text=True,
-                         check=True).stdout
+    out = probe.run(None, "ip", "-n", ns, "-o", "addr", "show", "dev", "eth0").stdout
     inet = next(line.split()[3] for line in out.splitlines() if " inet " in line)
-    mac = subprocess.run(["ip", "-n", ns, "-o", "link", "show", "dev", "eth0"], capture_output=True, text=True,
-                         check=True).stdout.split("link/ether ")[1].split()[0]
+    mac = probe.run(None, "ip", "-n", ns, "-o", "link", "show", "dev", "eth0").stdout.split("link/ether ")[1].split()[0]
     return inet, mac
 
 
@@ -151,7 +114,7 @@ async def test_a_tenants_slots_reach_each_other_across_nodes_and_another_tenant_
         only_a.kill(), only_b.kill()
     await release_all(a.user, [a1, a2])
     await release_all(b.user, [b1, b2])
-    left = set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
+    left = set((await asyncio.to_thread(probe.run, None, "ip", "netns", "list")).stdout.split())
     assert not {n for n in ns.values()} & left, "a released slot's namespace is left"
 
 
@@ -194,18 +157,18 @@ async def test_reconcile_after_an_agent_restart_restores_a_deleted_interface_and
     att1, att2 = await attachment_of(tenant.user, a1), await attachment_of(tenant.user, a2)
     node = att1["node_id"]
     node_ns = lab.node_ns[ids.index(node)]
-    port = "tv" + uuid.UUID(att1["attachment_id"]).hex[:8]
+    port, stray = slot_port_name(uuid.UUID(att1["attachment_id"])), vxlan_name(0xFFFFFE)
     platform.kill(f"node_agent:{node}")
-    subprocess.run(["ip", "-n", node_ns, "link", "del", port], check=True)
-    subprocess.run(["ip", "-n", node_ns, "link", "add", "tvxfffffe", "type", "bridge"], check=True)
-    subprocess.run(["ip", "-n", node_ns, "link", "set", "tvxfffffe", "alias", "tessera:vxlan:stray"], check=True)
+    for step in (("link", "del", port), ("link", "add", stray, "type", "bridge"),
+                 ("link", "set", stray, "alias", "tessera:vxlan:stray")):
+        await asyncio.to_thread(probe.run, None, "ip", "-n", node_ns, *step)
     await platform.restart(f"node_agent:{node}")
     links = ""
     for _ in range(300):
-        links = subprocess.run(["ip", "-n", node_ns, "-o", "link"], capture_output=True, text=True).stdout
-        if port in links and "tvxfffffe" not in links:
+        links = (await asyncio.to_thread(probe.run, None, "ip", "-n", node_ns, "-o", "link")).stdout
+        if port in links and stray not in links:
             break
         await asyncio.sleep(0.05)
-    assert port in links and "tvxfffffe" not in links
+    assert port in links and stray not in links
     assert await asyncio.to_thread(probe.reaches, netns_of(att2), att1["ip_address"])
     await release_all(tenant.user, [a1, a2])

@@ -260,3 +260,16 @@ def test_an_over_quota_rejection_names_the_quota_the_tenant_has_not_a_missing_on
     d = sched.submit(r)
     assert d.kind == "rejected" and d.quota_verdict.quota == f"tenant/{t}/H100/shared"
     assert d.quota_verdict.limit == 2
+
+
+def test_unplacing_a_placement_the_database_refused_frees_it_without_serving_the_queue():
+    sched, _, _ = world()
+    t = tenant(sched, limit=16)
+    whole, _ = ask(sched, t, "vm.8gpu")
+    waiting, d = ask(sched, t, "vm.1gpu")
+    assert d.kind == "queued"
+    sched.unplace(whole.allocation_id)
+    assert sched.inv.holding(whole.allocation_id) is None and sched.usage == {}
+    assert sched.quotas.used(QuotaKey(t, "H100", "shared")) == 0
+    assert sched.inv.holding(waiting.allocation_id) is None      # unlike release: the queue is not re-run
+    sched.unplace(whole.allocation_id)                           # idempotent

@@ -25,7 +25,11 @@ def is_root() -> bool:
 
 
 class Lab:
-    def __init__(self, nodes: int):
+    """``dataplanes=False``: only the namespaces, for node-agent processes that drive the nodes themselves
+    (set ``node_ids`` to theirs so ``destroy`` also removes what their dataplanes made)."""
+
+    def __init__(self, nodes: int, *, dataplanes: bool = True):
+        self.with_dataplanes = dataplanes
         self.suffix = uuid.uuid4().hex[:6]
         self.fabric = f"tl{self.suffix}-fab"
         self.node_ids = [uuid.uuid4() for _ in range(nodes)]
@@ -56,6 +60,8 @@ class Lab:
                     node.link("set", index=dev, state="up")
                     node.link("set", index=node.link_lookup(ifname="lo")[0], state="up")
         for node_id, ns in zip(self.node_ids, self.node_ns):
+            if not self.with_dataplanes:
+                break
             self.dataplanes.append(KernelDataplane(Kernel(node_tag(node_id), ns, UNDERLAY_DEV)))
 
     def destroy(self) -> None:

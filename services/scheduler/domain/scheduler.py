@@ -109,6 +109,25 @@ class Scheduler:
         if self.inv.holding(req.allocation_id) is None:
             self._grant(req, placement)
 
+    def unplace(self, allocation_id: uuid.UUID) -> None:
+        """Undo a placement the database refused: free its slots, refund its quota and use, without
+        re-running the queue (unlike ``release``). Idempotent."""
+        held = self.inv.holding(allocation_id)
+        if held is None:
+            return
+        req, p = held
+        self.inv.free(allocation_id)
+        self.quotas.refund(self._key(req, p), req.shape.quota_units)
+        self._use(req.tenant_id, -req.shape.quota_units)
+
+    def restore_nomination(self, allocation_id: uuid.UUID, node_id: uuid.UUID) -> None:
+        """Load a pending request's node reservation (service start-up); the request must be queued."""
+        self._reserve(allocation_id, node_id)
+
+    def restore_preemption(self, victim: uuid.UUID, preemptor: uuid.UUID) -> None:
+        """Load an in-flight preemption (service start-up): the victim is already promised to ``preemptor``."""
+        self.preempting[victim] = preemptor
+
     def tick(self) -> list[tuple[Request, Placement]]:
         """One full re-evaluation pass over reservations and the queue; returns what it placed.
         The service calls it periodically (aging needs time to pass) and after cancels."""

@@ -83,7 +83,7 @@ class ActiveScheduler:
             sched = await self._build(conn)
         self.sched, self.needs_reload = sched, False
         self._loaded.set()
-        log.info("scheduler.index_loaded", nodes=len(sched.inv._nodes), holdings=len(sched.inv.holdings()),
+        log.info("scheduler.index_loaded", nodes=len(sched.inv), holdings=len(sched.inv.holdings()),
                  pending=len(sched.queue), seconds=round(time.perf_counter() - started, 3))
 
     async def _build(self, conn: asyncpg.Connection) -> Scheduler:
@@ -127,11 +127,10 @@ class ActiveScheduler:
                 log.warning("scheduler.pending_not_indexed", allocation_id=str(req.allocation_id), error=repr(exc))
                 continue
             if p["nominated_node"] is not None and sched.inv.node(p["nominated_node"]) is not None:
-                sched.reservations[req.allocation_id] = p["nominated_node"]
-                sched.inv.reserve(p["nominated_node"], req.allocation_id)
+                sched.restore_nomination(req.allocation_id, p["nominated_node"])
         for r in await conn.fetch("SELECT p.victim, p.preemptor FROM preemptions p "
                                   "JOIN allocations a ON a.allocation_id = p.victim"):
-            sched.preempting[r["victim"]] = r["preemptor"]
+            sched.restore_preemption(r["victim"], r["preemptor"])
 
     async def ensure_loaded(self) -> Scheduler:
         """The index, waiting for the first load, and reloading first when a failure marked it stale."""
@@ -170,18 +169,7 @@ class ActiveScheduler:
 
     def forget(self, allocation_id: uuid.UUID) -> None:
         """Undo a placement the database refused (the domain's release would also re-run the queue)."""
-        held = self.sched.inv.holding(allocation_id)
-        if held is None:
-            return
-        req, p = held
-        self.sched.inv.free(allocation_id)
-        units = req.shape.quota_units
-        self.sched.quotas.refund(QuotaKey(req.tenant_id, p.gpu_model, p.pool), units)
-        left = self.sched.usage.get(req.tenant_id, 0) - units
-        if left > 0:
-            self.sched.usage[req.tenant_id] = left
-        else:
-            self.sched.usage.pop(req.tenant_id, None)
+        self.sched.unplace(allocation_id)
 
     async def resync_node(self, conn: asyncpg.Connection, node_id: uuid.UUID) -> None:
         """Add to the index the holdings on one node that the database has and the index missed (what made
