@@ -27,7 +27,7 @@ from nats.js.api import ConsumerConfig
 from opentelemetry import trace
 from pydantic import BaseModel, ValidationError
 
-from .config import BusSettings
+from .settings import BusSettings
 from .contract import Catalog, Message
 from .envelope import Envelope
 from .observability import DEAD_LETTERS, HANDLER_SECONDS, MESSAGES, extract_trace, tracer

@@ -3,7 +3,7 @@
 Each service's ``contracts.py`` declares the messages it *owns* (the commands it
 accepts and the events it emits) as a ``ServiceContract``. The catalog gathers
 them all. The AsyncAPI documents under ``contracts/asyncapi/`` are generated from
-the catalog (``python -m shared.asyncapi``) and a contract test keeps the
+the catalog (``python -m tooling.asyncapi``) and a contract test keeps the
 committed documents equal to the generated ones. At run time the outbox refuses
 to publish, and the consumer refuses to subscribe to, anything the catalog does
 not define.

@@ -20,7 +20,7 @@ from aiohttp import web
 from faststream.nats import NatsBroker
 from nats.js import JetStreamContext
 
-from .config import ServiceSettings
+from .settings import ServiceSettings
 from .consumer import Consumers
 from .contract import Catalog, load_catalog
 from .db import create_pool, migrate

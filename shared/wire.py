@@ -10,9 +10,6 @@ import uuid
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SHAPES: dict[str, int] = {"vm.1gpu": 1, "vm.2gpu": 2, "vm.4gpu": 4, "vm.8gpu": 8, "bm.8gpu": 8}
-
-
 class Wire(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

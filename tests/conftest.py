@@ -15,7 +15,7 @@ import nats
 import pytest
 
 from shared.db import provision_service, service_dsn
-from shared.embedded import EmbeddedNats, EmbeddedPostgres
+from tooling.embedded import EmbeddedNats, EmbeddedPostgres
 from shared.envelope import Envelope, utcnow
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shared.config import ServiceSettings
+from shared.settings import ServiceSettings
 from shared.runtime import Runtime
 
 from .entrypoints import bus

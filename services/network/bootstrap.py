@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from shared.config import ServiceSettings
+from shared.settings import ServiceSettings
 from shared.runtime import Runtime
 
 from . import fabric as fabrics

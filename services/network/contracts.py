@@ -8,14 +8,115 @@ the highest version per tenant).
 """
 from __future__ import annotations
 
+import ipaddress
 import uuid
 from typing import Literal
 
 from pydantic import Field
 
 from shared.contract import Message, ServiceContract
-from shared.netwire import NetworkSnapshot, SecurityRule, SlotAttachment, TenantNetworks
 from shared.wire import StepCommand, StepFailure, StepReply, StepUndone, UndoCommand, Wire
+
+
+# --- the tenant network state a node needs -----------------------------------------------------------------
+# The network service fills these; the saga carries the snapshot from the attach reply to the node-agent's
+# provision command, and the node-agent receives every later change as ``network.tenant_networks_changed``.
+# A snapshot holds ALL networks of one tenant (a node routes between them) and ``version`` only grows: a
+# node-agent keeps the highest version it has seen per tenant. Cross-tenant rules cannot be expressed: a
+# rule's remote is another network of the same tenant or, for egress only, an outside CIDR (through NAT).
+
+
+class SecurityRule(Wire):
+    id: uuid.UUID
+    direction: Literal["ingress", "egress"]
+    protocol: Literal["tcp", "udp", "icmp", "any"] = "tcp"
+    port_from: int | None = Field(default=None, ge=1, le=65535)
+    port_to: int | None = Field(default=None, ge=1, le=65535)
+    remote_network_id: uuid.UUID | None = Field(default=None, description="Another network of the same tenant.")
+    remote_cidr: str | None = Field(default=None, description="Egress only: an outside CIDR (through the NAT gateway).")
+
+
+class NetworkSnapshot(Wire):
+    network_id: uuid.UUID
+    name: str
+    vni: int = Field(ge=1, le=16_777_215)
+    cidr: str
+    gateway_ip: str = Field(description="The subnet's first host: the tenant router's leg on this network.")
+    nat_address: str | None = Field(default=None, description="The network's north-south NAT gateway address.")
+    vrf_table: int = Field(ge=1, description="Route-table / VRF id of the tenant (the fabric's L3 VNI context).")
+    rules: list[SecurityRule] = Field(default_factory=list)
+
+
+class TenantNetworks(Wire):
+    tenant_id: uuid.UUID
+    version: int = Field(ge=1)
+    pkey: int | None = Field(default=None, ge=1, le=0x7FFF, description="InfiniBand partition key of the tenant.")
+    networks: list[NetworkSnapshot]
+
+
+class SlotAttachment(Wire):
+    """One allocation's interface on a tenant network (what the node plumbs)."""
+
+    attachment_id: uuid.UUID
+    allocation_id: uuid.UUID
+    network_id: uuid.UUID
+    ip_address: str
+    prefix_len: int = Field(ge=8, le=30)
+    mac_address: str
+
+
+# --- shape checks the gateway applies at its boundary and the network service applies again -----------------
+MIN_PREFIX, MAX_PREFIX = 16, 29
+PORTED = ("tcp", "udp")
+
+
+def _port_problems(protocol: str, port_from: int | None, port_to: int | None) -> list[tuple[str, str]]:
+    if protocol not in PORTED:
+        return [(f, f"{protocol} has no ports; leave it out") for f, v in (("port_from", port_from), ("port_to", port_to))
+                if v is not None]
+    if port_to is not None and port_from is None:
+        return [("port_from", "a port range needs port_from")]
+    if port_to is not None and port_to < port_from:
+        return [("port_to", f"must be ≥ port_from ({port_from})")]
+    return []
+
+
+def _remote_problems(direction: str, remote_network_id: uuid.UUID | None, remote_cidr: str | None) -> list[tuple[str, str]]:
+    if direction == "ingress":
+        problems = [] if remote_network_id else [("remote_network_id", "an ingress rule names the tenant network it allows")]
+        if remote_cidr is not None:
+            problems.append(("remote_cidr", "ingress from outside is never allowed; only egress rules take a CIDR"))
+        return problems
+    problems = [("remote_network_id", "egress rules name an outside CIDR, not a network")] if remote_network_id else []
+    if remote_cidr is None:
+        return problems + [("remote_cidr", "an egress rule names the outside CIDR it allows")]
+    try:
+        ipaddress.IPv4Network(remote_cidr, strict=True)
+    except (ValueError, TypeError):
+        problems.append(("remote_cidr", f"{remote_cidr!r} is not an IPv4 CIDR without host bits, e.g. 203.0.113.0/24"))
+    return problems
+
+
+def rule_problems(direction: str, protocol: str, port_from: int | None, port_to: int | None,
+                  remote_network_id: uuid.UUID | None, remote_cidr: str | None) -> list[tuple[str, str]]:
+    """(field, message) for each thing wrong with a rule's shape; empty when well formed.
+    Ownership of the remote network is checked by ``check_rule``, which knows the tenant."""
+    return _port_problems(protocol, port_from, port_to) + _remote_problems(direction, remote_network_id, remote_cidr)
+
+
+def cidr_problem(text: str) -> str | None:
+    """Why ``text`` is not a subnet a tenant may choose (IPv4, /16 to /29, no host bits), or None."""
+    try:
+        net = ipaddress.IPv4Network(text, strict=False)
+    except (ValueError, TypeError):
+        return f"{text!r} is not an IPv4 CIDR such as 10.1.0.0/24"
+    if "/" not in text:
+        return f"{text!r} needs a prefix length, e.g. {text}/24"
+    if not MIN_PREFIX <= net.prefixlen <= MAX_PREFIX:
+        return f"prefix /{net.prefixlen} is outside /{MIN_PREFIX}../{MAX_PREFIX}"
+    if str(net) != text.strip():
+        return f"{text!r} has host bits set; did you mean {net}?"
+    return None
 
 
 class AttachNetwork(StepCommand):

@@ -16,7 +16,7 @@ from functools import partial
 import asyncpg
 
 from shared.consumer import HandlerContext
-from shared.netwire import SlotAttachment
+from services.network.contracts import SlotAttachment
 from shared.participant import StepRejected, invoke, undo
 
 from . import contracts as c

@@ -11,7 +11,7 @@ import uuid
 import asyncpg
 
 from shared.consumer import HandlerContext
-from shared.netwire import NetworkSnapshot, SecurityRule, TenantNetworks
+from services.network.contracts import NetworkSnapshot, SecurityRule, TenantNetworks
 
 from .adapters import repository as repo
 from .domain.model import IdPool, NetworkPlan, TenantNetwork, TenantResources

@@ -9,7 +9,7 @@ from pathlib import Path
 import structlog
 
 from services.scheduler.contracts import ReportTopology
-from shared.config import ServiceSettings
+from shared.settings import ServiceSettings
 from shared.runtime import Runtime
 
 from . import config

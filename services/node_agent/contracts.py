@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from shared.contract import Message, ServiceContract
-from shared.netwire import SlotAttachment, TenantNetworks
+from services.network.contracts import SlotAttachment, TenantNetworks
 from shared.wire import StepCommand, StepFailure, StepReply, StepUndone, UndoCommand, Wire
 
 

@@ -22,7 +22,7 @@ import structlog
 from prometheus_client import Gauge
 
 from shared.consumer import HandlerContext, PermanentError
-from shared.netwire import TenantNetworks
+from services.network.contracts import TenantNetworks
 from shared.outbox import Outbox
 from shared.participant import StepRejected, invoke, undo
 

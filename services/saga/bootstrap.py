@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from shared.config import ServiceSettings
+from shared.settings import ServiceSettings
 from shared.runtime import Runtime
 
 from .entrypoints import bus, deadlines

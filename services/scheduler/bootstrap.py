@@ -12,7 +12,7 @@ import os
 from functools import partial
 from pathlib import Path
 
-from shared.config import ServiceSettings
+from shared.settings import ServiceSettings
 from shared.runtime import Runtime
 
 from .adapters.leader import LeaderLease

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from shared.config import ServiceSettings
+from shared.settings import ServiceSettings
 from shared.runtime import Runtime
 
 from .domain.model import StoragePolicy

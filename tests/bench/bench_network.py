@@ -21,7 +21,7 @@ from pyroute2 import IPRoute
 from services.node_agent.dataplane import probe
 from services.node_agent.dataplane.lab import Lab, is_root
 from services.node_agent.dataplane.names import slot_port_name, vxlan_name
-from shared.netwire import NetworkSnapshot, SecurityRule, SlotAttachment, TenantNetworks
+from services.network.contracts import NetworkSnapshot, SecurityRule, SlotAttachment, TenantNetworks
 
 
 def pct(values: list[float], q: float) -> float:

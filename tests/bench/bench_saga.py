@@ -25,9 +25,9 @@ import nats
 import psutil
 from nats.js.api import StorageType, StreamConfig
 
-from shared.client import TesseraClient
-from shared.embedded import EmbeddedNats
-from shared.platform import Platform
+from tooling.client import TesseraClient
+from tooling.embedded import EmbeddedNats
+from tooling.platform import Platform
 
 
 def pct(values: list[float], q: float) -> float:

@@ -32,9 +32,10 @@ import asyncpg
 import nats
 import psutil
 
-from services.scheduler.domain.topology import derive_slot_map, sim_topology
+from services.node_agent.discovery.sim import sim_topology
+from services.scheduler.domain.topology import derive_slot_map
 from shared.db import migrate, provision_service, service_dsn
-from shared.embedded import EmbeddedNats, EmbeddedPostgres
+from tooling.embedded import EmbeddedNats, EmbeddedPostgres
 from shared.envelope import Envelope, utcnow
 from tests.bench.bench_saga import js_publish_rate, pct, pg_txn_rate, summarise_profile
 

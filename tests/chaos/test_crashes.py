@@ -9,8 +9,8 @@ import uuid
 import asyncpg
 import pytest
 
-from shared.client import TesseraClient
-from shared.platform import Platform
+from tooling.client import TesseraClient
+from tooling.platform import Platform
 from tests.e2e.conftest import E2E_ENV, leftovers
 
 

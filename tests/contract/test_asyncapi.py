@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "contracts" / "asyncapi"
 PARSER_DIR = Path(__file__).parent / "asyncapi_parser"
 CATALOG = load_catalog()
-REGENERATE = "run `python -m shared.asyncapi` and commit contracts/asyncapi/"
+REGENERATE = "run `python -m tooling.asyncapi` and commit contracts/asyncapi/"
 
 
 def _documents() -> dict[str, dict]:
@@ -45,7 +45,7 @@ def test_check_mode_reports_an_edited_and_a_stale_document(tmp_path, capsys):
     (tmp_path / "ghost.yaml").write_text("asyncapi: 3.0.0\n")
     assert asyncapi.main(["--check", "--dir", str(tmp_path)]) == 1
     out = capsys.readouterr().out
-    assert "billing.yaml" in out and "ghost.yaml" in out and "python -m shared.asyncapi" in out
+    assert "billing.yaml" in out and "ghost.yaml" in out and "python -m tooling.asyncapi" in out
 
 
 def test_generation_is_deterministic():

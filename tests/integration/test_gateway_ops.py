@@ -10,7 +10,7 @@ from pathlib import Path
 import aiohttp
 
 from services.gateway.bootstrap import build
-from shared.config import BusSettings, ServiceSettings
+from shared.settings import BusSettings, ServiceSettings
 from tests.integration.test_gateway_harness import (ADMIN_KEY, Api, SseReader, api, eventually,  # noqa: F401
                                                     gateway_config, start_gateway)
 

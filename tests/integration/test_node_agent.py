@@ -15,7 +15,7 @@ import pytest
 
 from services.node_agent.bootstrap import build
 from services.node_agent.drivers import SimDriver
-from shared.config import BusSettings
+from shared.settings import BusSettings
 from shared.wire import step_key
 from tests.conftest import make_envelope
 

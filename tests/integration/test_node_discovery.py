@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from services.node_agent.discovery import DiscoveryError, NvmlUnavailable, discover_nvml, discovery_from_env
-from shared.topology import NodeTopology
+from services.scheduler.contracts.topology import NodeTopology
 
 
 def test_nvml_discovery_on_a_host_without_an_nvidia_driver_fails_cleanly():

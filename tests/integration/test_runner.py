@@ -6,7 +6,7 @@ import asyncpg
 
 from shared.contract import SERVICES
 from shared.db import role_name
-from shared.platform import CORE_SERVICES, Platform
+from tooling.platform import CORE_SERVICES, Platform
 
 
 async def test_runner_uses_the_configured_nats_and_postgres_instead_of_embedded_ones(infra, tmp_path):

@@ -11,7 +11,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from services.scheduler.bootstrap import build
-from services.scheduler.domain.topology import sim_topology
+from services.node_agent.discovery.sim import sim_topology
 from shared.wire import step_key
 from tests.conftest import send_command as send
 from tests.conftest import wait_handled

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 
-from services.scheduler.domain.topology import sim_topology
+from services.node_agent.discovery.sim import sim_topology
 from tests.conftest import send_command as send
 from tests.integration.test_scheduler import start
 

@@ -8,7 +8,7 @@ import pytest
 from services.node_agent.dataplane import model, names, render
 from services.node_agent.dataplane.model import InvalidAttachment, desired_state
 from services.node_agent.dataplane.reconcile import plan
-from shared.netwire import NetworkSnapshot, SecurityRule, SlotAttachment, TenantNetworks
+from services.network.contracts import NetworkSnapshot, SecurityRule, SlotAttachment, TenantNetworks
 
 TAG = "0a1b2c3d"
 

@@ -8,7 +8,7 @@ import pytest
 from services.node_agent import config
 from services.node_agent.dataplane import InvalidAttachment, Kernel, KernelDataplane, KernelError, NullDataplane
 from services.node_agent.dataplane.names import bridge_name, leg_name, slot_port_name, vxlan_name
-from shared.netwire import NetworkSnapshot, SecurityRule, SlotAttachment, TenantNetworks
+from services.network.contracts import NetworkSnapshot, SecurityRule, SlotAttachment, TenantNetworks
 
 
 class FakeKernel(Kernel):

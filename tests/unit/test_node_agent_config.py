@@ -8,7 +8,7 @@ import pytest
 from services.node_agent import config
 from services.node_agent.bootstrap import build
 from services.node_agent.drivers import SimDriver
-from shared.config import ServiceSettings
+from shared.settings import ServiceSettings
 
 
 def test_node_id_is_read_from_tessera_node_id_or_tessera_instance():

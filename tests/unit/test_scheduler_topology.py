@@ -5,8 +5,8 @@ import dataclasses
 
 import pytest
 
+from services.node_agent.discovery.sim import SIM_KINDS, sim_topology
 from services.scheduler.domain.topology import (
-    SIM_KINDS,
     Gpu,
     IbVf,
     NodeTopology,
@@ -16,7 +16,6 @@ from services.scheduler.domain.topology import (
     TopologyError,
     compare,
     derive_slot_map,
-    sim_topology,
 )
 
 

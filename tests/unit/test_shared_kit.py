@@ -55,7 +55,7 @@ def test_every_stream_is_file_backed_with_a_duplicate_window():
 
 
 def test_a_bad_setting_is_refused_naming_the_variable(monkeypatch):
-    from shared.config import ServiceSettings
+    from shared.settings import ServiceSettings
 
     for name, value in [("TESSERA_HTTP_PORT", "eighty"), ("TESSERA_MAX_DELIVER", "0"),
                         ("TESSERA_RETRY_BACKOFF_S", "1,-2"), ("TESSERA_ACK_WAIT_S", "soon")]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Mapping
 
-from shared.wire import SHAPES
+from services.scheduler.contracts import SHAPES
 
 from . import events
 from .errors import IllegalTransition, InvalidSpec

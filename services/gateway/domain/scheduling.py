@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from shared.wire import SHAPES
+from services.scheduler.contracts import SHAPES
 
 PRIORITY_CLASSES: dict[str, int] = {"low": -100, "normal": 0, "high": 100}
 DEFAULT_POOL = "shared"

@@ -17,9 +17,9 @@ from aiohttp import web
 from pydantic import Field, field_validator
 
 from services.network.contracts import AddSecurityRule, CreateNetwork, DeleteNetwork, RemoveSecurityRule
-from services.network.domain.networks import cidr_problem
-from services.network.domain.rules import rule_problems
-from shared.netwire import SecurityRule
+from services.network.contracts import cidr_problem
+from services.network.contracts import rule_problems
+from services.network.contracts import SecurityRule
 
 from ..adapters import networks as repo
 from ..auth import require_tenant_member

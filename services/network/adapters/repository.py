@@ -10,7 +10,7 @@ import uuid
 
 import asyncpg
 
-from shared.netwire import SecurityRule
+from services.network.contracts import SecurityRule
 
 from ..domain.model import IdPool, TenantNetwork, TenantResources
 

@@ -12,10 +12,10 @@ import re
 import uuid
 from collections.abc import Iterable
 
+from ..contracts import cidr_problem
 from .model import TenantNetwork
 
 NETWORK_NOT_FOUND = "network not found"
-MIN_PREFIX, MAX_PREFIX = 16, 29
 NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
 
 
@@ -25,21 +25,6 @@ class Refused(Exception):
     def __init__(self, reason: str):
         super().__init__(reason)
         self.reason = reason
-
-
-def cidr_problem(text: str) -> str | None:
-    """Why ``text`` is not a subnet a tenant may choose (IPv4, /16 to /29, no host bits), or None."""
-    try:
-        net = ipaddress.IPv4Network(text, strict=False)
-    except (ValueError, TypeError):
-        return f"{text!r} is not an IPv4 CIDR such as 10.1.0.0/24"
-    if "/" not in text:
-        return f"{text!r} needs a prefix length, e.g. {text}/24"
-    if not MIN_PREFIX <= net.prefixlen <= MAX_PREFIX:
-        return f"prefix /{net.prefixlen} is outside /{MIN_PREFIX}../{MAX_PREFIX}"
-    if str(net) != text.strip():
-        return f"{text!r} has host bits set; did you mean {net}?"
-    return None
 
 
 def parse_cidr(text: str) -> ipaddress.IPv4Network:

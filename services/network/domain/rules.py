@@ -14,51 +14,14 @@ that does not exist, so a cross-tenant rule cannot be expressed and nothing leak
 """
 from __future__ import annotations
 
-import ipaddress
 import uuid
 from collections.abc import Iterable
 
-from shared.netwire import SecurityRule
-
+from ..contracts import SecurityRule, rule_problems
 from .model import TenantNetwork
 from .networks import Refused, owned
 
 MAX_RULES_PER_NETWORK = 128
-PORTED = ("tcp", "udp")
-
-
-def _port_problems(protocol: str, port_from: int | None, port_to: int | None) -> list[tuple[str, str]]:
-    if protocol not in PORTED:
-        return [(f, f"{protocol} has no ports; leave it out") for f, v in (("port_from", port_from), ("port_to", port_to))
-                if v is not None]
-    if port_to is not None and port_from is None:
-        return [("port_from", "a port range needs port_from")]
-    if port_to is not None and port_to < port_from:
-        return [("port_to", f"must be ≥ port_from ({port_from})")]
-    return []
-
-
-def _remote_problems(direction: str, remote_network_id: uuid.UUID | None, remote_cidr: str | None) -> list[tuple[str, str]]:
-    if direction == "ingress":
-        problems = [] if remote_network_id else [("remote_network_id", "an ingress rule names the tenant network it allows")]
-        if remote_cidr is not None:
-            problems.append(("remote_cidr", "ingress from outside is never allowed; only egress rules take a CIDR"))
-        return problems
-    problems = [("remote_network_id", "egress rules name an outside CIDR, not a network")] if remote_network_id else []
-    if remote_cidr is None:
-        return problems + [("remote_cidr", "an egress rule names the outside CIDR it allows")]
-    try:
-        ipaddress.IPv4Network(remote_cidr, strict=True)
-    except (ValueError, TypeError):
-        problems.append(("remote_cidr", f"{remote_cidr!r} is not an IPv4 CIDR without host bits, e.g. 203.0.113.0/24"))
-    return problems
-
-
-def rule_problems(direction: str, protocol: str, port_from: int | None, port_to: int | None,
-                  remote_network_id: uuid.UUID | None, remote_cidr: str | None) -> list[tuple[str, str]]:
-    """(field, message) for each thing wrong with a rule's shape; empty when well formed.
-    Ownership of the remote network is checked by ``check_rule``, which knows the tenant."""
-    return _port_problems(protocol, port_from, port_to) + _remote_problems(direction, remote_network_id, remote_cidr)
 
 
 def _same(a: SecurityRule, b: SecurityRule) -> bool:

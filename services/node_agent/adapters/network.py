@@ -5,7 +5,7 @@ import uuid
 
 import asyncpg
 
-from shared.netwire import SlotAttachment, TenantNetworks
+from services.network.contracts import SlotAttachment, TenantNetworks
 
 
 async def keep_tenant(conn: asyncpg.Connection, node_id: uuid.UUID, tenant: TenantNetworks) -> TenantNetworks:

@@ -36,7 +36,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from shared.netwire import NetworkSnapshot, SlotAttachment, TenantNetworks
+from services.network.contracts import NetworkSnapshot, SlotAttachment, TenantNetworks
 
 from . import render
 from .names import (

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 import structlog
 
-from shared.netwire import SlotAttachment, TenantNetworks
+from services.network.contracts import SlotAttachment, TenantNetworks
 
 from . import reconcile
 from .kernel import Kernel

@@ -16,7 +16,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 
-from shared.netwire import SecurityRule, TenantNetworks
+from services.network.contracts import SecurityRule, TenantNetworks
 
 from .names import gw_ifname
 

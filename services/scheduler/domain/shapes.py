@@ -103,7 +103,7 @@ def mig_fits_gpu(profile: str, gpu_memory_gb: int) -> bool:
     return p is not None and p.gpu_memory_gb == gpu_memory_gb
 
 
-# The shapes the platform ships with (shared/wire.py SHAPES names them by the same keys).
+# The shapes the platform ships with (contracts.SHAPES names them by the same keys).
 STANDARD_SHAPES: dict[str, Shape] = {
     "vm.1gpu": Shape("vm.1gpu", "vm", 1), "vm.2gpu": Shape("vm.2gpu", "vm", 2),
     "vm.4gpu": Shape("vm.4gpu", "vm", 4), "vm.8gpu": Shape("vm.8gpu", "vm", 8),

@@ -4,15 +4,14 @@ A *slot* is the atomic unit of placement: one GPU together with one NVMe device 
 InfiniBand SR-IOV VF on the same NUMA node, plus an even share of that NUMA node's CPU cores
 and memory. Slot ``i`` is GPU ``i``. A slot is schedulable only with a non-empty wipe policy
 (release wipes the slot before it returns to the pool; no policy, no reuse). The hardware
-model itself (``NodeTopology`` and its devices) is the wire document of ``shared.topology``.
+model itself (``NodeTopology`` and its devices) is the scheduler's wire document (``contracts.topology``).
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from shared.topology import (
-    SIM_KINDS,
+from ..contracts.topology import (
     Gpu,
     IbVf,
     NodeTopology,
@@ -21,13 +20,11 @@ from shared.topology import (
     TopologyError,
     parse_record,
     require_unique,
-    sim_topology,
 )
 
-# the hardware model is shared with the node-agent's discovery; the scheduler's code and tests name it from here too
+# the hardware model is the scheduler's wire document, filled by the node-agent's discovery
 __all__ = [
     "DEFAULT_WIPE_POLICY",
-    "SIM_KINDS",
     "Gpu",
     "IbVf",
     "NodeTopology",
@@ -38,7 +35,6 @@ __all__ = [
     "TopologyError",
     "compare",
     "derive_slot_map",
-    "sim_topology",
 ]
 
 DEFAULT_WIPE_POLICY = "nvme-secure-erase"

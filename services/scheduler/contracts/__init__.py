@@ -17,6 +17,8 @@ from shared.contract import Message, ServiceContract
 from shared.wire import StepCommand, StepFailure, StepReply, StepUndone, UndoCommand, Wire
 
 NAME = r"^[a-z0-9]([a-z0-9.\-]{0,61}[a-z0-9])?$"
+# The shapes the platform ships with, by GPU count (the scheduler seeds them; admins add or remove shapes later).
+SHAPES: dict[str, int] = {"vm.1gpu": 1, "vm.2gpu": 2, "vm.4gpu": 4, "vm.8gpu": 8, "bm.8gpu": 8}
 NodeStatus = Literal["registered", "pending_approval", "schedulable", "needs_review"]
 FailureCode = Literal["no-capacity", "quota-exceeded", "queue-full", "cancelled", "unknown-shape", "invalid-request",
                       "preempted"]

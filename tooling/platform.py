@@ -19,7 +19,7 @@ from pathlib import Path
 import asyncpg
 
 from .client import TesseraClient
-from .db import provision_service, service_dsn
+from shared.db import provision_service, service_dsn
 from .embedded import REPO, EmbeddedNats, EmbeddedPostgres
 
 CORE_SERVICES = ("allocation", "scheduler", "network", "storage", "billing", "saga", "gateway")

@@ -1,4 +1,4 @@
-"""`python -m shared.cli up|demo`: the platform on one machine, and the scripted tenant flow.
+"""`python -m tooling.cli up|demo`: the platform on one machine, and the scripted tenant flow.
 
 up   — starts NATS + PostgreSQL (embedded unless TESSERA_NATS_URL / TESSERA_DATABASE_URL are
        set), every service, seeds a demo inventory (2 nodes × 8 GPUs), tenant and user, prints
