@@ -13,7 +13,7 @@ import yaml
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT7
 
-from shared import asyncapi
+from tooling import asyncapi
 from shared.contract import SERVICES, load_catalog
 
 from .code_scan import scan_services, scan_source
