@@ -15,7 +15,6 @@ import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
@@ -32,6 +31,7 @@ from .contract import Catalog, Message
 from .envelope import Envelope
 from .observability import DEAD_LETTERS, HANDLER_SECONDS, MESSAGES, extract_trace, tracer
 from .outbox import Outbox
+from .unit_of_work import UnitOfWork
 from .streams import DEAD_LETTER_PREFIX
 
 log = structlog.get_logger()
@@ -46,37 +46,7 @@ class PermanentError(Exception):
     """The message can never be handled (bad reference, contract breach): dead-letter it now."""
 
 
-@dataclass
-class HandlerContext:
-    """What a handler gets: the open transaction, the incoming envelope, and an emitter."""
-
-    conn: asyncpg.Connection
-    envelope: Envelope
-    outbox: Outbox
-    consumer: str
-    after_commit: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
-
-    def on_commit(self, callback: Callable[[], Awaitable[None]]) -> None:
-        """Run ``callback`` once the handler's transaction has committed (never if it rolls back): for
-        in-memory state that must not run ahead of the database. A failing callback is logged; the
-        message stays handled (its effect is committed)."""
-        self.after_commit.append(callback)
-
-    async def run_after_commit(self) -> None:
-        for callback in self.after_commit:
-            try:
-                await callback()
-            except Exception as exc:  # noqa: BLE001 - the effect is committed: never nack it now
-                log.error("consumer.after_commit_failed", consumer=self.consumer, error=repr(exc))
-
-    async def emit(self, type_: str, data: BaseModel, *, correlation_id: str | None = None,
-                   tenant_id: uuid.UUID | None = None, subject_params: dict[str, str] | None = None) -> Envelope:
-        return await self.outbox.add(
-            self.conn, type_, data, correlation_id=correlation_id or self.envelope.correlation_id,
-            tenant_id=tenant_id, causation=self.envelope, subject_params=subject_params)
-
-
-Handler = Callable[[HandlerContext, Any], Awaitable[None]]
+Handler = Callable[[UnitOfWork, Any], Awaitable[None]]
 
 
 class Consumers:
@@ -146,10 +116,10 @@ class Consumers:
                             "INSERT INTO inbox (consumer, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING 1",
                             consumer, env.id)
                         if fresh:
-                            hctx = HandlerContext(conn, env, self.outbox, consumer)
-                            await handler(hctx, data)
+                            uow = UnitOfWork(conn, self.outbox, name=consumer, causation=env)
+                            await handler(uow, data)
                     if fresh:
-                        await hctx.run_after_commit()
+                        await uow.run_after_commit()
                 heartbeat.cancel()
                 await nmsg.ack()
                 MESSAGES.labels(self.service, msg.type, "ok" if fresh else "duplicate").inc()

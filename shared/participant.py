@@ -21,7 +21,7 @@ import asyncpg
 import structlog
 from pydantic import BaseModel
 
-from .consumer import HandlerContext
+from .unit_of_work import UnitOfWork
 from .wire import StepCommand, UndoCommand
 
 log = structlog.get_logger()
@@ -65,7 +65,7 @@ async def _record(conn: asyncpg.Connection, key: str, status: str, result: dict)
         key, status, json.dumps(result))
 
 
-async def invoke(ctx: HandlerContext, cmd: StepCommand, action: Callable[[asyncpg.Connection, StepCommand], Awaitable[dict]],
+async def invoke(ctx: UnitOfWork, cmd: StepCommand, action: Callable[[asyncpg.Connection, StepCommand], Awaitable[dict]],
                  *, succeeded: str, failed: str, reply_model: type[BaseModel], failure_model: type[BaseModel],
                  sim_faults: bool = False, subject_params: dict[str, str] | None = None) -> None:
     """Run ``action`` (returns the reply's extra fields, or raises StepRejected) once per idempotency key."""
@@ -98,7 +98,7 @@ async def invoke(ctx: HandlerContext, cmd: StepCommand, action: Callable[[asyncp
         await ctx.emit(failed, failure_model(**base, reason=result["reason"]), subject_params=subject_params)
 
 
-async def undo(ctx: HandlerContext, cmd: UndoCommand, action: Callable[[asyncpg.Connection, UndoCommand], Awaitable[dict]],
+async def undo(ctx: UnitOfWork, cmd: UndoCommand, action: Callable[[asyncpg.Connection, UndoCommand], Awaitable[dict]],
                *, undone: str, reply_model: type[BaseModel], subject_params: dict[str, str] | None = None) -> None:
     """Run an idempotent undo (safe when the step never happened); mark the compensated key."""
     if cmd.compensates:

@@ -15,7 +15,8 @@ from dataclasses import asdict
 import asyncpg
 from pydantic import BaseModel
 
-from shared.consumer import HandlerContext, PermanentError
+from shared.unit_of_work import UnitOfWork
+from shared.consumer import PermanentError
 from shared.envelope import utcnow
 from shared.participant import StepRejected, invoke
 
@@ -33,18 +34,18 @@ WIRE_EVENTS: dict[type, tuple[str, type[BaseModel]]] = {
 }
 
 
-async def _publish(ctx: HandlerContext, alloc: Allocation) -> None:
+async def _publish(ctx: UnitOfWork, alloc: Allocation) -> None:
     for ev in alloc.pull_events():
         type_, model = WIRE_EVENTS[type(ev)]
         await ctx.emit(type_, model(**asdict(ev)), tenant_id=alloc.tenant_id)
 
 
-async def _save(ctx: HandlerContext, alloc: Allocation) -> None:
+async def _save(ctx: UnitOfWork, alloc: Allocation) -> None:
     await repository.save(ctx.conn, alloc)
     await _publish(ctx, alloc)
 
 
-async def _reject(ctx: HandlerContext, allocation_id: uuid.UUID, command: str, reason: str) -> None:
+async def _reject(ctx: UnitOfWork, allocation_id: uuid.UUID, command: str, reason: str) -> None:
     await ctx.emit("allocation.command_rejected", c.AllocationCommandRejected(
         allocation_id=allocation_id, command=command, reason=reason))
 
@@ -63,7 +64,7 @@ def _as_reply(alloc: Allocation, **extra) -> dict:
     return {"tenant_id": alloc.tenant_id, "state": alloc.state, "at": alloc.updated_at, **extra}
 
 
-async def request(ctx: HandlerContext, cmd: c.RequestAllocation) -> None:
+async def request(ctx: UnitOfWork, cmd: c.RequestAllocation) -> None:
     """Create a REQUESTED allocation. Idempotent on allocation_id: an existing id is a no-op."""
     try:
         alloc = Allocation.request(cmd.allocation_id, cmd.tenant_id, cmd.user_id, cmd.name, cmd.shape,
@@ -76,14 +77,14 @@ async def request(ctx: HandlerContext, cmd: c.RequestAllocation) -> None:
         await _publish(ctx, alloc)
 
 
-async def mark_provisioning(ctx: HandlerContext, cmd: c.MarkProvisioning) -> None:
+async def mark_provisioning(ctx: UnitOfWork, cmd: c.MarkProvisioning) -> None:
     """REQUESTED → PROVISIONING; a stale message (allocation already further on) is a no-op."""
     alloc = await _load(ctx.conn, cmd.allocation_id, "allocation.mark_provisioning")
     alloc.mark_provisioning(cmd.saga_id, utcnow())
     await _save(ctx, alloc)
 
 
-async def fail(ctx: HandlerContext, cmd: c.FailAllocation) -> None:
+async def fail(ctx: UnitOfWork, cmd: c.FailAllocation) -> None:
     """→ FAILED with step and reason; no-op if FAILED already; rejected (no change) if RELEASED."""
     alloc = await _load(ctx.conn, cmd.allocation_id, "allocation.fail")
     try:
@@ -94,7 +95,7 @@ async def fail(ctx: HandlerContext, cmd: c.FailAllocation) -> None:
     await _save(ctx, alloc)
 
 
-async def _tenants(ctx: HandlerContext, cmd: c.ReleaseAllocation | c.PreemptAllocation,
+async def _tenants(ctx: UnitOfWork, cmd: c.ReleaseAllocation | c.PreemptAllocation,
                    command: str) -> Allocation | None:
     """The locked aggregate if it is the command's tenant's; otherwise the command is rejected (None)."""
     alloc = await repository.get_for_update(ctx.conn, cmd.allocation_id)
@@ -104,7 +105,7 @@ async def _tenants(ctx: HandlerContext, cmd: c.ReleaseAllocation | c.PreemptAllo
     return alloc
 
 
-async def release(ctx: HandlerContext, cmd: c.ReleaseAllocation) -> None:
+async def release(ctx: UnitOfWork, cmd: c.ReleaseAllocation) -> None:
     """ACTIVE → RELEASING; no-op if RELEASING/RELEASED; otherwise rejected with the reason (no change)."""
     if (alloc := await _tenants(ctx, cmd, "allocation.release")) is None:
         return
@@ -116,7 +117,7 @@ async def release(ctx: HandlerContext, cmd: c.ReleaseAllocation) -> None:
     await _save(ctx, alloc)
 
 
-async def preempt(ctx: HandlerContext, cmd: c.PreemptAllocation) -> None:
+async def preempt(ctx: UnitOfWork, cmd: c.PreemptAllocation) -> None:
     """The scheduler preempts: ACTIVE → RELEASING with the reason (the release saga follows); a no-op when it is
     releasing, released or failed already; rejected with the reason before it is ACTIVE."""
     if (alloc := await _tenants(ctx, cmd, "allocation.preempt")) is None:
@@ -152,13 +153,13 @@ async def _mark_released(conn: asyncpg.Connection, cmd: c.MarkReleased) -> dict:
     return _as_reply(alloc)
 
 
-async def activate(ctx: HandlerContext, cmd: c.ActivateAllocation, *, sim_faults: bool = False) -> None:
+async def activate(ctx: UnitOfWork, cmd: c.ActivateAllocation, *, sim_faults: bool = False) -> None:
     """Saga step: → ACTIVE on the node; replies activated, or activation_failed if the state forbids it."""
     await invoke(ctx, cmd, _activate, succeeded="allocation.activated", failed="allocation.activation_failed",
                  reply_model=c.AllocationActivated, failure_model=c.AllocationActivationFailed, sim_faults=sim_faults)
 
 
-async def mark_released(ctx: HandlerContext, cmd: c.MarkReleased, *, sim_faults: bool = False) -> None:
+async def mark_released(ctx: UnitOfWork, cmd: c.MarkReleased, *, sim_faults: bool = False) -> None:
     """Saga step: RELEASING → RELEASED, replies released. Raises PermanentError from any other state."""
     await invoke(ctx, cmd, _mark_released, succeeded="allocation.released", failed="allocation.release_failed",
                  reply_model=c.AllocationReleased, failure_model=c.AllocationReleaseFailed, sim_faults=sim_faults)

@@ -5,7 +5,7 @@ import uuid
 
 import asyncpg
 
-from shared.consumer import HandlerContext
+from shared.unit_of_work import UnitOfWork
 from shared.envelope import utcnow
 from shared.participant import invoke, undo
 
@@ -31,10 +31,10 @@ async def _stop(conn: asyncpg.Connection, cmd: c.StopMeter) -> dict:
     return {"meter_id": meter.id, "gpu_seconds": meter.gpu_seconds}
 
 
-async def start_meter(ctx: HandlerContext, cmd: c.StartMeter, *, sim_faults: bool = False) -> None:
+async def start_meter(ctx: UnitOfWork, cmd: c.StartMeter, *, sim_faults: bool = False) -> None:
     await invoke(ctx, cmd, _start, succeeded="billing.meter_started", failed="billing.meter_start_failed",
                  reply_model=c.MeterStarted, failure_model=c.MeterStartFailed, sim_faults=sim_faults)
 
 
-async def stop_meter(ctx: HandlerContext, cmd: c.StopMeter) -> None:
+async def stop_meter(ctx: UnitOfWork, cmd: c.StopMeter) -> None:
     await undo(ctx, cmd, _stop, undone="billing.meter_stopped", reply_model=c.MeterStopped)

@@ -14,7 +14,7 @@ import uuid
 import structlog
 
 from services.scheduler import contracts as sc
-from shared.consumer import HandlerContext
+from shared.unit_of_work import UnitOfWork
 
 from .adapters import allocations as repo
 from .adapters import inventory
@@ -23,14 +23,14 @@ from .domain.model import advances_to
 log = structlog.get_logger()
 
 
-async def _record(ctx: HandlerContext, allocation_id: uuid.UUID, state: str | None = None, *, placed: bool = False,
+async def _record(ctx: UnitOfWork, allocation_id: uuid.UUID, state: str | None = None, *, placed: bool = False,
                   always: dict | None = None, **fields) -> None:
     """Append the event; set ``always``; move to ``state`` with ``fields`` (None values included) if forward."""
     await repo.lock_events(ctx.conn, allocation_id)
-    await repo.append_event(ctx.conn, allocation_id, ctx.envelope)
+    await repo.append_event(ctx.conn, allocation_id, ctx.causation)
     row = await ctx.conn.fetchrow("SELECT state, placed FROM allocations_view WHERE id=$1 FOR UPDATE", allocation_id)
     if row is None:
-        log.warning("projection.unknown_allocation", allocation_id=str(allocation_id), type=ctx.envelope.type)
+        log.warning("projection.unknown_allocation", allocation_id=str(allocation_id), type=ctx.causation.type)
         return
     changes = dict(always or {})
     if state is not None and advances_to(row["state"], row["placed"], state, placed):
@@ -44,16 +44,16 @@ async def _record(ctx: HandlerContext, allocation_id: uuid.UUID, state: str | No
         await repo.update(ctx.conn, allocation_id, **changes)
 
 
-async def on_reservation_queued(ctx: HandlerContext, data: sc.ReservationQueued) -> None:
+async def on_reservation_queued(ctx: UnitOfWork, data: sc.ReservationQueued) -> None:
     await _record(ctx, data.allocation_id, "QUEUED", queue_position=data.position, queued_reason=data.reason)
 
 
-async def on_slots_reserved(ctx: HandlerContext, data: sc.SlotsReserved) -> None:
+async def on_slots_reserved(ctx: UnitOfWork, data: sc.SlotsReserved) -> None:
     await _record(ctx, data.allocation_id, "PROVISIONING", placed=True, node_id=data.node_id, queue_position=None,
                   queued_reason=None)
 
 
-async def on_slot_reservation_failed(ctx: HandlerContext, data: sc.SlotReservationFailed) -> None:
+async def on_slot_reservation_failed(ctx: UnitOfWork, data: sc.SlotReservationFailed) -> None:
     """The saga fails the allocation on this reply: show FAILED at once, and why (kept even if FAILED came first)."""
     problem = {"code": data.code, "reason": data.reason, "quota": data.quota, "limit": data.limit, "used": data.used,
                "requested": data.requested}
@@ -61,35 +61,35 @@ async def on_slot_reservation_failed(ctx: HandlerContext, data: sc.SlotReservati
                   reason=data.reason, queue_position=None, queued_reason=None)
 
 
-async def on_preemption_notice(ctx: HandlerContext, data: sc.PreemptionNotice) -> None:
+async def on_preemption_notice(ctx: UnitOfWork, data: sc.PreemptionNotice) -> None:
     preemption = {"reason": data.reason, "grace_deadline": data.grace_deadline.isoformat(),
                   "preempted_for": str(data.preempted_for)}
     await _record(ctx, data.allocation_id, always={"preemption": json.dumps(preemption)})
 
 
-async def on_node_changed(ctx: HandlerContext, data: sc.NodeChanged) -> None:
+async def on_node_changed(ctx: UnitOfWork, data: sc.NodeChanged) -> None:
     if not await inventory.apply_node(ctx.conn, data):
         log.info("projection.stale_document_ignored", kind="node", id=str(data.node_id), version=data.version)
 
 
-async def on_shape_changed(ctx: HandlerContext, data: sc.ShapeChanged) -> None:
+async def on_shape_changed(ctx: UnitOfWork, data: sc.ShapeChanged) -> None:
     if not await inventory.apply_shape(ctx.conn, data):
         log.info("projection.stale_document_ignored", kind="shape", id=data.name, version=data.version)
 
 
-async def on_pool_changed(ctx: HandlerContext, data: sc.PoolChanged) -> None:
+async def on_pool_changed(ctx: UnitOfWork, data: sc.PoolChanged) -> None:
     if not await inventory.apply_pool(ctx.conn, data):
         log.info("projection.stale_document_ignored", kind="pool", id=data.name, version=data.version)
 
 
-async def on_quota_changed(ctx: HandlerContext, data: sc.QuotaChanged) -> None:
+async def on_quota_changed(ctx: UnitOfWork, data: sc.QuotaChanged) -> None:
     if not await inventory.apply_quota(ctx.conn, data):
         log.info("projection.stale_document_ignored", kind="quota", id=str(data.tenant_id), version=data.version)
 
 
-async def on_admin_command_rejected(ctx: HandlerContext, data: sc.AdminCommandRejected) -> None:
+async def on_admin_command_rejected(ctx: UnitOfWork, data: sc.AdminCommandRejected) -> None:
     log.warning("scheduler.admin_command_rejected", command=data.command, target=data.target, reason=data.reason)
-    await inventory.record_rejection(ctx.conn, ctx.envelope.id, data.command, data.target, data.reason)
+    await inventory.record_rejection(ctx.conn, ctx.causation.id, data.command, data.target, data.reason)
 
 
 HANDLERS = {

@@ -15,7 +15,7 @@ from functools import partial
 
 import asyncpg
 
-from shared.consumer import HandlerContext
+from shared.unit_of_work import UnitOfWork
 from services.network.contracts import SlotAttachment
 from shared.participant import StepRejected, invoke, undo
 
@@ -46,7 +46,7 @@ async def _reply(conn: asyncpg.Connection, a: Attachment, tenant_id: uuid.UUID) 
             "node_id": a.node_id, "attachment": slot.model_dump(mode="json"), "tenant_networks": tn.model_dump(mode="json")}
 
 
-async def _network(ctx: HandlerContext, cmd: c.AttachNetwork, plan: NetworkPlan) -> TenantNetwork:
+async def _network(ctx: UnitOfWork, cmd: c.AttachNetwork, plan: NetworkPlan) -> TenantNetwork:
     """The network to attach to; the tenant's default network is created (and announced) on first use."""
     nets = await repo.networks_of(ctx.conn, cmd.tenant_id)
     if cmd.network_id is not None:
@@ -74,7 +74,7 @@ async def _change(conn: asyncpg.Connection, a: Attachment, tenant_id: uuid.UUID,
                         tenant_alone_on_leaf=on_tenant == 0, tenant_alone=total == 0)
 
 
-async def _attach(conn: asyncpg.Connection, cmd: c.AttachNetwork, *, ctx: HandlerContext, plan: NetworkPlan,
+async def _attach(conn: asyncpg.Connection, cmd: c.AttachNetwork, *, ctx: UnitOfWork, plan: NetworkPlan,
                   fabric: list[FabricDriver]) -> dict:
     existing = await att.attachment_for(conn, cmd.allocation_id)
     if existing is not None:  # attached before under another key: the same answer, no second address
@@ -125,7 +125,7 @@ async def _detach(conn: asyncpg.Connection, cmd: c.DetachNetwork, *, fabric: lis
     return {}
 
 
-async def attach_network(ctx: HandlerContext, cmd: c.AttachNetwork, *, plan: NetworkPlan,
+async def attach_network(ctx: UnitOfWork, cmd: c.AttachNetwork, *, plan: NetworkPlan,
                          fabric: list[FabricDriver] = (), sim_faults: bool = False) -> None:
     """Saga step: attach the allocation once per key; exhaustion or an unknown network → failure."""
     await invoke(ctx, cmd, partial(_attach, ctx=ctx, plan=plan, fabric=list(fabric)),
@@ -133,7 +133,7 @@ async def attach_network(ctx: HandlerContext, cmd: c.AttachNetwork, *, plan: Net
                  reply_model=c.NetworkAttached, failure_model=c.NetworkAttachFailed, sim_faults=sim_faults)
 
 
-async def detach_network(ctx: HandlerContext, cmd: c.DetachNetwork, *, fabric: list[FabricDriver] = ()) -> None:
+async def detach_network(ctx: UnitOfWork, cmd: c.DetachNetwork, *, fabric: list[FabricDriver] = ()) -> None:
     """Saga step or compensation: delete the allocation's attachment (idempotent; safe if there was none)."""
     await undo(ctx, cmd, partial(_detach, fabric=list(fabric)), undone="network.network_detached",
                reply_model=c.NetworkDetached)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 
-from shared.consumer import HandlerContext
+from shared.unit_of_work import UnitOfWork
 
 from . import contracts as c
 from . import tenancy
@@ -20,19 +20,19 @@ from .domain.networks import Refused, owned, parse_cidr
 from .domain.rules import check_rule
 
 
-async def _reject(ctx: HandlerContext, cmd, command: str, reason: str, rule_id: uuid.UUID | None = None) -> None:
+async def _reject(ctx: UnitOfWork, cmd, command: str, reason: str, rule_id: uuid.UUID | None = None) -> None:
     await ctx.emit("network.command_rejected", c.NetworkCommandRejected(
         tenant_id=cmd.tenant_id, command=command, network_id=cmd.network_id, rule_id=rule_id, reason=reason),
         tenant_id=cmd.tenant_id)
 
 
-async def _created(ctx: HandlerContext, tenant_id: uuid.UUID, network_id: uuid.UUID, *, bump: bool) -> None:
+async def _created(ctx: UnitOfWork, tenant_id: uuid.UUID, network_id: uuid.UUID, *, bump: bool) -> None:
     tn = await (tenancy.changed(ctx, tenant_id) if bump else tenancy.snapshot(ctx.conn, tenant_id))
     await ctx.emit("network.network_created", c.NetworkCreated(
         tenant_id=tenant_id, network=tenancy.find(tn, network_id), version=tn.version), tenant_id=tenant_id)
 
 
-async def create_network(ctx: HandlerContext, cmd: c.CreateNetwork, *, plan: NetworkPlan) -> None:
+async def create_network(ctx: UnitOfWork, cmd: c.CreateNetwork, *, plan: NetworkPlan) -> None:
     """Create the network (VNI, NAT address; the tenant's VRF id, PKey and L3 VNI on its first)."""
     await repo.lock_tenant(ctx.conn, cmd.tenant_id)
     nets = await repo.networks_of(ctx.conn, cmd.tenant_id)
@@ -49,7 +49,7 @@ async def create_network(ctx: HandlerContext, cmd: c.CreateNetwork, *, plan: Net
     await _created(ctx, cmd.tenant_id, cmd.network_id, bump=True)
 
 
-async def delete_network(ctx: HandlerContext, cmd: c.DeleteNetwork) -> None:
+async def delete_network(ctx: UnitOfWork, cmd: c.DeleteNetwork) -> None:
     """Delete a network without attachments, its rules and rules naming it; release its VNI and NAT
     address, and the tenant's VRF id, PKey and L3 VNI with its last network."""
     await repo.lock_tenant(ctx.conn, cmd.tenant_id)
@@ -68,7 +68,7 @@ async def delete_network(ctx: HandlerContext, cmd: c.DeleteNetwork) -> None:
                                                                version=tn.version), tenant_id=cmd.tenant_id)
 
 
-async def add_security_rule(ctx: HandlerContext, cmd: c.AddSecurityRule) -> None:
+async def add_security_rule(ctx: UnitOfWork, cmd: c.AddSecurityRule) -> None:
     """Add the rule (see domain.rules for what is refused)."""
     await repo.lock_tenant(ctx.conn, cmd.tenant_id)
     nets = await repo.networks_of(ctx.conn, cmd.tenant_id)
@@ -91,7 +91,7 @@ async def add_security_rule(ctx: HandlerContext, cmd: c.AddSecurityRule) -> None
         tenant_id=cmd.tenant_id, network_id=cmd.network_id, rule=cmd.rule, version=tn.version), tenant_id=cmd.tenant_id)
 
 
-async def remove_security_rule(ctx: HandlerContext, cmd: c.RemoveSecurityRule) -> None:
+async def remove_security_rule(ctx: UnitOfWork, cmd: c.RemoveSecurityRule) -> None:
     """Remove the rule; a rule that is not there (any more) is answered as removed."""
     await repo.lock_tenant(ctx.conn, cmd.tenant_id)
     try:

@@ -10,7 +10,7 @@ import uuid
 
 import asyncpg
 
-from shared.consumer import HandlerContext
+from shared.unit_of_work import UnitOfWork
 from services.network.contracts import NetworkSnapshot, SecurityRule, TenantNetworks
 
 from .adapters import repository as repo
@@ -69,7 +69,7 @@ async def snapshot(conn: asyncpg.Connection, tenant_id: uuid.UUID) -> TenantNetw
                           networks=[network_snapshot(n, res, rules[n.id]) for n in nets])
 
 
-async def changed(ctx: HandlerContext, tenant_id: uuid.UUID) -> TenantNetworks:
+async def changed(ctx: UnitOfWork, tenant_id: uuid.UUID) -> TenantNetworks:
     """Bump the tenant's version and queue ``network.tenant_networks_changed`` with the new snapshot."""
     await repo.bump_version(ctx.conn, tenant_id)
     tn = await snapshot(ctx.conn, tenant_id)

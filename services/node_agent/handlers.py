@@ -21,7 +21,8 @@ import asyncpg
 import structlog
 from prometheus_client import Gauge
 
-from shared.consumer import HandlerContext, PermanentError
+from shared.unit_of_work import UnitOfWork
+from shared.consumer import PermanentError
 from services.network.contracts import TenantNetworks
 from shared.outbox import Outbox
 from shared.participant import StepRejected, invoke, undo
@@ -124,7 +125,7 @@ async def _deprovision(node: Node, conn: asyncpg.Connection, cmd: c.DeprovisionN
     return {"node_id": node.id}
 
 
-async def provision_node(ctx: HandlerContext, cmd: c.ProvisionNode, *, node: Node) -> None:
+async def provision_node(ctx: UnitOfWork, cmd: c.ProvisionNode, *, node: Node) -> None:
     """Provision once per idempotency key; replies node_provisioned or node_provision_failed."""
     _addressed_here(node, cmd)
     await repository.lock_allocation(ctx.conn, node.id, cmd.allocation_id)
@@ -134,7 +135,7 @@ async def provision_node(ctx: HandlerContext, cmd: c.ProvisionNode, *, node: Nod
     await refresh_gauge(node)
 
 
-async def deprovision_node(ctx: HandlerContext, cmd: c.DeprovisionNode, *, node: Node) -> None:
+async def deprovision_node(ctx: UnitOfWork, cmd: c.DeprovisionNode, *, node: Node) -> None:
     """Remove the allocation (idempotent); a driver error propagates, so the command is retried, then dead-lettered."""
     _addressed_here(node, cmd)
     await repository.lock_allocation(ctx.conn, node.id, cmd.allocation_id)
@@ -143,7 +144,7 @@ async def deprovision_node(ctx: HandlerContext, cmd: c.DeprovisionNode, *, node:
     await refresh_gauge(node)
 
 
-async def tenant_networks_changed(ctx: HandlerContext, tenant: TenantNetworks, *, node: Node) -> None:
+async def tenant_networks_changed(ctx: UnitOfWork, tenant: TenantNetworks, *, node: Node) -> None:
     """Keep the highest snapshot version per tenant and re-plumb its networks and rules if it has slots here.
     An older or repeated snapshot changes nothing; a kernel error propagates (retried, then dead-lettered)."""
     if node.dataplane.kind == "none":

@@ -14,7 +14,7 @@ import asyncpg
 import structlog
 
 from services.allocation.contracts import AllocationReleaseRequested, AllocationRequested, Scheduling
-from shared.consumer import HandlerContext
+from shared.unit_of_work import UnitOfWork
 from shared.envelope import Envelope
 from shared.outbox import Outbox
 
@@ -29,7 +29,7 @@ REPLY_BASE = ("saga_id", "step", "idempotency_key", "allocation_id")
 SCHEDULING_INPUT = ("user_id", *Scheduling.model_fields)
 
 
-async def start_allocate(ctx: HandlerContext, evt: AllocationRequested, *, policy: Policy) -> None:
+async def start_allocate(ctx: UnitOfWork, evt: AllocationRequested, *, policy: Policy) -> None:
     """Create the allocate saga and send its first commands; a second start for the allocation does nothing."""
     data = evt.model_dump(mode="json")
     saga_input = {k: data[k] for k in ("allocation_id", "tenant_id", "shape", "gpu_count", "volume_gb", "labels")}
@@ -38,7 +38,7 @@ async def start_allocate(ctx: HandlerContext, evt: AllocationRequested, *, polic
                  policy)
 
 
-async def start_release(ctx: HandlerContext, evt: AllocationReleaseRequested, *, policy: Policy) -> None:
+async def start_release(ctx: UnitOfWork, evt: AllocationReleaseRequested, *, policy: Policy) -> None:
     """Create the release saga; the node comes from the event, else from the allocate saga's reservation."""
     data = evt.model_dump(mode="json")
     node_id = data["node_id"] or await repository.reserved_node(ctx.conn, evt.allocation_id)
@@ -47,23 +47,23 @@ async def start_release(ctx: HandlerContext, evt: AllocationReleaseRequested, *,
                  policy)
 
 
-async def _start(ctx: HandlerContext, saga: Saga, policy: Policy) -> None:
+async def _start(ctx: UnitOfWork, saga: Saga, policy: Policy) -> None:
     if not await repository.create(ctx.conn, saga):
         log.info("saga.already_started", allocation_id=str(saga.allocation_id), kind=saga.kind)
         return
-    await apply(ctx.conn, ctx.outbox, saga, Start(await repository.clock(ctx.conn)), policy, ctx.envelope)
+    await apply(ctx.conn, ctx.outbox, saga, Start(await repository.clock(ctx.conn)), policy, ctx.causation)
 
 
-async def on_reply(ctx: HandlerContext, reply, *, policy: Policy) -> None:
+async def on_reply(ctx: UnitOfWork, reply, *, policy: Policy) -> None:
     """Feed a participant's reply to its saga. Unknown sagas, stale and duplicate replies change nothing."""
     saga = await repository.get(ctx.conn, reply.saga_id)
     if saga is None:
-        log.warning("saga.reply_for_unknown_saga", saga_id=str(reply.saga_id), type=ctx.envelope.type)
+        log.warning("saga.reply_for_unknown_saga", saga_id=str(reply.saga_id), type=ctx.causation.type)
         return
     data = reply.model_dump(mode="json")
-    message = Reply(ctx.envelope.type, reply.step, reply.idempotency_key,
+    message = Reply(ctx.causation.type, reply.step, reply.idempotency_key,
                     {k: v for k, v in data.items() if k not in REPLY_BASE}, await repository.clock(ctx.conn))
-    await apply(ctx.conn, ctx.outbox, saga, message, policy, ctx.envelope)
+    await apply(ctx.conn, ctx.outbox, saga, message, policy, ctx.causation)
 
 
 async def expire_due(pool: asyncpg.Pool, outbox: Outbox, policy: Policy, *, limit: int = 100) -> int:

@@ -12,7 +12,7 @@ from functools import partial
 
 import asyncpg
 
-from shared.consumer import HandlerContext
+from shared.unit_of_work import UnitOfWork
 from shared.envelope import utcnow
 from shared.participant import StepRejected, invoke, undo
 
@@ -42,7 +42,7 @@ async def _delete(conn: asyncpg.Connection, cmd: c.DeleteVolume) -> dict:
     return {}
 
 
-async def provision_volume(ctx: HandlerContext, cmd: c.ProvisionVolume, *, policy: StoragePolicy,
+async def provision_volume(ctx: UnitOfWork, cmd: c.ProvisionVolume, *, policy: StoragePolicy,
                            sim_faults: bool = False) -> None:
     """Saga step: create the volume (none for size 0), once per key; over quota → failure naming the numbers."""
     await invoke(ctx, cmd, partial(_provision, policy=policy), succeeded="storage.volume_provisioned",
@@ -50,6 +50,6 @@ async def provision_volume(ctx: HandlerContext, cmd: c.ProvisionVolume, *, polic
                  failure_model=c.VolumeProvisionFailed, sim_faults=sim_faults)
 
 
-async def delete_volume(ctx: HandlerContext, cmd: c.DeleteVolume) -> None:
+async def delete_volume(ctx: UnitOfWork, cmd: c.DeleteVolume) -> None:
     """Saga step or compensation: delete the allocation's volume (idempotent; safe if there was none)."""
     await undo(ctx, cmd, _delete, undone="storage.volume_deleted", reply_model=c.VolumeDeleted)

@@ -14,7 +14,7 @@ from services.network import handlers
 from services.network.bootstrap import build
 from services.network.contracts import AttachNetwork
 from services.network.domain.model import NetworkPlan, VniPool
-from shared.consumer import HandlerContext
+from shared.unit_of_work import UnitOfWork
 from shared.wire import step_key
 from tests.conftest import make_envelope, wait_handled
 from tests.conftest import send_command as send
@@ -153,7 +153,7 @@ async def test_concurrent_attaches_never_give_an_address_or_a_vni_twice(run_serv
     async def run(conn: asyncpg.Connection, cmd: AttachNetwork) -> None:
         env = make_envelope("network.attach_network", cmd.model_dump(mode="json"))
         async with conn.transaction():
-            await handlers.attach_network(HandlerContext(conn, env, rt.outbox, "test"), cmd, plan=NetworkPlan())
+            await handlers.attach_network(UnitOfWork(conn, rt.outbox, name="test", causation=env), cmd, plan=NetworkPlan())
 
     try:
         await asyncio.gather(*(run(conn, cmd) for conn, cmd in zip(conns, cmds, strict=True)))

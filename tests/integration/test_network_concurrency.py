@@ -12,7 +12,7 @@ from services.network import handlers, management
 from services.network.bootstrap import build
 from services.network.contracts import AttachNetwork, CreateNetwork
 from services.network.domain.model import NetworkPlan
-from shared.consumer import HandlerContext
+from shared.unit_of_work import UnitOfWork
 from tests.conftest import make_envelope
 from tests.integration.test_network import attach_cmd
 
@@ -26,7 +26,7 @@ async def run_all(rt, provision, type_: str, cmds: list, handler) -> None:
     async def run(conn: asyncpg.Connection, cmd) -> None:
         env = make_envelope(type_, cmd.model_dump(mode="json"))
         async with conn.transaction():
-            await handler(HandlerContext(conn, env, rt.outbox, "test"), cmd)
+            await handler(UnitOfWork(conn, rt.outbox, name="test", causation=env), cmd)
 
     try:
         await asyncio.gather(*(run(conn, cmd) for conn, cmd in zip(conns, cmds, strict=True)))

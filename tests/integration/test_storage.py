@@ -11,7 +11,7 @@ from services.storage import handlers
 from services.storage.bootstrap import build
 from services.storage.contracts import ProvisionVolume
 from services.storage.domain.model import StoragePolicy
-from shared.consumer import HandlerContext
+from shared.unit_of_work import UnitOfWork
 from shared.wire import step_key
 from tests.conftest import make_envelope, send_command as send, wait_handled
 
@@ -140,7 +140,7 @@ async def test_concurrent_provisions_for_one_tenant_never_exceed_its_quota(run_s
     async def run(conn: asyncpg.Connection, cmd: ProvisionVolume) -> None:
         env = make_envelope("storage.provision_volume", cmd.model_dump(mode="json"))
         async with conn.transaction():
-            await handlers.provision_volume(HandlerContext(conn, env, rt.outbox, "test"), cmd, policy=StoragePolicy())
+            await handlers.provision_volume(UnitOfWork(conn, rt.outbox, name="test", causation=env), cmd, policy=StoragePolicy())
 
     try:
         await asyncio.gather(*(run(conn, cmd) for conn, cmd in zip(conns, cmds, strict=True)))

@@ -9,7 +9,7 @@ import uuid
 import asyncpg
 
 from services.network import contracts as nc
-from shared.consumer import HandlerContext
+from shared.unit_of_work import UnitOfWork
 
 NET_COLS = ("id, tenant_id, name, cidr::text AS cidr, state, host(gateway_ip) AS gateway_ip, "
             "host(nat_address) AS nat_address, reason, created_at, updated_at")
@@ -83,7 +83,7 @@ async def attachments_of(conn: asyncpg.Connection, network_id: uuid.UUID) -> lis
 # --- projection: network.* events → the views (each in the consumer's transaction, inbox-deduped) ---------
 # Events arrive on separate consumers, in any order: each write only moves a row forward.
 
-async def on_network_created(ctx: HandlerContext, data: nc.NetworkCreated) -> None:
+async def on_network_created(ctx: UnitOfWork, data: nc.NetworkCreated) -> None:
     n = data.network
     # The service made the tenant's implicit "default" network while a POST of another network of that
     # name was pending: the service refuses that POST (name taken); say so now, so the names stay unique.
@@ -99,14 +99,14 @@ async def on_network_created(ctx: HandlerContext, data: nc.NetworkCreated) -> No
         n.network_id, data.tenant_id, n.name, n.cidr, n.gateway_ip, n.nat_address)
 
 
-async def on_network_deleted(ctx: HandlerContext, data: nc.NetworkDeleted) -> None:
+async def on_network_deleted(ctx: UnitOfWork, data: nc.NetworkDeleted) -> None:
     await ctx.conn.execute("UPDATE networks_view SET state='deleted', reason=NULL, updated_at=now() WHERE id=$1",
                            data.network_id)
     # the service deleted the network's rules and every rule naming it
     await ctx.conn.execute("DELETE FROM network_rules_view WHERE network_id=$1 OR remote_network_id=$1", data.network_id)
 
 
-async def on_rule_added(ctx: HandlerContext, data: nc.SecurityRuleAdded) -> None:
+async def on_rule_added(ctx: UnitOfWork, data: nc.SecurityRuleAdded) -> None:
     r = data.rule
     await ctx.conn.execute(
         "INSERT INTO network_rules_view (id, network_id, tenant_id, direction, protocol, port_from, port_to, "
@@ -117,7 +117,7 @@ async def on_rule_added(ctx: HandlerContext, data: nc.SecurityRuleAdded) -> None
         r.remote_cidr)
 
 
-async def on_rule_removed(ctx: HandlerContext, data: nc.SecurityRuleRemoved) -> None:
+async def on_rule_removed(ctx: UnitOfWork, data: nc.SecurityRuleRemoved) -> None:
     await ctx.conn.execute("DELETE FROM network_rules_view WHERE id=$1 AND network_id=$2", data.rule_id, data.network_id)
 
 
@@ -129,7 +129,7 @@ _UNDO_REQUEST = {  # command → (table, id column, state it was requested in, s
 }
 
 
-async def on_command_rejected(ctx: HandlerContext, data: nc.NetworkCommandRejected) -> None:
+async def on_command_rejected(ctx: UnitOfWork, data: nc.NetworkCommandRejected) -> None:
     """The request changed nothing: the row leaves its requested state, showing the service's reason."""
     table, key, requested, back = _UNDO_REQUEST[data.command]
     row_id = data.network_id if key == "network_id" else data.rule_id
@@ -137,7 +137,7 @@ async def on_command_rejected(ctx: HandlerContext, data: nc.NetworkCommandReject
                            row_id, back, data.reason, requested)
 
 
-async def on_network_attached(ctx: HandlerContext, data: nc.NetworkAttached) -> None:
+async def on_network_attached(ctx: UnitOfWork, data: nc.NetworkAttached) -> None:
     a = data.attachment
     await ctx.conn.execute(
         "INSERT INTO network_attachments_view (allocation_id, tenant_id, network_id, attachment_id, ip_address, "
@@ -147,7 +147,7 @@ async def on_network_attached(ctx: HandlerContext, data: nc.NetworkAttached) -> 
         a.mac_address, data.node_id)
 
 
-async def on_network_detached(ctx: HandlerContext, data: nc.NetworkDetached) -> None:
+async def on_network_detached(ctx: UnitOfWork, data: nc.NetworkDetached) -> None:
     await ctx.conn.execute(
         "INSERT INTO network_attachments_view (allocation_id, detached_at) VALUES ($1, now()) "
         "ON CONFLICT (allocation_id) DO UPDATE SET detached_at = coalesce(network_attachments_view.detached_at, now())",

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
 
 import structlog
 
 from services.allocation.contracts import PreemptAllocation
-from shared.consumer import HandlerContext
-from shared.envelope import Envelope, utcnow
+from shared.unit_of_work import UnitOfWork
+from shared.envelope import utcnow
 from shared.runtime import Runtime
 
 from .. import contracts as c
@@ -146,11 +145,9 @@ async def tick(rt: Runtime, active: ActiveScheduler) -> int:
         return 0
     placed = sched.tick()
     if placed:
-        cause = Envelope(id=uuid.uuid4(), type="scheduler.queue_tick", schema_version=1, occurred_at=utcnow(),
-                         correlation_id="scheduler-queue-tick", data={})
         try:
-            async with rt.pool.acquire() as conn, conn.transaction():
-                await settle(HandlerContext(conn, cause, rt.outbox, "scheduler.queue_tick"), active, placed)
+            async with UnitOfWork.begin(rt.pool, rt.outbox, name="scheduler.queue_tick") as uow:
+                await settle(uow, active, placed)
         except Exception:
             active.needs_reload = True
             raise

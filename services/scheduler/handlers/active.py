@@ -3,7 +3,7 @@
 PostgreSQL is the source of truth; this index only makes decisions fast. It is loaded when this replica
 becomes the leader. A placement is recorded in it when decided (synchronously, so concurrent handlers of
 one process see each other's decisions: kube-scheduler's "assume"); a release frees capacity in it only
-after the release has committed (``HandlerContext.on_commit``), since a claim cannot take a slot whose
+after the release has committed (``UnitOfWork.on_commit``), since a claim cannot take a slot whose
 committed row still names an allocation. Safety never rests on the index: every claim is conditional in
 SQL. When a claim finds the index was stale (a slot taken, a quota used up by a transaction it did not
 see), the decision is undone in memory (``forget``), the node's committed holdings are re-read

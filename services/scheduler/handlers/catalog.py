@@ -4,7 +4,7 @@ Lowering a quota below current use blocks new allocations and never evicts; rais
 the queue."""
 from __future__ import annotations
 
-from shared.consumer import HandlerContext
+from shared.unit_of_work import UnitOfWork
 
 from .. import contracts as c
 from ..adapters import catalog
@@ -14,7 +14,7 @@ from .common import Rejected, admin
 from .placing import place_waiting
 
 
-async def define_shape(ctx: HandlerContext, cmd: c.DefineShape, *, active: ActiveScheduler) -> None:
+async def define_shape(ctx: UnitOfWork, cmd: c.DefineShape, *, active: ActiveScheduler) -> None:
     """Create, change or delete (``deleted``) a shape. Rejected: a definition the domain refuses."""
     await active.ensure_loaded()
     async def body() -> None:
@@ -28,7 +28,7 @@ async def define_shape(ctx: HandlerContext, cmd: c.DefineShape, *, active: Activ
     await admin(ctx, "scheduler.define_shape", cmd.name, body)
 
 
-async def define_pool(ctx: HandlerContext, cmd: c.DefinePool, *, active: ActiveScheduler) -> None:
+async def define_pool(ctx: UnitOfWork, cmd: c.DefinePool, *, active: ActiveScheduler) -> None:
     """Create or change a pool (policy, taints)."""
     await active.ensure_loaded()
     async def body() -> None:
@@ -39,7 +39,7 @@ async def define_pool(ctx: HandlerContext, cmd: c.DefinePool, *, active: ActiveS
     await admin(ctx, "scheduler.define_pool", cmd.name, body)
 
 
-async def set_quota(ctx: HandlerContext, cmd: c.SetQuota, *, active: ActiveScheduler) -> None:
+async def set_quota(ctx: UnitOfWork, cmd: c.SetQuota, *, active: ActiveScheduler) -> None:
     """Set a tenant's (or, with ``user_id``, one user's) limit and guarantee for a model in a pool.
     Rejected: an unknown pool, a guarantee above the limit."""
     await active.ensure_loaded()

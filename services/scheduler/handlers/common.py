@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
-from shared.consumer import HandlerContext
+from shared.unit_of_work import UnitOfWork
 
 from .. import contracts as c
 from ..adapters import nodes
@@ -23,7 +23,7 @@ class Rejected(Exception):
         self.reason = reason
 
 
-async def admin(ctx: HandlerContext, command: str, target: str, body: Callable[[], Awaitable[None]]) -> None:
+async def admin(ctx: UnitOfWork, command: str, target: str, body: Callable[[], Awaitable[None]]) -> None:
     """Run ``body`` in a savepoint; a ``Rejected`` rolls back everything it wrote and emits the rejection."""
     try:
         async with ctx.conn.transaction():
@@ -34,7 +34,7 @@ async def admin(ctx: HandlerContext, command: str, target: str, body: Callable[[
                        c.AdminCommandRejected(command=command, target=target, reason=rej.reason))
 
 
-async def emit_node(ctx: HandlerContext, node_id: uuid.UUID) -> dict:
+async def emit_node(ctx: UnitOfWork, node_id: uuid.UUID) -> dict:
     """Emit ``scheduler.node_changed`` with the node's whole committed-to-be document; returns it."""
     doc = await nodes.document(ctx.conn, node_id)
     await ctx.emit("scheduler.node_changed", c.NodeChanged(**doc))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from shared.consumer import HandlerContext
+from shared.unit_of_work import UnitOfWork
 
 from .. import contracts as c
 from ..adapters import catalog, nodes
@@ -27,7 +27,7 @@ def _declared(cmd: c.RegisterNode) -> dict:
     return {k: getattr(cmd, k) for k in _DECLARED}
 
 
-async def register_node(ctx: HandlerContext, cmd: c.RegisterNode, *, active: ActiveScheduler) -> None:
+async def register_node(ctx: UnitOfWork, cmd: c.RegisterNode, *, active: ActiveScheduler) -> None:
     """Declare a node (idempotent: the same declaration again changes nothing). A node known so far only
     from its topology report takes the declaration. Rejected: a name another node has, another
     declaration under a declared id, an unknown pool."""
@@ -83,7 +83,7 @@ def _discovery_fields(node: dict | None, t: NodeTopology, cmd: c.ReportTopology)
             "proposal": (node["proposal"] if node else 0) + 1}
 
 
-async def report_topology(ctx: HandlerContext, cmd: c.ReportTopology, *, active: ActiveScheduler) -> None:
+async def report_topology(ctx: UnitOfWork, cmd: c.ReportTopology, *, active: ActiveScheduler) -> None:
     """Store what discovery found and derive a proposed slot map (idempotent: the same topology again
     changes nothing). Rejected: a malformed topology."""
     await active.ensure_loaded()
@@ -110,7 +110,7 @@ def _approved_map(node: dict, cmd: c.ApproveSlotMap) -> SlotMap:
     return slot_map
 
 
-async def approve_slot_map(ctx: HandlerContext, cmd: c.ApproveSlotMap, *, active: ActiveScheduler) -> None:
+async def approve_slot_map(ctx: UnitOfWork, cmd: c.ApproveSlotMap, *, active: ActiveScheduler) -> None:
     """Approve the node's current proposal: its slots become schedulable (those with a wipe policy).
     Rejected: unknown node, no proposal, a proposal number that is not the current one."""
     await active.ensure_loaded()
@@ -138,7 +138,7 @@ async def approve_slot_map(ctx: HandlerContext, cmd: c.ApproveSlotMap, *, active
     await admin(ctx, "scheduler.approve_slot_map", str(cmd.node_id), body)
 
 
-async def update_node(ctx: HandlerContext, cmd: c.UpdateNode, *, active: ActiveScheduler) -> None:
+async def update_node(ctx: UnitOfWork, cmd: c.UpdateNode, *, active: ActiveScheduler) -> None:
     """Change pool, labels, taints or cordon. Cordon stops new placements only. Rejected: unknown node
     or pool."""
     await active.ensure_loaded()

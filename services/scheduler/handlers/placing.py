@@ -15,7 +15,7 @@ from typing import Any
 
 import structlog
 
-from shared.consumer import HandlerContext
+from shared.unit_of_work import UnitOfWork
 
 from .. import contracts as c
 from ..adapters import claims, outcomes
@@ -49,7 +49,7 @@ def reserved_result(p: Placement, details: list[dict], waited_s: float = 0.0) ->
             "waited_s": round(waited_s, 3)}
 
 
-async def commit(ctx: HandlerContext, active: ActiveScheduler, req: Request, p: Placement,
+async def commit(ctx: UnitOfWork, active: ActiveScheduler, req: Request, p: Placement,
                  cmd: dict[str, Any]) -> list[dict]:
     """Claim what the index decided. On SlotTaken / QuotaExceeded the index is corrected (decision
     undone, node or quota re-read) and the exception propagates; nothing was written."""
@@ -67,14 +67,14 @@ async def commit(ctx: HandlerContext, active: ActiveScheduler, req: Request, p: 
     return details
 
 
-async def answer(ctx: HandlerContext, cmd: dict[str, Any], status: str, result: dict[str, Any],
+async def answer(ctx: UnitOfWork, cmd: dict[str, Any], status: str, result: dict[str, Any],
                  correlation_id: str | None = None) -> None:
     """Record the reserve step's final outcome and send its reply (done: slots_reserved, else failed)."""
     await outcomes.record(ctx.conn, cmd["idempotency_key"], status, result)
     await send_recorded(ctx, cmd, status, result, correlation_id)
 
 
-async def send_recorded(ctx: HandlerContext, cmd: dict[str, Any], status: str, result: dict[str, Any],
+async def send_recorded(ctx: UnitOfWork, cmd: dict[str, Any], status: str, result: dict[str, Any],
                         correlation_id: str | None = None) -> None:
     tenant = uuid.UUID(str(cmd["tenant_id"]))
     if status == "done":
@@ -87,12 +87,12 @@ async def send_recorded(ctx: HandlerContext, cmd: dict[str, Any], status: str, r
                    correlation_id=correlation_id, tenant_id=tenant)
 
 
-async def place_waiting(ctx: HandlerContext, active: ActiveScheduler) -> None:
+async def place_waiting(ctx: UnitOfWork, active: ActiveScheduler) -> None:
     """Re-evaluate the queue (capacity or quota may have appeared) and answer what it placed."""
     await settle(ctx, active, active.sched.tick())
 
 
-async def place_released(ctx: HandlerContext, active: ActiveScheduler, allocation_id: uuid.UUID) -> None:
+async def place_released(ctx: UnitOfWork, active: ActiveScheduler, allocation_id: uuid.UUID) -> None:
     """After a release committed: free the allocation in the index, re-evaluate the queue and, in a
     transaction of its own, claim and answer what that placed."""
     placed = active.sched.release(allocation_id)
@@ -100,14 +100,14 @@ async def place_released(ctx: HandlerContext, active: ActiveScheduler, allocatio
         refresh_pending_gauge(active)
         return
     try:
-        async with active.pool.acquire() as conn, conn.transaction():
-            await settle(HandlerContext(conn, ctx.envelope, ctx.outbox, ctx.consumer), active, placed)
+        async with UnitOfWork.begin(active.pool, ctx.outbox, name=ctx.name, causation=ctx.causation) as uow:
+            await settle(uow, active, placed)
     except Exception:
         active.needs_reload = True
         raise
 
 
-async def settle(ctx: HandlerContext, active: ActiveScheduler, placed: list[tuple[Request, Placement]]) -> None:
+async def settle(ctx: UnitOfWork, active: ActiveScheduler, placed: list[tuple[Request, Placement]]) -> None:
     """Claim and answer each request the index placed out of the queue."""
     for req, p in placed:
         row = await pending.get(ctx.conn, req.allocation_id, lock=True)
@@ -145,7 +145,7 @@ def refresh_pending_gauge(active: ActiveScheduler) -> None:
     active.seen_pending = set(counts)
 
 
-async def notify_preemption(ctx: HandlerContext, active: ActiveScheduler, req: Request,
+async def notify_preemption(ctx: UnitOfWork, active: ActiveScheduler, req: Request,
                             victims: tuple[uuid.UUID, ...]) -> None:
     """Record each victim with its grace deadline and send ``scheduler.preemption_notice``; the request
     stays queued, nominated to the victims' node (the index reserved it: backfill cannot take it)."""

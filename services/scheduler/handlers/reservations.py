@@ -17,7 +17,7 @@ import uuid
 from functools import partial
 from typing import Any
 
-from shared.consumer import HandlerContext
+from shared.unit_of_work import UnitOfWork
 from shared.participant import injected_fault
 
 from .. import contracts as c
@@ -44,7 +44,7 @@ from .placing import (
 _ATTEMPTS = 3   # decisions retried after the index proved stale; then the whole index is reloaded
 
 
-async def reserve_slots(ctx: HandlerContext, cmd: c.ReserveSlots, *, active: ActiveScheduler,
+async def reserve_slots(ctx: UnitOfWork, cmd: c.ReserveSlots, *, active: ActiveScheduler,
                         sim_faults: bool = False) -> None:
     """Saga step: reserve slots for the allocation (see module docstring). Idempotent per key."""
     started = time.perf_counter()
@@ -72,7 +72,7 @@ async def reserve_slots(ctx: HandlerContext, cmd: c.ReserveSlots, *, active: Act
     LATENCY.labels(str(cmd.tenant_id), outcome).observe(time.perf_counter() - started)
 
 
-async def _decide(ctx: HandlerContext, active: ActiveScheduler, cmd: c.ReserveSlots, data: dict,
+async def _decide(ctx: UnitOfWork, active: ActiveScheduler, cmd: c.ReserveSlots, data: dict,
                   held: dict | None) -> str:
     if held is not None:   # reserved before under another key: the same answer, no second reservation
         node = uuid.UUID(held["node_id"])
@@ -123,26 +123,26 @@ def _failure(d: Decision) -> dict[str, Any]:
     return {"reason": d.reason, "code": code}
 
 
-async def _fail(ctx: HandlerContext, data: dict, reason: str, code: str) -> str:
+async def _fail(ctx: UnitOfWork, data: dict, reason: str, code: str) -> str:
     await answer(ctx, data, "failed", {"reason": reason, "code": code})
     return "rejected"
 
 
-async def _enqueue(ctx: HandlerContext, active: ActiveScheduler, req, d: Decision, data: dict) -> None:
-    await pending.add(ctx.conn, data, ctx.envelope.correlation_id)
+async def _enqueue(ctx: UnitOfWork, active: ActiveScheduler, req, d: Decision, data: dict) -> None:
+    await pending.add(ctx.conn, data, ctx.causation.correlation_id)
     if d.victims:
         await notify_preemption(ctx, active, req, d.victims)
     await _queued(ctx, active, data, d.reason)
     refresh_pending_gauge(active)
 
 
-async def _queued(ctx: HandlerContext, active: ActiveScheduler, data: dict, reason: str) -> None:
+async def _queued(ctx: UnitOfWork, active: ActiveScheduler, data: dict, reason: str) -> None:
     tenant = data["tenant_id"]
     await ctx.emit("scheduler.reservation_queued", c.ReservationQueued(
         **step_fields(data), tenant_id=tenant, position=active.position(uuid.UUID(str(tenant))), reason=reason))
 
 
-async def release_slots(ctx: HandlerContext, cmd: c.ReleaseSlots, *, active: ActiveScheduler) -> None:
+async def release_slots(ctx: UnitOfWork, cmd: c.ReleaseSlots, *, active: ActiveScheduler) -> None:
     """Saga step or compensation: free the allocation's slots, refund its quota, drop it from the queue
     if it waits there, then re-evaluate the queue. Idempotent; safe when nothing was held."""
     await active.ensure_loaded()
@@ -162,7 +162,7 @@ async def release_slots(ctx: HandlerContext, cmd: c.ReleaseSlots, *, active: Act
     ctx.on_commit(partial(place_released, ctx, active, cmd.allocation_id))
 
 
-async def cancel_request(ctx: HandlerContext, cmd: c.CancelRequest, *, active: ActiveScheduler) -> None:
+async def cancel_request(ctx: UnitOfWork, cmd: c.CancelRequest, *, active: ActiveScheduler) -> None:
     """Withdraw a queued request: its step is answered failed ``cancelled``. Rejected (nothing changes):
     no such pending request, or one of another tenant."""
     await active.ensure_loaded()

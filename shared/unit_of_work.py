@@ -1,0 +1,77 @@
+"""The unit of work: one PostgreSQL transaction, the messages it causes, and what runs after it commits.
+
+Every transaction a service opens is a ``UnitOfWork``: the consumer kit opens one per message (its
+``causation`` is that message), a background loop or an HTTP handler opens one with ``UnitOfWork.begin``
+(no causation: it names its own correlation id). State changes and outbox rows commit together or not at
+all; ``on_commit`` callbacks run only once the transaction has committed (for in-memory state that must
+not run ahead of the database).
+"""
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import asyncpg
+import structlog
+from pydantic import BaseModel
+
+from .envelope import Envelope
+from .outbox import Outbox
+
+log = structlog.get_logger()
+
+
+class UnitOfWork:
+    """What a handler gets: the open transaction (``conn``), the message that caused the work (``causation``,
+    None for work a loop or an HTTP request starts), and an emitter that writes to the outbox in that
+    transaction."""
+
+    def __init__(self, conn: asyncpg.Connection, outbox: Outbox, *, name: str, causation: Envelope | None = None):
+        self.conn, self.outbox, self.name, self.causation = conn, outbox, name, causation
+        self._after_commit: list[Callable[[], Awaitable[None]]] = []
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def begin(cls, pool: asyncpg.Pool, outbox: Outbox, *, name: str,
+                    causation: Envelope | None = None) -> AsyncIterator["UnitOfWork"]:
+        """Open a transaction on a pooled connection; commit when the block ends (roll back on an exception),
+        then run the on-commit callbacks."""
+        async with pool.acquire() as conn:
+            async with conn.transaction():
+                uow = cls(conn, outbox, name=name, causation=causation)
+                yield uow
+            await uow.run_after_commit()
+
+    def on_commit(self, callback: Callable[[], Awaitable[None]]) -> None:
+        """Run ``callback`` once this transaction has committed (never if it rolls back). A failing callback
+        is logged; the work stays done (its effect is committed)."""
+        self._after_commit.append(callback)
+
+    async def run_after_commit(self) -> None:
+        callbacks, self._after_commit = self._after_commit, []
+        for callback in callbacks:
+            try:
+                await callback()
+            except Exception as exc:  # noqa: BLE001 - the effect is committed: never undo or retry it now
+                log.error("unit_of_work.after_commit_failed", unit=self.name, error=repr(exc))
+
+    def _correlation(self, correlation_id: str | None) -> str:
+        if correlation_id is not None:
+            return str(correlation_id)
+        if self.causation is None:
+            raise ValueError(f"{self.name}: work without a causing message must name its correlation id")
+        return self.causation.correlation_id
+
+    async def emit(self, type_: str, data: BaseModel, *, correlation_id: str | None = None,
+                   tenant_id: uuid.UUID | None = None, subject_params: dict[str, str] | None = None) -> Envelope:
+        """Queue one message in this transaction (published only if it commits); correlation and causation
+        come from the causing message unless given."""
+        return await self.outbox.add(self.conn, type_, data, correlation_id=self._correlation(correlation_id),
+                                     tenant_id=tenant_id, causation=self.causation, subject_params=subject_params)
+
+    async def emit_many(self, items: list[tuple[str, BaseModel, dict[str, str] | None]], *,
+                        correlation_id: str | None = None, tenant_id: uuid.UUID | None = None) -> list[Envelope]:
+        """Queue several messages (type, payload, subject params) in one round trip, in order."""
+        return await self.outbox.add_many(self.conn, items, correlation_id=self._correlation(correlation_id),
+                                          tenant_id=tenant_id, causation=self.causation)
