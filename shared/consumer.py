@@ -12,9 +12,11 @@ messages behind it keep flowing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import asyncpg
@@ -27,12 +29,13 @@ from opentelemetry import trace
 from pydantic import BaseModel, ValidationError
 
 from .settings import BusSettings
-from .contract import Catalog, Message
+from .contract import Catalog, ContractViolation, Message
 from .envelope import Envelope
 from .observability import DEAD_LETTERS, HANDLER_SECONDS, MESSAGES, extract_trace, tracer
 from .outbox import Outbox
-from .unit_of_work import UnitOfWork
+from .steps import Step
 from .streams import DEAD_LETTER_PREFIX
+from .unit_of_work import UnitOfWork
 
 log = structlog.get_logger()
 
@@ -50,7 +53,12 @@ Handler = Callable[[UnitOfWork, Any], Awaitable[None]]
 
 
 class Consumers:
-    """Registers contract-checked durable pull subscribers on a FastStream broker."""
+    """Registers contract-checked durable pull subscribers on a FastStream broker.
+
+    A ``leader_only`` subscriber is not started with the broker: ``start_leader_only`` creates and starts
+    it (a FastStream dynamic subscriber, ``persistent=False``) once the broker runs, ``stop_leader_only``
+    stops and forgets it; a replica calls them as it gains and loses leadership, as often as it does.
+    """
 
     def __init__(self, service: str, broker: NatsBroker, catalog: Catalog, outbox: Outbox,
                  settings: BusSettings, pool_getter: Callable[[], asyncpg.Pool]):
@@ -58,9 +66,11 @@ class Consumers:
         self.settings = settings
         self._pool = pool_getter
         self.names: list[str] = []
+        self._leader_only: list[Callable[[], Any]] = []     # each registers one subscriber (not persistent)
+        self._leading: list[Any] = []                      # the leader-only subscribers running now
 
     def subscribe(self, type_: str, handler: Handler, *, subject_params: dict[str, str] | None = None,
-                  durable: str | None = None, max_workers: int | None = None) -> str:
+                  durable: str | None = None, max_workers: int | None = None, leader_only: bool = False) -> str:
         msg = self.catalog.check_receive(self.service, type_)
         subject = msg.render_subject(**subject_params) if subject_params else msg.wildcard()
         owner = self.catalog.owner(type_)
@@ -74,18 +84,54 @@ class Consumers:
         run = self._wrap(name, msg, handler)
         broker_context = self.broker.context
 
-        @self.broker.subscriber(
-            subject, stream=JStream(name=owner.stream, declare=False), durable=name, config=config,
-            pull_sub=PullSub(batch_size=min(64, max(workers, 1)), timeout=1.0), ack_policy=AckPolicy.MANUAL,
-            max_workers=workers, title=f"{name}:{subject}", description=msg.summary,
-        )
         async def _entry(_body) -> None:
             # The message comes from FastStream's context, not an annotated parameter: resolving a
             # NatsMessage annotation runs fast_depends' Context.use in a thread pool for every message.
             await run(broker_context.get_local("message"))
 
+        def register(persistent: bool = True):
+            subscriber = self.broker.subscriber(
+                subject, stream=JStream(name=owner.stream, declare=False), durable=name, config=config,
+                pull_sub=PullSub(batch_size=min(64, max(workers, 1)), timeout=1.0), ack_policy=AckPolicy.MANUAL,
+                max_workers=workers, title=f"{name}:{subject}", description=msg.summary, persistent=persistent,
+            )
+            subscriber(_entry)
+            return subscriber
+
+        if leader_only:
+            self._leader_only.append(partial(register, persistent=False))
+        else:
+            register()
         self.names.append(name)
         return name
+
+    def participate(self, step: Step, *, invoke: Handler, undo: Handler | None = None,
+                    subject_params: dict[str, str] | None = None, durable: str | None = None,
+                    max_workers: int | None = None, leader_only: bool = False) -> list[str]:
+        """Subscribe a participant to a declared saga step: ``invoke`` handles its command, ``undo`` its undo
+        command (given exactly when the step has one). ``durable``, if given, prefixes the consumer names
+        (``<durable>__<command name>``)."""
+        if (undo is None) != (step.undo is None):
+            raise ContractViolation(f"{step.command.type}: an undo handler goes with an undo command, and only then")
+        return [self.subscribe(msg.type, handler, subject_params=subject_params, max_workers=max_workers,
+                               durable=durable and f"{durable}__{msg.name}", leader_only=leader_only)
+                for msg, handler in ((step.command, invoke), (step.undo, undo)) if msg is not None]
+
+    async def start_leader_only(self) -> None:
+        """Create and start the leader-only subscribers (the broker must be running)."""
+        if self._leading:
+            return
+        for register in self._leader_only:
+            subscriber = register()
+            self._leading.append(subscriber)
+            await subscriber.start()
+
+    async def stop_leader_only(self) -> None:
+        """Stop the leader-only subscribers (messages in flight finish first) and forget them."""
+        running, self._leading = self._leading, []
+        for subscriber in running:
+            with contextlib.suppress(Exception):
+                await subscriber.stop()
 
     def _wrap(self, consumer: str, msg: Message, handler: Handler):
         settings = self.settings

@@ -13,9 +13,12 @@ from __future__ import annotations
 import importlib
 import re
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from .steps import Step
 
 SERVICES = ("gateway", "allocation", "saga", "scheduler", "network", "storage", "billing", "node_agent")
 
@@ -32,6 +35,11 @@ class Message:
     kind: Literal["command", "event"]
     summary: str
     version: int = 1
+
+    @property
+    def name(self) -> str:
+        """The type without its service: ``provision`` for ``node_agent.provision``."""
+        return self.type.split(".", 1)[1]
 
     @property
     def params(self) -> list[str]:
@@ -53,12 +61,24 @@ class Message:
 
 @dataclass
 class ServiceContract:
+    """What a service owns (``messages``), consumes (``receives``) and sends of others' (``sends``). The saga
+    steps it performs (``steps``, see shared.steps) add their messages to ``messages`` and their commands
+    to ``receives``."""
+
     service: str
     title: str
     description: str
     messages: list[Message]
     receives: list[str] = field(default_factory=list)   # message types (owned by others or itself) it consumes
     sends: list[str] = field(default_factory=list)      # commands owned by others that it sends
+    steps: list[Step] = field(default_factory=list)     # saga steps it performs
+
+    def __post_init__(self) -> None:
+        for step in self.steps:
+            if not step.command.type.startswith(self.service + "."):
+                raise ContractViolation(f"{self.service} declares {step.command.type}, a step of another service")
+            self.messages = [*self.messages, *step.messages]
+            self.receives = [*self.receives, *(m.type for m in step.commands)]
 
     @property
     def stream(self) -> str:

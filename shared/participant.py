@@ -1,11 +1,20 @@
-"""The saga-participant side of a step: at most one effect per idempotency key, and tombstones.
+"""The saga-participant side of a step: at most one effect per idempotency key, tombstones, later answers.
 
-``invoke`` runs a step's action once per key and records its outcome in
-``step_outcomes`` in the same transaction as the effect; a repeated command (the
-coordinator retrying, or JetStream redelivering) gets the recorded reply again.
-``undo`` runs an idempotent undo and, when it is a compensation, marks the
-compensated key so that a late invoke of that key (it was still in flight when
-the saga timed it out) has no effect and answers failure.
+Every outcome is recorded in ``step_outcomes`` under the command's idempotency key, in the transaction of
+the effect:
+- ``done`` / ``failed``: the step's answer; a repeated command (the coordinator retrying, JetStream
+  redelivering) gets the recorded reply again;
+- ``deferred``: the participant accepted the step and answers later (the scheduler queues a reservation
+  that does not fit yet): ``defer`` records it and sends the step's progress reply; ``finish``, when the
+  answer is known, records the final outcome and sends the final reply;
+- ``compensated``: the tombstone ``undo`` leaves when it compensates a key, so that a late invoke of that
+  key (it was still in flight when the saga timed it out) has no effect and answers failure.
+
+``invoke`` and ``undo`` do all of it for a step whose action answers at once. A participant with a flow of
+its own uses the pieces: ``recorded`` (lock the key, read its outcome), ``answer`` (the reply an outcome
+calls for), ``defer`` and ``finish``. The replies are the messages of the step's declaration
+(``shared.steps.Step``); ``invoke`` and ``undo`` also take them named one by one (succeeded/failed/
+reply_model/failure_model, undone/reply_model).
 
 Fault injection for the ``sim`` platform: when the service runs with
 TESSERA_SIM_FAULTS=1, the label ``sim.tessera.io/fault: "<step>=<mode>"`` on an
@@ -15,18 +24,26 @@ allocation makes the participant of that step ``fail`` (reply failure) or
 from __future__ import annotations
 
 import json
-from typing import Awaitable, Callable
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import asyncpg
 import structlog
 from pydantic import BaseModel
 
+from .steps import Step
 from .unit_of_work import UnitOfWork
 from .wire import StepCommand, UndoCommand
 
 log = structlog.get_logger()
 
 FAULT_LABEL = "sim.tessera.io/fault"
+COMPENSATED = "compensated before it ran (the saga had given up on this step)"
+_REPLY_FIELDS = ("saga_id", "step", "idempotency_key", "allocation_id")
+
+Command = StepCommand | Mapping[str, Any]    # as received, or as a participant stored it to answer later
 
 
 class StepRejected(Exception):
@@ -35,6 +52,12 @@ class StepRejected(Exception):
     def __init__(self, reason: str):
         super().__init__(reason)
         self.reason = reason
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: Literal["done", "failed", "deferred", "compensated"]
+    result: dict[str, Any] = field(default_factory=dict)   # the reply's own fields (done, failed, deferred)
 
 
 def injected_fault(cmd: StepCommand, enabled: bool) -> str | None:
@@ -47,9 +70,12 @@ def injected_fault(cmd: StepCommand, enabled: bool) -> str | None:
     return None
 
 
-def _reply_fields(cmd: StepCommand) -> dict:
-    return {"saga_id": cmd.saga_id, "step": cmd.step, "idempotency_key": cmd.idempotency_key,
-            "allocation_id": cmd.allocation_id}
+def _field(cmd: Command, name: str) -> Any:
+    return cmd[name] if isinstance(cmd, Mapping) else getattr(cmd, name)
+
+
+def _reply_fields(cmd: Command) -> dict:
+    return {k: _field(cmd, k) for k in _REPLY_FIELDS}
 
 
 async def _lock_key(conn: asyncpg.Connection, key: str) -> None:
@@ -62,18 +88,77 @@ async def _record(conn: asyncpg.Connection, key: str, status: str, result: dict)
     await conn.execute(
         "INSERT INTO step_outcomes (idempotency_key, status, result) VALUES ($1, $2, $3::jsonb) "
         "ON CONFLICT (idempotency_key) DO UPDATE SET status = EXCLUDED.status, result = EXCLUDED.result, updated_at = now()",
-        key, status, json.dumps(result))
+        key, status, json.dumps(result, default=str))
+
+
+# --- the pieces ------------------------------------------------------------------------------------------------
+async def recorded(ctx: UnitOfWork, key: str) -> Outcome | None:
+    """Lock ``key`` until the transaction ends and return its recorded outcome (None: never handled)."""
+    await _lock_key(ctx.conn, key)
+    row = await ctx.conn.fetchrow("SELECT status, result FROM step_outcomes WHERE idempotency_key=$1 FOR UPDATE", key)
+    return Outcome(row["status"], json.loads(row["result"])) if row else None
+
+
+async def answer(ctx: UnitOfWork, step: Step, cmd: Command, outcome: Outcome, *, correlation_id: str | None = None,
+                 tenant_id: uuid.UUID | None = None, subject_params: dict[str, str] | None = None,
+                 compensated: Mapping[str, Any] | None = None) -> None:
+    """Send the reply ``outcome`` calls for: done → ``ok``; failed → ``failed``; deferred → ``progress``
+    (each with the outcome's fields); compensated → ``failed`` with reason COMPENSATED and the
+    ``compensated`` fields. The envelope's correlation id and tenant are the causing message's unless
+    given (an answer sent later names the original command's)."""
+    if outcome.status == "compensated":
+        reply, fields = step.failed, {"reason": COMPENSATED, **(compensated or {})}
+    else:
+        reply = {"done": step.ok, "failed": step.failed, "deferred": step.progress}[outcome.status]
+        fields = outcome.result
+    if reply is None:
+        raise ValueError(f"the step declares no reply for a {outcome.status} outcome")
+    await ctx.emit(reply.type, reply.model(**_reply_fields(cmd), **fields), correlation_id=correlation_id,
+                   tenant_id=tenant_id, subject_params=subject_params)
+
+
+async def finish(ctx: UnitOfWork, step: Step, cmd: Command, status: Literal["done", "failed"], result: dict,
+                 **reply: Any) -> None:
+    """Record the step's final outcome under the command's key and send its reply: at once, or later to
+    complete a deferred step (``reply``: see ``answer``)."""
+    await _record(ctx.conn, _field(cmd, "idempotency_key"), status, result)
+    await answer(ctx, step, cmd, Outcome(status, result), **reply)
+
+
+async def defer(ctx: UnitOfWork, step: Step, cmd: Command, progress: dict, **reply: Any) -> None:
+    """Record that the step is accepted and answered later, and send its progress reply. Until ``finish``
+    the key's outcome stays deferred."""
+    await _record(ctx.conn, _field(cmd, "idempotency_key"), "deferred", progress)
+    await answer(ctx, step, cmd, Outcome("deferred", progress), **reply)
+
+
+# --- a whole step ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Reply:
+    type: str
+    model: type[BaseModel]
+
+
+@dataclass(frozen=True)
+class _Named:
+    """Replies named at the call rather than declared as a Step."""
+    ok: _Reply | None = None
+    failed: _Reply | None = None
+    progress: _Reply | None = None
+    undone: _Reply | None = None
 
 
 async def invoke(ctx: UnitOfWork, cmd: StepCommand, action: Callable[[asyncpg.Connection, StepCommand], Awaitable[dict]],
-                 *, succeeded: str, failed: str, reply_model: type[BaseModel], failure_model: type[BaseModel],
-                 sim_faults: bool = False, subject_params: dict[str, str] | None = None) -> None:
-    """Run ``action`` (returns the reply's extra fields, or raises StepRejected) once per idempotency key."""
+                 *, step: Step | None = None, sim_faults: bool = False, subject_params: dict[str, str] | None = None,
+                 succeeded: str | None = None, failed: str | None = None, reply_model: type[BaseModel] | None = None,
+                 failure_model: type[BaseModel] | None = None) -> None:
+    """Run ``action`` (returns the reply's extra fields, or raises StepRejected) once per idempotency key;
+    a repeat gets the recorded reply. The replies: ``step``'s, or those named by succeeded/failed and
+    their models."""
+    replies = step or _Named(ok=_Reply(succeeded, reply_model), failed=_Reply(failed, failure_model))
     conn = ctx.conn
-    await _lock_key(conn, cmd.idempotency_key)
-    row = await conn.fetchrow("SELECT status, result FROM step_outcomes WHERE idempotency_key=$1 FOR UPDATE", cmd.idempotency_key)
-    base = _reply_fields(cmd)
-    if row is None:
+    outcome = await recorded(ctx, cmd.idempotency_key)
+    if outcome is None:
         fault = injected_fault(cmd, sim_faults)
         if fault == "timeout":
             log.warning("step.fault_injected", step=cmd.step, mode=fault)
@@ -82,28 +167,22 @@ async def invoke(ctx: UnitOfWork, cmd: StepCommand, action: Callable[[asyncpg.Co
             if fault == "fail":
                 raise StepRejected(f"injected fault at {cmd.step}")
             async with conn.transaction():   # a savepoint: a rejected step leaves nothing behind
-                extra = await action(conn, cmd)
-            await _record(conn, cmd.idempotency_key, "done", json.loads(json.dumps(extra, default=str)))
-            status, result = "done", extra
+                outcome = Outcome("done", await action(conn, cmd))
         except StepRejected as rej:
-            await _record(conn, cmd.idempotency_key, "failed", {"reason": rej.reason})
-            status, result = "failed", {"reason": rej.reason}
-    else:
-        status, result = row["status"], json.loads(row["result"])
-        if status == "compensated":
-            result = {"reason": "compensated before it ran (the saga had given up on this step)"}
-    if status == "done":
-        await ctx.emit(succeeded, reply_model(**base, **result), subject_params=subject_params)
-    else:
-        await ctx.emit(failed, failure_model(**base, reason=result["reason"]), subject_params=subject_params)
+            outcome = Outcome("failed", {"reason": rej.reason})
+        await _record(conn, cmd.idempotency_key, outcome.status, outcome.result)
+    await answer(ctx, replies, cmd, outcome, subject_params=subject_params)
 
 
 async def undo(ctx: UnitOfWork, cmd: UndoCommand, action: Callable[[asyncpg.Connection, UndoCommand], Awaitable[dict]],
-               *, undone: str, reply_model: type[BaseModel], subject_params: dict[str, str] | None = None) -> None:
-    """Run an idempotent undo (safe when the step never happened); mark the compensated key."""
+               *, step: Step | None = None, subject_params: dict[str, str] | None = None, undone: str | None = None,
+               reply_model: type[BaseModel] | None = None) -> None:
+    """Run an idempotent undo (safe when the step never happened); leave the tombstone of the compensated
+    key. Replies ``step``'s undone (or the one named by undone/reply_model) with the action's fields."""
+    reply = step.undone if step is not None else _Reply(undone, reply_model)
     if cmd.compensates:
         await _lock_key(ctx.conn, cmd.compensates)
     extra = await action(ctx.conn, cmd)
     if cmd.compensates:
         await _record(ctx.conn, cmd.compensates, "compensated", {})
-    await ctx.emit(undone, reply_model(**_reply_fields(cmd), **extra), subject_params=subject_params)
+    await ctx.emit(reply.type, reply.model(**_reply_fields(cmd), **extra), subject_params=subject_params)

@@ -130,7 +130,7 @@ class Platform:
         return self
 
     async def _provision(self) -> None:
-        from .contract import SERVICES
+        from shared.contract import SERVICES
         admin = await asyncpg.connect(self.database_url)
         try:
             for s in SERVICES:

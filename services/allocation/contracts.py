@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from shared.contract import Message, ServiceContract
+from shared.steps import Step
 from shared.wire import StepCommand, StepFailure, Wire
 
 State = Literal["REQUESTED", "PROVISIONING", "ACTIVE", "RELEASING", "RELEASED", "FAILED"]
@@ -128,6 +129,25 @@ class AllocationCommandRejected(Wire):
     reason: str
 
 
+# --- what the sagas ask of the allocation: two notices (nothing to wait for) and two steps -----------------
+MARK_PROVISIONING = Step.declare(
+    "allocation", command=("mark_provisioning", MarkProvisioning, "The allocate saga has started."))
+ACTIVATE = Step.declare(
+    "allocation",
+    command=("activate", ActivateAllocation, "Last allocate-saga step: the allocation becomes ACTIVE."),
+    ok=("activated", AllocationActivated, "The allocation is ACTIVE."),
+    failed=("activation_failed", AllocationActivationFailed, "The activate step was refused."),
+)
+MARK_RELEASED = Step.declare(
+    "allocation",
+    command=("mark_released", MarkReleased, "Last release-saga step: the allocation becomes RELEASED."),
+    ok=("released", AllocationReleased, "The allocation is RELEASED."),
+    failed=("release_failed", AllocationReleaseFailed, "The mark_released step was refused."),
+)
+FAIL_ALLOCATION = Step.declare(
+    "allocation", command=("fail", FailAllocation, "The saga ended in failure (after compensating)."))
+
+
 CONTRACT = ServiceContract(
     service="allocation",
     title="Tessera allocation service",
@@ -136,20 +156,12 @@ CONTRACT = ServiceContract(
         Message("allocation.request", "allocation.cmd.request", RequestAllocation, "command", "A tenant asks for an allocation (sent by the gateway)."),
         Message("allocation.release", "allocation.cmd.release", ReleaseAllocation, "command", "A tenant asks to release an ACTIVE allocation (sent by the gateway)."),
         Message("allocation.preempt", "allocation.cmd.preempt", PreemptAllocation, "command", "The scheduler preempts an ACTIVE allocation: release it, recording the reason."),
-        Message("allocation.mark_provisioning", "allocation.cmd.mark_provisioning", MarkProvisioning, "command", "The allocate saga has started."),
-        Message("allocation.activate", "allocation.cmd.activate", ActivateAllocation, "command", "Last allocate-saga step: the allocation becomes ACTIVE."),
-        Message("allocation.fail", "allocation.cmd.fail", FailAllocation, "command", "The saga ended in failure (after compensating)."),
-        Message("allocation.mark_released", "allocation.cmd.mark_released", MarkReleased, "command", "Last release-saga step: the allocation becomes RELEASED."),
         Message("allocation.requested", "allocation.evt.requested", AllocationRequested, "event", "An allocation was requested (REQUESTED)."),
         Message("allocation.provisioning", "allocation.evt.provisioning", AllocationProvisioning, "event", "Provisioning started (PROVISIONING)."),
-        Message("allocation.activated", "allocation.evt.activated", AllocationActivated, "event", "The allocation is ACTIVE."),
-        Message("allocation.activation_failed", "allocation.evt.activation_failed", AllocationActivationFailed, "event", "The activate step was refused."),
         Message("allocation.release_requested", "allocation.evt.release_requested", AllocationReleaseRequested, "event", "Release was requested (RELEASING)."),
-        Message("allocation.released", "allocation.evt.released", AllocationReleased, "event", "The allocation is RELEASED."),
-        Message("allocation.release_failed", "allocation.evt.release_failed", AllocationReleaseFailed, "event", "The mark_released step was refused."),
         Message("allocation.failed", "allocation.evt.failed", AllocationFailed, "event", "The allocation FAILED; the step and reason are recorded."),
         Message("allocation.command_rejected", "allocation.evt.command_rejected", AllocationCommandRejected, "event", "A command did not apply to the allocation's state."),
     ],
-    receives=["allocation.request", "allocation.release", "allocation.preempt", "allocation.mark_provisioning", "allocation.activate",
-              "allocation.fail", "allocation.mark_released"],
+    receives=["allocation.request", "allocation.release", "allocation.preempt"],
+    steps=[MARK_PROVISIONING, ACTIVATE, MARK_RELEASED, FAIL_ALLOCATION],
 )

@@ -1,30 +1,41 @@
 """Allocation's handlers: load the aggregate (row locked), apply the command, save, and write the
 events it recorded to the outbox, all in the consumer's transaction.
 
-Plain commands (request, mark_provisioning, fail, release) emit the recorded
+Plain commands (request, mark_provisioning, fail, release, preempt) emit the recorded
 events; a command that does not fit the state emits ``allocation.command_rejected``
-(request, fail, release) or is a no-op when it is stale (see the aggregate).
+(request, fail, release, preempt) or is a no-op when it is stale (see the aggregate).
 The saga steps (activate, mark_released) go through ``shared.participant.invoke``:
-one effect per idempotency key, and the reply *is* the recorded event.
+one effect per idempotency key, and the reply *is* the recorded event. Their effect
+(``activate_step``, ``mark_released_step``) is a function of the repository and the
+command, returning the reply's fields.
+
+Every handler reaches storage through the ``AllocationRepository`` port only. Its
+``repository`` keyword builds one on the unit of work's connection: the asyncpg
+repository unless told otherwise (the unit tests pass an in-memory fake).
 """
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict
+from typing import Any
 
 import asyncpg
 from pydantic import BaseModel
 
-from shared.unit_of_work import UnitOfWork
 from shared.consumer import PermanentError
 from shared.envelope import utcnow
 from shared.participant import StepRejected, invoke
+from shared.unit_of_work import UnitOfWork
 
 from . import contracts as c
-from .adapters import repository
+from .adapters.repository import PgAllocationRepository
 from .domain import events
 from .domain.errors import IllegalTransition, InvalidSpec
 from .domain.model import Allocation
+from .domain.ports import AllocationRepository
+
+RepositoryFactory = Callable[[asyncpg.Connection], AllocationRepository]
 
 WIRE_EVENTS: dict[type, tuple[str, type[BaseModel]]] = {
     events.Requested: ("allocation.requested", c.AllocationRequested),
@@ -40,8 +51,8 @@ async def _publish(ctx: UnitOfWork, alloc: Allocation) -> None:
         await ctx.emit(type_, model(**asdict(ev)), tenant_id=alloc.tenant_id)
 
 
-async def _save(ctx: UnitOfWork, alloc: Allocation) -> None:
-    await repository.save(ctx.conn, alloc)
+async def _save(ctx: UnitOfWork, allocations: AllocationRepository, alloc: Allocation) -> None:
+    await allocations.save(alloc)
     await _publish(ctx, alloc)
 
 
@@ -50,9 +61,9 @@ async def _reject(ctx: UnitOfWork, allocation_id: uuid.UUID, command: str, reaso
         allocation_id=allocation_id, command=command, reason=reason))
 
 
-async def _load(conn: asyncpg.Connection, allocation_id: uuid.UUID, command: str) -> Allocation:
+async def _load(allocations: AllocationRepository, allocation_id: uuid.UUID, command: str) -> Allocation:
     """The locked aggregate; PermanentError if it does not exist (the saga only names existing ones)."""
-    alloc = await repository.get_for_update(conn, allocation_id)
+    alloc = await allocations.get_for_update(allocation_id)
     if alloc is None:
         raise PermanentError(f"{command}: no allocation {allocation_id}")
     return alloc
@@ -64,7 +75,16 @@ def _as_reply(alloc: Allocation, **extra) -> dict:
     return {"tenant_id": alloc.tenant_id, "state": alloc.state, "at": alloc.updated_at, **extra}
 
 
-async def request(ctx: UnitOfWork, cmd: c.RequestAllocation) -> None:
+def _action(step: Callable[[AllocationRepository, Any], Awaitable[dict]],
+            repository: RepositoryFactory) -> Callable[[asyncpg.Connection, Any], Awaitable[dict]]:
+    """The participant's action for ``step``: the step over the repository built on the participant's connection."""
+    async def action(conn: asyncpg.Connection, cmd: Any) -> dict:
+        return await step(repository(conn), cmd)
+    return action
+
+
+async def request(ctx: UnitOfWork, cmd: c.RequestAllocation, *,
+                  repository: RepositoryFactory = PgAllocationRepository) -> None:
     """Create a REQUESTED allocation. Idempotent on allocation_id: an existing id is a no-op."""
     try:
         alloc = Allocation.request(cmd.allocation_id, cmd.tenant_id, cmd.user_id, cmd.name, cmd.shape,
@@ -73,54 +93,62 @@ async def request(ctx: UnitOfWork, cmd: c.RequestAllocation) -> None:
     except InvalidSpec as exc:
         await _reject(ctx, cmd.allocation_id, "allocation.request", str(exc))
         return
-    if await repository.add(ctx.conn, alloc):
+    if await repository(ctx.conn).add(alloc):
         await _publish(ctx, alloc)
 
 
-async def mark_provisioning(ctx: UnitOfWork, cmd: c.MarkProvisioning) -> None:
+async def mark_provisioning(ctx: UnitOfWork, cmd: c.MarkProvisioning, *,
+                            repository: RepositoryFactory = PgAllocationRepository) -> None:
     """REQUESTED → PROVISIONING; a stale message (allocation already further on) is a no-op."""
-    alloc = await _load(ctx.conn, cmd.allocation_id, "allocation.mark_provisioning")
+    allocations = repository(ctx.conn)
+    alloc = await _load(allocations, cmd.allocation_id, "allocation.mark_provisioning")
     alloc.mark_provisioning(cmd.saga_id, utcnow())
-    await _save(ctx, alloc)
+    await _save(ctx, allocations, alloc)
 
 
-async def fail(ctx: UnitOfWork, cmd: c.FailAllocation) -> None:
+async def fail(ctx: UnitOfWork, cmd: c.FailAllocation, *,
+               repository: RepositoryFactory = PgAllocationRepository) -> None:
     """→ FAILED with step and reason; no-op if FAILED already; rejected (no change) if RELEASED."""
-    alloc = await _load(ctx.conn, cmd.allocation_id, "allocation.fail")
+    allocations = repository(ctx.conn)
+    alloc = await _load(allocations, cmd.allocation_id, "allocation.fail")
     try:
         alloc.fail(cmd.failed_step, cmd.reason, utcnow())
     except IllegalTransition as exc:
         await _reject(ctx, alloc.id, "allocation.fail", str(exc))
         return
-    await _save(ctx, alloc)
+    await _save(ctx, allocations, alloc)
 
 
-async def _tenants(ctx: UnitOfWork, cmd: c.ReleaseAllocation | c.PreemptAllocation,
+async def _tenants(ctx: UnitOfWork, allocations: AllocationRepository, cmd: c.ReleaseAllocation | c.PreemptAllocation,
                    command: str) -> Allocation | None:
     """The locked aggregate if it is the command's tenant's; otherwise the command is rejected (None)."""
-    alloc = await repository.get_for_update(ctx.conn, cmd.allocation_id)
+    alloc = await allocations.get_for_update(cmd.allocation_id)
     if alloc is None or alloc.tenant_id != cmd.tenant_id:
         await _reject(ctx, cmd.allocation_id, command, f"tenant {cmd.tenant_id} has no allocation {cmd.allocation_id}")
         return None
     return alloc
 
 
-async def release(ctx: UnitOfWork, cmd: c.ReleaseAllocation) -> None:
+async def release(ctx: UnitOfWork, cmd: c.ReleaseAllocation, *,
+                  repository: RepositoryFactory = PgAllocationRepository) -> None:
     """ACTIVE → RELEASING; no-op if RELEASING/RELEASED; otherwise rejected with the reason (no change)."""
-    if (alloc := await _tenants(ctx, cmd, "allocation.release")) is None:
+    allocations = repository(ctx.conn)
+    if (alloc := await _tenants(ctx, allocations, cmd, "allocation.release")) is None:
         return
     try:
         alloc.release(cmd.requested_by, utcnow())
     except IllegalTransition as exc:
         await _reject(ctx, alloc.id, "allocation.release", f"{exc} (only an ACTIVE allocation can be released)")
         return
-    await _save(ctx, alloc)
+    await _save(ctx, allocations, alloc)
 
 
-async def preempt(ctx: UnitOfWork, cmd: c.PreemptAllocation) -> None:
+async def preempt(ctx: UnitOfWork, cmd: c.PreemptAllocation, *,
+                  repository: RepositoryFactory = PgAllocationRepository) -> None:
     """The scheduler preempts: ACTIVE → RELEASING with the reason (the release saga follows); a no-op when it is
     releasing, released or failed already; rejected with the reason before it is ACTIVE."""
-    if (alloc := await _tenants(ctx, cmd, "allocation.preempt")) is None:
+    allocations = repository(ctx.conn)
+    if (alloc := await _tenants(ctx, allocations, cmd, "allocation.preempt")) is None:
         return
     try:
         changed = alloc.preempt(f"preempted: {cmd.reason}", utcnow())
@@ -128,38 +156,46 @@ async def preempt(ctx: UnitOfWork, cmd: c.PreemptAllocation) -> None:
         await _reject(ctx, alloc.id, "allocation.preempt", str(exc))
         return
     if changed:
-        await _save(ctx, alloc)
+        await _save(ctx, allocations, alloc)
 
 
-async def _activate(conn: asyncpg.Connection, cmd: c.ActivateAllocation) -> dict:
-    alloc = await repository.get_for_update(conn, cmd.allocation_id)
+async def activate_step(allocations: AllocationRepository, cmd: c.ActivateAllocation) -> dict:
+    """The activate step's effect: → ACTIVE on the command's node; returns the reply's fields. Raises StepRejected
+    (nothing changes) when the allocation does not exist or its state forbids it."""
+    alloc = await allocations.get_for_update(cmd.allocation_id)
     if alloc is None:
         raise StepRejected(f"no allocation {cmd.allocation_id}")
     try:
         alloc.activate(cmd.node_id, utcnow())
     except IllegalTransition as exc:
         raise StepRejected(str(exc)) from None
-    await repository.save(conn, alloc)
+    await allocations.save(alloc)
     return _as_reply(alloc, node_id=alloc.node_id)
 
 
-async def _mark_released(conn: asyncpg.Connection, cmd: c.MarkReleased) -> dict:
-    alloc = await _load(conn, cmd.allocation_id, "allocation.mark_released")
+async def mark_released_step(allocations: AllocationRepository, cmd: c.MarkReleased) -> dict:
+    """The mark_released step's effect: RELEASING → RELEASED; returns the reply's fields. Raises PermanentError
+    (nothing changes) when the allocation does not exist or is in any other state."""
+    alloc = await _load(allocations, cmd.allocation_id, "allocation.mark_released")
     try:
         alloc.mark_released(utcnow())
     except IllegalTransition as exc:
         raise PermanentError(str(exc)) from None
-    await repository.save(conn, alloc)
+    await allocations.save(alloc)
     return _as_reply(alloc)
 
 
-async def activate(ctx: UnitOfWork, cmd: c.ActivateAllocation, *, sim_faults: bool = False) -> None:
+async def activate(ctx: UnitOfWork, cmd: c.ActivateAllocation, *, sim_faults: bool = False,
+                   repository: RepositoryFactory = PgAllocationRepository) -> None:
     """Saga step: → ACTIVE on the node; replies activated, or activation_failed if the state forbids it."""
-    await invoke(ctx, cmd, _activate, succeeded="allocation.activated", failed="allocation.activation_failed",
-                 reply_model=c.AllocationActivated, failure_model=c.AllocationActivationFailed, sim_faults=sim_faults)
+    await invoke(ctx, cmd, _action(activate_step, repository), succeeded="allocation.activated",
+                 failed="allocation.activation_failed", reply_model=c.AllocationActivated,
+                 failure_model=c.AllocationActivationFailed, sim_faults=sim_faults)
 
 
-async def mark_released(ctx: UnitOfWork, cmd: c.MarkReleased, *, sim_faults: bool = False) -> None:
+async def mark_released(ctx: UnitOfWork, cmd: c.MarkReleased, *, sim_faults: bool = False,
+                        repository: RepositoryFactory = PgAllocationRepository) -> None:
     """Saga step: RELEASING → RELEASED, replies released. Raises PermanentError from any other state."""
-    await invoke(ctx, cmd, _mark_released, succeeded="allocation.released", failed="allocation.release_failed",
-                 reply_model=c.AllocationReleased, failure_model=c.AllocationReleaseFailed, sim_faults=sim_faults)
+    await invoke(ctx, cmd, _action(mark_released_step, repository), succeeded="allocation.released",
+                 failed="allocation.release_failed", reply_model=c.AllocationReleased,
+                 failure_model=c.AllocationReleaseFailed, sim_faults=sim_faults)

@@ -1,10 +1,15 @@
-"""The only place billing's adapters are built and wired."""
+"""The only place billing's adapters are built and wired.
+
+Billing has no settings of its own (so no settings.py): it reads only the kit's ``ServiceSettings``
+(``TESSERA_SIM_FAULTS`` among them). Its one adapter, the asyncpg ``PgMeterRepository``, lives as long as a unit
+of work: the handlers build it on each unit of work's connection (their ``repository`` factory).
+"""
 from __future__ import annotations
 
 from pathlib import Path
 
-from shared.settings import ServiceSettings
 from shared.runtime import Runtime
+from shared.settings import ServiceSettings
 
 from .entrypoints import bus
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from shared.contract import Message, ServiceContract
+from shared.contract import ServiceContract
+from shared.steps import Step
 from shared.wire import StepCommand, StepFailure, StepReply, StepUndone, UndoCommand
 
 
@@ -31,16 +32,20 @@ class MeterStopped(StepUndone):
     gpu_seconds: float = 0.0
 
 
+START_METER = Step.declare(
+    "billing",
+    command=("start_meter", StartMeter, "Saga step: start metering the allocation."),
+    ok=("meter_started", MeterStarted, "The meter runs."),
+    failed=("meter_start_failed", MeterStartFailed, "The meter could not be started."),
+    undo=("stop_meter", StopMeter, "Saga step or compensation: stop the allocation's meter (idempotent)."),
+    undone=("meter_stopped", MeterStopped, "The meter is stopped; GPU-seconds recorded."),
+)
+
+
 CONTRACT = ServiceContract(
     service="billing",
     title="Tessera billing service",
     description="Starts and stops a usage meter per allocation.",
-    messages=[
-        Message("billing.start_meter", "billing.cmd.start_meter", StartMeter, "command", "Saga step: start metering the allocation."),
-        Message("billing.stop_meter", "billing.cmd.stop_meter", StopMeter, "command", "Saga step or compensation: stop the allocation's meter (idempotent)."),
-        Message("billing.meter_started", "billing.evt.meter_started", MeterStarted, "event", "The meter runs."),
-        Message("billing.meter_start_failed", "billing.evt.meter_start_failed", MeterStartFailed, "event", "The meter could not be started."),
-        Message("billing.meter_stopped", "billing.evt.meter_stopped", MeterStopped, "event", "The meter is stopped; GPU-seconds recorded."),
-    ],
-    receives=["billing.start_meter", "billing.stop_meter"],
+    messages=[],
+    steps=[START_METER],
 )

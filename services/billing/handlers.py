@@ -1,40 +1,67 @@
-"""Billing's saga-step handlers: start a meter, stop it (both idempotent per key)."""
+"""Billing's saga-step handlers: start a meter, stop it (both idempotent per key).
+
+Each step's effect (``start_step``, ``stop_step``) is a function of the ``MeterRepository``
+port, the command and a clock, returning the reply's fields; the handlers run it through
+``shared.participant`` on a repository their ``repository`` factory builds on the unit of
+work's connection (the asyncpg one unless told otherwise).
+"""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any
 
 import asyncpg
 
-from shared.unit_of_work import UnitOfWork
 from shared.envelope import utcnow
 from shared.participant import invoke, undo
+from shared.unit_of_work import UnitOfWork
 
 from . import contracts as c
-from .adapters import repository
+from .adapters.repository import PgMeterRepository
 from .domain.model import Meter
+from .domain.ports import MeterRepository
+
+RepositoryFactory = Callable[[asyncpg.Connection], MeterRepository]
+Clock = Callable[[], datetime]
 
 
-async def _start(conn: asyncpg.Connection, cmd: c.StartMeter) -> dict:
-    meter = await repository.get_for_allocation(conn, cmd.allocation_id)
+def _action(step: Callable[[MeterRepository, Any], Awaitable[dict]],
+            repository: RepositoryFactory) -> Callable[[asyncpg.Connection, Any], Awaitable[dict]]:
+    """The participant's action for ``step``: the step over the repository built on the participant's connection."""
+    async def action(conn: asyncpg.Connection, cmd: Any) -> dict:
+        return await step(repository(conn), cmd)
+    return action
+
+
+async def start_step(meters: MeterRepository, cmd: c.StartMeter, *, clock: Clock = utcnow) -> dict:
+    """The start step's effect: the allocation's meter runs from now (its running meter, not a second, if it
+    has one); returns the reply's fields."""
+    meter = await meters.get_for_allocation(cmd.allocation_id)
     if meter is None:
-        meter = Meter(uuid.uuid4(), cmd.allocation_id, cmd.tenant_id, cmd.shape, cmd.gpu_count, utcnow())
-        await repository.add(conn, meter)
+        meter = Meter(uuid.uuid4(), cmd.allocation_id, cmd.tenant_id, cmd.shape, cmd.gpu_count, clock())
+        await meters.add(meter)
     return {"meter_id": meter.id, "started_at": meter.started_at}
 
 
-async def _stop(conn: asyncpg.Connection, cmd: c.StopMeter) -> dict:
-    meter = await repository.get_for_allocation(conn, cmd.allocation_id)
+async def stop_step(meters: MeterRepository, cmd: c.StopMeter, *, clock: Clock = utcnow) -> dict:
+    """The stop step's effect: the allocation's meter stops now, or stays stopped when it was; returns the meter
+    and the GPU-seconds it measured (nothing when the allocation has no meter)."""
+    meter = await meters.get_for_allocation(cmd.allocation_id)
     if meter is None:
         return {}
-    meter.stop(utcnow())
-    await repository.save_stop(conn, meter)
+    meter.stop(clock())
+    await meters.save_stop(meter)
     return {"meter_id": meter.id, "gpu_seconds": meter.gpu_seconds}
 
 
-async def start_meter(ctx: UnitOfWork, cmd: c.StartMeter, *, sim_faults: bool = False) -> None:
-    await invoke(ctx, cmd, _start, succeeded="billing.meter_started", failed="billing.meter_start_failed",
-                 reply_model=c.MeterStarted, failure_model=c.MeterStartFailed, sim_faults=sim_faults)
+async def start_meter(ctx: UnitOfWork, cmd: c.StartMeter, *, sim_faults: bool = False,
+                      repository: RepositoryFactory = PgMeterRepository) -> None:
+    await invoke(ctx, cmd, _action(start_step, repository), succeeded="billing.meter_started",
+                 failed="billing.meter_start_failed", reply_model=c.MeterStarted, failure_model=c.MeterStartFailed,
+                 sim_faults=sim_faults)
 
 
-async def stop_meter(ctx: UnitOfWork, cmd: c.StopMeter) -> None:
-    await undo(ctx, cmd, _stop, undone="billing.meter_stopped", reply_model=c.MeterStopped)
+async def stop_meter(ctx: UnitOfWork, cmd: c.StopMeter, *, repository: RepositoryFactory = PgMeterRepository) -> None:
+    await undo(ctx, cmd, _action(stop_step, repository), undone="billing.meter_stopped", reply_model=c.MeterStopped)

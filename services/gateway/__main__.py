@@ -1,3 +1,4 @@
+"""``python -m services.gateway``: run the gateway process (settings from the environment)."""
 from shared.runtime import serve
 
 from .bootstrap import build

@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import Field
 
 from shared.contract import Message, ServiceContract
+from shared.steps import Step
 from shared.wire import StepCommand, StepFailure, StepReply, StepUndone, UndoCommand, Wire
 
 
@@ -146,6 +147,16 @@ class NetworkDetached(StepUndone):
     pass
 
 
+ATTACH_NETWORK = Step.declare(
+    "network",
+    command=("attach_network", AttachNetwork, "Saga step: attach the allocation to a network of its tenant."),
+    ok=("network_attached", NetworkAttached, "The allocation is attached."),
+    failed=("network_attach_failed", NetworkAttachFailed, "The attachment failed."),
+    undo=("detach_network", DetachNetwork, "Saga step or compensation: detach the allocation (idempotent)."),
+    undone=("network_detached", NetworkDetached, "The allocation has no attachment."),
+)
+
+
 class CreateNetwork(Wire):
     network_id: uuid.UUID = Field(description="Chosen by the requester; repeating the command is harmless.")
     tenant_id: uuid.UUID
@@ -214,11 +225,6 @@ CONTRACT = ServiceContract(
     title="Tessera network service",
     description="Owns tenant networks (pools, IPAM, security rules, NAT, fabric) and the attachment of allocations to them.",
     messages=[
-        _m("attach_network", "command", AttachNetwork, "Saga step: attach the allocation to a network of its tenant."),
-        _m("detach_network", "command", DetachNetwork, "Saga step or compensation: detach the allocation (idempotent)."),
-        _m("network_attached", "event", NetworkAttached, "The allocation is attached."),
-        _m("network_attach_failed", "event", NetworkAttachFailed, "The attachment failed."),
-        _m("network_detached", "event", NetworkDetached, "The allocation has no attachment."),
         _m("create_network", "command", CreateNetwork, "Create a network of the tenant (idempotent per network_id)."),
         _m("delete_network", "command", DeleteNetwork, "Delete a network that has no attachments."),
         _m("add_security_rule", "command", AddSecurityRule, "Open a path into or out of a network (idempotent per rule id)."),
@@ -230,6 +236,7 @@ CONTRACT = ServiceContract(
         _m("command_rejected", "event", NetworkCommandRejected, "A management command changed nothing; reason says why."),
         _m("tenant_networks_changed", "event", TenantNetworks, "All networks and rules of a tenant, after a change."),
     ],
-    receives=["network.attach_network", "network.detach_network", "network.create_network", "network.delete_network",
-              "network.add_security_rule", "network.remove_security_rule"],
+    receives=["network.create_network", "network.delete_network", "network.add_security_rule",
+              "network.remove_security_rule"],
+    steps=[ATTACH_NETWORK],
 )

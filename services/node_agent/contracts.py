@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from shared.contract import Message, ServiceContract
+from shared.steps import Step
 from services.network.contracts import SlotAttachment, TenantNetworks
 from shared.wire import StepCommand, StepFailure, StepReply, StepUndone, UndoCommand, Wire
 
@@ -38,6 +39,16 @@ class NodeDeprovisioned(StepUndone):
     node_id: uuid.UUID
 
 
+PROVISION_NODE = Step.declare(
+    "node_agent", subject_params=("node_id",),
+    command=("provision", ProvisionNode, "Saga step: provision the allocation on this node."),
+    ok=("node_provisioned", NodeProvisioned, "The allocation runs on the node."),
+    failed=("node_provision_failed", NodeProvisionFailed, "Provisioning failed on the node."),
+    undo=("deprovision", DeprovisionNode, "Saga step or compensation: remove the allocation from this node (idempotent)."),
+    undone=("node_deprovisioned", NodeDeprovisioned, "Nothing of the allocation is left on the node."),
+)
+
+
 class NetworkRepaired(Wire):
     """One repair the node's reconcile made: the kernel had drifted from the desired state."""
 
@@ -52,13 +63,9 @@ CONTRACT = ServiceContract(
     title="Tessera node-agent",
     description="Runs on each node; provisions and deprovisions allocations through its driver and plumbs their tenant networks.",
     messages=[
-        Message("node_agent.provision", "node_agent.cmd.provision.{node_id}", ProvisionNode, "command", "Saga step: provision the allocation on this node."),
-        Message("node_agent.deprovision", "node_agent.cmd.deprovision.{node_id}", DeprovisionNode, "command", "Saga step or compensation: remove the allocation from this node (idempotent)."),
-        Message("node_agent.node_provisioned", "node_agent.evt.node_provisioned.{node_id}", NodeProvisioned, "event", "The allocation runs on the node."),
-        Message("node_agent.node_provision_failed", "node_agent.evt.node_provision_failed.{node_id}", NodeProvisionFailed, "event", "Provisioning failed on the node."),
-        Message("node_agent.node_deprovisioned", "node_agent.evt.node_deprovisioned.{node_id}", NodeDeprovisioned, "event", "Nothing of the allocation is left on the node."),
         Message("node_agent.network_repaired", "node_agent.evt.network_repaired.{node_id}", NetworkRepaired, "event", "Reconcile found the node's network drifted and repaired one object."),
     ],
-    receives=["node_agent.provision", "node_agent.deprovision", "network.tenant_networks_changed"],
+    receives=["network.tenant_networks_changed"],
     sends=["scheduler.report_topology"],
+    steps=[PROVISION_NODE],
 )

@@ -30,9 +30,11 @@ from shared.participant import StepRejected, invoke, undo
 from . import contracts as c
 from .adapters import network as netrepo
 from .adapters import repository
-from .dataplane import Dataplane, InvalidAttachment, KernelError, NullDataplane, Repair
+from .adapters.dataplane import Dataplane, KernelError, NullDataplane
+from .adapters.drivers import DriverError, ProvisioningDriver
+from .domain.dataplane.model import InvalidAttachment
+from .domain.dataplane.reconcile import Repair
 from .domain.model import Instance, InstanceSpec, InvalidRequest, checked_slots
-from .drivers import DriverError, ProvisioningDriver
 
 log = structlog.get_logger()
 
@@ -61,6 +63,16 @@ class Node:
     @property
     def subject_params(self) -> dict[str, str]:
         return {"node_id": str(self.id)}
+
+    async def driver_ready(self) -> bool:
+        """Readiness: the driver answers (list_instances raises when it cannot reach its hypervisor/BMC)."""
+        await self.driver.list_instances()
+        return True
+
+    async def close(self) -> None:
+        """At stop: release the dataplane's kernel sockets on their thread, then the thread."""
+        await asyncio.get_running_loop().run_in_executor(self.kernel_thread, self.dataplane.close)
+        self.kernel_thread.shutdown(wait=False)
 
 
 async def refresh_gauge(node: Node) -> None:

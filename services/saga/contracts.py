@@ -1,4 +1,5 @@
-"""Wire contract of the saga coordinator (its own events; the commands it sends belong to the participants)."""
+"""Wire contract of the saga coordinator: its own events. The commands it sends and the replies it receives
+belong to the participants; they follow from the steps its saga table names (domain/definitions.py)."""
 from __future__ import annotations
 
 import uuid
@@ -6,6 +7,8 @@ from typing import Literal
 
 from shared.contract import Message, ServiceContract
 from shared.wire import Wire
+
+from .domain.definitions import sent_and_received
 
 SagaKind = Literal["allocate", "release"]
 
@@ -54,6 +57,8 @@ class CompensationFailed(Wire):
     reason: str
 
 
+_SENDS, _RECEIVES = sent_and_received()
+
 CONTRACT = ServiceContract(
     service="saga",
     title="Tessera saga coordinator",
@@ -65,20 +70,7 @@ CONTRACT = ServiceContract(
         Message("saga.failed", "saga.evt.failed", SagaFailed, "event", "A step failed or timed out; the completed steps were compensated."),
         Message("saga.compensation_failed", "saga.evt.compensation_failed", CompensationFailed, "event", "Operator attention: an undo failed after all retries."),
     ],
-    receives=[
-        "allocation.requested", "allocation.release_requested",
-        "scheduler.slots_reserved", "scheduler.reservation_queued", "scheduler.slot_reservation_failed",
-        "scheduler.slots_released",
-        "network.network_attached", "network.network_attach_failed", "network.network_detached",
-        "storage.volume_provisioned", "storage.volume_provision_failed", "storage.volume_deleted",
-        "node_agent.node_provisioned", "node_agent.node_provision_failed", "node_agent.node_deprovisioned",
-        "billing.meter_started", "billing.meter_start_failed", "billing.meter_stopped",
-        "allocation.activated", "allocation.activation_failed", "allocation.released", "allocation.release_failed",
-    ],
-    sends=[
-        "allocation.mark_provisioning", "allocation.activate", "allocation.fail", "allocation.mark_released",
-        "scheduler.reserve_slots", "scheduler.release_slots", "network.attach_network", "network.detach_network",
-        "storage.provision_volume", "storage.delete_volume", "node_agent.provision", "node_agent.deprovision",
-        "billing.start_meter", "billing.stop_meter",
-    ],
+    # besides the saga starts: the replies of the steps the saga table names, whose commands it sends
+    receives=["allocation.requested", "allocation.release_requested", *_RECEIVES],
+    sends=_SENDS,
 )

@@ -1,10 +1,10 @@
 """The coordinator's handlers: start a saga, feed it replies, feed it passed deadlines.
 
-Every handler runs in one transaction: lock the saga, run the pure state machine,
-persist the new step records (step invoked, compensation armed, deadline) and
-write the resulting commands and events to the outbox, all of which commit
-together ("persist before send"). Nothing is kept in memory between messages, so
-a restarted coordinator carries on from PostgreSQL and the outbox.
+Every handler runs in one transaction, a ``UnitOfWork`` (the consumer's, or one per saga for passed
+deadlines): lock the saga, run the pure state machine, persist the new step records (step invoked,
+compensation armed, deadline) and write the resulting commands and events to the outbox, all of which
+commit together ("persist before send"). Nothing is kept in memory between messages, so a restarted
+coordinator carries on from PostgreSQL and the outbox.
 """
 from __future__ import annotations
 
@@ -14,9 +14,8 @@ import asyncpg
 import structlog
 
 from services.allocation.contracts import AllocationReleaseRequested, AllocationRequested, Scheduling
-from shared.unit_of_work import UnitOfWork
-from shared.envelope import Envelope
 from shared.outbox import Outbox
+from shared.unit_of_work import UnitOfWork
 
 from .adapters import repository
 from .domain.machine import expired, handle
@@ -51,7 +50,7 @@ async def _start(ctx: UnitOfWork, saga: Saga, policy: Policy) -> None:
     if not await repository.create(ctx.conn, saga):
         log.info("saga.already_started", allocation_id=str(saga.allocation_id), kind=saga.kind)
         return
-    await apply(ctx.conn, ctx.outbox, saga, Start(await repository.clock(ctx.conn)), policy, ctx.causation)
+    await apply(ctx, saga, Start(await repository.clock(ctx.conn)), policy)
 
 
 async def on_reply(ctx: UnitOfWork, reply, *, policy: Policy) -> None:
@@ -63,7 +62,7 @@ async def on_reply(ctx: UnitOfWork, reply, *, policy: Policy) -> None:
     data = reply.model_dump(mode="json")
     message = Reply(ctx.causation.type, reply.step, reply.idempotency_key,
                     {k: v for k, v in data.items() if k not in REPLY_BASE}, await repository.clock(ctx.conn))
-    await apply(ctx.conn, ctx.outbox, saga, message, policy, ctx.causation)
+    await apply(ctx, saga, message, policy)
 
 
 async def expire_due(pool: asyncpg.Pool, outbox: Outbox, policy: Policy, *, limit: int = 100) -> int:
@@ -76,11 +75,11 @@ async def expire_due(pool: asyncpg.Pool, outbox: Outbox, policy: Policy, *, limi
     while handled + len(broken) < limit:
         saga_id = None
         try:
-            async with pool.acquire() as conn, conn.transaction():
-                saga_id = await repository.claim_due(conn, broken)
+            async with UnitOfWork.begin(pool, outbox, name="saga.deadlines") as uow:
+                saga_id = await repository.claim_due(uow.conn, broken)
                 if saga_id is None:
                     return handled
-                await _expire(conn, outbox, saga_id, policy)
+                await _expire(uow, saga_id, policy)
             handled += 1
         except Exception as exc:
             if saga_id is None:
@@ -90,25 +89,25 @@ async def expire_due(pool: asyncpg.Pool, outbox: Outbox, policy: Policy, *, limi
     return handled
 
 
-async def _expire(conn: asyncpg.Connection, outbox: Outbox, saga_id: uuid.UUID, policy: Policy) -> None:
-    saga = await repository.get(conn, saga_id)
+async def _expire(uow: UnitOfWork, saga_id: uuid.UUID, policy: Policy) -> None:
+    saga = await repository.get(uow.conn, saga_id)
     if saga is None:
         return
-    now = await repository.clock(conn)
+    now = await repository.clock(uow.conn)
     for message in expired(saga, now):
-        saga = await apply(conn, outbox, saga, message, policy, None)
+        saga = await apply(uow, saga, message, policy)
 
 
-async def apply(conn: asyncpg.Connection, outbox: Outbox, saga: Saga, message: Input, policy: Policy,
-                causation: Envelope | None) -> Saga:
-    """Run the state machine, persist its new state and queue its actions, in the caller's transaction."""
+async def apply(uow: UnitOfWork, saga: Saga, message: Input, policy: Policy) -> Saga:
+    """Run the state machine, persist its new state and queue its actions, in the unit of work."""
     after, actions = handle(saga, message, policy)
     if not actions and after == saga:
         return saga
-    await repository.save(conn, saga, after)
-    await outbox.add_many(conn, [
-        (action.type, outbox.catalog.message(action.type).model.model_validate(action.data),
+    await repository.save(uow.conn, saga, after)
+    catalog = uow.outbox.catalog
+    await uow.emit_many([
+        (action.type, catalog.message(action.type).model.model_validate(action.data),
          action.subject_params if isinstance(action, Command) else None)
         for action in actions
-    ], correlation_id=str(saga.allocation_id), tenant_id=saga.tenant_id, causation=causation)
+    ], correlation_id=str(saga.allocation_id), tenant_id=saga.tenant_id)
     return after

@@ -1,57 +1,49 @@
 """The coordinator's own settings, read from the environment in bootstrap (never at import time).
 
-Environment variables (defaults in brackets):
-  TESSERA_SAGA_STEP_TIMEOUT_S          [30]   wait for a step's reply before it times out
-  TESSERA_SAGA_COMPENSATION_TIMEOUT_S  [10]   wait for an undo's reply before it is resent
-  TESSERA_SAGA_COMPENSATION_ATTEMPTS   [5]    undo attempts before saga.compensation_failed
-  TESSERA_SAGA_RELEASE_ATTEMPTS        [8]    attempts per release step before the release saga fails
-  TESSERA_SAGA_BACKOFF_S               [0.5,1,2,4,8]  waits between attempts; the last one repeats
-  TESSERA_SAGA_QUEUE_TIMEOUT_S         [86400] how long a queued reservation may wait for capacity
-  TESSERA_SAGA_DEADLINE_POLL_S         [0.2]  how often the deadline loop looks for passed deadlines
+``SagaSettings.from_env()`` builds them, refusing a bad value with a ValueError that names the variable.
+The policy's variables are ``PolicySettings`` (their defaults are ``domain.model.Policy``'s);
+``shared.settings.describe`` lists the variables of either class, with default and meaning.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable, Mapping, TypeVar
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+
+from shared.settings import SettingError, integer, load, number, numbers, setting
 
 from .domain.model import Policy
 
-T = TypeVar("T")
+
+@dataclass(frozen=True)
+class PolicySettings:
+    """The variables of the saga policy (``Policy`` checks that the values make sense together)."""
+
+    step_timeout_s: float = setting("TESSERA_SAGA_STEP_TIMEOUT_S", Policy.step_timeout_s, number(positive=True),
+                                    doc="seconds to wait for a step's reply before it times out")
+    compensation_timeout_s: float = setting("TESSERA_SAGA_COMPENSATION_TIMEOUT_S", Policy.compensation_timeout_s,
+                                            number(positive=True),
+                                            doc="seconds to wait for an undo's reply before it is resent")
+    compensation_attempts: int = setting("TESSERA_SAGA_COMPENSATION_ATTEMPTS", Policy.compensation_attempts,
+                                         integer(1), doc="undo attempts before saga.compensation_failed")
+    release_attempts: int = setting("TESSERA_SAGA_RELEASE_ATTEMPTS", Policy.release_attempts, integer(1),
+                                    doc="attempts per release step before the release saga fails")
+    backoff_s: tuple[float, ...] = setting("TESSERA_SAGA_BACKOFF_S", Policy.backoff_s, numbers,
+                                           doc="seconds between attempts; the last one repeats")
+    queue_timeout_s: float = setting("TESSERA_SAGA_QUEUE_TIMEOUT_S", Policy.queue_timeout_s, number(positive=True),
+                                     doc="seconds a queued reservation may wait for capacity")
 
 
 @dataclass(frozen=True)
 class SagaSettings:
     policy: Policy = field(default_factory=Policy)
-    deadline_poll_s: float = 0.2
+    deadline_poll_s: float = setting("TESSERA_SAGA_DEADLINE_POLL_S", 0.2, number(positive=True),
+                                     doc="seconds between two looks of the deadline loop for passed deadlines")
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> "SagaSettings":
-        """Raises ValueError naming the variable when a value cannot be used."""
-        def read(name: str, default: str, parse: Callable[[str], T], valid: Callable[[T], bool], what: str) -> T:
-            raw = environ.get(name) or default
-            try:
-                value = parse(raw)
-            except ValueError:
-                value = None
-            if value is None or not valid(value):
-                raise ValueError(f"saga settings: {name}={raw!r} is not {what}")
-            return value
-
-        def delays(raw: str) -> tuple[float, ...]:
-            return tuple(float(x) for x in raw.split(","))
-
-        def positive(x) -> bool:
-            return x > 0
-
-        policy = Policy(
-            step_timeout_s=read("TESSERA_SAGA_STEP_TIMEOUT_S", "30", float, positive, "a positive number of seconds"),
-            compensation_timeout_s=read("TESSERA_SAGA_COMPENSATION_TIMEOUT_S", "10", float, positive,
-                                        "a positive number of seconds"),
-            compensation_attempts=read("TESSERA_SAGA_COMPENSATION_ATTEMPTS", "5", int, positive, "a positive integer"),
-            release_attempts=read("TESSERA_SAGA_RELEASE_ATTEMPTS", "8", int, positive, "a positive integer"),
-            backoff_s=read("TESSERA_SAGA_BACKOFF_S", "0.5,1,2,4,8", delays, lambda d: all(x >= 0 for x in d),
-                           "a comma-separated list of non-negative seconds"),
-            queue_timeout_s=read("TESSERA_SAGA_QUEUE_TIMEOUT_S", "86400", float, positive, "a positive number of seconds"),
-        )
-        poll = read("TESSERA_SAGA_DEADLINE_POLL_S", "0.2", float, positive, "a positive number of seconds")
-        return cls(policy=policy, deadline_poll_s=poll)
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> "SagaSettings":
+        """Raises SettingError (a ValueError) naming the variable when a value cannot be used."""
+        try:
+            policy = Policy(**asdict(load(PolicySettings, environ)))
+            return load(cls, environ, policy=policy)
+        except SettingError as exc:
+            raise SettingError(f"saga settings: {exc}") from None

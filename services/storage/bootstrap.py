@@ -1,31 +1,26 @@
 """The only place storage's adapters are built and wired.
 
-Service settings (read here, once):
-  TESSERA_STORAGE_DEFAULT_QUOTA_GB   quota of a tenant without its own limit (default 100000)
+Its own settings are ``settings.StorageSettings`` (TESSERA_STORAGE_DEFAULT_QUOTA_GB), read here, once. Its one
+adapter, the asyncpg ``PgVolumeRepository``, lives as long as a unit of work: the handlers build it on each unit
+of work's connection (their ``repository`` factory).
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from shared.settings import ServiceSettings
 from shared.runtime import Runtime
+from shared.settings import ServiceSettings, load
 
-from .domain.model import StoragePolicy
 from .entrypoints import bus
+from .settings import StorageSettings
 
 
-def policy_from_env() -> StoragePolicy:
-    """The storage policy from the environment; raises ValueError naming the bad variable."""
-    raw = os.environ.get("TESSERA_STORAGE_DEFAULT_QUOTA_GB") or str(StoragePolicy.default_quota_gb)
-    try:
-        return StoragePolicy(int(raw))
-    except ValueError as exc:
-        raise ValueError(f"TESSERA_STORAGE_DEFAULT_QUOTA_GB={raw!r}: {exc}") from None
-
-
-def build(settings: ServiceSettings | None = None, policy: StoragePolicy | None = None) -> Runtime:
+def build(settings: ServiceSettings | None = None, storage: StorageSettings | None = None) -> Runtime:
+    """Build the storage service; its own settings come from the environment unless given (a bad value raises
+    SettingError, a ValueError naming the variable)."""
     settings = settings or ServiceSettings.from_env("storage")
+    storage = storage or load(StorageSettings, os.environ)
     rt = Runtime(settings, schema_dir=Path(__file__).parent / "schema")
-    bus.wire(rt, policy or policy_from_env())
+    bus.wire(rt, storage.policy)
     return rt

@@ -5,7 +5,8 @@ import uuid
 
 from pydantic import Field
 
-from shared.contract import Message, ServiceContract
+from shared.contract import ServiceContract
+from shared.steps import Step
 from shared.wire import StepCommand, StepFailure, StepReply, StepUndone, UndoCommand
 
 
@@ -30,16 +31,20 @@ class VolumeDeleted(StepUndone):
     pass
 
 
+PROVISION_VOLUME = Step.declare(
+    "storage",
+    command=("provision_volume", ProvisionVolume, "Saga step: provision the allocation's volume."),
+    ok=("volume_provisioned", VolumeProvisioned, "The volume exists (volume_id is null when none was asked for)."),
+    failed=("volume_provision_failed", VolumeProvisionFailed, "The volume could not be provisioned."),
+    undo=("delete_volume", DeleteVolume, "Saga step or compensation: delete the allocation's volume (idempotent)."),
+    undone=("volume_deleted", VolumeDeleted, "The allocation has no volume."),
+)
+
+
 CONTRACT = ServiceContract(
     service="storage",
     title="Tessera storage service",
     description="Owns tenant volumes and their quotas.",
-    messages=[
-        Message("storage.provision_volume", "storage.cmd.provision_volume", ProvisionVolume, "command", "Saga step: provision the allocation's volume."),
-        Message("storage.delete_volume", "storage.cmd.delete_volume", DeleteVolume, "command", "Saga step or compensation: delete the allocation's volume (idempotent)."),
-        Message("storage.volume_provisioned", "storage.evt.volume_provisioned", VolumeProvisioned, "event", "The volume exists (volume_id is null when none was asked for)."),
-        Message("storage.volume_provision_failed", "storage.evt.volume_provision_failed", VolumeProvisionFailed, "event", "The volume could not be provisioned."),
-        Message("storage.volume_deleted", "storage.evt.volume_deleted", VolumeDeleted, "event", "The allocation has no volume."),
-    ],
-    receives=["storage.provision_volume", "storage.delete_volume"],
+    messages=[],
+    steps=[PROVISION_VOLUME],
 )

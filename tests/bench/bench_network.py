@@ -18,9 +18,9 @@ import uuid
 
 from pyroute2 import IPRoute
 
-from services.node_agent.dataplane import probe
-from services.node_agent.dataplane.lab import Lab, is_root
-from services.node_agent.dataplane.names import slot_port_name, vxlan_name
+from services.node_agent.adapters.dataplane import probe
+from services.node_agent.adapters.dataplane.lab import Lab, is_root
+from services.node_agent.domain.dataplane.names import slot_port_name, vxlan_name
 from services.network.contracts import NetworkSnapshot, SecurityRule, SlotAttachment, TenantNetworks
 
 

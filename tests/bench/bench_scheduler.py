@@ -32,12 +32,13 @@ import asyncpg
 import nats
 import psutil
 
-from services.node_agent.discovery.sim import sim_topology
+from services.node_agent.adapters.discovery.sim import sim_topology
 from services.scheduler.domain.topology import derive_slot_map
 from shared.db import migrate, provision_service, service_dsn
 from tooling.embedded import EmbeddedNats, EmbeddedPostgres
 from shared.envelope import Envelope, utcnow
 from tests.bench.bench_saga import js_publish_rate, pct, pg_txn_rate, summarise_profile
+from tests.support.polling import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 SHAPES = [("vm.1gpu", 1, 0.4), ("vm.2gpu", 2, 0.3), ("vm.4gpu", 4, 0.2), ("vm.8gpu", 8, 0.1)]
@@ -97,10 +98,8 @@ async def scrape(port: int) -> dict[str, float]:
 
 async def wait_leading(port: int, timeout: float = 300) -> float:
     t0 = time.perf_counter()
-    while (await scrape(port)).get("tessera_scheduler_leader", 0) != 1:
-        if time.perf_counter() - t0 > timeout:
-            raise TimeoutError("the scheduler never became leader")
-        await asyncio.sleep(0.05)   # polling within a deadline
+    await eventually(lambda: scrape(port), until=lambda metrics: metrics.get("tessera_scheduler_leader", 0) == 1,
+                     timeout=timeout, what="the scheduler to become leader")
     return time.perf_counter() - t0
 
 

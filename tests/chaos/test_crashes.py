@@ -2,7 +2,6 @@
 times out and the saga compensates. Each test gets its own platform, since it kills processes."""
 from __future__ import annotations
 
-import asyncio
 import signal
 import uuid
 
@@ -11,7 +10,8 @@ import pytest
 
 from tooling.client import TesseraClient
 from tooling.platform import Platform
-from tests.e2e.conftest import E2E_ENV, leftovers
+from tests.support.platform import E2E_ENV, leftovers
+from tests.support.polling import eventually
 
 
 @pytest.fixture
@@ -39,16 +39,11 @@ async def fresh_platform(tmp_path):
 
 async def wait_saga_step(db: asyncpg.Connection, allocation_id: str, step: str, timeout: float = 30.0) -> None:
     """Wait until the coordinator has persisted (and so sent) the invoke of ``step``."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        row = await db.fetchval(
-            "SELECT st.status FROM saga.saga_steps st JOIN saga.sagas s ON s.id = st.saga_id "
-            "WHERE s.allocation_id=$1 AND s.kind='allocate' AND st.step=$2 AND st.phase='invoke'",
-            uuid.UUID(allocation_id), step)
-        if row is not None:
-            return
-        assert asyncio.get_running_loop().time() < deadline, f"step {step} never started"
-        await asyncio.sleep(0.02)
+    await eventually(lambda: db.fetchval(
+        "SELECT st.status FROM saga.saga_steps st JOIN saga.sagas s ON s.id = st.saga_id "
+        "WHERE s.allocation_id=$1 AND s.kind='allocate' AND st.step=$2 AND st.phase='invoke'",
+        uuid.UUID(allocation_id), step), until=lambda status: status is not None, timeout=timeout, interval=0.02,
+        what=f"step {step} to start")
 
 
 async def node_agent_settled(p: Platform, db: asyncpg.Connection, key: str) -> bool:
@@ -106,10 +101,8 @@ async def test_node_agent_killed_mid_step_times_out_and_the_saga_compensates(fre
             await p.restart(agent, env={"TESSERA_SIM_LATENCY_S": "0"})
             saga_id = await db.fetchval("SELECT id FROM saga.sagas WHERE allocation_id=$1 AND kind='allocate'",
                                         uuid.UUID(a["id"]))
-            deadline = asyncio.get_running_loop().time() + 90
-            while not await node_agent_settled(p, db, f"{saga_id}:provision_node"):
-                assert asyncio.get_running_loop().time() < deadline, "node-agent never settled"
-                await asyncio.sleep(0.05)
+            await eventually(lambda: node_agent_settled(p, db, f"{saga_id}:provision_node"), timeout=90,
+                             what="the node-agent to settle")
             assert (await leftovers(db, a["id"]))["instances"] == 0
     finally:
         await db.close()

@@ -194,6 +194,19 @@ seen.add("not.a.message")
                     ("emits", "a.ko"), ("emits", "a.undone")}
 
 
+def test_code_scan_reads_the_steps_a_call_names_from_their_declarations():
+    source = '''
+rt.consumers.participate(c.RESERVE_SLOTS, invoke=reserve, undo=release)
+await participant.defer(ctx, c.RESERVE_SLOTS, cmd, progress)
+await participant.finish(ctx, RESERVE_SLOTS, cmd, "done", result)
+await undo(ctx, cmd, act, step=c.RESERVE_SLOTS)
+'''
+    uses = {(u.role, u.type) for u in scan_source(source, service="scheduler", path="x.py")}
+    assert uses == {("handles", "scheduler.reserve_slots"), ("handles", "scheduler.release_slots"),
+                    ("emits", "scheduler.reservation_queued"), ("emits", "scheduler.slots_reserved"),
+                    ("emits", "scheduler.slot_reservation_failed"), ("emits", "scheduler.slots_released")}
+
+
 # --- (5) each contract stays in its own namespace -------------------------------------------------
 
 @pytest.mark.parametrize("service", SERVICES)

@@ -11,17 +11,7 @@ import pytest
 
 from tooling.client import TesseraClient
 from tooling.platform import Platform
-
-E2E_ENV = {
-    "TESSERA_SIM_FAULTS": "1",                 # honour the sim fault label (never set in production)
-    "TESSERA_SAGA_STEP_TIMEOUT_S": "4",
-    "TESSERA_SAGA_COMPENSATION_TIMEOUT_S": "3",
-    "TESSERA_SAGA_BACKOFF_S": "0.2,0.5,1",
-    "TESSERA_ACK_WAIT_S": "10",
-    "TESSERA_RETRY_BACKOFF_S": "0.1,0.3,1",
-    "TESSERA_LOG_LEVEL": "INFO",
-    "TESSERA_SCHEDULER_PREEMPTION_GRACE_S": "1",   # the preemption notice's grace period
-}
+from tests.support.platform import E2E_ENV
 
 
 @pytest.fixture(scope="package")
@@ -86,15 +76,3 @@ async def db(platform):
     conn = await asyncpg.connect(platform.database_url)
     yield conn
     await conn.close()
-
-
-async def leftovers(db: asyncpg.Connection, allocation_id: str) -> dict[str, int]:
-    """What any service still holds for an allocation (all zero after release or compensation)."""
-    aid = uuid.UUID(allocation_id)
-    return {
-        "slots": await db.fetchval("SELECT count(*) FROM scheduler.slots WHERE allocation_id=$1", aid),
-        "attachments": await db.fetchval("SELECT count(*) FROM network.attachments WHERE allocation_id=$1", aid),
-        "volumes": await db.fetchval("SELECT count(*) FROM storage.volumes WHERE allocation_id=$1", aid),
-        "instances": await db.fetchval("SELECT count(*) FROM node_agent.instances WHERE allocation_id=$1", aid),
-        "running_meters": await db.fetchval("SELECT count(*) FROM billing.meters WHERE allocation_id=$1 AND stopped_at IS NULL", aid),
-    }

@@ -9,7 +9,8 @@ import pytest
 
 from tooling.client import ApiError
 from shared.participant import FAULT_LABEL
-from tests.e2e.conftest import leftovers
+from tests.support.platform import leftovers
+from tests.support.polling import eventually
 
 ALLOCATE_STEPS = ["reserve_slots", "attach_network", "provision_volume", "provision_node", "start_meter"]
 
@@ -75,11 +76,8 @@ async def test_same_idempotency_key_serially_and_concurrently_creates_one_alloca
     assert len({r["id"] for r in results}) == 1
     # the allocation service may lag the gateway: wait until both requests have arrived there
     query = "SELECT count(*) FROM allocation.allocations WHERE tenant_id=$1 AND name IN ('idem', 'idem-c')"
-    for _ in range(200):
-        count = await db.fetchval(query, uuid.UUID(tenant.id))
-        if count == 2:
-            break
-        await asyncio.sleep(0.05)
+    count = await eventually(lambda: db.fetchval(query, uuid.UUID(tenant.id)), until=lambda n: n == 2, timeout=15,
+                             what="both requests at the allocation service")
     assert count == 2
 
 

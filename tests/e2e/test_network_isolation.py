@@ -14,9 +14,10 @@ import uuid
 
 import pytest
 
-from services.node_agent.dataplane import probe
-from services.node_agent.dataplane.lab import UNDERLAY_DEV, Lab
-from services.node_agent.dataplane.names import node_tag, slot_netns, slot_port_name, vxlan_name
+from services.node_agent.adapters.dataplane import probe
+from services.node_agent.adapters.dataplane.lab import UNDERLAY_DEV, Lab
+from services.node_agent.domain.dataplane.names import node_tag, slot_netns, slot_port_name, vxlan_name
+from tests.support.polling import eventually
 
 pytestmark = [pytest.mark.timeout(300),
               pytest.mark.skipif(os.geteuid() != 0, reason="kernel networking needs root (namespaces, nftables)")]
@@ -58,13 +59,11 @@ async def attachment_of(client, allocation: dict, network_id: str | None = None)
     if network_id is None:
         nets = (await client.request("GET", "/v1/networks"))[1]["items"]
         network_id = next(n["id"] for n in nets if n["name"] == "default")
-    for _ in range(200):
+
+    async def found() -> list[dict]:
         items = (await client.request("GET", f"/v1/networks/{network_id}/attachments"))[1]["items"]
-        found = [i for i in items if i["allocation_id"] == allocation["id"]]
-        if found:
-            return found[0]
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"no attachment of {allocation['id']} on network {network_id}")
+        return [i for i in items if i["allocation_id"] == allocation["id"]]
+    return (await eventually(found, timeout=15, what=f"an attachment of {allocation['id']} on network {network_id}"))[0]
 
 
 def netns_of(att: dict) -> str:
@@ -124,11 +123,11 @@ async def test_two_networks_of_a_tenant_are_isolated_until_a_rule_opens_exactly_
     nets = {}
     for name, cidr in (("web", "10.1.0.0/24"), ("db", "10.2.0.0/24")):
         net = (await tenant.user.request("POST", "/v1/networks", json_body={"name": name, "cidr": cidr}))[1]
-        for _ in range(200):
-            net = (await tenant.user.request("GET", f"/v1/networks/{net['id']}"))[1]
-            if net["state"] == "active":
-                break
-            await asyncio.sleep(0.05)
+
+        async def shown(net=net) -> dict:
+            return (await tenant.user.request("GET", f"/v1/networks/{net['id']}"))[1]
+        net = await eventually(shown, until=lambda n: n["state"] == "active", fail_if=lambda n: n["state"] == "rejected",
+                               timeout=15, what=f"network {name} active")
         assert net["state"] == "active", net
         nets[name] = net
     web = await active(tenant.user, "web-1", opts, network_id=nets["web"]["id"])
@@ -163,12 +162,11 @@ async def test_reconcile_after_an_agent_restart_restores_a_deleted_interface_and
                  ("link", "set", stray, "alias", "tessera:vxlan:stray")):
         await asyncio.to_thread(probe.run, None, "ip", "-n", node_ns, *step)
     await platform.restart(f"node_agent:{node}")
-    links = ""
-    for _ in range(300):
-        links = (await asyncio.to_thread(probe.run, None, "ip", "-n", node_ns, "-o", "link")).stdout
-        if port in links and stray not in links:
-            break
-        await asyncio.sleep(0.05)
-    assert port in links and stray not in links
+
+    async def links() -> str:
+        return (await asyncio.to_thread(probe.run, None, "ip", "-n", node_ns, "-o", "link")).stdout
+    repaired = await eventually(links, until=lambda out: port in out and stray not in out, timeout=20,
+                                what=f"the agent to restore {port} and remove {stray}")
+    assert port in repaired and stray not in repaired
     assert await asyncio.to_thread(probe.reaches, netns_of(att2), att1["ip_address"])
     await release_all(tenant.user, [a1, a2])

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import aiohttp
 
-from tests.conftest import make_envelope, publish_envelope
+from tests.support.bus import make_envelope, publish_envelope
+from tests.support.polling import eventually
 
 
 async def test_every_service_serves_health_readiness_and_metrics(platform):
@@ -26,8 +27,8 @@ async def test_one_trace_spans_gateway_saga_and_every_participant(platform, tena
     await tenant.user.wait_state(a["id"], "ACTIVE")
     trace_file = Path(platform.workdir) / "traces.jsonl"
     wanted = {"gateway", "allocation", "saga", "scheduler", "network", "storage", "node_agent", "billing"}
-    deadline = asyncio.get_running_loop().time() + 20
-    while True:
+
+    def services_per_trace() -> dict[str, set[str]]:
         spans = [json.loads(l) for l in trace_file.read_text().splitlines() if l.strip()] if trace_file.exists() else []
         by_trace: dict[str, set[str]] = {}
         for s in spans:
@@ -36,10 +37,9 @@ async def test_one_trace_spans_gateway_saga_and_every_participant(platform, tena
         for s in spans:
             if s["trace_id"] in by_trace:
                 by_trace[s["trace_id"]].add(s["service"])
-        if any(wanted <= services for services in by_trace.values()):
-            break
-        assert asyncio.get_running_loop().time() < deadline, f"services per trace: {by_trace}"
-        await asyncio.sleep(0.05)
+        return by_trace
+    await eventually(services_per_trace, until=lambda by_trace: any(wanted <= services for services in by_trace.values()),
+                     timeout=20, what=f"one trace of {a['id']} through {sorted(wanted)}")
     await tenant.user.release(a["id"])
     await tenant.user.wait_state(a["id"], "RELEASED")
 
@@ -47,14 +47,11 @@ async def test_one_trace_spans_gateway_saga_and_every_participant(platform, tena
 async def test_poison_command_is_visible_to_operators_in_dead_letters(platform, admin, platform_nc):
     bad = make_envelope("billing.start_meter", {"saga_id": str(uuid.uuid4()), "unexpected": True})
     await publish_envelope(platform_nc.jetstream(), "billing.cmd.start_meter", bad)
-    deadline = asyncio.get_running_loop().time() + 20
-    while True:
+
+    async def listed() -> list[dict]:
         _, body, _ = await admin.request("GET", "/v1/ops/dead-letters?limit=50")
-        hits = [d for d in body["items"] if str(bad.id) in json.dumps(d)]
-        if hits:
-            break
-        assert asyncio.get_running_loop().time() < deadline
-        await asyncio.sleep(0.05)
+        return [d for d in body["items"] if str(bad.id) in json.dumps(d)]
+    hits = await eventually(listed, timeout=20, what=f"dead letter {bad.id} listed")
     assert "invalid" in json.dumps(hits[0])
 
 

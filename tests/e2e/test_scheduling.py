@@ -11,6 +11,7 @@ import uuid
 import pytest
 
 from tooling.client import ApiError
+from tests.support.polling import eventually
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -62,11 +63,10 @@ async def test_an_over_quota_request_is_refused_naming_the_quota_its_limit_and_u
     await admin.set_quota(tenant.id, pool, "H100", limit=2)
     a = await tenant.user.create_allocation("fits", "vm.2gpu", **opts)
     await tenant.user.wait_state(a["id"], "ACTIVE")
-    for _ in range(100):          # the gateway's view of the quota's use follows the scheduler's event
-        quotas = (await tenant.user.request("GET", f"/v1/tenants/{tenant.id}/quotas"))[1]
-        if any(q.get("used") == 2 for q in quotas["items"]):
-            break
-        await asyncio.sleep(0.05)
+    async def quotas() -> dict:   # the gateway's view of the quota's use follows the scheduler's event
+        return (await tenant.user.request("GET", f"/v1/tenants/{tenant.id}/quotas"))[1]
+    await eventually(quotas, until=lambda q: any(x.get("used") == 2 for x in q["items"]), timeout=8,
+                     what="the gateway to show 2 GPUs of the quota used")
     with pytest.raises(ApiError) as refused:
         await tenant.user.create_allocation("too-much", "vm.1gpu", **opts)
     problem = refused.value.problem
@@ -104,11 +104,8 @@ async def test_a_high_priority_request_preempts_a_spot_allocation_after_a_notice
     await spot_tenant.user.wait_state(spot["id"], "ACTIVE")
     urgent = await urgent_tenant.user.create_allocation("urgent", "vm.4gpu", priority_class="high", **opts)
 
-    for _ in range(400):
-        noticed = await spot_tenant.user.allocation(spot["id"])
-        if noticed.get("preemption"):
-            break
-        await asyncio.sleep(0.05)
+    noticed = await eventually(lambda: spot_tenant.user.allocation(spot["id"]), until=lambda a: a.get("preemption"),
+                               timeout=30, what="the spot allocation's preemption notice")
     assert noticed["preemption"]["reason"] and noticed["preemption"]["grace_deadline"]
     released = await spot_tenant.user.wait_state(spot["id"], "RELEASED", timeout=90)
     assert "preempt" in (released["reason"] or "")

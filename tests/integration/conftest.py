@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+from functools import partial
+
+import aiohttp
 import pytest
 
 from shared.settings import BusSettings, ServiceSettings
@@ -36,3 +39,29 @@ async def clean_streams(nc):
     for service in SERVICES:
         await js.purge_stream(stream_name(service))
     yield
+
+
+@pytest.fixture
+async def gateway(run_service):
+    """gateway(**settings_overrides) -> Api on a freshly started gateway (its real bootstrap, in-process;
+    stopped after the test). Tests talk HTTP to it."""
+    from services.gateway.bootstrap import build      # here: only the gateway's tests need the gateway importable
+    from tests.support.gateway import Api, gateway_config
+
+    sessions = []
+
+    async def _start(**overrides) -> Api:
+        rt = await run_service("gateway", partial(build, config=gateway_config(**overrides)))
+        http = aiohttp.ClientSession(base_url=f"http://127.0.0.1:{rt.port}")
+        sessions.append(http)
+        return Api(rt, http)
+
+    yield _start
+    for http in sessions:
+        await http.close()
+
+
+@pytest.fixture
+async def api(gateway):
+    """The gateway with the suite's settings (token secret, bootstrap admin key)."""
+    return await gateway()

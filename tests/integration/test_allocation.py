@@ -6,15 +6,7 @@ import uuid
 
 from services.allocation.bootstrap import build
 from shared.wire import step_key
-from tests.conftest import send_command as send, wait_handled
-
-STREAM = "TESSERA_ALLOCATION"
-
-
-
-
-async def handled(js, type_: str, seq: int, timeout: float = 20.0) -> None:
-    await wait_handled(js, "allocation", type_, seq, timeout)
+from tests.support.bus import of, send_command as send, wait_handled
 
 
 def request_cmd(alloc: uuid.UUID, tenant: uuid.UUID, **overrides) -> dict:
@@ -27,10 +19,6 @@ def request_cmd(alloc: uuid.UUID, tenant: uuid.UUID, **overrides) -> dict:
 def step_cmd(alloc: uuid.UUID, tenant: uuid.UUID, saga: uuid.UUID, step: str, **extra) -> dict:
     return {"saga_id": saga, "step": step, "idempotency_key": step_key(saga, step), "allocation_id": alloc,
             "tenant_id": tenant, **extra}
-
-
-def of(alloc: uuid.UUID, type_: str):
-    return lambda i: i[1]["type"] == type_ and i[1]["data"]["allocation_id"] == str(alloc)
 
 
 async def row(rt, alloc: uuid.UUID):
@@ -63,7 +51,7 @@ async def test_request_delivered_twice_creates_one_requested_allocation_and_one_
     env, _ = await send(js, "allocation.request", request_cmd(alloc, tenant))
     _, seq = await send(js, "allocation.request", {}, env=env, msg_id=f"again-{env.id}")
     [hit] = await events.wait_for(of(alloc, "allocation.requested"))
-    await handled(js, "allocation.request", seq)
+    await wait_handled(js, "allocation", "allocation.request", seq)
     data = hit[1]["data"]
     assert (data["state"], data["shape"], data["gpu_count"], data["volume_gb"], data["labels"]) == (
         "REQUESTED", "vm.2gpu", 2, 50, {"team": "ml"})
@@ -80,7 +68,7 @@ async def test_a_second_request_with_an_existing_id_is_a_no_op(run_service, nc, 
     await send(js, "allocation.request", request_cmd(alloc, tenant))
     await events.wait_for(of(alloc, "allocation.requested"))
     _, seq = await send(js, "allocation.request", request_cmd(alloc, tenant, name="other", volume_gb=7))
-    await handled(js, "allocation.request", seq)
+    await wait_handled(js, "allocation", "allocation.request", seq)
     r = await row(rt, alloc)
     assert (r["name"], r["volume_gb"]) == ("train-1", 50)
     assert await emitted(rt, alloc, "allocation.requested") == 1
@@ -129,12 +117,12 @@ async def test_activate_delivered_twice_activates_once_and_a_repeated_key_gets_t
     env, _ = await send(js, "allocation.activate", step_cmd(alloc, tenant, saga, "activate", node_id=node))
     _, seq = await send(js, "allocation.activate", {}, env=env, msg_id=f"again-{env.id}")
     await events.wait_for(of(alloc, "allocation.activated"))
-    await handled(js, "allocation.activate", seq)
+    await wait_handled(js, "allocation", "allocation.activate", seq)
     assert await emitted(rt, alloc, "allocation.activated") == 1
     first = (await row(rt, alloc))["updated_at"]
     # the coordinator retrying the step: a new envelope, the same key → the recorded reply again, no new effect
     _, seq = await send(js, "allocation.activate", step_cmd(alloc, tenant, saga, "activate", node_id=node))
-    await handled(js, "allocation.activate", seq)
+    await wait_handled(js, "allocation", "allocation.activate", seq)
     assert await emitted(rt, alloc, "allocation.activated") == 2
     assert (await row(rt, alloc))["updated_at"] == first
 
@@ -162,7 +150,7 @@ async def test_stale_mark_provisioning_after_activation_changes_nothing(run_serv
     alloc, tenant = uuid.uuid4(), uuid.uuid4()
     await activated(js, events, alloc, tenant)
     _, seq = await send(js, "allocation.mark_provisioning", {"allocation_id": alloc, "saga_id": uuid.uuid4()})
-    await handled(js, "allocation.mark_provisioning", seq)
+    await wait_handled(js, "allocation", "allocation.mark_provisioning", seq)
     assert (await row(rt, alloc))["state"] == "ACTIVE"
     assert await emitted(rt, alloc, "allocation.provisioning") == 0
 
@@ -193,7 +181,7 @@ async def test_release_by_another_tenant_is_rejected_and_releasing_twice_is_a_no
     assert (await row(rt, alloc))["state"] == "ACTIVE"
     for _ in range(2):
         _, seq = await send(js, "allocation.release", {"allocation_id": alloc, "tenant_id": tenant, "requested_by": uuid.uuid4()})
-    await handled(js, "allocation.release", seq)
+    await wait_handled(js, "allocation", "allocation.release", seq)
     assert (await row(rt, alloc))["state"] == "RELEASING"
     assert await emitted(rt, alloc, "allocation.release_requested") == 1
 

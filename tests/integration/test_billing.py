@@ -8,7 +8,7 @@ import pytest
 
 from services.billing.bootstrap import build
 from shared.wire import step_key
-from tests.conftest import make_envelope, publish_envelope
+from tests.support.bus import caused_by, make_envelope, publish_envelope
 
 
 def start_cmd(alloc: uuid.UUID, tenant: uuid.UUID, saga: uuid.UUID) -> dict:
@@ -35,7 +35,7 @@ async def test_start_meter_command_yields_one_meter_and_one_reply_even_when_deli
     # a third, distinct command with the same idempotency key re-answers, and still makes one meter
     env2 = make_envelope("billing.start_meter", start_cmd(alloc, tenant, saga), tenant_id=tenant, correlation_id=str(alloc))
     await publish_envelope(js, "billing.cmd.start_meter", env2)
-    await replies.wait_for(lambda i: i[1].get("causation_id") == str(env2.id))
+    await replies.wait_for(caused_by(env2))
     async with rt.pool.acquire() as conn:
         assert await conn.fetchval("SELECT count(*) FROM meters WHERE allocation_id=$1", alloc) == 1
 

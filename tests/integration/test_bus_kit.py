@@ -4,7 +4,6 @@ A probe service with its own contract and stream exercises the kit without any r
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 
@@ -15,7 +14,8 @@ from pydantic import BaseModel, ConfigDict
 from shared.settings import BusSettings, ServiceSettings
 from shared.contract import Catalog, ContractViolation, Message, ServiceContract, load_catalog
 from shared.runtime import Runtime
-from tests.conftest import make_envelope, publish_envelope
+from tests.support.bus import make_envelope, publish_envelope
+from tests.support.polling import eventually
 
 
 class Ping(BaseModel):
@@ -95,11 +95,9 @@ async def test_not_json_at_all_is_dead_lettered(probe, nc):
                                          deliver_policy=DeliverPolicy.NEW)
     await nc.jetstream().publish("probe.cmd.ping", f"garbage {marker}".encode())
     try:
-        while True:
-            msg = await sub.next_msg(timeout=10)
-            if marker.encode() in msg.data:
-                assert msg.headers["Tessera-DLQ-Reason"] == "invalid"
-                break
+        msg = await eventually(lambda: sub.next_msg(timeout=10), until=lambda m: marker.encode() in m.data, timeout=10,
+                               interval=0, what="the garbage message in deadletter.probe.>")
+        assert msg.headers["Tessera-DLQ-Reason"] == "invalid"
     finally:
         await sub.unsubscribe()
 
@@ -148,13 +146,11 @@ async def test_republished_outbox_row_is_dropped_by_the_servers_duplicate_window
             env = await probe.outbox.add(conn, "probe.pinged", Ping(n=1), correlation_id="dup")
             row = await conn.fetchrow("SELECT subject, headers, body FROM outbox WHERE id=$1", env.id)
             first = await js.publish(row["subject"], bytes(row["body"]), headers=json.loads(row["headers"]))
-    deadline = asyncio.get_running_loop().time() + 10
-    while True:
+
+    async def published() -> bool:
         async with probe.pool.acquire() as conn:
-            if await conn.fetchval("SELECT published_at IS NOT NULL FROM outbox WHERE id=$1", env.id):
-                break
-        assert asyncio.get_running_loop().time() < deadline, "relay never published the row"
-        await asyncio.sleep(0.02)
+            return await conn.fetchval("SELECT published_at IS NOT NULL FROM outbox WHERE id=$1", env.id)
+    await eventually(published, timeout=10, interval=0.02, what="the relay to publish the row")
     again = await js.publish(row["subject"], bytes(row["body"]), headers=json.loads(row["headers"]))
     assert again.duplicate and again.seq == first.seq
 

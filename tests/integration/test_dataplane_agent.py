@@ -10,14 +10,15 @@ import uuid
 import pytest
 
 from services.node_agent.bootstrap import build
-from services.node_agent.dataplane import probe
-from services.node_agent.dataplane.lab import Lab, is_root
-from services.node_agent.dataplane.names import vxlan_name
-from services.node_agent.drivers import SimDriver
+from services.node_agent.adapters.dataplane import probe
+from services.node_agent.adapters.dataplane.lab import Lab, is_root
+from services.node_agent.domain.dataplane.names import vxlan_name
+from services.node_agent.adapters.drivers import SimDriver
 from shared.settings import BusSettings, ServiceSettings
 from services.network.contracts import NetworkSnapshot, SecurityRule, SlotAttachment, TenantNetworks
-from tests.conftest import make_envelope
-from tests.integration.test_node_agent import deprovision_cmd, provision_cmd, reply_to, send
+from tests.support.bus import of, publish_event, send_to_node as send
+from tests.support.commands import deprovision_node_cmd, provision_node_cmd
+from tests.support.polling import eventually
 
 needs_root = pytest.mark.skipif(not is_root(), reason="the kernel dataplane needs root (namespaces, veth, nftables)")
 
@@ -59,7 +60,7 @@ def tenant_of(vni: int) -> tuple[TenantNetworks, SlotAttachment, uuid.UUID]:
 
 
 def plumbed_provision(node_id, tenant: TenantNetworks, att: SlotAttachment) -> dict:
-    cmd = provision_cmd(node_id, att.allocation_id, uuid.uuid4())
+    cmd = provision_node_cmd(node_id, att.allocation_id, uuid.uuid4())
     return cmd | {"tenant_id": tenant.tenant_id, "attachment": att.model_dump(mode="json"),
                   "tenant_networks": tenant.model_dump(mode="json")}
 
@@ -71,7 +72,7 @@ async def test_provision_with_an_attachment_plumbs_the_kernel_and_deprovision_re
     tenant, att, alloc = tenant_of(random.randint(1, 16_000_000))
     replies = await watch(f"node_agent.evt.*.{node_id}")
     await send(js, "provision", node_id, plumbed_provision(node_id, tenant, att))
-    await replies.wait_for(reply_to("node_provisioned", alloc))
+    await replies.wait_for(of(alloc, "node_agent.node_provisioned"))
     dp = lab.dataplanes[0]            # the lab's own view of the node: reads the kernel the agent plumbed
     observed = await asyncio.to_thread(dp.observe)
     assert {k for k, _ in observed} == {"router", "bridge", "vxlan", "leg", "slot", "nft_node", "nft_router"}
@@ -80,8 +81,8 @@ async def test_provision_with_an_attachment_plumbs_the_kernel_and_deprovision_re
     assert probe.reaches(slot_ns, "10.90.0.1")                        # its gateway, in the tenant's router
     async with rt.pool.acquire() as conn:
         assert await conn.fetchval("SELECT count(*) FROM attachments WHERE node_id=$1 AND allocation_id=$2", node_id, alloc) == 1
-    await send(js, "deprovision", node_id, deprovision_cmd(node_id, alloc, uuid.uuid4()))
-    await replies.wait_for(reply_to("node_deprovisioned", alloc))
+    await send(js, "deprovision", node_id, deprovision_node_cmd(node_id, alloc, uuid.uuid4()))
+    await replies.wait_for(of(alloc, "node_agent.node_deprovisioned"))
     assert await asyncio.to_thread(dp.observe) == {}
     async with rt.pool.acquire() as conn:
         assert await conn.fetchval("SELECT count(*) FROM attachments WHERE node_id=$1 AND allocation_id=$2", node_id, alloc) == 0
@@ -95,7 +96,7 @@ async def test_agent_restarted_after_kernel_drift_repairs_it_on_start_and_report
     tenant, att, alloc = tenant_of(random.randint(1, 16_000_000))
     replies = await watch(f"node_agent.evt.*.{node_id}")
     await send(js, "provision", node_id, plumbed_provision(node_id, tenant, att))
-    await replies.wait_for(reply_to("node_provisioned", alloc))
+    await replies.wait_for(of(alloc, "node_agent.node_provisioned"))
     intact = await asyncio.to_thread(lab.dataplanes[0].observe)
     await stop()                                                        # the agent is gone; the kernel breaks meanwhile
     vni = tenant.networks[0].vni
@@ -122,15 +123,15 @@ async def test_tenant_networks_changed_opens_the_rule_in_the_router_and_an_older
     tenant = tenant.model_copy(update={"networks": tenant.networks + [other]})
     replies = await watch(f"node_agent.evt.*.{node_id}")
     await send(js, "provision", node_id, plumbed_provision(node_id, tenant, att))
-    await replies.wait_for(reply_to("node_provisioned", alloc))
+    await replies.wait_for(of(alloc, "node_agent.node_provisioned"))
     router = next(name for kind, name in await asyncio.to_thread(lab.dataplanes[0].observe) if kind == "router")
     rule = SecurityRule(id=uuid.uuid4(), direction="ingress", protocol="tcp", port_from=5432, port_to=5432,
                         remote_network_id=other.network_id)
     v2 = tenant.model_copy(update={"version": 2, "networks": [tenant.networks[0].model_copy(update={"rules": [rule]}), other]})
 
     async def publish(snapshot: TenantNetworks):
-        env = make_envelope("network.tenant_networks_changed", snapshot.model_dump(mode="json"), tenant_id=snapshot.tenant_id)
-        await js.publish("network.evt.tenant_networks_changed", env.model_dump_json().encode(), headers=env.headers())
+        env = await publish_event(js, "network.tenant_networks_changed", snapshot.model_dump(mode="json"),
+                                  tenant_id=snapshot.tenant_id)
         return env.id
 
     def rules() -> str:
@@ -138,24 +139,14 @@ async def test_tenant_networks_changed_opens_the_rule_in_the_router_and_an_older
 
     assert "dport 5432" not in rules()
     handled = [await publish(v2)]
-    await asyncio.wait_for(_until(lambda: "dport 5432" in rules()), 20)
+    await eventually(lambda: "dport 5432" in rules(), timeout=20, what="the router to open tcp/5432")
     handled.append(await publish(tenant))                               # version 1 again: stale, ignored
     async with rt.pool.acquire() as conn:
-        await asyncio.wait_for(_until_async(lambda: conn.fetchval(
-            "SELECT count(*) FROM inbox WHERE event_id = ANY($1::uuid[])", handled), 2), 20)
+        await eventually(lambda: conn.fetchval("SELECT count(*) FROM inbox WHERE event_id = ANY($1::uuid[])", handled),
+                         until=lambda count: count >= 2, timeout=20, what="both snapshots in the inbox")
         assert await conn.fetchval("SELECT version FROM tenant_networks WHERE node_id=$1 AND tenant_id=$2",
                                    node_id, tenant.tenant_id) == 2
     assert "dport 5432" in rules()
-
-
-async def _until(check) -> None:
-    while not check():
-        await asyncio.sleep(0.05)
-
-
-async def _until_async(fetch, want) -> None:
-    while await fetch() < want:
-        await asyncio.sleep(0.05)
 
 
 @needs_root
@@ -165,7 +156,7 @@ async def test_a_provision_the_driver_fails_leaves_no_network_and_no_row(kernel_
     tenant, att, alloc = tenant_of(random.randint(1, 16_000_000))
     replies = await watch(f"node_agent.evt.*.{node_id}")
     await send(nc.jetstream(), "provision", node_id, plumbed_provision(node_id, tenant, att))
-    [failed] = await replies.wait_for(reply_to("node_provision_failed", alloc))
+    [failed] = await replies.wait_for(of(alloc, "node_agent.node_provision_failed"))
     assert "injected failure of provision" in failed[1]["data"]["reason"]
     assert await asyncio.to_thread(lab.dataplanes[0].observe) == {}
     async with rt.pool.acquire() as conn:
@@ -180,7 +171,7 @@ async def test_an_attachment_outside_its_network_fails_the_step_with_the_reason_
     att = att.model_copy(update={"ip_address": "192.168.7.7"})
     replies = await watch(f"node_agent.evt.*.{node_id}")
     await send(nc.jetstream(), "provision", node_id, plumbed_provision(node_id, tenant, att))
-    [failed] = await replies.wait_for(reply_to("node_provision_failed", alloc))
+    [failed] = await replies.wait_for(of(alloc, "node_agent.node_provision_failed"))
     assert failed[1]["data"]["reason"].startswith("network: ") and "is not in 10.90.0.0/24" in failed[1]["data"]["reason"]
     assert await asyncio.to_thread(lab.dataplanes[0].observe) == {}
     async with rt.pool.acquire() as conn:

@@ -3,15 +3,15 @@ each driven by its own KernelDataplane, carry tenant traffic over VXLAN and enfo
 from __future__ import annotations
 
 import random
-import time
 import uuid
 
 import pytest
 
-from services.node_agent.dataplane import KernelError, probe
-from services.node_agent.dataplane.lab import Lab, is_root
-from services.node_agent.dataplane.names import bridge_name, slot_port_name, vxlan_name
+from services.node_agent.adapters.dataplane import KernelError, probe
+from services.node_agent.adapters.dataplane.lab import Lab, is_root
+from services.node_agent.domain.dataplane.names import bridge_name, slot_port_name, vxlan_name
 from services.network.contracts import NetworkSnapshot, SecurityRule, SlotAttachment, TenantNetworks
+from tests.support.polling import eventually_blocking
 
 pytestmark = pytest.mark.skipif(not is_root(), reason="kernel dataplane tests need root (namespaces, veth, nftables)")
 
@@ -153,17 +153,9 @@ def test_a_slot_forging_its_source_ip_mac_or_arp_gets_nothing_through(lab, plumb
     probe.run(good_ns, "ip", "neigh", "flush", "all")
     probe.arp_request(bad_ns, "eth0", bad.mac_address, "10.40.0.77", "10.40.0.11")   # forged sender IP
     probe.arp_request(bad_ns, "eth0", bad.mac_address, "10.40.0.10", "10.40.0.11")   # its own
-    assert _eventually(lambda: probe.neighbour(good_ns, "10.40.0.10") != "")
+    eventually_blocking(lambda: probe.neighbour(good_ns, "10.40.0.10") != "", timeout=10,
+                        what="the slot's own ARP to teach its neighbour 10.40.0.10")
     assert probe.neighbour(good_ns, "10.40.0.77") == ""
-
-
-def _eventually(check, deadline_s: float = 10.0) -> bool:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if check():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_detach_removes_exactly_what_attach_made_and_the_last_slot_takes_the_network_along(lab):

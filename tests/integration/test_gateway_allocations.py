@@ -4,8 +4,9 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from tests.conftest import make_envelope, publish_envelope
-from tests.integration.test_gateway_harness import api, eventually, start_gateway  # noqa: F401
+from tests.support.bus import publish_event
+from tests.support.gateway import PROJECTED_WITHIN_S
+from tests.support.polling import eventually
 
 
 def body(**over) -> dict:
@@ -19,12 +20,11 @@ async def activate(api, nc, client, allocation_id: str, tenant_id: str) -> None:
     saga = uuid.uuid4()
     data = {"allocation_id": allocation_id, "tenant_id": tenant_id, "state": "ACTIVE", "at": "2030-01-01T00:00:00Z",
             "saga_id": saga, "step": "activate", "idempotency_key": f"{saga}:activate", "node_id": uuid.uuid4()}
-    env = make_envelope("allocation.activated", data, tenant_id=uuid.UUID(tenant_id), correlation_id=allocation_id)
-    await publish_envelope(nc.jetstream(), "allocation.evt.activated", env)
+    await publish_event(nc.jetstream(), "allocation.activated", data, tenant_id=tenant_id)
 
     async def active():
         return (await client.get(f"/v1/allocations/{allocation_id}")).body["state"] == "ACTIVE"
-    await eventually(active)
+    await eventually(active, timeout=PROJECTED_WITHIN_S)
 
 
 async def test_post_allocation_answers_202_and_sends_one_request_command_with_the_trace(api, watch):
@@ -96,7 +96,7 @@ async def test_twenty_concurrent_posts_with_one_key_make_exactly_one_allocation_
     assert await api.commands_of("allocation.request", tenant_id) == 1
     await commands.wait_for(lambda i: i[1]["tenant_id"] == tenant_id)
     # the relay has published every outbox row once nothing is pending; only one command is there
-    await eventually(lambda: api.scalar("SELECT count(*) = 0 FROM outbox WHERE published_at IS NULL"))
+    await eventually(lambda: api.scalar("SELECT count(*) = 0 FROM outbox WHERE published_at IS NULL"), timeout=15)
     assert len([i for i in commands.items if i[1]["tenant_id"] == tenant_id]) == 1
 
 

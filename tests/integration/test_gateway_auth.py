@@ -6,9 +6,9 @@ import uuid
 
 import jwt
 
-from services.gateway.auth import TokenIssuer
+from services.gateway.http.auth import TokenIssuer
 from services.gateway.domain.model import Principal
-from tests.integration.test_gateway_harness import ADMIN_KEY, TOKEN_SECRET, Client, api, start_gateway  # noqa: F401
+from tests.support.gateway import ADMIN_KEY, TOKEN_SECRET, Client
 
 PROVIDER_ONLY = [("POST", "/v1/tenants", {"name": "x"}), ("GET", "/v1/tenants", None),
                  ("POST", "/v1/nodes", {"name": "n1", "gpu_model": "H100", "gpu_count": 8}), ("GET", "/v1/nodes", None),
@@ -69,22 +69,22 @@ async def test_provider_admin_cannot_create_allocations(api):
     assert r.content_type == "application/problem+json"
 
 
-async def test_bootstrap_admin_is_created_once_and_survives_restarts(start_gateway):
-    first = await start_gateway()
+async def test_bootstrap_admin_is_created_once_and_survives_restarts(gateway):
+    first = await gateway()
     await first.admin()
-    second = await start_gateway()   # a second start (same database) must not duplicate the admin or its key
+    second = await gateway()   # a second start (same database) must not duplicate the admin or its key
     await second.admin()
     assert await second.scalar("SELECT count(*) FROM users WHERE tenant_id IS NULL AND name='admin'") == 1
     assert await second.scalar("SELECT count(*) FROM api_keys k JOIN users u ON u.id=k.user_id "
                                "WHERE u.name='admin' AND u.tenant_id IS NULL AND k.revoked_at IS NULL") == 1
 
 
-async def test_changing_the_bootstrap_key_revokes_the_old_one(start_gateway):
+async def test_changing_the_bootstrap_key_revokes_the_old_one(gateway):
     new_key = f"tsk_rotated_{uuid.uuid4().hex}"
-    api = await start_gateway(bootstrap_admin_key=new_key)
+    api = await gateway(bootstrap_admin_key=new_key)
     assert (await api.anonymous().post("/v1/auth/token", headers={"Authorization": f"ApiKey {new_key}"})).status == 200
     assert (await api.anonymous().post("/v1/auth/token", headers={"Authorization": f"ApiKey {ADMIN_KEY}"})).status == 401
-    api = await start_gateway()   # back to the suite's key for the tests that follow
+    api = await gateway()   # back to the suite's key for the tests that follow
     await api.admin()
 
 

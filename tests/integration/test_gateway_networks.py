@@ -11,9 +11,10 @@ import pytest
 
 from services.network.bootstrap import build as build_network
 from services.network.domain.model import NetworkPlan
-from tests.conftest import send_command
-from tests.integration.test_gateway_harness import api, eventually, start_gateway  # noqa: F401
-from tests.integration.test_network import attach_cmd, detach_cmd
+from tests.support.bus import send_command
+from tests.support.commands import attach_cmd, detach_cmd
+from tests.support.gateway import PROJECTED_WITHIN_S
+from tests.support.polling import eventually
 
 
 @pytest.fixture
@@ -22,10 +23,11 @@ async def network(run_service):
 
 
 async def active(client, network_id: str, state: str = "active") -> dict:
-    async def probe():
-        r = await client.get(f"/v1/networks/{network_id}")
-        return r.body if r.body.get("state") == state else None
-    return await eventually(probe)
+    """The network once the gateway shows it in ``state`` (stopping at once should it show it rejected)."""
+    async def shown() -> dict:
+        return (await client.get(f"/v1/networks/{network_id}")).body
+    return await eventually(shown, until=lambda body: body.get("state") == state, timeout=PROJECTED_WITHIN_S,
+                            fail_if=lambda body: body.get("state") == "rejected", what=f"network {network_id} {state}")
 
 
 async def create(client, name: str, cidr: str) -> dict:
@@ -84,7 +86,7 @@ async def test_a_refusal_by_the_network_service_shows_as_rejected_with_its_reaso
         async def settled(nid=nid):
             body = (await client.get(f"/v1/networks/{nid}")).body
             return body if body["state"] != "creating" else None
-        states[nid] = await eventually(settled)
+        states[nid] = await eventually(settled, timeout=PROJECTED_WITHIN_S)
     rejected = [b for b in states.values() if b["state"] == "rejected"]
     assert len(rejected) == 1 and "NAT address pool exhausted" in rejected[0]["reason"]
     assert sorted(b["state"] for b in states.values()) == ["active", "active", "rejected"]
@@ -108,7 +110,7 @@ async def test_rules_go_active_and_away_and_a_rule_naming_another_tenants_networ
         if state is None:
             return rules == []
         return rules if any(x["state"] == state for x in rules) else None
-    [shown] = await eventually(lambda: rules_once("active"))
+    [shown] = await eventually(lambda: rules_once("active"), timeout=PROJECTED_WITHIN_S)
     assert (shown["id"], shown["port_from"], shown["remote_network_id"]) == (rule_id, 5432, web["id"])
     answers = []
     for remote in (foreign["id"], str(uuid.uuid4())):
@@ -120,7 +122,7 @@ async def test_rules_go_active_and_away_and_a_rule_naming_another_tenants_networ
     assert await api.commands_of("network.add_security_rule", tenant) == 1
     gone = await client.delete(f"/v1/networks/{db['id']}/rules/{rule_id}")
     assert gone.status == 202 and gone.body["state"] == "removing"
-    await eventually(lambda: rules_once(None))
+    await eventually(lambda: rules_once(None), timeout=PROJECTED_WITHIN_S)
     assert (await other.delete(f"/v1/networks/{db['id']}/rules/{rule_id}")).status == 404
 
 
@@ -135,7 +137,7 @@ async def test_attachments_are_listed_as_the_service_made_them_and_delete_waits_
     async def listed():
         items = (await client.get(f"/v1/networks/{net['id']}/attachments")).body["items"]
         return items or None
-    [item] = await eventually(listed)
+    [item] = await eventually(listed, timeout=PROJECTED_WITHIN_S)
     async with network.pool.acquire() as conn:
         row = await conn.fetchrow("SELECT id, host(ip_address) AS ip, mac_address::text AS mac FROM attachments "
                                   "WHERE allocation_id=$1", alloc)
@@ -147,7 +149,7 @@ async def test_attachments_are_listed_as_the_service_made_them_and_delete_waits_
 
     async def emptied():
         return (await client.get(f"/v1/networks/{net['id']}/attachments")).body["items"] == []
-    await eventually(emptied)
+    await eventually(emptied, timeout=PROJECTED_WITHIN_S)
     deleting = await client.delete(f"/v1/networks/{net['id']}")
     assert deleting.status == 202 and deleting.body["state"] == "deleting"
     await active(client, net["id"], "deleted")
@@ -163,10 +165,10 @@ async def test_the_implicit_default_network_of_a_first_attach_is_listed_with_its
     async def default_listed():
         items = (await client.get("/v1/networks")).body["items"]
         return items if items and items[0]["state"] == "active" else None
-    [default] = await eventually(default_listed)
+    [default] = await eventually(default_listed, timeout=PROJECTED_WITHIN_S)
     assert (default["name"], default["cidr"], default["gateway_ip"]) == ("default", "10.0.0.0/24", "10.0.0.1")
 
     async def attached():
         return (await client.get(f"/v1/networks/{default['id']}/attachments")).body["items"] or None
-    [item] = await eventually(attached)
+    [item] = await eventually(attached, timeout=PROJECTED_WITHIN_S)
     assert (item["allocation_id"], item["ip_address"], item["node_id"]) == (str(alloc), "10.0.0.2", str(node))

@@ -11,8 +11,8 @@ import aiohttp
 
 from services.gateway.bootstrap import build
 from shared.settings import BusSettings, ServiceSettings
-from tests.integration.test_gateway_harness import (ADMIN_KEY, Api, SseReader, api, eventually,  # noqa: F401
-                                                    gateway_config, start_gateway)
+from tests.support.gateway import ADMIN_KEY, Api, SseReader, gateway_config
+from tests.support.polling import eventually
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -21,7 +21,7 @@ async def test_served_openapi_document_equals_the_committed_contract(api):
     r = await api.anonymous().get("/openapi.json")
     assert r.status == 200 and r.content_type == "application/json"
     committed = json.loads((REPO / "contracts" / "openapi.json").read_text())
-    assert r.body == committed, "regenerate: python -m services.gateway.openapi > contracts/openapi.json"
+    assert r.body == committed, "regenerate: python -m services.gateway.http.openapi > contracts/openapi.json"
     assert r.body["openapi"].startswith("3.1")
 
 
@@ -36,7 +36,7 @@ async def test_dead_letters_lists_the_newest_with_their_dlq_headers_and_decoded_
         assert r.status == 200
         return [i for i in r.body["items"] if isinstance(i["body"], dict) and i["body"].get("marker") == marker
                 and i["headers"].get("Tessera-DLQ-Consumer") == "gateway__allocation_activated"]
-    item = (await eventually(listed))[0]
+    item = (await eventually(listed, timeout=15))[0]
     assert item["headers"]["Tessera-DLQ-Reason"] == "invalid"
     assert item["headers"]["Tessera-DLQ-Subject"] == "allocation.evt.activated"
     assert all(k.startswith("Tessera-DLQ-") for k in item["headers"])
@@ -53,12 +53,14 @@ async def test_ops_event_stream_delivers_new_messages_of_the_chosen_subjects(api
         assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/event-stream")
         sse = SseReader(resp)
         created = (await client.post("/v1/allocations", {"name": "ops", "shape": "vm.1gpu"})).body
-        while True:
+
+        async def next_event() -> tuple[dict, dict]:
             event = await sse.next_event(timeout=10)
             data = json.loads(event["data"])
             assert data["subject"].startswith("allocation.cmd.") or data["subject"] == "gateway.evt.tenant_created"
-            if data["envelope"].get("data", {}).get("allocation_id") == created["id"]:
-                break
+            return event, data
+        event, data = await eventually(next_event, timeout=10, interval=0, what="the allocation's request on the stream",
+                                       until=lambda ev: ev[1]["envelope"].get("data", {}).get("allocation_id") == created["id"])
         assert event["event"] == "allocation.request" and data["stream"] == "TESSERA_ALLOCATION"
         assert event["id"] == f"TESSERA_ALLOCATION:{data['seq']}"
         assert data["envelope"]["tenant_id"] == tenant_id

@@ -4,16 +4,10 @@ from __future__ import annotations
 import json
 import uuid
 
-from tests.conftest import make_envelope, publish_envelope
-from tests.integration.test_gateway_harness import SseReader, api, eventually, start_gateway  # noqa: F401
+from tests.support.gateway import PROJECTED_WITHIN_S, SseReader, publish
+from tests.support.polling import eventually
 
 AT = "2030-01-01T00:00:00Z"
-
-
-async def publish(nc, type_: str, subject: str, data: dict, tenant_id: str):
-    env = make_envelope(type_, data, tenant_id=uuid.UUID(tenant_id), correlation_id=str(data["allocation_id"]))
-    await publish_envelope(nc.jetstream(), subject, env)
-    return env
 
 
 def activated(a: dict, node_id: uuid.UUID) -> dict:
@@ -30,77 +24,77 @@ async def test_activated_event_makes_get_show_active_and_a_late_provisioning_doe
     client, _ = await api.tenant_user()
     a = (await client.post("/v1/allocations", {"name": "p1", "shape": "vm.4gpu"})).body
     node = uuid.uuid4()
-    await publish(nc, "allocation.activated", "allocation.evt.activated", activated(a, node), a["tenant_id"])
+    await publish(nc, "allocation.activated", activated(a, node), a["tenant_id"])
 
     async def state():
         r = await client.get(f"/v1/allocations/{a['id']}")
         return r.body if r.body["state"] == "ACTIVE" else None
-    shown = await eventually(state)
+    shown = await eventually(state, timeout=PROJECTED_WITHIN_S)
     assert shown["node_id"] == str(node)
-    late = await publish(nc, "allocation.provisioning", "allocation.evt.provisioning",
+    late = await publish(nc, "allocation.provisioning",
                          {"allocation_id": a["id"], "tenant_id": a["tenant_id"], "state": "PROVISIONING", "at": AT,
                           "saga_id": uuid.uuid4()}, a["tenant_id"])
-    await eventually(lambda: recorded(api, late))
+    await eventually(lambda: recorded(api, late), timeout=PROJECTED_WITHIN_S)
     assert (await client.get(f"/v1/allocations/{a['id']}")).body["state"] == "ACTIVE"
 
 
 async def test_failed_event_records_step_and_reason_and_is_terminal(api, nc):
     client, _ = await api.tenant_user()
     a = (await client.post("/v1/allocations", {"name": "p2", "shape": "vm.1gpu"})).body
-    await publish(nc, "allocation.failed", "allocation.evt.failed",
+    await publish(nc, "allocation.failed",
                   {"allocation_id": a["id"], "tenant_id": a["tenant_id"], "state": "FAILED", "at": AT,
                    "failed_step": "reserve_slots", "reason": "no capacity"}, a["tenant_id"])
 
     async def failed():
         r = await client.get(f"/v1/allocations/{a['id']}")
         return r.body if r.body["state"] == "FAILED" else None
-    shown = await eventually(failed)
+    shown = await eventually(failed, timeout=PROJECTED_WITHIN_S)
     assert shown["failed_step"] == "reserve_slots" and shown["reason"] == "no capacity"
-    late = await publish(nc, "allocation.activated", "allocation.evt.activated", activated(a, uuid.uuid4()), a["tenant_id"])
-    await eventually(lambda: recorded(api, late))
+    late = await publish(nc, "allocation.activated", activated(a, uuid.uuid4()), a["tenant_id"])
+    await eventually(lambda: recorded(api, late), timeout=PROJECTED_WITHIN_S)
     assert (await client.get(f"/v1/allocations/{a['id']}")).body["state"] == "FAILED"
 
 
 async def test_release_events_take_the_allocation_to_released(api, nc):
     client, _ = await api.tenant_user()
     a = (await client.post("/v1/allocations", {"name": "p3", "shape": "vm.1gpu"})).body
-    await publish(nc, "allocation.activated", "allocation.evt.activated", activated(a, uuid.uuid4()), a["tenant_id"])
+    await publish(nc, "allocation.activated", activated(a, uuid.uuid4()), a["tenant_id"])
     saga = uuid.uuid4()
     # released may overtake release_requested; the view still ends RELEASED
-    await publish(nc, "allocation.released", "allocation.evt.released",
+    await publish(nc, "allocation.released",
                   {"allocation_id": a["id"], "tenant_id": a["tenant_id"], "state": "RELEASED", "at": AT, "saga_id": saga,
                    "step": "mark_released", "idempotency_key": f"{saga}:mark_released"}, a["tenant_id"])
-    rr = await publish(nc, "allocation.release_requested", "allocation.evt.release_requested",
+    rr = await publish(nc, "allocation.release_requested",
                        {"allocation_id": a["id"], "tenant_id": a["tenant_id"], "state": "RELEASING", "at": AT,
                         "requested_by": uuid.uuid4()}, a["tenant_id"])
-    await eventually(lambda: recorded(api, rr))
+    await eventually(lambda: recorded(api, rr), timeout=PROJECTED_WITHIN_S)
 
     async def released():
         return (await client.get(f"/v1/allocations/{a['id']}")).body["state"] == "RELEASED"
-    await eventually(released)
+    await eventually(released, timeout=PROJECTED_WITHIN_S)
     assert (await client.delete(f"/v1/allocations/{a['id']}")).status == 202
 
 
 async def test_allocation_requested_from_elsewhere_appears_in_the_tenants_list(api, nc):
     client, tenant_id = await api.tenant_user()
     allocation_id = str(uuid.uuid4())
-    await publish(nc, "allocation.requested", "allocation.evt.requested",
+    await publish(nc, "allocation.requested",
                   {"allocation_id": allocation_id, "tenant_id": tenant_id, "state": "REQUESTED", "at": AT,
                    "user_id": uuid.uuid4(), "name": "elsewhere", "shape": "vm.8gpu", "gpu_count": 8, "volume_gb": 0}, tenant_id)
 
     async def listed():
         return allocation_id in {i["id"] for i in (await client.get("/v1/allocations")).body["items"]}
-    await eventually(listed)
+    await eventually(listed, timeout=PROJECTED_WITHIN_S)
 
 
 async def test_event_stream_replays_stored_events_then_delivers_live_ones(api, nc):
     client, _ = await api.tenant_user()
     a = (await client.post("/v1/allocations", {"name": "sse", "shape": "vm.2gpu"})).body
     saga = uuid.uuid4()
-    stored = await publish(nc, "allocation.provisioning", "allocation.evt.provisioning",
+    stored = await publish(nc, "allocation.provisioning",
                            {"allocation_id": a["id"], "tenant_id": a["tenant_id"], "state": "PROVISIONING", "at": AT,
                             "saga_id": saga}, a["tenant_id"])
-    await eventually(lambda: recorded(api, stored))
+    await eventually(lambda: recorded(api, stored), timeout=PROJECTED_WITHIN_S)
     async with client.http.get(a["links"]["events"], headers={"Authorization": f"Bearer {client.token}"}) as resp:
         assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/event-stream")
         sse = SseReader(resp)
@@ -108,12 +102,12 @@ async def test_event_stream_replays_stored_events_then_delivers_live_ones(api, n
         assert first["id"] == str(stored.id) and first["event"] == "allocation.provisioning"
         assert json.loads(first["data"])["data"]["saga_id"] == str(saga)
         # live: a saga step (the stream polls only every 30 s here, so this arrives through NOTIFY)
-        step = await publish(nc, "saga.step_changed", "saga.evt.step_changed",
+        step = await publish(nc, "saga.step_changed",
                              {"saga_id": saga, "kind": "allocate", "allocation_id": a["id"], "step": "reserve_slots",
                               "status": "succeeded", "attempt": 1}, a["tenant_id"])
         second = await sse.next_event(timeout=10)
         assert second["id"] == str(step.id) and second["event"] == "saga.step_changed"
-        live = await publish(nc, "allocation.activated", "allocation.evt.activated", activated(a, uuid.uuid4()), a["tenant_id"])
+        live = await publish(nc, "allocation.activated", activated(a, uuid.uuid4()), a["tenant_id"])
         third = await sse.next_event(timeout=10)
         assert third["id"] == str(live.id) and json.loads(third["data"])["type"] == "allocation.activated"
     # a reconnect with Last-Event-ID resumes after that event
@@ -132,11 +126,9 @@ async def test_node_registration_is_sent_to_the_scheduler_and_shows_registered_o
     hits = await commands.wait_for(lambda i: i[1]["data"]["node_id"] == node_id)
     assert hits[0][1]["data"]["gpu_count"] == 8 and hits[0][1]["data"]["name"] == name
     assert (await admin.post("/v1/nodes", {"name": name, "gpu_model": "H100", "gpu_count": 8})).status == 409
-    env = make_envelope("scheduler.node_registered", {"node_id": node_id, "name": name, "gpu_model": "H100", "gpu_count": 8},
-                        correlation_id=node_id)
-    await publish_envelope(nc.jetstream(), "scheduler.evt.node_registered", env)
+    await publish(nc, "scheduler.node_registered", {"node_id": node_id, "name": name, "gpu_model": "H100", "gpu_count": 8})
 
     async def registered():
         nodes = {n["id"]: n for n in (await admin.get("/v1/nodes")).body["items"]}
         return nodes.get(node_id, {}).get("status") == "registered"
-    await eventually(registered)
+    await eventually(registered, timeout=PROJECTED_WITHIN_S)

@@ -4,57 +4,16 @@ from __future__ import annotations
 
 import uuid
 
-from shared.contract import load_catalog
-from tests.conftest import make_envelope, publish_envelope
-from tests.integration.test_gateway_harness import api, eventually, start_gateway  # noqa: F401
-
-SLOT_MAP = {"slots": [{"index": i, "gpu_pci": f"0000:{i:02x}:00.0", "numa": i // 4, "wipe_policy": "nvme-format"}
-                      for i in range(8)]}
-DEFAULT_SHAPES = {"vm.1gpu": ("vm", 1), "vm.2gpu": ("vm", 2), "vm.4gpu": ("vm", 4), "vm.8gpu": ("vm", 8),
-                  "bm.8gpu": ("bare_metal", 8)}
-
-
-async def publish(nc, type_: str, data: dict, *, tenant_id: str | None = None):
-    """Play the scheduler: publish one of its events on its contract subject; returns the envelope."""
-    env = make_envelope(type_, data, tenant_id=uuid.UUID(tenant_id) if tenant_id else None,
-                        correlation_id=str(data.get("allocation_id") or data.get("node_id") or uuid.uuid4()))
-    await publish_envelope(nc.jetstream(), load_catalog().message(type_).subject, env)
-    return env
-
-
-async def handled(api, env) -> bool:
-    """The gateway's consumer processed the event (the inbox row is written with its effect)."""
-    return bool(await api.scalar("SELECT 1 FROM inbox WHERE event_id=$1", env.id))
-
-
-async def outbox_count(api, type_: str, key: str, value: str) -> int:
-    return await api.scalar("SELECT count(*) FROM outbox WHERE type=$1 "
-                            "AND convert_from(body, 'UTF8')::jsonb->'data'->>$2 = $3", type_, key, value)
-
-
-def node_doc(node_id: str, name: str, version: int, **over) -> dict:
-    doc = {"node_id": node_id, "name": name, "status": "pending_approval", "pool": "shared", "region": "eu-1",
-           "site": "fra-1", "rack": "r12", "gpu_model": "H100", "gpu_count": 8, "labels": {"hw": "hgx"}, "taints": {},
-           "cordoned": False, "proposal": 1, "proposed_slot_map": SLOT_MAP, "approved_slot_map": None, "review": [],
-           "free_slots": 0, "version": version}
-    doc.update(over)
-    return doc
+from tests.support.gateway import (DEFAULT_SHAPES, PROJECTED_WITHIN_S, SLOT_MAP, ensure_default_shapes, node_doc,
+                                   outbox_count, project, publish)
+from tests.support.polling import eventually
 
 
 async def node_with_document(api, nc, **over) -> tuple[str, str]:
     """A node the scheduler has published (pending approval of proposal 1 unless overridden)."""
     node_id, name = str(uuid.uuid4()), f"node-{uuid.uuid4().hex[:8]}"
-    env = await publish(nc, "scheduler.node_changed", node_doc(node_id, name, over.pop("version", 1), **over))
-    await eventually(lambda: handled(api, env))
+    await project(api, nc, "scheduler.node_changed", node_doc(node_id, name, over.pop("version", 1), **over))
     return node_id, name
-
-
-async def ensure_default_shapes(api, nc) -> None:
-    """The scheduler's seeded shapes are in the catalog, so publishing other shapes never hides the defaults
-    from the rest of the session (a stale version is simply ignored)."""
-    for name, (kind, count) in DEFAULT_SHAPES.items():
-        env = await publish(nc, "scheduler.shape_changed", {"name": name, "kind": kind, "gpu_count": count, "version": 1})
-        await eventually(lambda env=env: handled(api, env))
 
 
 # --- nodes -----------------------------------------------------------------------------------------
@@ -80,9 +39,8 @@ async def test_approving_a_stale_proposal_or_a_node_not_pending_is_409_naming_th
     r = await admin.post(f"/v1/nodes/{node_id}/approve", {"proposal": 1})
     assert r.status == 409 and r.content_type == "application/problem+json"
     assert r.body["current_proposal"] == 2 and r.body["node_status"] == "pending_approval"
-    env = await publish(nc, "scheduler.node_changed", node_doc(node_id, name, 2, status="schedulable", proposal=None,
-                                                                 approved_slot_map=SLOT_MAP, free_slots=8))
-    await eventually(lambda: handled(api, env))
+    await project(api, nc, "scheduler.node_changed", node_doc(node_id, name, 2, status="schedulable", proposal=None,
+                                                               approved_slot_map=SLOT_MAP, free_slots=8))
     r = await admin.post(f"/v1/nodes/{node_id}/approve", {"proposal": 2})
     assert r.status == 409 and r.body["node_status"] == "schedulable"
     assert await outbox_count(api, "scheduler.approve_slot_map", "node_id", node_id) == 0
@@ -135,13 +93,12 @@ async def test_an_older_node_document_or_a_late_registration_never_overwrites_a_
                                                                    review=["gpu 3 missing"]))
     late = await publish(nc, "scheduler.node_registered", {"node_id": node_id, "name": name, "gpu_model": "H100",
                                                            "gpu_count": 8})
-    await eventually(lambda: handled(api, stale))
-    await eventually(lambda: handled(api, late))
+    await eventually(lambda: api.handled(stale), timeout=PROJECTED_WITHIN_S)
+    await eventually(lambda: api.handled(late), timeout=PROJECTED_WITHIN_S)
     doc = (await admin.get(f"/v1/nodes/{node_id}")).body
     assert (doc["status"], doc["version"], doc["review"], doc["free_slots"]) == ("schedulable", 3, [], 8)
-    newer = await publish(nc, "scheduler.node_changed", node_doc(node_id, name, 4, status="needs_review",
-                                                                   review=["gpu 3 missing"]))
-    await eventually(lambda: handled(api, newer))
+    await project(api, nc, "scheduler.node_changed", node_doc(node_id, name, 4, status="needs_review",
+                                                               review=["gpu 3 missing"]))
     doc = (await admin.get(f"/v1/nodes/{node_id}")).body
     assert (doc["status"], doc["review"]) == ("needs_review", ["gpu 3 missing"])
 
@@ -149,9 +106,8 @@ async def test_an_older_node_document_or_a_late_registration_never_overwrites_a_
 async def test_a_rejected_admin_command_is_shown_on_the_node(api, nc):
     admin = await api.admin()
     node_id, _ = await node_with_document(api, nc)
-    env = await publish(nc, "scheduler.admin_command_rejected", {"command": "scheduler.approve_slot_map",
-                                                                 "target": node_id, "reason": "slot 3 has no wipe policy"})
-    await eventually(lambda: handled(api, env))
+    await project(api, nc, "scheduler.admin_command_rejected", {"command": "scheduler.approve_slot_map",
+                                                                "target": node_id, "reason": "slot 3 has no wipe policy"})
     rejection = (await admin.get(f"/v1/nodes/{node_id}")).body["last_rejection"]
     assert rejection["reason"] == "slot 3 has no wipe policy" and rejection["command"] == "scheduler.approve_slot_map"
 
@@ -168,9 +124,8 @@ async def test_pool_definition_is_sent_and_the_list_shows_the_newest_document(ap
     hits = await commands.wait_for(lambda i: i[1]["data"]["name"] == name)
     assert hits[0][1]["data"] == {"name": name, **body}
     for version, policy in ((2, "spread"), (1, "pack")):
-        env = await publish(nc, "scheduler.pool_changed", {"name": name, "policy": policy, "taints": {},
-                                                           "description": "", "version": version})
-        await eventually(lambda env=env: handled(api, env))
+        await project(api, nc, "scheduler.pool_changed", {"name": name, "policy": policy, "taints": {},
+                                                          "description": "", "version": version})
     pools = {p["name"]: p for p in (await admin.get("/v1/pools")).body["items"]}
     assert pools[name]["version"] == 2 and pools[name]["policy"] == "spread"
     assert (await user.get("/v1/pools")).status == 403
@@ -193,8 +148,7 @@ async def test_shapes_are_listed_to_any_caller_and_defined_or_deleted_by_provide
     assert r.status == 202 and r.body["name"] == name and r.body["deleted"] is False
     hits = await commands.wait_for(lambda i: i[1]["data"]["name"] == name)
     assert hits[0][1]["data"] == {"name": name, **body, "deleted": False}
-    env = await publish(nc, "scheduler.shape_changed", {"name": name, **body, "version": 1})
-    await eventually(lambda: handled(api, env))
+    await project(api, nc, "scheduler.shape_changed", {"name": name, **body, "version": 1})
     listed = {s["name"]: s for s in (await user.get("/v1/shapes")).body["items"]}
     assert set(DEFAULT_SHAPES) <= set(listed) and listed[name]["mig_profile"] == "1g.10gb"
     assert (await api.anonymous().get("/v1/shapes")).status == 401

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from tests.integration.test_gateway_harness import api, eventually, start_gateway  # noqa: F401
-from tests.integration.test_gateway_scheduling import ensure_default_shapes, handled, publish
+from tests.support.gateway import ensure_default_shapes, project
 
 AT = "2030-01-01T00:00:00Z"
 
@@ -14,12 +13,6 @@ def reply(a: dict, **data) -> dict:
     saga = data.pop("saga_id", uuid.uuid4())
     return {"saga_id": saga, "step": "reserve_slots", "idempotency_key": f"{saga}:reserve_slots",
             "allocation_id": a["id"], **data}
-
-
-async def project(api, nc, type_: str, data: dict, tenant_id: str):
-    env = await publish(nc, type_, data, tenant_id=tenant_id)
-    await eventually(lambda: handled(api, env))
-    return env
 
 
 async def shown(client, a: dict) -> dict:

@@ -4,19 +4,13 @@ from __future__ import annotations
 
 import uuid
 
-from tests.integration.test_gateway_harness import api, eventually, start_gateway  # noqa: F401
-from tests.integration.test_gateway_scheduling import handled, node_doc, outbox_count, publish
+from tests.support.gateway import node_doc, outbox_count, project
 
 
 def quota(tenant_id: str, pool: str, limit: int, used: int, version: int, *, model: str = "H100",
           user_id: str | None = None, guaranteed: int = 0) -> dict:
     return {"tenant_id": tenant_id, "gpu_model": model, "pool": pool, "user_id": user_id, "limit": limit,
             "guaranteed": guaranteed, "used": used, "version": version}
-
-
-async def project(api, nc, type_: str, data: dict) -> None:
-    env = await publish(nc, type_, data)
-    await eventually(lambda: handled(api, env))
 
 
 async def pool_with_nodes(api, nc, *models: str) -> str:

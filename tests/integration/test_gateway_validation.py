@@ -8,8 +8,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from services.gateway.problems import problems_middleware
-from tests.integration.test_gateway_harness import api, start_gateway  # noqa: F401
+from services.gateway.http.problems import problems_middleware
 
 GOOD = {"name": "ok", "shape": "vm.1gpu"}
 BIG = json.dumps({"name": "big", "shape": "vm.1gpu", "labels": {"x": "y" * 200}, "pad": "z" * (70 * 1024)})

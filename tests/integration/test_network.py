@@ -2,7 +2,6 @@
 addresses, exhaustion, tombstones, redelivery, dead-lettering, and concurrent attaches."""
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import random
 import uuid
@@ -14,33 +13,10 @@ from services.network import handlers
 from services.network.bootstrap import build
 from services.network.contracts import AttachNetwork
 from services.network.domain.model import NetworkPlan, VniPool
-from shared.unit_of_work import UnitOfWork
 from shared.wire import step_key
-from tests.conftest import make_envelope, wait_handled
-from tests.conftest import send_command as send
-
-STREAM = "TESSERA_NETWORK"
-
-
-
-
-async def handled(js, type_: str, seq: int, timeout: float = 20.0) -> None:
-    await wait_handled(js, "network", type_, seq, timeout)
-
-
-def attach_cmd(alloc: uuid.UUID, tenant: uuid.UUID, saga: uuid.UUID | None = None) -> dict:
-    saga = saga or uuid.uuid4()
-    return {"saga_id": saga, "step": "attach_network", "idempotency_key": step_key(saga, "attach_network"),
-            "allocation_id": alloc, "tenant_id": tenant, "node_id": uuid.uuid4()}
-
-
-def detach_cmd(alloc: uuid.UUID, tenant: uuid.UUID, saga: uuid.UUID, compensates: str | None = None) -> dict:
-    return {"saga_id": saga, "step": "detach_network", "idempotency_key": step_key(saga, "detach_network"),
-            "allocation_id": alloc, "tenant_id": tenant, "compensates": compensates}
-
-
-def of(alloc: uuid.UUID, type_: str):
-    return lambda i: i[1]["type"] == type_ and i[1]["data"]["allocation_id"] == str(alloc)
+from tests.support.bus import caused_by, of, send_command as send, wait_handled
+from tests.support.commands import attach_cmd, detach_cmd
+from tests.support.concurrency import run_handler_concurrently
 
 
 async def attach(js, events, alloc: uuid.UUID, tenant: uuid.UUID) -> dict:
@@ -63,7 +39,7 @@ async def test_attach_delivered_twice_gives_one_attachment_with_the_first_addres
     env, _ = await send(js, "network.attach_network", attach_cmd(alloc, tenant))
     _, seq = await send(js, "network.attach_network", {}, env=env, msg_id=f"again-{env.id}")
     [hit] = await events.wait_for(of(alloc, "network.network_attached"))
-    await handled(js, "network.attach_network", seq)
+    await wait_handled(js, "network", "network.attach_network", seq)
     data = hit[1]["data"]
     assert data["ip_address"] == "10.0.0.2" and data["vni"] >= 10_000   # 10.0.0.1 is the network's gateway
     [row] = await attachments(rt, allocation_id=alloc)
@@ -97,7 +73,7 @@ async def test_detach_deletes_the_attachment_idempotently_and_frees_its_address(
     saga = uuid.uuid4()
     for _ in range(2):
         env, _ = await send(js, "network.detach_network", detach_cmd(first, tenant, saga))
-        [hit] = await events.wait_for(lambda i, sent=env: i[1].get("causation_id") == str(sent.id))
+        [hit] = await events.wait_for(caused_by(env))
         assert hit[1]["type"] == "network.network_detached"
     assert await attachments(rt, allocation_id=first) == []
     again = await attach(js, events, uuid.uuid4(), tenant)
@@ -147,18 +123,8 @@ async def test_concurrent_attaches_never_give_an_address_or_a_vni_twice(run_serv
     tenants = [uuid.uuid4() for _ in range(3)]
     cmds = [AttachNetwork(**attach_cmd(uuid.uuid4(), t)) for t in tenants for _ in range(8)]
     random.shuffle(cmds)
-    dsn = await provision("network")
-    conns = [await asyncpg.connect(dsn) for _ in cmds]   # one connection (one transaction) per attach
-
-    async def run(conn: asyncpg.Connection, cmd: AttachNetwork) -> None:
-        env = make_envelope("network.attach_network", cmd.model_dump(mode="json"))
-        async with conn.transaction():
-            await handlers.attach_network(UnitOfWork(conn, rt.outbox, name="test", causation=env), cmd, plan=NetworkPlan())
-
-    try:
-        await asyncio.gather(*(run(conn, cmd) for conn, cmd in zip(conns, cmds, strict=True)))
-    finally:
-        await asyncio.gather(*(conn.close() for conn in conns))
+    await run_handler_concurrently(rt, await provision("network"), "network.attach_network", cmds,   # one transaction each
+                                   lambda uow, cmd: handlers.attach_network(uow, cmd, plan=NetworkPlan()))
     vnis = set()
     for tenant in tenants:
         rows = await attachments(rt, tenant_id=tenant)

@@ -2,36 +2,18 @@
 once (one connection each) against PostgreSQL, through the service's own handlers."""
 from __future__ import annotations
 
-import asyncio
 import random
 import uuid
 
-import asyncpg
-
-from services.network import handlers, management
+from services.network import handlers
 from services.network.bootstrap import build
 from services.network.contracts import AttachNetwork, CreateNetwork
 from services.network.domain.model import NetworkPlan
-from shared.unit_of_work import UnitOfWork
-from tests.conftest import make_envelope
-from tests.integration.test_network import attach_cmd
+from services.network.handlers import management
+from tests.support.commands import attach_cmd
+from tests.support.concurrency import run_handler_concurrently
 
 N = 50
-
-
-async def run_all(rt, provision, type_: str, cmds: list, handler) -> None:
-    """Run each command's handler in its own connection and transaction, all at once."""
-    conns = [await asyncpg.connect(await provision("network")) for _ in cmds]
-
-    async def run(conn: asyncpg.Connection, cmd) -> None:
-        env = make_envelope(type_, cmd.model_dump(mode="json"))
-        async with conn.transaction():
-            await handler(UnitOfWork(conn, rt.outbox, name="test", causation=env), cmd)
-
-    try:
-        await asyncio.gather(*(run(conn, cmd) for conn, cmd in zip(conns, cmds, strict=True)))
-    finally:
-        await asyncio.gather(*(conn.close() for conn in conns))
 
 
 async def test_fifty_concurrent_network_creations_never_share_a_vni_nat_address_vrf_or_pkey(run_service, provision):
@@ -42,8 +24,8 @@ async def test_fifty_concurrent_network_creations_never_share_a_vni_nat_address_
     cmds = [CreateNetwork(network_id=uuid.uuid4(), tenant_id=t, name="a", cidr="10.0.0.0/24") for t in tenants]
     cmds += [CreateNetwork(network_id=uuid.uuid4(), tenant_id=t, name="b", cidr="10.1.0.0/24") for t in tenants[:10]]
     random.shuffle(cmds)
-    await run_all(rt, provision, "network.create_network", cmds,
-                  lambda ctx, cmd: management.create_network(ctx, cmd, plan=plan))
+    await run_handler_concurrently(rt, await provision("network"), "network.create_network", cmds,
+                                   lambda ctx, cmd: management.create_network(ctx, cmd, plan=plan))
     async with rt.pool.acquire() as conn:
         nets = await conn.fetch("SELECT id, vni, host(nat_address) AS nat FROM tenant_networks WHERE tenant_id = ANY($1::uuid[])",
                                 tenants)
@@ -62,8 +44,8 @@ async def test_fifty_concurrent_attachments_get_distinct_addresses_macs_and_guid
     plan = NetworkPlan()
     tenant = uuid.uuid4()
     cmds = [AttachNetwork(**attach_cmd(uuid.uuid4(), tenant)) for _ in range(N)]   # the default network, created once
-    await run_all(rt, provision, "network.attach_network", cmds,
-                  lambda ctx, cmd: handlers.attach_network(ctx, cmd, plan=plan))
+    await run_handler_concurrently(rt, await provision("network"), "network.attach_network", cmds,
+                                   lambda ctx, cmd: handlers.attach_network(ctx, cmd, plan=plan))
     async with rt.pool.acquire() as conn:
         rows = await conn.fetch("SELECT host(a.ip_address) AS ip, a.mac_address, a.guid FROM attachments a "
                                 "JOIN tenant_networks n ON n.id = a.network_id WHERE n.tenant_id=$1", tenant)

@@ -9,7 +9,7 @@ from functools import partial
 
 from services.network.bootstrap import build, fabric_from_env
 from services.network.domain.model import LeafMap, NetworkPlan
-from tests.integration.test_network_tenants import Net
+from tests.support.network import Net
 
 NODE_1, NODE_2 = uuid.uuid4(), uuid.uuid4()
 LEAF = f"leaf-{uuid.uuid4().hex[:8]}"   # a leaf of this test alone: its VLAN pool starts empty

@@ -14,10 +14,11 @@ import aiohttp
 import pytest
 
 from services.node_agent.bootstrap import build
-from services.node_agent.drivers import SimDriver
+from services.node_agent.adapters.drivers import SimDriver
 from shared.settings import BusSettings
 from shared.wire import step_key
-from tests.conftest import make_envelope
+from tests.support.bus import of, send_to_node as send, wait_acked
+from tests.support.commands import deprovision_node_cmd, provision_node_cmd
 
 STREAM = "TESSERA_NODE_AGENT"
 REPO = Path(__file__).resolve().parents[2]
@@ -47,40 +48,6 @@ def start_node(run_service):
     return _start
 
 
-def provision_cmd(node_id, alloc, saga, *, slots=(0, 1), labels=None) -> dict:
-    return {"saga_id": saga, "step": "provision_node", "idempotency_key": step_key(saga, "provision_node"),
-            "allocation_id": alloc, "tenant_id": uuid.uuid4(), "node_id": node_id, "slots": list(slots),
-            "labels": labels or {}}
-
-
-def deprovision_cmd(node_id, alloc, saga, *, compensates: str | None = None) -> dict:
-    return {"saga_id": saga, "step": "deprovision_node", "idempotency_key": step_key(saga, "deprovision_node"),
-            "allocation_id": alloc, "tenant_id": uuid.uuid4(), "node_id": node_id, "compensates": compensates}
-
-
-async def send(js, verb: str, node_id, data: dict, *, env=None, msg_id: str | None = None):
-    """Publish a command to node_agent.cmd.<verb>.<node_id>; returns (envelope, stream sequence)."""
-    env = env or make_envelope(f"node_agent.{verb}", data, correlation_id=str(data["allocation_id"]))
-    headers = env.headers() | ({"Nats-Msg-Id": msg_id} if msg_id else {})
-    ack = await js.publish(f"node_agent.cmd.{verb}.{node_id}", env.model_dump_json().encode(), headers=headers)
-    return env, ack.seq
-
-
-async def settled(js, durable: str, seq: int, timeout: float = 20.0):
-    """Wait until the consumer has acknowledged everything up to stream sequence ``seq``."""
-    async def _poll():
-        while True:
-            info = await js.consumer_info(STREAM, durable)
-            if info.ack_floor.stream_seq >= seq and info.num_ack_pending == 0:
-                return info
-            await asyncio.sleep(0.05)
-    return await asyncio.wait_for(_poll(), timeout)
-
-
-def reply_to(type_: str, alloc: uuid.UUID):
-    return lambda i: i[1]["type"] == f"node_agent.{type_}" and i[1]["data"]["allocation_id"] == str(alloc)
-
-
 async def gauge(node: Node) -> float:
     async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{node.rt.port}/metrics") as resp:
         text = await resp.text()
@@ -91,12 +58,12 @@ async def gauge(node: Node) -> float:
 async def test_redelivered_provision_command_provisions_once_and_replays_the_same_instance(start_node, nc, watch):
     node, alloc, saga, js = await start_node(), uuid.uuid4(), uuid.uuid4(), nc.jetstream()
     replies = await watch(f"node_agent.evt.*.{node.id}")
-    env, _ = await send(js, "provision", node.id, provision_cmd(node.id, alloc, saga))
+    env, _ = await send(js, "provision", node.id, provision_node_cmd(node.id, alloc, saga))
     # the same envelope under another Nats-Msg-Id: the server cannot dedupe it, the inbox must
     _, seq = await send(js, "provision", node.id, {}, env=env, msg_id=f"again-{env.id}")
-    [first] = await replies.wait_for(reply_to("node_provisioned", alloc))
+    [first] = await replies.wait_for(of(alloc, "node_agent.node_provisioned"))
     assert first[0] == f"node_agent.evt.node_provisioned.{node.id}"
-    await settled(js, node.durable("provision"), seq)
+    await wait_acked(js, STREAM, node.durable("provision"), seq)
     assert len(await node.instances(alloc)) == 1 and await node.rows(alloc) == 1
     async with node.rt.pool.acquire() as conn:
         caused = await conn.fetchval(
@@ -104,7 +71,7 @@ async def test_redelivered_provision_command_provisions_once_and_replays_the_sam
     assert caused == 1
     # a distinct command with the same idempotency key re-answers with the same instance, and the driver is not asked
     node.driver.fail = frozenset({"provision"})
-    env3, _ = await send(js, "provision", node.id, provision_cmd(node.id, alloc, saga))
+    env3, _ = await send(js, "provision", node.id, provision_node_cmd(node.id, alloc, saga))
     [again] = await replies.wait_for(lambda i: i[1]["causation_id"] == str(env3.id))
     assert again[1]["type"] == "node_agent.node_provisioned"
     assert again[1]["data"]["instance_id"] == first[1]["data"]["instance_id"]
@@ -114,10 +81,10 @@ async def test_deprovision_of_a_key_that_never_ran_makes_its_later_provision_fai
     node, alloc, saga, js = await start_node(), uuid.uuid4(), uuid.uuid4(), nc.jetstream()
     replies = await watch(f"node_agent.evt.*.{node.id}")
     compensates = step_key(saga, "provision_node")
-    await send(js, "deprovision", node.id, deprovision_cmd(node.id, alloc, saga, compensates=compensates))
-    await replies.wait_for(reply_to("node_deprovisioned", alloc))
-    await send(js, "provision", node.id, provision_cmd(node.id, alloc, saga))
-    [failed] = await replies.wait_for(reply_to("node_provision_failed", alloc))
+    await send(js, "deprovision", node.id, deprovision_node_cmd(node.id, alloc, saga, compensates=compensates))
+    await replies.wait_for(of(alloc, "node_agent.node_deprovisioned"))
+    await send(js, "provision", node.id, provision_node_cmd(node.id, alloc, saga))
+    [failed] = await replies.wait_for(of(alloc, "node_agent.node_provision_failed"))
     assert "compensated" in failed[1]["data"]["reason"]
     assert await node.instances(alloc) == [] and await node.rows(alloc) == 0
 
@@ -126,14 +93,14 @@ async def test_node_agent_ignores_commands_for_another_node_which_stay_for_that_
     here, js = await start_node(), nc.jetstream()
     other_id, other_alloc, mine = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
     replies = await watch("node_agent.evt.>")
-    await send(js, "provision", other_id, provision_cmd(other_id, other_alloc, uuid.uuid4()))
-    _, seq = await send(js, "provision", here.id, provision_cmd(here.id, mine, uuid.uuid4()))
-    await replies.wait_for(reply_to("node_provisioned", mine))
-    info = await settled(js, here.durable("provision"), seq)
+    await send(js, "provision", other_id, provision_node_cmd(other_id, other_alloc, uuid.uuid4()))
+    _, seq = await send(js, "provision", here.id, provision_node_cmd(here.id, mine, uuid.uuid4()))
+    await replies.wait_for(of(mine, "node_agent.node_provisioned"))
+    info = await wait_acked(js, STREAM, here.durable("provision"), seq)
     assert info.delivered.consumer_seq == 1          # only its own command was ever delivered to this node
     assert await here.instances(other_alloc) == [] and await here.rows(other_alloc) == 0
     other = await start_node(node_id=other_id)       # the other node's consumer, created later, still gets it
-    [hit] = await replies.wait_for(reply_to("node_provisioned", other_alloc))
+    [hit] = await replies.wait_for(of(other_alloc, "node_agent.node_provisioned"))
     assert hit[0] == f"node_agent.evt.node_provisioned.{other_id}"
     assert len(await other.instances(other_alloc)) == 1 and await other.rows(other_alloc) == 1
 
@@ -141,8 +108,8 @@ async def test_node_agent_ignores_commands_for_another_node_which_stay_for_that_
 async def test_driver_failure_replies_provision_failed_with_the_drivers_message_and_records_nothing(start_node, nc, watch):
     node, alloc, saga = await start_node(SimDriver(fail=["provision"])), uuid.uuid4(), uuid.uuid4()
     replies = await watch(f"node_agent.evt.*.{node.id}")
-    await send(nc.jetstream(), "provision", node.id, provision_cmd(node.id, alloc, saga))
-    [failed] = await replies.wait_for(reply_to("node_provision_failed", alloc))
+    await send(nc.jetstream(), "provision", node.id, provision_node_cmd(node.id, alloc, saga))
+    [failed] = await replies.wait_for(of(alloc, "node_agent.node_provision_failed"))
     assert failed[1]["data"]["reason"] == "sim driver: injected failure of provision"
     assert await node.rows(alloc) == 0 and await node.instances(alloc) == []
 
@@ -150,8 +117,8 @@ async def test_driver_failure_replies_provision_failed_with_the_drivers_message_
 async def test_provision_without_slots_fails_clearly_and_leaves_nothing(start_node, nc, watch):
     node, alloc = await start_node(), uuid.uuid4()
     replies = await watch(f"node_agent.evt.*.{node.id}")
-    await send(nc.jetstream(), "provision", node.id, provision_cmd(node.id, alloc, uuid.uuid4(), slots=()))
-    [failed] = await replies.wait_for(reply_to("node_provision_failed", alloc))
+    await send(nc.jetstream(), "provision", node.id, provision_node_cmd(node.id, alloc, uuid.uuid4(), slots=()))
+    [failed] = await replies.wait_for(of(alloc, "node_agent.node_provision_failed"))
     assert "no slots" in failed[1]["data"]["reason"]
     assert await node.rows(alloc) == 0 and await node.instances(alloc) == []
 
@@ -160,8 +127,8 @@ async def test_fault_label_fails_the_step_only_when_sim_faults_are_on(start_node
     node, alloc = await start_node(sim_faults=True), uuid.uuid4()
     replies = await watch(f"node_agent.evt.*.{node.id}")
     labels = {"sim.tessera.io/fault": "provision_node=fail"}
-    await send(nc.jetstream(), "provision", node.id, provision_cmd(node.id, alloc, uuid.uuid4(), labels=labels))
-    [failed] = await replies.wait_for(reply_to("node_provision_failed", alloc))
+    await send(nc.jetstream(), "provision", node.id, provision_node_cmd(node.id, alloc, uuid.uuid4(), labels=labels))
+    [failed] = await replies.wait_for(of(alloc, "node_agent.node_provision_failed"))
     assert "injected fault at provision_node" in failed[1]["data"]["reason"]
     assert await node.instances(alloc) == []
 
@@ -183,9 +150,9 @@ async def test_a_slow_provision_does_not_block_other_commands_to_the_node(start_
     node, allocs = await start_node(RendezvousDriver(3)), [uuid.uuid4() for _ in range(3)]
     replies = await watch(f"node_agent.evt.*.{node.id}")
     for alloc in allocs:
-        await send(nc.jetstream(), "provision", node.id, provision_cmd(node.id, alloc, uuid.uuid4()))
+        await send(nc.jetstream(), "provision", node.id, provision_node_cmd(node.id, alloc, uuid.uuid4()))
     for alloc in allocs:
-        await replies.wait_for(reply_to("node_provisioned", alloc))
+        await replies.wait_for(of(alloc, "node_agent.node_provisioned"))
 
 
 class SignallingDriver(SimDriver):
@@ -203,11 +170,13 @@ class SignallingDriver(SimDriver):
 async def test_compensation_arriving_while_the_provision_is_in_the_driver_leaves_nothing_behind(start_node, nc, watch):
     node, alloc, saga, js = await start_node(SignallingDriver(1.5)), uuid.uuid4(), uuid.uuid4(), nc.jetstream()
     replies = await watch(f"node_agent.evt.*.{node.id}")
-    await send(js, "provision", node.id, provision_cmd(node.id, alloc, saga))
+    await send(js, "provision", node.id, provision_node_cmd(node.id, alloc, saga))
     await asyncio.wait_for(node.driver.entered.wait(), 20)
-    await send(js, "deprovision", node.id, deprovision_cmd(node.id, alloc, saga, compensates=step_key(saga, "provision_node")))
-    await replies.wait_for(reply_to("node_deprovisioned", alloc))
-    await replies.wait_for(lambda i: reply_to("node_provisioned", alloc)(i) or reply_to("node_provision_failed", alloc)(i))
+    undo = deprovision_node_cmd(node.id, alloc, saga, compensates=step_key(saga, "provision_node"))
+    await send(js, "deprovision", node.id, undo)
+    await replies.wait_for(of(alloc, "node_agent.node_deprovisioned"))
+    provisioned, refused = of(alloc, "node_agent.node_provisioned"), of(alloc, "node_agent.node_provision_failed")
+    await replies.wait_for(lambda i: provisioned(i) or refused(i))
     assert await node.instances(alloc) == [] and await node.rows(alloc) == 0
 
 
@@ -215,9 +184,9 @@ async def test_provision_slower_than_ack_wait_is_kept_alive_by_heartbeats_not_re
     bus = BusSettings(ack_wait_s=1.5, max_deliver=3, retry_backoff_s=[0.05])
     node, alloc, js = await start_node(SimDriver({"provision": 3.5}), bus=bus), uuid.uuid4(), nc.jetstream()
     replies = await watch(f"node_agent.evt.*.{node.id}")
-    _, seq = await send(js, "provision", node.id, provision_cmd(node.id, alloc, uuid.uuid4()))
-    await replies.wait_for(reply_to("node_provisioned", alloc))
-    info = await settled(js, node.durable("provision"), seq)
+    _, seq = await send(js, "provision", node.id, provision_node_cmd(node.id, alloc, uuid.uuid4()))
+    await replies.wait_for(of(alloc, "node_agent.node_provisioned"))
+    info = await wait_acked(js, STREAM, node.durable("provision"), seq)
     assert (info.num_redelivered, info.delivered.consumer_seq) == (0, 1)
 
 
@@ -225,11 +194,11 @@ async def test_deprovision_removes_instance_and_row_and_the_gauge_follows(start_
     node, kept, gone, js = await start_node(), uuid.uuid4(), uuid.uuid4(), nc.jetstream()
     replies = await watch(f"node_agent.evt.*.{node.id}")
     for alloc in (kept, gone):
-        await send(js, "provision", node.id, provision_cmd(node.id, alloc, uuid.uuid4()))
-        await replies.wait_for(reply_to("node_provisioned", alloc))
+        await send(js, "provision", node.id, provision_node_cmd(node.id, alloc, uuid.uuid4()))
+        await replies.wait_for(of(alloc, "node_agent.node_provisioned"))
     assert await gauge(node) == 2
-    await send(js, "deprovision", node.id, deprovision_cmd(node.id, gone, uuid.uuid4()))
-    await replies.wait_for(reply_to("node_deprovisioned", gone))
+    await send(js, "deprovision", node.id, deprovision_node_cmd(node.id, gone, uuid.uuid4()))
+    await replies.wait_for(of(gone, "node_agent.node_deprovisioned"))
     assert await node.rows(gone) == 0 and await node.instances(gone) == []
     assert await node.rows(kept) == 1 and await gauge(node) == 1
     async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{node.rt.port}/readyz") as resp:
@@ -240,10 +209,10 @@ async def test_deprovision_the_driver_cannot_do_is_dead_lettered_and_keeps_the_i
     node, alloc, js = await start_node(), uuid.uuid4(), nc.jetstream()
     replies = await watch(f"node_agent.evt.*.{node.id}")
     dead = await watch(f"deadletter.node_agent.{node.durable('deprovision')}")
-    await send(js, "provision", node.id, provision_cmd(node.id, alloc, uuid.uuid4()))
-    await replies.wait_for(reply_to("node_provisioned", alloc))
+    await send(js, "provision", node.id, provision_node_cmd(node.id, alloc, uuid.uuid4()))
+    await replies.wait_for(of(alloc, "node_agent.node_provisioned"))
     node.driver.fail = frozenset({"deprovision"})
-    await send(js, "deprovision", node.id, deprovision_cmd(node.id, alloc, uuid.uuid4()))
+    await send(js, "deprovision", node.id, deprovision_node_cmd(node.id, alloc, uuid.uuid4()))
     [hit] = await dead.wait_for(lambda i: i[1]["data"]["allocation_id"] == str(alloc))
     assert hit[2]["Tessera-DLQ-Reason"] == "max_deliveries"
     assert "injected failure of deprovision" in hit[2]["Tessera-DLQ-Error"]
@@ -253,7 +222,7 @@ async def test_deprovision_the_driver_cannot_do_is_dead_lettered_and_keeps_the_i
 async def test_command_whose_payload_names_another_node_is_dead_lettered_untouched(start_node, nc, watch):
     node, alloc = await start_node(), uuid.uuid4()
     dead = await watch(f"deadletter.node_agent.{node.durable('provision')}")
-    await send(nc.jetstream(), "provision", node.id, provision_cmd(uuid.uuid4(), alloc, uuid.uuid4()))
+    await send(nc.jetstream(), "provision", node.id, provision_node_cmd(uuid.uuid4(), alloc, uuid.uuid4()))
     [hit] = await dead.wait_for(lambda i: i[1]["data"]["allocation_id"] == str(alloc))
     assert hit[2]["Tessera-DLQ-Reason"] == "rejected" and f"arrived at node {node.id}" in hit[2]["Tessera-DLQ-Error"]
     assert await node.rows(alloc) == 0 and await node.instances(alloc) == []

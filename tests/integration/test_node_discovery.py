@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from services.node_agent.discovery import DiscoveryError, NvmlUnavailable, discover_nvml, discovery_from_env
+from services.node_agent.adapters.discovery import DiscoveryError, NvmlUnavailable, discover_nvml, discovery_from_env
 from services.scheduler.contracts.topology import NodeTopology
 
 

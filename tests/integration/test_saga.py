@@ -5,8 +5,6 @@ participant: it watches the command subjects and publishes reply envelopes.
 """
 from __future__ import annotations
 
-import asyncio
-import time
 import uuid
 from functools import partial
 
@@ -15,7 +13,8 @@ from services.saga.domain.model import Policy
 from services.saga.settings import SagaSettings
 from shared.contract import load_catalog
 from shared.envelope import utcnow
-from tests.conftest import make_envelope, publish_envelope
+from tests.support.bus import make_envelope, publish_envelope
+from tests.support.polling import eventually
 
 COMMANDS = ["allocation.cmd.>", "scheduler.cmd.>", "network.cmd.>", "storage.cmd.>", "node_agent.cmd.>", "billing.cmd.>"]
 # command type -> (success reply, failure reply); undo and release commands have one reply only
@@ -125,16 +124,6 @@ class Participants:
             "allocation.activated": {"tenant_id": self.tenant_id, "state": "ACTIVE", "at": utcnow(), "node_id": self.node_id},
             "allocation.released": {"tenant_id": self.tenant_id, "state": "RELEASED", "at": utcnow()},
         }.get(type_, {})
-
-
-async def eventually(probe, timeout: float = 20.0):
-    """Poll ``probe`` (async, returns a truthy value when done) within a deadline."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := await probe():
-            return value
-        await asyncio.sleep(0.05)
-    raise TimeoutError("condition not met in time")
 
 
 async def saga_row(rt, allocation_id: uuid.UUID, kind: str = "allocate"):
@@ -259,7 +248,7 @@ async def test_a_second_allocation_requested_for_one_allocation_starts_no_second
         async with rt.pool.acquire() as conn:
             return await conn.fetchval("SELECT count(*) FROM inbox WHERE event_id = ANY($1::uuid[])",
                                        [e.id for e in events]) == 2
-    await eventually(both_handled)
+    await eventually(both_handled, timeout=20)
     async with rt.pool.acquire() as conn:
         assert await conn.fetchval("SELECT count(*) FROM sagas WHERE allocation_id=$1", p.allocation_id) == 1
         marks = await conn.fetchval("SELECT count(*) FROM outbox WHERE type='allocation.mark_provisioning' "

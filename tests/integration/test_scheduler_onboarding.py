@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import uuid
 
-from services.node_agent.discovery.sim import sim_topology
-from tests.conftest import send_command as send
-from tests.integration.test_scheduler import start
+from services.node_agent.adapters.discovery.sim import sim_topology
+from tests.support.bus import caused_by, send_command as send
+from tests.support.scheduler import start
 
 
 async def test_a_registered_and_discovered_node_is_not_schedulable_until_its_proposal_is_approved(run_service, nc, watch):
@@ -75,7 +75,7 @@ async def test_invalid_admin_commands_are_rejected_with_their_reason_and_change_
     ]
     for type_, data, reason in cases:
         cmd, _ = await send(env.js, type_, data)
-        [hit] = await env.events.wait_for(lambda i, cmd=cmd: i[1].get("causation_id") == str(cmd.id))
+        [hit] = await env.events.wait_for(caused_by(cmd))
         assert hit[1]["type"] == "scheduler.admin_command_rejected" and reason in hit[1]["data"]["reason"], hit
         assert hit[1]["data"]["command"] == type_
     async with env.rt.pool.acquire() as conn:

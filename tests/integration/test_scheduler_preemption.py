@@ -9,7 +9,7 @@ from datetime import datetime
 
 import aiohttp
 
-from tests.integration.test_scheduler import start
+from tests.support.scheduler import start
 
 
 async def test_a_higher_priority_request_preempts_after_a_notice_and_its_grace_then_gets_the_slots(

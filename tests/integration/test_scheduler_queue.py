@@ -8,8 +8,9 @@ import uuid
 
 from services.scheduler.bootstrap import build
 from services.scheduler.handlers import SchedulerSettings
-from tests.conftest import send_command as send
-from tests.integration.test_scheduler import start
+from tests.support.bus import caused_by, send_command as send
+from tests.support.polling import eventually
+from tests.support.scheduler import start
 
 
 async def test_a_queued_request_is_placed_after_a_release_and_a_repeat_gets_the_recorded_reply(run_service, nc, watch):
@@ -23,14 +24,14 @@ async def test_a_queued_request_is_placed_after_a_release_and_a_repeat_gets_the_
     queued = await env.reply(cmd["allocation_id"])
     assert queued["type"] == "scheduler.reservation_queued" and queued["data"]["reason"].startswith("no capacity")
     again, _ = await send(env.js, "scheduler.reserve_slots", cmd)      # the saga resending while it waits
-    [still] = await env.events.wait_for(lambda i: i[1].get("causation_id") == str(again.id))
+    [still] = await env.events.wait_for(caused_by(again))
     assert still[1]["type"] == "scheduler.reservation_queued"
     await env.release(uuid.UUID(whole["data"]["allocation_id"]))
     placed = await env.reply(cmd["allocation_id"], ("scheduler.slots_reserved",))
     assert placed["data"]["node_id"] == str(node) and placed["correlation_id"] == queued["correlation_id"]
     assert placed["data"]["idempotency_key"] == cmd["idempotency_key"]
     repeat, _ = await send(env.js, "scheduler.reserve_slots", cmd)
-    [answer] = await env.events.wait_for(lambda i: i[1].get("causation_id") == str(repeat.id))
+    [answer] = await env.events.wait_for(caused_by(repeat))
     assert answer[1]["type"] == "scheduler.slots_reserved" and answer[1]["data"]["slots"] == placed["data"]["slots"]
     assert len(await env.held(cmd["allocation_id"])) == 2
 
@@ -50,7 +51,7 @@ async def test_a_cancelled_pending_request_fails_with_code_cancelled_and_is_neve
     await env.release(uuid.UUID(whole["data"]["allocation_id"]))
     again, _ = await send(env.js, "scheduler.cancel_request", {"allocation_id": alloc, "tenant_id": tenant,
                                                                "requested_by": uuid.uuid4()})
-    [rejected] = await env.events.wait_for(lambda i: i[1].get("causation_id") == str(again.id))
+    [rejected] = await env.events.wait_for(caused_by(again))
     assert rejected[1]["type"] == "scheduler.admin_command_rejected" and "no pending request" in rejected[1]["data"]["reason"]
     assert await env.held(alloc) == []
 
@@ -79,11 +80,6 @@ async def test_a_flooding_tenant_hits_its_queue_bound_and_another_tenant_is_plac
         assert await env.held(uuid.UUID(r["data"]["allocation_id"])) == []
 
 
-async def _until(condition) -> None:
-    while not condition():
-        await asyncio.sleep(0.02)
-
-
 async def test_a_standby_takes_over_when_the_leaders_session_dies_and_reloads_the_queue(run_service, nc, watch):
     env = await start(run_service, nc, watch)
     standby = await run_service("scheduler", lambda s: build(s, SchedulerSettings(stats_s=5)), instance="1")
@@ -96,7 +92,7 @@ async def test_a_standby_takes_over_when_the_leaders_session_dies_and_reloads_th
     assert waiting["type"] == "scheduler.reservation_queued"
     env.rt.leadership.lease.terminate_for_test()          # the leader's database session dies
     await asyncio.wait_for(standby.leadership.leading.wait(), 30)
-    await asyncio.wait_for(_until(lambda: not env.rt.leadership.leading.is_set()), 30)   # the old one noticed
+    await eventually(lambda: not env.rt.leadership.leading.is_set(), timeout=30, interval=0.02)   # the old one noticed
     await env.release(uuid.UUID(whole["data"]["allocation_id"]))
     placed = await env.reply(waiting["data"]["allocation_id"], ("scheduler.slots_reserved",), timeout=30)
     assert len(placed["data"]["slots"]) == 2 and standby.scheduler.sched.inv.holding(
@@ -112,7 +108,7 @@ async def test_a_waiting_8gpu_request_reserves_a_node_after_aging_so_backfill_ca
     big = await env.reserve(tenant, "vm.8gpu")
     assert big["type"] == "scheduler.reservation_queued"
     big_id = uuid.UUID(big["data"]["allocation_id"])
-    await asyncio.wait_for(_until(lambda: env.rt.scheduler.sched.reservations.get(big_id) == node), 20)
+    await eventually(lambda: env.rt.scheduler.sched.reservations.get(big_id) == node, timeout=20, interval=0.02)
     backfill = await env.reserve(tenant, "vm.1gpu")       # 7 GPUs are free, but the node is reserved
     assert backfill["type"] == "scheduler.reservation_queued"
     await env.release(uuid.UUID(small["data"]["allocation_id"]))

@@ -12,8 +12,9 @@ import asyncpg
 from services.scheduler.adapters import claims
 from services.scheduler.bootstrap import build
 from services.scheduler.handlers import SchedulerSettings
-from tests.conftest import send_command as send
-from tests.integration.test_scheduler import start
+from tests.support.bus import send_command as send
+from tests.support.concurrency import run_concurrently
+from tests.support.scheduler import start
 
 
 async def test_quota_admits_exactly_up_to_its_limit_and_names_quota_limit_and_use_beyond(run_service, nc, watch):
@@ -89,8 +90,6 @@ async def test_two_hundred_concurrent_claims_from_separate_connections_never_sha
     wanted = [claims.Claim(uuid.uuid4(), rng.choice(tenants), None, node, tuple(sorted(rng.sample(range(8), k))),
                            f"vm.{k}gpu", "H100", env.pool, k)
               for node in (rng.choice(nodes) for _ in range(200)) for k in [rng.choice((1, 2))]]
-    dsn = await provision("scheduler")
-    conns = [await asyncpg.connect(dsn) for _ in wanted]
 
     async def claim(conn: asyncpg.Connection, c: claims.Claim) -> str:
         try:
@@ -102,10 +101,7 @@ async def test_two_hundred_concurrent_claims_from_separate_connections_never_sha
         except claims.QuotaExceeded:
             return "quota"
 
-    try:
-        results = await asyncio.gather(*(claim(conn, c) for conn, c in zip(conns, wanted, strict=True)))
-    finally:
-        await asyncio.gather(*(conn.close() for conn in conns))
+    results = await run_concurrently(await provision("scheduler"), wanted, claim)
     assert results.count("claimed") > 0 and results.count("taken") > 0
     async with env.rt.pool.acquire() as conn:
         await _assert_no_double_booking_nor_overrun(conn, env.pool)

@@ -2,7 +2,6 @@
 concurrency), tombstones, redelivery and dead-lettering."""
 from __future__ import annotations
 
-import asyncio
 import uuid
 
 import asyncpg
@@ -11,17 +10,9 @@ from services.storage import handlers
 from services.storage.bootstrap import build
 from services.storage.contracts import ProvisionVolume
 from services.storage.domain.model import StoragePolicy
-from shared.unit_of_work import UnitOfWork
 from shared.wire import step_key
-from tests.conftest import make_envelope, send_command as send, wait_handled
-
-STREAM = "TESSERA_STORAGE"
-
-
-
-
-async def handled(js, type_: str, seq: int, timeout: float = 20.0) -> None:
-    await wait_handled(js, "storage", type_, seq, timeout)
+from tests.support.bus import caused_by, of, send_command as send, wait_handled
+from tests.support.concurrency import run_handler_concurrently
 
 
 def provision_cmd(alloc: uuid.UUID, tenant: uuid.UUID, size_gb: int, saga: uuid.UUID | None = None) -> dict:
@@ -35,13 +26,9 @@ def delete_cmd(alloc: uuid.UUID, tenant: uuid.UUID, saga: uuid.UUID, compensates
             "allocation_id": alloc, "tenant_id": tenant, "compensates": compensates}
 
 
-def of(alloc: uuid.UUID, type_: str):
-    return lambda i: i[1]["type"] == type_ and i[1]["data"]["allocation_id"] == str(alloc)
-
-
 async def request_volume(js, events, alloc: uuid.UUID, tenant: uuid.UUID, size_gb: int) -> dict:
     env, _ = await send(js, "storage.provision_volume", provision_cmd(alloc, tenant, size_gb))
-    [hit] = await events.wait_for(lambda i, sent=env: i[1].get("causation_id") == str(sent.id))
+    [hit] = await events.wait_for(caused_by(env))
     return hit[1]
 
 
@@ -62,7 +49,7 @@ async def test_provision_delivered_twice_creates_one_volume(run_service, nc, wat
     env, _ = await send(js, "storage.provision_volume", provision_cmd(alloc, tenant, 250))
     _, seq = await send(js, "storage.provision_volume", {}, env=env, msg_id=f"again-{env.id}")
     [hit] = await events.wait_for(of(alloc, "storage.volume_provisioned"))
-    await handled(js, "storage.provision_volume", seq)
+    await wait_handled(js, "storage", "storage.provision_volume", seq)
     [row] = await volumes(rt, alloc)
     assert (str(row["id"]), row["size_gb"], row["tenant_id"]) == (hit[1]["data"]["volume_id"], 250, tenant)
     assert hit[1]["data"]["size_gb"] == 250
@@ -111,7 +98,7 @@ async def test_delete_removes_the_volume_idempotently_and_frees_the_quota(run_se
     await request_volume(js, events, alloc, tenant, 100)
     for _ in range(2):
         env, _ = await send(js, "storage.delete_volume", delete_cmd(alloc, tenant, saga))
-        [hit] = await events.wait_for(lambda i, sent=env: i[1].get("causation_id") == str(sent.id))
+        [hit] = await events.wait_for(caused_by(env))
         assert hit[1]["type"] == "storage.volume_deleted"
     assert await volumes(rt, alloc) == []
     assert (await request_volume(js, events, uuid.uuid4(), tenant, 100))["type"] == "storage.volume_provisioned"
@@ -134,18 +121,8 @@ async def test_concurrent_provisions_for_one_tenant_never_exceed_its_quota(run_s
     tenant = uuid.uuid4()
     await set_quota(rt, tenant, 100)
     cmds = [ProvisionVolume(**provision_cmd(uuid.uuid4(), tenant, 30)) for _ in range(10)]
-    dsn = await provision("storage")
-    conns = [await asyncpg.connect(dsn) for _ in cmds]   # one connection (one transaction) per provision
-
-    async def run(conn: asyncpg.Connection, cmd: ProvisionVolume) -> None:
-        env = make_envelope("storage.provision_volume", cmd.model_dump(mode="json"))
-        async with conn.transaction():
-            await handlers.provision_volume(UnitOfWork(conn, rt.outbox, name="test", causation=env), cmd, policy=StoragePolicy())
-
-    try:
-        await asyncio.gather(*(run(conn, cmd) for conn, cmd in zip(conns, cmds, strict=True)))
-    finally:
-        await asyncio.gather(*(conn.close() for conn in conns))
+    await run_handler_concurrently(rt, await provision("storage"), "storage.provision_volume", cmds,   # one transaction each
+                                   lambda uow, cmd: handlers.provision_volume(uow, cmd, policy=StoragePolicy()))
     async with rt.pool.acquire() as conn:
         statuses = await conn.fetch("SELECT status FROM step_outcomes WHERE idempotency_key = ANY($1::text[])",
                                     [c.idempotency_key for c in cmds])

@@ -5,9 +5,9 @@ import uuid
 
 import pytest
 
-from services.node_agent.dataplane import model, names, render
-from services.node_agent.dataplane.model import InvalidAttachment, desired_state
-from services.node_agent.dataplane.reconcile import plan
+from services.node_agent.domain.dataplane import model, names, render
+from services.node_agent.domain.dataplane.model import InvalidAttachment, desired_state
+from services.node_agent.domain.dataplane.reconcile import plan
 from services.network.contracts import NetworkSnapshot, SecurityRule, SlotAttachment, TenantNetworks
 
 TAG = "0a1b2c3d"

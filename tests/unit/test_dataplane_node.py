@@ -5,10 +5,13 @@ import uuid
 
 import pytest
 
-from services.node_agent import config
-from services.node_agent.dataplane import InvalidAttachment, Kernel, KernelDataplane, KernelError, NullDataplane
-from services.node_agent.dataplane.names import bridge_name, leg_name, slot_port_name, vxlan_name
+from services.node_agent.bootstrap import build_dataplane
+from services.node_agent.adapters.dataplane import Kernel, KernelDataplane, KernelError, NullDataplane
+from services.node_agent.domain.dataplane.model import InvalidAttachment
+from services.node_agent.domain.dataplane.names import bridge_name, leg_name, slot_port_name, vxlan_name
+from services.node_agent.settings import NodeAgentSettings, load_settings
 from services.network.contracts import NetworkSnapshot, SecurityRule, SlotAttachment, TenantNetworks
+from shared.settings import SettingError
 
 
 class FakeKernel(Kernel):
@@ -109,9 +112,9 @@ def test_null_dataplane_plumbs_nothing():
 
 
 def test_dataplane_defaults_to_none_and_kernel_without_root_fails_with_one_clear_line():
-    assert config.dataplane_config_from_env({}) == config.DataplaneConfig()
-    with pytest.raises(config.ConfigError, match="TESSERA_NODE_DATAPLANE=kernel needs root"):
-        config.dataplane_config_from_env({"TESSERA_NODE_DATAPLANE": "kernel"}, euid=1000)
+    assert load_settings({}) == NodeAgentSettings()
+    with pytest.raises(SettingError, match="TESSERA_NODE_DATAPLANE=kernel needs root"):
+        load_settings({"TESSERA_NODE_DATAPLANE": "kernel"}, euid=1000)
 
 
 @pytest.mark.parametrize("environ, message", [
@@ -121,12 +124,12 @@ def test_dataplane_defaults_to_none_and_kernel_without_root_fails_with_one_clear
     ({"TESSERA_NODE_DATAPLANE": "kernel", "TESSERA_NODE_NETNS": "no-such-ns-4f1c"}, "no such network namespace"),
 ])
 def test_bad_dataplane_settings_are_refused_naming_the_variable(environ, message):
-    with pytest.raises(config.ConfigError, match=message):
-        config.dataplane_config_from_env(environ, euid=0)
+    with pytest.raises(SettingError, match=message):
+        load_settings(environ, euid=0)
 
 
 def test_kernel_config_builds_a_kernel_dataplane_for_the_nodes_tag_without_touching_the_kernel():
     node_id = uuid.uuid4()
-    dp = config.build_dataplane(config.DataplaneConfig("kernel", "ns-x", "ul0", 5), node_id)
+    dp = build_dataplane(NodeAgentSettings(dataplane="kernel", netns="ns-x", underlay_dev="ul0", reconcile_s=5), node_id)
     assert isinstance(dp, KernelDataplane) and dp.kernel.tag == node_id.hex[:8] and dp.kernel._ipr is None
     assert slot_port_name(uuid.UUID(int=0)) == "tv00000000"

@@ -8,13 +8,16 @@ import uuid
 import pytest
 from pydantic import ValidationError
 
-from services.gateway.auth import TokenIssuer
-from services.gateway.bootstrap import ConfigError, check_config, config_from_env
-from services.gateway.openapi import ENDPOINTS, document
-from services.gateway.problems import ProblemError, field_errors
-from services.gateway.schemas import AllocationCreate, Body, NodeCreate, TenantCreate, UserCreate
-from services.gateway.state import GatewayConfig
+from services.gateway.http.auth import TokenIssuer
+from services.gateway.http.openapi import ENDPOINTS, document
+from services.gateway.http.problems import ProblemError, field_errors
+from services.gateway.http.schemas.allocations import AllocationCreate
+from services.gateway.http.schemas.base import Body
+from services.gateway.http.schemas.identity import TenantCreate, UserCreate
+from services.gateway.http.schemas.nodes import NodeCreate
+from services.gateway.settings import GatewaySettings
 from services.gateway.domain.model import Principal
+from shared.settings import SettingError, load
 
 SECRET = "unit-test-secret-" + "u" * 32
 
@@ -75,18 +78,18 @@ def test_token_round_trips_and_expired_or_foreign_tokens_are_401():
 
 
 def test_config_needs_a_long_secret_and_a_positive_ttl():
-    with pytest.raises(ConfigError):
-        config_from_env({})
-    with pytest.raises(ConfigError):
-        config_from_env({"TESSERA_TOKEN_SECRET": "short"})
-    with pytest.raises(ConfigError):
-        check_config(GatewayConfig(token_secret=SECRET, token_ttl_s=0))
-    with pytest.raises(ConfigError):
-        config_from_env({"TESSERA_TOKEN_SECRET": SECRET, "TESSERA_TOKEN_TTL_S": "soon"})
-    cfg = config_from_env({"TESSERA_TOKEN_SECRET": SECRET, "TESSERA_TOKEN_TTL_S": "120",
-                           "TESSERA_BOOTSTRAP_ADMIN_KEY": "tsk_boot"})
+    with pytest.raises(SettingError):
+        load(GatewaySettings, {})
+    with pytest.raises(SettingError):
+        load(GatewaySettings, {"TESSERA_TOKEN_SECRET": "short"})
+    with pytest.raises(SettingError):
+        GatewaySettings(token_secret=SECRET, token_ttl_s=0)
+    with pytest.raises(SettingError):
+        load(GatewaySettings, {"TESSERA_TOKEN_SECRET": SECRET, "TESSERA_TOKEN_TTL_S": "soon"})
+    cfg = load(GatewaySettings, {"TESSERA_TOKEN_SECRET": SECRET, "TESSERA_TOKEN_TTL_S": "120",
+                                 "TESSERA_BOOTSTRAP_ADMIN_KEY": "tsk_boot"})
     assert (cfg.token_ttl_s, cfg.bootstrap_admin_key) == (120, "tsk_boot")
-    assert config_from_env({"TESSERA_TOKEN_SECRET": SECRET}).token_ttl_s == 900
+    assert load(GatewaySettings, {"TESSERA_TOKEN_SECRET": SECRET}).token_ttl_s == 900
 
 
 def test_validation_errors_name_each_field_with_dotted_paths():

@@ -10,7 +10,7 @@ from services.gateway.domain.keys import (BadCursor, decode_cursor, encode_curso
                                           new_api_key)
 from services.gateway.domain.model import Principal, advances
 from services.gateway.domain.subjects import intersect, valid_filter
-from services.gateway.routes.ops import subscription_plan
+from services.gateway.handlers.ops import subscription_plan
 
 ORDER = ["REQUESTED", "PROVISIONING", "ACTIVE", "RELEASING", "RELEASED"]
 

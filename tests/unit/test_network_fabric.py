@@ -5,7 +5,7 @@ import dataclasses
 import ipaddress
 import uuid
 
-from services.network.fabric import EvpnNvueDriver, FabricCall, FabricChange, UfmPartitionDriver
+from services.network.adapters.fabric import EvpnNvueDriver, FabricCall, FabricChange, UfmPartitionDriver
 
 TENANT, NETWORK, ALLOC, NODE = (uuid.UUID(int=i) for i in (1, 2, 3, 4))
 CHANGE = FabricChange(

@@ -7,9 +7,10 @@ import uuid
 
 import pytest
 
-from services.network.bootstrap import fabric_from_env, plan_from_env
+from services.network.adapters.fabric import EvpnNvueDriver, UfmPartitionDriver
+from services.network.bootstrap import fabric_from_env
 from services.network.domain.model import LeafMap, PKeyPool, VlanPool, VrfPool, guid_for, nat_pool
-from services.network.fabric import EvpnNvueDriver, UfmPartitionDriver
+from services.network.settings import plan_from_env
 
 
 def test_pkey_pool_defaults_to_0x0001_through_0x7ffe_and_refuses_the_default_partition():

@@ -8,8 +8,8 @@ import pytest
 from services.saga.domain.definitions import ALLOCATE
 from services.saga.domain.machine import compensation_key, handle
 from services.saga.domain.model import Expired, Policy, Start
-from services.saga.testing import SagaScenario
 from shared.wire import step_key
+from tests.support.saga import SagaScenario
 
 NODE, VOLUME = str(uuid.uuid4()), str(uuid.uuid4())
 # what each step's participant answers on success

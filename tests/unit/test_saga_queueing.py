@@ -4,8 +4,8 @@ from __future__ import annotations
 import uuid
 
 from services.saga.domain.model import Policy
-from services.saga.testing import SagaScenario
 from shared.wire import step_key
+from tests.support.saga import SagaScenario
 
 NODE = str(uuid.uuid4())
 POLICY = Policy(step_timeout_s=30, queue_timeout_s=3600)

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from services.saga.domain.definitions import RELEASE
 from services.saga.domain.model import Policy
-from services.saga.testing import SagaScenario
 from shared.wire import step_key
+from tests.support.saga import SagaScenario
 
 ORDER = [("billing.stop_meter", "stop_meter"), ("node_agent.deprovision", "deprovision_node"),
          ("storage.delete_volume", "delete_volume"), ("network.detach_network", "detach_network"),

@@ -9,7 +9,7 @@ from services.scheduler.domain.queue import FairQueue
 from services.scheduler.domain.quota import QuotaBook, QuotaKey
 from services.scheduler.domain.scheduler import Scheduler
 from services.scheduler.domain.shapes import STANDARD_SHAPES as S
-from services.node_agent.discovery.sim import sim_topology
+from services.node_agent.adapters.discovery.sim import sim_topology
 from services.scheduler.domain.topology import derive_slot_map
 
 

@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from services.node_agent.discovery.sim import SIM_KINDS, sim_topology
+from services.node_agent.adapters.discovery.sim import SIM_KINDS, sim_topology
 from services.scheduler.domain.topology import (
     Gpu,
     IbVf,

@@ -6,8 +6,9 @@ from functools import partial
 from shared.runtime import Runtime
 
 from .. import handlers
+from ..contracts import START_METER
 
 
 def wire(rt: Runtime) -> None:
-    rt.consumers.subscribe("billing.start_meter", partial(handlers.start_meter, sim_faults=rt.settings.sim_faults))
-    rt.consumers.subscribe("billing.stop_meter", handlers.stop_meter)
+    rt.consumers.participate(START_METER, invoke=partial(handlers.start_meter, sim_faults=rt.settings.sim_faults),
+                             undo=handlers.stop_meter)

@@ -1,0 +1,1 @@
+"""asyncpg repositories of the gateway's schema (the caller owns the transaction)."""

@@ -1,4 +1,8 @@
-"""allocations_view, allocation_events and idempotency_keys (asyncpg; the caller owns the transaction)."""
+"""allocations_view, allocation_events and idempotency_keys (asyncpg; the caller owns the transaction).
+
+The handlers and the projection share the view's rows; the projection alone appends the events
+(``projections.allocations``), which the streams read here.
+"""
 from __future__ import annotations
 
 import json
@@ -6,8 +10,6 @@ import uuid
 from datetime import datetime
 
 import asyncpg
-
-from shared.envelope import Envelope
 
 EVENTS_CHANNEL = "gateway_allocation_events"
 _COLS = ("id, tenant_id, name, shape, gpu_count, volume_gb, labels, state, node_id, failed_step, reason, "
@@ -78,26 +80,6 @@ async def update(conn: asyncpg.Connection, allocation_id: uuid.UUID, **fields) -
     sets = ", ".join(f"{n}=${i + 2}" for i, n in enumerate(names))
     await conn.execute(f"UPDATE allocations_view SET {sets}, updated_at=now() WHERE id=$1",
                        allocation_id, *[fields[n] for n in names])
-
-
-async def lock_events(conn: asyncpg.Connection, allocation_id: uuid.UUID) -> None:
-    """Serialise event appends per allocation until commit.
-
-    A stream reads events by ``seq``; without this, an append that took seq 9 but
-    commits after seq 10 would be skipped by a reader already past 10.
-    """
-    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 7))", str(allocation_id))
-
-
-async def append_event(conn: asyncpg.Connection, allocation_id: uuid.UUID, env: Envelope) -> bool:
-    """Record the event (once per event id) and wake the streams watching the allocation on commit."""
-    # one round trip: the NOTIFY runs only when the row was added (and is delivered on commit)
-    added = await conn.fetchval(
-        "WITH added AS (INSERT INTO allocation_events (event_id, allocation_id, type, envelope) "
-        "VALUES ($1, $2, $3, $4::jsonb) ON CONFLICT (event_id) DO NOTHING RETURNING 1) "
-        "SELECT count(pg_notify($5, $6)) FROM added", env.id, allocation_id, env.type, env.model_dump_json(),
-        EVENTS_CHANNEL, str(allocation_id))
-    return bool(added)
 
 
 async def events_after(conn: asyncpg.Connection, allocation_id: uuid.UUID, after_seq: int,

@@ -1,0 +1,1 @@
+"""The gateway's pure rules and encodings (no I/O)."""

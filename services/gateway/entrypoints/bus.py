@@ -1,24 +1,35 @@
-"""The gateway's subscribers: one durable consumer per projected message type (wire message → handler)."""
+"""The gateway's subscribers: which event goes to which projection (one durable consumer per message type)."""
 from __future__ import annotations
 
 from shared.runtime import Runtime
 
-from .. import projection as p
-from .. import projection_scheduler
-from ..adapters import networks as network_projection
+from ..projections import allocations, inventory, networks, rejections
 
 
 def wire(rt: Runtime) -> None:
-    rt.consumers.subscribe("allocation.requested", p.on_requested)
-    rt.consumers.subscribe("allocation.provisioning", p.on_provisioning)
-    rt.consumers.subscribe("allocation.activated", p.on_activated)
-    rt.consumers.subscribe("allocation.release_requested", p.on_release_requested)
-    rt.consumers.subscribe("allocation.released", p.on_released)
-    rt.consumers.subscribe("allocation.failed", p.on_failed)
-    rt.consumers.subscribe("allocation.command_rejected", p.on_command_rejected)
-    rt.consumers.subscribe("saga.step_changed", p.on_saga_step_changed)
-    rt.consumers.subscribe("scheduler.node_registered", p.on_node_registered)
-    for type_, handler in projection_scheduler.HANDLERS.items():
-        rt.consumers.subscribe(type_, handler)
-    for type_, handler in network_projection.HANDLERS.items():
-        rt.consumers.subscribe(type_, handler)
+    subscribe = rt.consumers.subscribe
+    subscribe("allocation.requested", allocations.on_requested)
+    subscribe("allocation.provisioning", allocations.on_provisioning)
+    subscribe("allocation.activated", allocations.on_activated)
+    subscribe("allocation.release_requested", allocations.on_release_requested)
+    subscribe("allocation.released", allocations.on_released)
+    subscribe("allocation.failed", allocations.on_failed)
+    subscribe("allocation.command_rejected", allocations.on_command_rejected)
+    subscribe("saga.step_changed", allocations.on_saga_step_changed)
+    subscribe("scheduler.node_registered", inventory.on_node_registered)
+    subscribe("scheduler.node_changed", inventory.on_node_changed)
+    subscribe("scheduler.shape_changed", inventory.on_shape_changed)
+    subscribe("scheduler.pool_changed", inventory.on_pool_changed)
+    subscribe("scheduler.quota_changed", inventory.on_quota_changed)
+    subscribe("scheduler.admin_command_rejected", rejections.on_admin_command_rejected)
+    subscribe("scheduler.reservation_queued", allocations.on_reservation_queued)
+    subscribe("scheduler.slots_reserved", allocations.on_slots_reserved)
+    subscribe("scheduler.slot_reservation_failed", allocations.on_slot_reservation_failed)
+    subscribe("scheduler.preemption_notice", allocations.on_preemption_notice)
+    subscribe("network.network_created", networks.on_network_created)
+    subscribe("network.network_deleted", networks.on_network_deleted)
+    subscribe("network.security_rule_added", networks.on_rule_added)
+    subscribe("network.security_rule_removed", networks.on_rule_removed)
+    subscribe("network.command_rejected", networks.on_command_rejected)
+    subscribe("network.network_attached", networks.on_network_attached)
+    subscribe("network.network_detached", networks.on_network_detached)

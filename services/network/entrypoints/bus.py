@@ -5,16 +5,17 @@ from functools import partial
 
 from shared.runtime import Runtime
 
-from .. import handlers, management
+from .. import handlers
+from ..contracts import ATTACH_NETWORK
+from ..adapters.fabric import FabricDriver
 from ..domain.model import NetworkPlan
-from ..fabric import FabricDriver
 
 
 def wire(rt: Runtime, plan: NetworkPlan, fabric: list[FabricDriver]) -> None:
-    rt.consumers.subscribe("network.attach_network", partial(handlers.attach_network, plan=plan, fabric=fabric,
-                                                             sim_faults=rt.settings.sim_faults))
-    rt.consumers.subscribe("network.detach_network", partial(handlers.detach_network, fabric=fabric))
-    rt.consumers.subscribe("network.create_network", partial(management.create_network, plan=plan))
-    rt.consumers.subscribe("network.delete_network", management.delete_network)
-    rt.consumers.subscribe("network.add_security_rule", management.add_security_rule)
-    rt.consumers.subscribe("network.remove_security_rule", management.remove_security_rule)
+    rt.consumers.participate(ATTACH_NETWORK, invoke=partial(handlers.attach_network, plan=plan, fabric=fabric,
+                                                            sim_faults=rt.settings.sim_faults),
+                             undo=partial(handlers.detach_network, fabric=fabric))
+    rt.consumers.subscribe("network.create_network", partial(handlers.create_network, plan=plan))
+    rt.consumers.subscribe("network.delete_network", handlers.delete_network)
+    rt.consumers.subscribe("network.add_security_rule", handlers.add_security_rule)
+    rt.consumers.subscribe("network.remove_security_rule", handlers.remove_security_rule)

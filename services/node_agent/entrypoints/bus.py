@@ -6,14 +6,13 @@ from functools import partial
 from shared.runtime import Runtime
 
 from .. import handlers
+from ..contracts import PROVISION_NODE
 
 
 def wire(rt: Runtime, node: handlers.Node) -> None:
     params, durable = node.subject_params, f"node_agent_{node.id.hex}"
-    rt.consumers.subscribe("node_agent.provision", partial(handlers.provision_node, node=node),
-                           subject_params=params, durable=f"{durable}__provision")
-    rt.consumers.subscribe("node_agent.deprovision", partial(handlers.deprovision_node, node=node),
-                           subject_params=params, durable=f"{durable}__deprovision")
+    rt.consumers.participate(PROVISION_NODE, invoke=partial(handlers.provision_node, node=node),
+                             undo=partial(handlers.deprovision_node, node=node), subject_params=params, durable=durable)
     if node.dataplane.kind == "none":
         return   # nothing plumbed, nothing to keep up to date
     # every node sees every tenant's changes (one durable per node); the dataplane ignores tenants not here

@@ -1,19 +1,33 @@
 """The allocate and release sagas, each a table of steps (STYLE.md §4).
 
-A step names the command that performs it, the replies that end it and (allocate
-saga only) the undo command that compensates it with the reply that confirms the
-undo. ``fields`` builds the command's own fields from the saga *context*: the
-saga's input merged with what earlier, succeeded steps ``yields`` (node and slots
-from the reservation, addresses from the attachment, the volume id). ``subject``
-names context values that are subject parameters (the node-agent listens per node).
+Each step names the participant's declared step (``shared.steps.Step``, in the participant's contracts
+module): the command that performs it, the replies that end it, the undo command that compensates it
+(allocate saga only) and the reply that confirms the undo. What is the saga's own business stays here:
+``fields`` builds the command's own fields from the saga *context* (the saga's input merged with what
+earlier, succeeded steps ``yields``: node and slots from the reservation, addresses from the attachment,
+the volume id); ``subject`` names context values that are subject parameters (the node-agent listens per
+node). A release saga's steps are the participants' undo commands run as steps of their own
+(``Step.undo_step``).
 
-Pure data: no I/O, no wire models (the coordinator validates every command
-against its contract when it writes it to the outbox).
+A definition may also send notices, commands that are not steps (nothing to wait for or undo):
+``on_start`` when the saga starts, ``on_failure`` when it ends failed. Their ``fields`` read the saga's
+facts: saga_id, allocation_id, tenant_id, and at the end failed_step and reason.
+
+Pure data: no I/O (the coordinator validates every command against its contract when it writes it to the
+outbox).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Mapping
+
+from services.allocation.contracts import ACTIVATE, FAIL_ALLOCATION, MARK_PROVISIONING, MARK_RELEASED
+from services.billing.contracts import START_METER
+from services.network.contracts import ATTACH_NETWORK
+from services.node_agent.contracts import PROVISION_NODE
+from services.scheduler.contracts import RESERVE_SLOTS
+from services.storage.contracts import PROVISION_VOLUME
+from shared.steps import Step
 
 Context = Mapping[str, Any]
 FieldBuilder = Callable[[Context], dict]
@@ -48,76 +62,135 @@ def _volume(ctx: Context) -> dict:
 
 
 @dataclass(frozen=True)
-class Step:
+class SagaStep:
     name: str
-    invoke: str                          # command type that performs the step
-    ok: str                              # reply type: the step succeeded
-    fail: str | None = None              # reply type: the participant refused (nothing was done)
-    compensate: str | None = None        # undo command type (None: nothing to undo)
-    undone: str | None = None            # reply type confirming the undo
+    contract: Step                       # the participant's declared step: its commands and replies
     fields: FieldBuilder = _nothing      # step-specific fields of the command
     undo_fields: FieldBuilder = _nothing  # step-specific fields of the undo command
     subject: tuple[str, ...] = ()        # context values that are subject parameters of both commands
     yields: tuple[str, ...] = ()         # reply fields later steps need
     requires: str | None = None          # context value without which the step has nothing to do (skipped)
-    progress: str | None = None          # reply type: still working (e.g. queued); the deadline moves to the queue timeout
+
+    # the message types, from the declaration
+    @property
+    def invoke(self) -> str:
+        """Command type that performs the step."""
+        return self.contract.command.type
+
+    @property
+    def ok(self) -> str:
+        """Reply type: the step succeeded."""
+        return self.contract.ok.type
+
+    @property
+    def fail(self) -> str | None:
+        """Reply type: the participant refused (nothing was done)."""
+        return self.contract.failed.type if self.contract.failed else None
+
+    @property
+    def progress(self) -> str | None:
+        """Reply type: still working (e.g. queued); the deadline moves to the queue timeout."""
+        return self.contract.progress.type if self.contract.progress else None
+
+    @property
+    def compensate(self) -> str | None:
+        """Undo command type (None: nothing to undo)."""
+        return self.contract.undo.type if self.contract.undo else None
+
+    @property
+    def undone(self) -> str | None:
+        """Reply type confirming the undo."""
+        return self.contract.undone.type if self.contract.undone else None
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A command the saga sends without waiting for a reply (not a step: nothing to time out or undo)."""
+
+    contract: Step
+    fields: FieldBuilder
+
+    @property
+    def type(self) -> str:
+        return self.contract.command.type
 
 
 @dataclass(frozen=True)
 class SagaDefinition:
     kind: Literal["allocate", "release"]
-    steps: tuple[Step, ...]
+    steps: tuple[SagaStep, ...]
     # "compensate": a failure or timeout undoes the completed steps in reverse order.
     # "retry": forward-only; a step without a reply is resent with backoff until it is confirmed.
-    on_failure: Literal["compensate", "retry"]
+    recovery: Literal["compensate", "retry"]
+    on_start: Notice | None = None       # sent when the saga starts
+    on_failure: Notice | None = None     # sent when the saga ends failed
 
     @property
     def names(self) -> list[str]:
         return [s.name for s in self.steps]
 
-    def step(self, name: str) -> Step | None:
+    def step(self, name: str) -> SagaStep | None:
         return next((s for s in self.steps if s.name == name), None)
 
-    def after(self, name: str) -> Step | None:
+    def after(self, name: str) -> SagaStep | None:
         names = self.names
         i = names.index(name) + 1
         return self.steps[i] if i < len(names) else None
 
+    @property
+    def contracts(self) -> list[Step]:
+        """Every declared step this saga uses: its notices and its steps."""
+        return [n.contract for n in (self.on_start, self.on_failure) if n] + [s.contract for s in self.steps]
 
-ALLOCATE = SagaDefinition("allocate", on_failure="compensate", steps=(
-    Step("reserve_slots", "scheduler.reserve_slots", ok="scheduler.slots_reserved",
-         fail="scheduler.slot_reservation_failed", compensate="scheduler.release_slots", undone="scheduler.slots_released",
-         fields=_some("shape", "gpu_count", "user_id", "priority", "spot", "pool", "tolerations", "fail_fast"),
-         yields=("node_id", "slots"), progress="scheduler.reservation_queued"),
-    Step("attach_network", "network.attach_network", ok="network.network_attached",
-         fail="network.network_attach_failed", compensate="network.detach_network", undone="network.network_detached",
-         fields=_some("node_id", "network_id"), yields=("ip_address", "mac_address", "attachment", "tenant_networks")),
-    Step("provision_volume", "storage.provision_volume", ok="storage.volume_provisioned",
-         fail="storage.volume_provision_failed", compensate="storage.delete_volume", undone="storage.volume_deleted",
-         fields=_volume, yields=("volume_id",)),
-    Step("provision_node", "node_agent.provision", ok="node_agent.node_provisioned",
-         fail="node_agent.node_provision_failed", compensate="node_agent.deprovision", undone="node_agent.node_deprovisioned",
-         fields=_some("node_id", "slots", "volume_id", "ip_address", "mac_address", "attachment", "tenant_networks"),
-         undo_fields=_pick("node_id"),
-         subject=("node_id",)),
-    Step("start_meter", "billing.start_meter", ok="billing.meter_started",
-         fail="billing.meter_start_failed", compensate="billing.stop_meter", undone="billing.meter_stopped",
-         fields=_pick("shape", "gpu_count")),
-    Step("activate", "allocation.activate", ok="allocation.activated",
-         fail="allocation.activation_failed", fields=_pick("node_id")),
-))
 
-RELEASE = SagaDefinition("release", on_failure="retry", steps=(
-    Step("stop_meter", "billing.stop_meter", ok="billing.meter_stopped", fields=_undo()),
-    Step("deprovision_node", "node_agent.deprovision", ok="node_agent.node_deprovisioned",
-         fields=_undo("node_id"), subject=("node_id",), requires="node_id"),
-    Step("delete_volume", "storage.delete_volume", ok="storage.volume_deleted", fields=_undo()),
-    Step("detach_network", "network.detach_network", ok="network.network_detached", fields=_undo()),
-    Step("release_slots", "scheduler.release_slots", ok="scheduler.slots_released", fields=_undo()),
-    Step("mark_released", "allocation.mark_released", ok="allocation.released", fail="allocation.release_failed"),
-))
+_FAILED = Notice(FAIL_ALLOCATION, _pick("allocation_id", "saga_id", "failed_step", "reason"))
+
+ALLOCATE = SagaDefinition(
+    "allocate", recovery="compensate",
+    on_start=Notice(MARK_PROVISIONING, _pick("allocation_id", "saga_id")),
+    steps=(
+        SagaStep("reserve_slots", RESERVE_SLOTS, yields=("node_id", "slots"),
+                 fields=_some("shape", "gpu_count", "user_id", "priority", "spot", "pool", "tolerations", "fail_fast")),
+        SagaStep("attach_network", ATTACH_NETWORK, fields=_some("node_id", "network_id"),
+                 yields=("ip_address", "mac_address", "attachment", "tenant_networks")),
+        SagaStep("provision_volume", PROVISION_VOLUME, fields=_volume, yields=("volume_id",)),
+        SagaStep("provision_node", PROVISION_NODE,
+                 fields=_some("node_id", "slots", "volume_id", "ip_address", "mac_address", "attachment",
+                              "tenant_networks"),
+                 undo_fields=_pick("node_id"), subject=("node_id",)),
+        SagaStep("start_meter", START_METER, fields=_pick("shape", "gpu_count")),
+        SagaStep("activate", ACTIVATE, fields=_pick("node_id")),
+    ),
+    on_failure=_FAILED,
+)
+
+RELEASE = SagaDefinition(
+    "release", recovery="retry",
+    steps=(
+        SagaStep("stop_meter", START_METER.undo_step, fields=_undo()),
+        SagaStep("deprovision_node", PROVISION_NODE.undo_step, fields=_undo("node_id"), subject=("node_id",),
+                 requires="node_id"),
+        SagaStep("delete_volume", PROVISION_VOLUME.undo_step, fields=_undo()),
+        SagaStep("detach_network", ATTACH_NETWORK.undo_step, fields=_undo()),
+        SagaStep("release_slots", RESERVE_SLOTS.undo_step, fields=_undo()),
+        SagaStep("mark_released", MARK_RELEASED),
+    ),
+    on_failure=_FAILED,
+)
 
 DEFINITIONS: dict[str, SagaDefinition] = {d.kind: d for d in (ALLOCATE, RELEASE)}
+
+
+def sent_and_received() -> tuple[list[str], list[str]]:
+    """(every command the sagas send, every reply they wait for), in table order, each once: what the
+    coordinator's contract sends and receives besides the saga starts."""
+    sends: dict[str, None] = {}
+    receives: dict[str, None] = {}
+    for definition in DEFINITIONS.values():
+        for step in definition.contracts:
+            sends.update(dict.fromkeys(m.type for m in step.commands))
+            receives.update(dict.fromkeys(m.type for m in step.replies))
+    return list(sends), list(receives)
 
 
 def context(saga, definition: SagaDefinition) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from datetime import datetime
 
 from shared.wire import step_key
 
-from .definitions import DEFINITIONS, SagaDefinition, Step, context
+from .definitions import DEFINITIONS, Notice, SagaDefinition, SagaStep, context
 from .model import COMPENSATE, INVOKE, OPEN, Action, Command, Event, Expired, Input, Policy, Reply, Saga, Start, StepRecord
 
 
@@ -55,9 +55,7 @@ class _Transition:
     def start(self) -> None:
         if self.saga.steps:          # already started: a redelivered start does nothing
             return
-        s = self.saga
-        if s.kind == "allocate":
-            self._command("allocation.mark_provisioning", {"allocation_id": s.allocation_id, "saga_id": s.id})
+        self._notify(self.definition.on_start)
         self._event("saga.started", steps=self.definition.names)
         self._invoke(self.definition.steps[0], attempt=1)
 
@@ -83,7 +81,7 @@ class _Transition:
 
     # --- forward ----------------------------------------------------------------------------------
 
-    def _invoke(self, step: Step, attempt: int) -> None:
+    def _invoke(self, step: SagaStep, attempt: int) -> None:
         ctx = context(self.saga, self.definition)
         if step.requires and ctx.get(step.requires) is None:
             self._set(step.name, INVOKE, "succeeded", attempt=0, detail=f"skipped: no {step.requires}")
@@ -95,7 +93,7 @@ class _Transition:
         self._command(step.invoke, data, self._subject(step, ctx))
         self._set(step.name, INVOKE, "invoked", attempt=attempt, deadline=self.now + self.policy.step_timeout)
 
-    def _invoke_progressed(self, step: Step, r: Reply) -> None:
+    def _invoke_progressed(self, step: SagaStep, r: Reply) -> None:
         """The participant accepted the step but cannot finish it yet (queued for capacity): wait longer."""
         rec = self.saga.record(step.name)
         if rec is None or rec.status not in ("invoked", "retrying"):
@@ -104,7 +102,7 @@ class _Transition:
         self._set(step.name, INVOKE, "waiting", attempt=rec.attempt, deadline=self.now + self.policy.queue_timeout,
                   detail=detail)
 
-    def _invoke_replied(self, step: Step, r: Reply) -> None:
+    def _invoke_replied(self, step: SagaStep, r: Reply) -> None:
         rec = self.saga.record(step.name)
         if rec is None or rec.status not in ("invoked", "retrying", "waiting"):
             return   # duplicate, stale, or late (the step already timed out and is being compensated)
@@ -117,12 +115,12 @@ class _Transition:
             self.saga.steps[(step.name, COMPENSATE)] = StepRecord("disarmed")   # a refused step did nothing
         self._begin_compensation(step, reason)
 
-    def _invoke_expired(self, step: Step, rec: StepRecord) -> None:
+    def _invoke_expired(self, step: SagaStep, rec: StepRecord) -> None:
         if rec.status == "retrying":
             return self._invoke(step, rec.attempt + 1)
         reason = (f"still queued after {self.policy.queue_timeout_s:g}s" if rec.status == "waiting"
                   else f"timed out after {self.policy.step_timeout_s:g}s")
-        if self.definition.on_failure == "compensate":
+        if self.definition.recovery == "compensate":
             # The outcome is unknown: the step is compensated too (first), its undo being safe either way.
             self._set(step.name, INVOKE, "timed_out", attempt=rec.attempt, error=reason, detail=reason)
             return self._begin_compensation(step, reason)
@@ -130,7 +128,7 @@ class _Transition:
             return
         self._finish_failed(step.name, f"{step.name} unconfirmed after {rec.attempt} attempts ({reason} each)")
 
-    def _advance(self, step: Step) -> None:
+    def _advance(self, step: SagaStep) -> None:
         nxt = self.definition.after(step.name)
         if nxt is not None:
             return self._invoke(nxt, attempt=1)
@@ -139,7 +137,7 @@ class _Transition:
 
     # --- compensation -----------------------------------------------------------------------------
 
-    def _begin_compensation(self, step: Step, reason: str) -> None:
+    def _begin_compensation(self, step: SagaStep, reason: str) -> None:
         self.saga.status, self.saga.failed_step, self.saga.reason = "compensating", step.name, reason
         self._next_compensation()
 
@@ -151,7 +149,7 @@ class _Transition:
                 return self._compensate(step, attempt=1)
         self._finish_failed(self.saga.failed_step or "", self.saga.reason or "")
 
-    def _compensate(self, step: Step, attempt: int) -> None:
+    def _compensate(self, step: SagaStep, attempt: int) -> None:
         ctx = context(self.saga, self.definition)
         self.saga.current_step = step.name
         data = {**self._base(step.name, compensation_key(self.saga.id, step.name)),
@@ -160,14 +158,14 @@ class _Transition:
         self._set(step.name, COMPENSATE, "compensating", attempt=attempt,
                   deadline=self.now + self.policy.compensation_timeout)
 
-    def _compensation_replied(self, step: Step) -> None:
+    def _compensation_replied(self, step: SagaStep) -> None:
         rec = self.saga.record(step.name, COMPENSATE)
         if rec is None or rec.status not in ("compensating", "retrying"):
             return   # duplicate or stale
         self._set(step.name, COMPENSATE, "compensated", attempt=rec.attempt)
         self._next_compensation()
 
-    def _compensation_expired(self, step: Step, rec: StepRecord) -> None:
+    def _compensation_expired(self, step: SagaStep, rec: StepRecord) -> None:
         if rec.status == "retrying":
             return self._compensate(step, rec.attempt + 1)
         reason = f"no reply within {self.policy.compensation_timeout_s:g}s"
@@ -177,7 +175,7 @@ class _Transition:
 
     # --- endings and helpers ----------------------------------------------------------------------
 
-    def _retry_later(self, step: Step, phase: str, rec: StepRecord, reason: str, attempts: int) -> bool:
+    def _retry_later(self, step: SagaStep, phase: str, rec: StepRecord, reason: str, attempts: int) -> bool:
         """An unanswered command: schedule its resend after backoff (True), or, with no attempt left,
         record the failure and tell operators (False)."""
         if rec.attempt < attempts:
@@ -189,15 +187,14 @@ class _Transition:
         self._give_up(step, rec.attempt, reason)
         return False
 
-    def _give_up(self, step: Step, attempts: int, reason: str) -> None:
+    def _give_up(self, step: SagaStep, attempts: int, reason: str) -> None:
         self._event("saga.compensation_failed", step=step.name, attempts=attempts,
                     reason=f"{reason}, {attempts} attempts")
 
     def _finish_failed(self, failed_step: str, reason: str) -> None:
         s = self.saga
         s.status, s.current_step, s.failed_step, s.reason = "failed", None, failed_step, reason
-        self._command("allocation.fail", {"allocation_id": s.allocation_id, "saga_id": s.id,
-                                          "failed_step": failed_step, "reason": reason})
+        self._notify(self.definition.on_failure, failed_step=failed_step, reason=reason)
         undone = [st.name for st in reversed(self.definition.steps)
                   if (r := s.record(st.name, COMPENSATE)) is not None and r.status == "compensated"]
         self._event("saga.failed", failed_step=failed_step, reason=reason, compensated=undone)
@@ -214,8 +211,14 @@ class _Transition:
         return {"saga_id": s.id, "step": step, "idempotency_key": key, "allocation_id": s.allocation_id,
                 "tenant_id": s.tenant_id, "labels": dict(s.input.get("labels") or {})}
 
+    def _notify(self, notice: Notice | None, **facts) -> None:
+        if notice is not None:
+            s = self.saga
+            self._command(notice.type, notice.fields({"saga_id": s.id, "allocation_id": s.allocation_id,
+                                                      "tenant_id": s.tenant_id, **facts}))
+
     @staticmethod
-    def _subject(step: Step, ctx) -> dict[str, str]:
+    def _subject(step: SagaStep, ctx) -> dict[str, str]:
         return {p: str(ctx.get(p)) for p in step.subject}
 
     def _command(self, type_: str, data: dict, subject_params: dict[str, str] | None = None) -> None:

@@ -39,6 +39,15 @@ async def remove(conn: asyncpg.Connection, allocation_id: uuid.UUID) -> dict[str
     return _decode(row) if row else None
 
 
+async def standing(conn: asyncpg.Connection, allocation_id: uuid.UUID) -> tuple[bool, dict[str, Any] | None]:
+    """Where the allocation stands, in one round trip: (whether it waits in the queue, the allocations row
+    of what it holds or None)."""
+    row = await conn.fetchrow(
+        "SELECT EXISTS (SELECT 1 FROM pending WHERE allocation_id=$1) AS queued, "
+        "(SELECT to_jsonb(a) FROM allocations a WHERE a.allocation_id=$1) AS held", allocation_id)
+    return row["queued"], json.loads(row["held"]) if row["held"] is not None else None
+
+
 async def all_pending(conn: asyncpg.Connection) -> list[dict[str, Any]]:
     return [_decode(r) for r in await conn.fetch("SELECT * FROM pending ORDER BY enqueued_at")]
 
@@ -70,6 +79,10 @@ async def due_preemptions(conn: asyncpg.Connection, limit: int = 100) -> list[di
 
 async def mark_sent(conn: asyncpg.Connection, victim: uuid.UUID) -> None:
     await conn.execute("UPDATE preemptions SET sent_at = now() WHERE victim=$1", victim)
+
+
+async def preemptions_total(conn: asyncpg.Connection) -> int:
+    return await conn.fetchval("SELECT count(*) FROM preemptions")
 
 
 async def preempting(conn: asyncpg.Connection) -> set[uuid.UUID]:

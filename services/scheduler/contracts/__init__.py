@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from shared.contract import Message, ServiceContract
+from shared.steps import Step
 from shared.wire import StepCommand, StepFailure, StepReply, StepUndone, UndoCommand, Wire
 
 NAME = r"^[a-z0-9]([a-z0-9.\-]{0,61}[a-z0-9])?$"
@@ -213,6 +214,17 @@ class SlotsReleased(StepUndone):
     slots_freed: int = 0
 
 
+RESERVE_SLOTS = Step.declare(
+    "scheduler",
+    command=("reserve_slots", ReserveSlots, "Saga step: reserve GPU slots for an allocation."),
+    ok=("slots_reserved", SlotsReserved, "Slots were reserved for the allocation."),
+    failed=("slot_reservation_failed", SlotReservationFailed, "No slots could be reserved (code says why)."),
+    progress=("reservation_queued", ReservationQueued, "Nothing fits now: the request waits in the queue."),
+    undo=("release_slots", ReleaseSlots, "Saga step or compensation: free the allocation's slots (idempotent)."),
+    undone=("slots_released", SlotsReleased, "The allocation holds no slots."),
+)
+
+
 class PreemptionNotice(Wire):
     allocation_id: uuid.UUID
     tenant_id: uuid.UUID
@@ -240,8 +252,6 @@ CONTRACT = ServiceContract(
         _m("define_pool", DefinePool, "command", "A provider admin defines a node pool and its policy."),
         _m("set_quota", SetQuota, "command", "A tenant's (or one of its users') GPU quota for a model and pool."),
         _m("cancel_request", CancelRequest, "command", "Cancel a pending (queued) reservation."),
-        _m("reserve_slots", ReserveSlots, "command", "Saga step: reserve GPU slots for an allocation."),
-        _m("release_slots", ReleaseSlots, "command", "Saga step or compensation: free the allocation's slots (idempotent)."),
         _m("node_registered", NodeRegistered, "event", "A node exists."),
         _m("node_changed", NodeChanged, "event", "A node's whole document after any change."),
         _m("shape_changed", ShapeChanged, "event", "A shape's whole document after any change."),
@@ -249,14 +259,11 @@ CONTRACT = ServiceContract(
         _m("quota_changed", QuotaChanged, "event", "A quota's limit or use changed."),
         _m("admin_command_rejected", AdminCommandRejected, "event", "An inventory command could not be applied."),
         _m("scheduling_stats", SchedulingStats, "event", "Periodic pending/utilisation/fragmentation snapshot."),
-        _m("slots_reserved", SlotsReserved, "event", "Slots were reserved for the allocation."),
-        _m("reservation_queued", ReservationQueued, "event", "Nothing fits now: the request waits in the queue."),
-        _m("slot_reservation_failed", SlotReservationFailed, "event", "No slots could be reserved (code says why)."),
-        _m("slots_released", SlotsReleased, "event", "The allocation holds no slots."),
         _m("preemption_notice", PreemptionNotice, "event", "An allocation will be preempted after its grace period."),
     ],
     receives=["scheduler.register_node", "scheduler.report_topology", "scheduler.approve_slot_map",
               "scheduler.update_node", "scheduler.define_shape", "scheduler.define_pool", "scheduler.set_quota",
-              "scheduler.cancel_request", "scheduler.reserve_slots", "scheduler.release_slots"],
+              "scheduler.cancel_request"],
     sends=["allocation.preempt"],
+    steps=[RESERVE_SLOTS],
 )

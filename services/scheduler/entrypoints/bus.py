@@ -1,4 +1,5 @@
-"""Scheduler's subscribers: wire message → handler, nothing else."""
+"""Scheduler's subscribers: wire message → handler, nothing else. Every one is leader-only: it runs while
+this replica decides (see entrypoints/loops.py, Leadership)."""
 from __future__ import annotations
 
 from functools import partial
@@ -6,6 +7,7 @@ from functools import partial
 from shared.runtime import Runtime
 
 from .. import handlers as h
+from ..contracts import RESERVE_SLOTS
 
 ROUTES = {
     "scheduler.register_node": h.register_node,
@@ -16,16 +18,12 @@ ROUTES = {
     "scheduler.define_pool": h.define_pool,
     "scheduler.set_quota": h.set_quota,
     "scheduler.cancel_request": h.cancel_request,
-    "scheduler.release_slots": h.release_slots,
 }
 
 
-def wire(rt: Runtime, active: h.ActiveScheduler) -> list:
-    """Register every subscriber; returns the broker's new subscriber objects (to start and stop them
-    with leadership)."""
-    before = set(map(id, rt.broker.subscribers))
+def wire(rt: Runtime, active: h.ActiveScheduler) -> None:
     for type_, handler in ROUTES.items():
-        rt.consumers.subscribe(type_, partial(handler, active=active))
-    rt.consumers.subscribe("scheduler.reserve_slots",
-                           partial(h.reserve_slots, active=active, sim_faults=rt.settings.sim_faults))
-    return [s for s in rt.broker.subscribers if id(s) not in before]
+        rt.consumers.subscribe(type_, partial(handler, active=active), leader_only=True)
+    rt.consumers.participate(RESERVE_SLOTS, leader_only=True,
+                             invoke=partial(h.reserve_slots, active=active, sim_faults=rt.settings.sim_faults),
+                             undo=partial(h.release_slots, active=active))

@@ -1,13 +1,12 @@
 """The active scheduler's background work: leadership, preemptions whose grace has ended, stats.
 
-Only the leader consumes commands and runs the loops that act; a standby waits on the advisory lock.
-When leadership is lost the subscribers stop and the index is dropped: whoever leads next reloads it
-from PostgreSQL.
+Only the leader consumes commands (its subscribers are the kit's leader-only ones) and runs the loops that
+act; a standby waits on the advisory lock. When leadership is lost the subscribers stop and the index is
+dropped: whoever leads next reloads it from PostgreSQL. Every transaction here is a ``UnitOfWork``.
 """
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 import structlog
 
@@ -30,13 +29,14 @@ log = structlog.get_logger()
 class Leadership:
     """Consume (and decide) only while holding the lease."""
 
-    def __init__(self, rt: Runtime, active: ActiveScheduler, subscribers: list, lease: LeaderLease | None):
-        self.rt, self.active, self.subscribers, self.lease = rt, active, subscribers, lease
+    def __init__(self, rt: Runtime, active: ActiveScheduler, lease: LeaderLease | None):
+        self.rt, self.active, self.lease = rt, active, lease
         self.leading = asyncio.Event()
 
     async def run(self) -> None:
         if self.lease is None:      # election off: every replica consumes (the SQL guards alone apply)
             await self.active.load(self.rt.pool)
+            await self.rt.consumers.start_leader_only()
             self.leading.set()
             await asyncio.Event().wait()
         while True:
@@ -44,17 +44,14 @@ class Leadership:
             try:
                 await self.active.load(self.rt.pool)
                 await announce_catalog(self.rt)
-                for sub in self.subscribers:
-                    await sub.start()
+                await self.rt.consumers.start_leader_only()
                 self.leading.set()
                 LEADER.set(1)
                 await self.lease.watch()
             finally:
                 LEADER.set(0)
                 self.leading.clear()
-                for sub in self.subscribers:
-                    with contextlib.suppress(Exception):
-                        await sub.stop()
+                await self.rt.consumers.stop_leader_only()
                 self.active.unload()
                 await self.lease.release()
             # A replica that just lost its session stands back for a few probes, so a healthy standby
@@ -65,26 +62,26 @@ class Leadership:
 async def announce_catalog(rt: Runtime) -> int:
     """Publish every shape and pool as it stands (read models ignore versions they have), so what the
     migrations seeded (the standard shapes, the shared pool) is known before any admin changes it."""
-    async with rt.pool.acquire() as conn, conn.transaction():
-        shapes, pools = await catalog.all_shapes(conn), await catalog.all_pools(conn)
+    async with UnitOfWork.begin(rt.pool, rt.outbox, name="scheduler.announce_catalog") as uow:
+        shapes, pools = await catalog.all_shapes(uow.conn), await catalog.all_pools(uow.conn)
         items = [("scheduler.shape_changed", c.ShapeChanged(**{k: r[k] for k in c.ShapeChanged.model_fields}), None)
                  for r in shapes]
         items += [("scheduler.pool_changed", c.PoolChanged(**{k: r[k] for k in c.PoolChanged.model_fields}), None)
                   for r in pools]
         if items:
-            await rt.outbox.add_many(conn, items, correlation_id="scheduler.catalog")
+            await uow.emit_many(items, correlation_id="scheduler.catalog")
     return len(items)
 
 
 async def send_due_preemptions(rt: Runtime) -> int:
     """Send ``allocation.preempt`` for every preemption whose grace period has ended; returns how many."""
-    async with rt.pool.acquire() as conn, conn.transaction():
-        due = await pending.due_preemptions(conn)
+    async with UnitOfWork.begin(rt.pool, rt.outbox, name="scheduler.preemptions") as uow:
+        due = await pending.due_preemptions(uow.conn)
         for p in due:
-            await rt.outbox.add(conn, "allocation.preempt", PreemptAllocation(
+            await uow.emit("allocation.preempt", PreemptAllocation(
                 allocation_id=p["victim"], tenant_id=p["victim_tenant"], reason=p["reason"],
                 preempted_for=p["preemptor"]), correlation_id=str(p["victim"]), tenant_id=p["victim_tenant"])
-            await pending.mark_sent(conn, p["victim"])
+            await pending.mark_sent(uow.conn, p["victim"])
     if due:
         log.info("scheduler.preemptions_sent", victims=[str(p["victim"]) for p in due])
     return len(due)
@@ -108,9 +105,9 @@ async def publish_stats(rt: Runtime, active: ActiveScheduler) -> None:
         UTILISATION.labels(pool, model).set(used / total if total else 0.0)
     for (pool, model), share in frag.items():
         FRAGMENTATION.labels(pool, model).set(share)
-    async with rt.pool.acquire() as conn, conn.transaction():
-        total = await conn.fetchval("SELECT count(*) FROM preemptions")
-        await rt.outbox.add(conn, "scheduler.scheduling_stats", c.SchedulingStats(
+    async with UnitOfWork.begin(rt.pool, rt.outbox, name="scheduler.stats") as uow:
+        total = await pending.preemptions_total(uow.conn)
+        await uow.emit("scheduler.scheduling_stats", c.SchedulingStats(
             at=utcnow(), pending={str(t): n for t, n in sched.queue.pending().items()},
             utilisation={f"{p}/{m}": [u, t] for (p, m), (u, t) in util.items()},
             fragmentation={f"{p}/{m}": round(f, 4) for (p, m), f in frag.items()},
@@ -121,11 +118,11 @@ async def publish_quota_use(rt: Runtime) -> int:
     """Send ``quota_changed`` for every quota whose use changed since it was last sent. Reservations and
     releases do not send one each: at hundreds of decisions a second that doubled the events per decision;
     coalesced, a quota's use is published at most once per period."""
-    async with rt.pool.acquire() as conn, conn.transaction():
-        rows = await catalog.unpublished_quotas(conn)
+    async with UnitOfWork.begin(rt.pool, rt.outbox, name="scheduler.quota_use") as uow:
+        rows = await catalog.unpublished_quotas(uow.conn)
         if rows:
-            await rt.outbox.add_many(conn, [("scheduler.quota_changed", c.QuotaChanged(**catalog.quota_document(r)),
-                                             None) for r in rows], correlation_id="scheduler-quota-use")
+            await uow.emit_many([("scheduler.quota_changed", c.QuotaChanged(**catalog.quota_document(r)), None)
+                                 for r in rows], correlation_id="scheduler-quota-use")
     return len(rows)
 
 

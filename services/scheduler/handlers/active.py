@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
@@ -30,17 +29,9 @@ from ..domain.quota import QuotaBook, QuotaKey
 from ..domain.scheduler import Scheduler
 from ..domain.shapes import Shape
 from ..domain.topology import SlotMap
+from ..settings import SchedulerSettings
 
 log = structlog.get_logger()
-
-
-@dataclass(frozen=True)
-class SchedulerSettings:
-    queue_per_tenant: int = 100
-    aging_s: float = 300.0
-    preemption_grace_s: float = 30.0
-    stats_s: float = 15.0
-    leader_election: bool = True
 
 
 def node_state(row: dict[str, Any]) -> NodeState:

@@ -2,9 +2,10 @@
 
 A placement decided in memory becomes real only through ``claims.claim`` (conditional SQL). A request
 placed out of the queue (after a release, an approval, an uncordon, a quota raise) is answered here:
-its pending row is taken, its slots claimed, the reserve step's outcome recorded under the idempotency
-key it arrived with, and ``scheduler.slots_reserved`` sent with the saga fields it carried, so a
-redelivered reserve command later gets that same answer.
+its pending row is taken, its slots claimed, and the deferred reserve step finished through the kit
+(``shared.participant.finish``): its outcome recorded under the idempotency key it arrived with, and
+``scheduler.slots_reserved`` sent with the saga fields it carried, so a redelivered reserve command later
+gets that same answer.
 """
 from __future__ import annotations
 
@@ -15,10 +16,11 @@ from typing import Any
 
 import structlog
 
+from shared import participant
 from shared.unit_of_work import UnitOfWork
 
 from .. import contracts as c
-from ..adapters import claims, outcomes
+from ..adapters import claims
 from ..adapters import queue as pending
 from ..adapters.metrics import PENDING, PREEMPTIONS, QUEUE_WAIT
 from ..domain.inventory import Placement, Request
@@ -28,11 +30,6 @@ from .active import ActiveScheduler
 log = structlog.get_logger()
 
 _DETAIL = ("index", "gpu_pci", "nvme_pci", "ib_vf_pci", "ib_guid", "numa", "nvlink_domain")
-_STEP = ("saga_id", "step", "idempotency_key", "allocation_id")
-
-
-def step_fields(cmd: dict[str, Any]) -> dict[str, Any]:
-    return {k: cmd[k] for k in _STEP}
 
 
 def claim_of(req: Request, p: Placement, cmd: dict[str, Any]) -> claims.Claim:
@@ -67,24 +64,16 @@ async def commit(ctx: UnitOfWork, active: ActiveScheduler, req: Request, p: Plac
     return details
 
 
-async def answer(ctx: UnitOfWork, cmd: dict[str, Any], status: str, result: dict[str, Any],
-                 correlation_id: str | None = None) -> None:
-    """Record the reserve step's final outcome and send its reply (done: slots_reserved, else failed)."""
-    await outcomes.record(ctx.conn, cmd["idempotency_key"], status, result)
-    await send_recorded(ctx, cmd, status, result, correlation_id)
+def tenant_of(cmd: dict[str, Any]) -> uuid.UUID:
+    return uuid.UUID(str(cmd["tenant_id"]))
 
 
-async def send_recorded(ctx: UnitOfWork, cmd: dict[str, Any], status: str, result: dict[str, Any],
-                        correlation_id: str | None = None) -> None:
-    tenant = uuid.UUID(str(cmd["tenant_id"]))
-    if status == "done":
-        reply = c.SlotsReserved(**step_fields(cmd), **result)
-        await ctx.emit("scheduler.slots_reserved", reply, correlation_id=correlation_id, tenant_id=tenant)
-        return
-    fields = result if status == "failed" else {
-        "reason": "compensated before it ran (the saga had given up on this step)", "code": "cancelled"}
-    await ctx.emit("scheduler.slot_reservation_failed", c.SlotReservationFailed(**step_fields(cmd), **fields),
-                   correlation_id=correlation_id, tenant_id=tenant)
+async def conclude(ctx: UnitOfWork, cmd: dict[str, Any], status: str, result: dict[str, Any],
+                   correlation_id: str | None = None) -> None:
+    """Record the reserve step's final outcome and send its reply (done: slots_reserved, else failed) in
+    the request's tenant; ``correlation_id``: the original command's, when it is answered later."""
+    await participant.finish(ctx, c.RESERVE_SLOTS, cmd, status, result, correlation_id=correlation_id,
+                             tenant_id=tenant_of(cmd))
 
 
 async def place_waiting(ctx: UnitOfWork, active: ActiveScheduler) -> None:
@@ -123,11 +112,11 @@ async def settle(ctx: UnitOfWork, active: ActiveScheduler, placed: list[tuple[Re
             continue
         except claims.QuotaExceeded as exc:     # a tenant admin's split for this user is used up
             await pending.remove(ctx.conn, req.allocation_id)
-            await answer(ctx, row["request"], "failed", quota_failure(exc), row["correlation_id"])
+            await conclude(ctx, row["request"], "failed", quota_failure(exc), row["correlation_id"])
             continue
         waited = (datetime.now(UTC) - row["enqueued_at"]).total_seconds()
         QUEUE_WAIT.labels(str(req.tenant_id)).observe(waited)
-        await answer(ctx, row["request"], "done", reserved_result(p, details, waited), row["correlation_id"])
+        await conclude(ctx, row["request"], "done", reserved_result(p, details, waited), row["correlation_id"])
     refresh_pending_gauge(active)
 
 

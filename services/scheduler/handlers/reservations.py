@@ -1,14 +1,15 @@
 """The reserve step (saga participant), its undo (release), and cancelling a queued request.
 
-Reserve, once per idempotency key: the recorded outcome answers any repeat; a request already waiting
-answers ``reservation_queued`` again (never a second queue entry or placement). Otherwise: resolve the
-shape (unknown: failed ``unknown-shape``), let the index decide, then make it real in SQL:
+Reserve, once per idempotency key (the kit's step outcomes, shared.participant): the recorded outcome
+answers any repeat; a request already waiting answers ``reservation_queued`` again (never a second queue
+entry or placement). Otherwise: resolve the shape (unknown: failed ``unknown-shape``), let the index
+decide, then make it real in SQL:
 - placed: claim (quota charged and slots taken conditionally, atomically) → ``slots_reserved``;
 - over quota: failed ``quota-exceeded`` naming quota, limit, use and request;
 - nothing fits: fail fast → failed ``no-capacity``; else queued (bound reached → failed ``queue-full``)
-  → ``reservation_queued`` WITHOUT a recorded outcome; the final reply is sent when the queue places
-  it (placing.settle) or it is cancelled, and recorded then. A higher-priority request that could fit by
-  preempting also gets preemption notices for its victims (placing.notify_preemption).
+  → ``reservation_queued``, the outcome recorded as deferred; the final reply is sent, and recorded, when
+  the queue places it (placing.settle) or it is cancelled or released. A higher-priority request that
+  could fit by preempting also gets preemption notices for its victims (placing.notify_preemption).
 """
 from __future__ import annotations
 
@@ -17,11 +18,14 @@ import uuid
 from functools import partial
 from typing import Any
 
+import asyncpg
+
+from shared import participant
+from shared.participant import Outcome, injected_fault
 from shared.unit_of_work import UnitOfWork
-from shared.participant import injected_fault
 
 from .. import contracts as c
-from ..adapters import claims, outcomes
+from ..adapters import claims
 from ..adapters import queue as pending
 from ..adapters.metrics import LATENCY
 from ..domain.inventory import Placement
@@ -29,19 +33,18 @@ from ..domain.scheduler import Decision
 from .active import ActiveScheduler, request_of
 from .common import Rejected, admin
 from .placing import (
-    answer,
     commit,
+    conclude,
     notify_preemption,
     place_released,
     quota_failure,
     refresh_pending_gauge,
     reserved_result,
-    send_recorded,
     settle,
-    step_fields,
 )
 
 _ATTEMPTS = 3   # decisions retried after the index proved stale; then the whole index is reloaded
+_CANCELLED = {"code": "cancelled"}   # the failure code a late reserve of a compensated key answers
 
 
 async def reserve_slots(ctx: UnitOfWork, cmd: c.ReserveSlots, *, active: ActiveScheduler,
@@ -50,19 +53,19 @@ async def reserve_slots(ctx: UnitOfWork, cmd: c.ReserveSlots, *, active: ActiveS
     started = time.perf_counter()
     await active.ensure_loaded()
     data = cmd.model_dump(mode="json")
-    await outcomes.lock(ctx.conn, cmd.idempotency_key)
-    prior, queued, held = await outcomes.prior(ctx.conn, cmd.idempotency_key, cmd.allocation_id)
-    if prior is not None:
-        await send_recorded(ctx, data, *prior)
+    prior = await participant.recorded(ctx, cmd.idempotency_key)
+    if prior is not None and prior.status != "deferred":
+        await participant.answer(ctx, c.RESERVE_SLOTS, data, prior, tenant_id=cmd.tenant_id, compensated=_CANCELLED)
         return
+    queued, held = await pending.standing(ctx.conn, cmd.allocation_id)
     if queued:
-        await _queued(ctx, active, data, "already waiting in the queue")
+        await _queued(ctx, active, data, "already waiting in the queue", again=True)
         return
     fault = injected_fault(cmd, sim_faults)
     if fault == "timeout":
         return
     if fault == "fail":
-        await answer(ctx, data, "failed", {"reason": f"injected fault at {cmd.step}", "code": "invalid-request"})
+        await conclude(ctx, data, "failed", {"reason": f"injected fault at {cmd.step}", "code": "invalid-request"})
         return
     try:
         outcome = await _decide(ctx, active, cmd, data, held)
@@ -78,7 +81,7 @@ async def _decide(ctx: UnitOfWork, active: ActiveScheduler, cmd: c.ReserveSlots,
         node = uuid.UUID(held["node_id"])
         p = Placement(node, held["pool"], held["gpu_model"], tuple(held["slots"]), held["mig_profile"])
         details = await claims.slot_details(ctx.conn, node, list(held["slots"]))
-        await answer(ctx, data, "done", reserved_result(p, details))
+        await conclude(ctx, data, "done", reserved_result(p, details))
         return "placed"
     shape = active.shapes.get(cmd.shape)
     if shape is None:
@@ -99,12 +102,12 @@ async def _decide(ctx: UnitOfWork, active: ActiveScheduler, cmd: c.ReserveSlots,
             except claims.SlotTaken:
                 continue
             except claims.QuotaExceeded as exc:
-                await answer(ctx, data, "failed", quota_failure(exc))
+                await conclude(ctx, data, "failed", quota_failure(exc))
                 return "rejected"
-            await answer(ctx, data, "done", reserved_result(d.placement, details))
+            await conclude(ctx, data, "done", reserved_result(d.placement, details))
             return "placed"
         if d.kind == "rejected":
-            await answer(ctx, data, "failed", _failure(d))
+            await conclude(ctx, data, "failed", _failure(d))
             return "rejected"
         if d.reason == "already pending":        # queued in the index only (a failed handler): forget it
             active.sched.cancel(req.allocation_id)
@@ -124,7 +127,7 @@ def _failure(d: Decision) -> dict[str, Any]:
 
 
 async def _fail(ctx: UnitOfWork, data: dict, reason: str, code: str) -> str:
-    await answer(ctx, data, "failed", {"reason": reason, "code": code})
+    await conclude(ctx, data, "failed", {"reason": reason, "code": code})
     return "rejected"
 
 
@@ -136,30 +139,33 @@ async def _enqueue(ctx: UnitOfWork, active: ActiveScheduler, req, d: Decision, d
     refresh_pending_gauge(active)
 
 
-async def _queued(ctx: UnitOfWork, active: ActiveScheduler, data: dict, reason: str) -> None:
+async def _queued(ctx: UnitOfWork, active: ActiveScheduler, data: dict, reason: str, *, again: bool = False) -> None:
+    """Answer ``reservation_queued`` with the request's place now; the first time, record the step deferred."""
     tenant = data["tenant_id"]
-    await ctx.emit("scheduler.reservation_queued", c.ReservationQueued(
-        **step_fields(data), tenant_id=tenant, position=active.position(uuid.UUID(str(tenant))), reason=reason))
+    progress = {"tenant_id": tenant, "position": active.position(uuid.UUID(str(tenant))), "reason": reason}
+    if again:
+        await participant.answer(ctx, c.RESERVE_SLOTS, data, Outcome("deferred", progress))
+    else:
+        await participant.defer(ctx, c.RESERVE_SLOTS, data, progress)
 
 
 async def release_slots(ctx: UnitOfWork, cmd: c.ReleaseSlots, *, active: ActiveScheduler) -> None:
     """Saga step or compensation: free the allocation's slots, refund its quota, drop it from the queue
     if it waits there, then re-evaluate the queue. Idempotent; safe when nothing was held."""
     await active.ensure_loaded()
-    if cmd.compensates:
-        await outcomes.lock(ctx.conn, cmd.compensates)
-    row, _ = await claims.release(ctx.conn, cmd.allocation_id)    # quota use: published by a loop
-    queued = await pending.remove(ctx.conn, cmd.allocation_id)
-    if cmd.compensates:
-        await outcomes.record(ctx.conn, cmd.compensates, "compensated", {})
+    await participant.undo(ctx, cmd, partial(_release, ctx=ctx, active=active), step=c.RESERVE_SLOTS)
+
+
+async def _release(conn: asyncpg.Connection, cmd: c.ReleaseSlots, *, ctx: UnitOfWork, active: ActiveScheduler) -> dict:
+    row, _ = await claims.release(conn, cmd.allocation_id)    # quota use: published by a loop
+    queued = await pending.remove(conn, cmd.allocation_id)
     if queued is not None and queued["idempotency_key"] != cmd.compensates:
-        await answer(ctx, queued["request"], "failed", {"reason": "released while waiting", "code": "cancelled"},
-                     queued["correlation_id"])
-    await ctx.emit("scheduler.slots_released", c.SlotsReleased(
-        **step_fields(cmd.model_dump(mode="json")), slots_freed=len(row["slots"]) if row else 0))
+        await conclude(ctx, queued["request"], "failed", {"reason": "released while waiting", "code": "cancelled"},
+                       queued["correlation_id"])
     # The index frees the slots only once this commits: freed earlier, a concurrent claim would pick
     # them while the committed row still names the allocation, and fail.
     ctx.on_commit(partial(place_released, ctx, active, cmd.allocation_id))
+    return {"slots_freed": len(row["slots"]) if row else 0}
 
 
 async def cancel_request(ctx: UnitOfWork, cmd: c.CancelRequest, *, active: ActiveScheduler) -> None:
@@ -173,8 +179,8 @@ async def cancel_request(ctx: UnitOfWork, cmd: c.CancelRequest, *, active: Activ
             raise Rejected(f"allocation {cmd.allocation_id} has no pending request")
         if row["tenant_id"] != cmd.tenant_id:
             raise Rejected(f"the pending request of allocation {cmd.allocation_id} belongs to another tenant")
-        await answer(ctx, row["request"], "failed", {"reason": f"cancelled by {cmd.requested_by}",
-                                                     "code": "cancelled"}, row["correlation_id"])
+        await conclude(ctx, row["request"], "failed", {"reason": f"cancelled by {cmd.requested_by}",
+                                                       "code": "cancelled"}, row["correlation_id"])
         active.sched.cancel(cmd.allocation_id)
         await settle(ctx, active, active.sched.tick())
     await admin(ctx, "scheduler.cancel_request", str(cmd.allocation_id), body)

@@ -6,10 +6,10 @@ from functools import partial
 from shared.runtime import Runtime
 
 from .. import handlers
+from ..contracts import PROVISION_VOLUME
 from ..domain.model import StoragePolicy
 
 
 def wire(rt: Runtime, policy: StoragePolicy) -> None:
-    rt.consumers.subscribe("storage.provision_volume",
-                           partial(handlers.provision_volume, policy=policy, sim_faults=rt.settings.sim_faults))
-    rt.consumers.subscribe("storage.delete_volume", handlers.delete_volume)
+    rt.consumers.participate(PROVISION_VOLUME, undo=handlers.delete_volume,
+                             invoke=partial(handlers.provision_volume, policy=policy, sim_faults=rt.settings.sim_faults))

@@ -1,0 +1,57 @@
+"""The gateway's HTTP application: middlewares, the route table, startup and shutdown, on the runtime's aiohttp app.
+
+The API shares the port of /healthz, /readyz and /metrics (TESSERA_HTTP_PORT).
+"""
+from __future__ import annotations
+
+from typing import AsyncIterator
+
+import structlog
+from aiohttp import web
+
+from shared.runtime import Runtime
+
+from ..adapters import identity
+from ..domain.keys import hash_api_key
+from ..http.auth import auth_middleware
+from ..http.endpoint import add_routes
+from ..http.openapi import ENDPOINTS
+from ..http.problems import problems_middleware
+from ..http.state import GATEWAY, Gateway
+from ..http.telemetry import telemetry_middleware
+from ..settings import GatewaySettings
+
+log = structlog.get_logger()
+
+
+async def _bootstrap_admin(app: web.Application) -> AsyncIterator[None]:
+    """At start: the provider admin ``admin`` exists and its API key is TESSERA_BOOTSTRAP_ADMIN_KEY."""
+    gw = app[GATEWAY]
+    key = gw.config.bootstrap_admin_key
+    if key:
+        async with gw.pool.acquire() as conn, conn.transaction():
+            admin_id = await identity.ensure_bootstrap_admin(conn, hash_api_key(key))
+        log.info("gateway.bootstrap_admin_ready", user_id=str(admin_id))
+    else:
+        log.warning("gateway.no_bootstrap_admin_key")
+    yield
+
+
+async def _listen(app: web.Application) -> AsyncIterator[None]:
+    gw = app[GATEWAY]
+    async with gw.hub.listening(gw.pool):
+        yield
+
+
+def create_app(rt: Runtime, config: GatewaySettings, app: web.Application | None = None) -> web.Application:
+    """Configure ``app`` (default: the runtime's, so it is served by ``rt.start()``); returns it."""
+    app = rt.http if app is None else app
+    gw = Gateway(rt, config)
+    app[GATEWAY] = gw
+    # outermost first: every request gets a span and an access line, every error a problem document
+    app.middlewares.extend([telemetry_middleware(rt.service), problems_middleware, auth_middleware(gw.tokens)])
+    add_routes(app, ENDPOINTS)
+    app.cleanup_ctx.append(_bootstrap_admin)
+    app.cleanup_ctx.append(_listen)
+    app.on_shutdown.append(gw.streams.close_all)
+    return app

@@ -1,0 +1,193 @@
+"""Allocations of the caller's tenant: request (idempotent), list, read, release.
+
+Another tenant's allocation, or a malformed id, is a 404, never a 403: a caller
+learns nothing about what other tenants hold.
+"""
+from __future__ import annotations
+
+import uuid
+
+import asyncpg
+from aiohttp import web
+
+from services.allocation.contracts import ReleaseAllocation, RequestAllocation
+from services.scheduler.contracts import CancelRequest
+from shared.envelope import utcnow
+
+from ..adapters import allocations as repo
+from ..adapters.inventory import plain
+from ..domain.keys import BadCursor, decode_cursor, encode_cursor, fingerprint
+from ..domain.model import RELEASE_ALREADY_REQUESTED, Principal, allocation_links
+from ..domain.scheduling import PRIORITY_CLASSES, ShapeInfo, priority_class_of
+from ..http.auth import require_tenant_member
+from ..http.endpoint import Endpoint, Param, respond
+from ..http.inputs import path_uuid, query_int, read_body
+from ..http.problems import ProblemError, not_found, validation_problem
+from ..http.schemas.allocations import AllocationCreate, AllocationOut, AllocationPage
+from ..http.schemas.base import FieldError
+from ..http.state import gateway_of
+from .allocation_events import ALLOCATION_ID, ENDPOINTS as EVENT_ENDPOINTS
+from .quotas import check_quota
+from .shapes import resolve_shape
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+
+_SCHEDULING = ("priority", "spot", "pool", "tolerations", "fail_fast", "network_id", "queue_position", "queued_reason",
+               "preemption", "problem")
+
+
+def allocation_out(row: asyncpg.Record | dict) -> AllocationOut:
+    fields = {k: row[k] for k in ("id", "tenant_id", "name", "shape", "gpu_count", "volume_gb", "state", "node_id",
+                                  "failed_step", "reason", "created_at", "updated_at")}
+    decoded = plain(row) if isinstance(row, asyncpg.Record) else row
+    scheduling = {k: decoded[k] for k in _SCHEDULING if decoded.get(k) is not None}
+    return AllocationOut(**fields, **scheduling, priority_class=priority_class_of(scheduling.get("priority", 0)),
+                         labels=repo.labels_of(row), links=allocation_links(row["id"]))
+
+
+def _idempotency_key(request: web.Request) -> str | None:
+    key = request.headers.get(IDEMPOTENCY_HEADER)
+    if key is None:
+        return None
+    if not 1 <= len(key) <= 255 or not key.isprintable():
+        raise validation_problem([FieldError(field=IDEMPOTENCY_HEADER, message="1 to 255 printable characters",
+                                             code="header")])
+    return key
+
+
+def _new_allocation(p: Principal, body: AllocationCreate, shape: ShapeInfo) -> dict:
+    now = utcnow()
+    return {"id": uuid.uuid4(), "tenant_id": p.tenant_id, "user_id": p.user_id, "name": body.name, "shape": body.shape,
+            "gpu_count": shape.gpu_count, "volume_gb": body.volume_gb, "labels": body.labels, "state": "REQUESTED",
+            "node_id": None, "failed_step": None, "reason": None, "created_at": now, "updated_at": now,
+            "priority": PRIORITY_CLASSES[body.priority_class], "spot": body.spot, "pool": body.pool,
+            "tolerations": body.tolerations, "fail_fast": body.fail_fast, "network_id": body.network_id}
+
+
+def _accepted(body: str, allocation_id, replayed: bool = False) -> web.Response:
+    headers = {"Location": allocation_links(allocation_id)["self"]}
+    if replayed:
+        headers["Idempotent-Replayed"] = "true"
+    return web.Response(status=202, text=body, content_type="application/json", headers=headers)
+
+
+async def create_allocation(request: web.Request) -> web.Response:
+    p = require_tenant_member(request)
+    key = _idempotency_key(request)
+    body = await read_body(request, AllocationCreate)
+    gw = gateway_of(request)
+    request_hash = fingerprint(body.model_dump(mode="json"))
+    async with gw.pool.acquire() as conn, conn.transaction():
+        shape = await resolve_shape(conn, body.shape)
+        alloc = _new_allocation(p, body, shape)
+        out = allocation_out(alloc)
+        if key is not None:
+            held = await repo.claim_idempotency_key(conn, p.tenant_id, key, request_hash, alloc["id"],
+                                                    out.model_dump(mode="json"))
+            if held is not None:
+                if held["request_hash"] != request_hash:
+                    raise ProblemError(422, "this Idempotency-Key was already used with a different body",
+                                       slug="idempotency-key-reused", errors=[FieldError(
+                                           field=IDEMPOTENCY_HEADER, message="reused with a different body", code="reused")])
+                return _accepted(held["response"], held["allocation_id"], replayed=True)
+        await check_quota(conn, p, shape, body.pool)   # raising rolls the key claim back too
+        await repo.insert(conn, alloc)
+        await gw.outbox.add(conn, "allocation.request", RequestAllocation(
+            allocation_id=alloc["id"], tenant_id=p.tenant_id, user_id=p.user_id, name=body.name, shape=body.shape,
+            gpu_count=alloc["gpu_count"], volume_gb=body.volume_gb, labels=body.labels, priority=alloc["priority"],
+            spot=body.spot, pool=body.pool, tolerations=body.tolerations, fail_fast=body.fail_fast,
+            network_id=body.network_id), correlation_id=str(alloc["id"]), tenant_id=p.tenant_id)
+    return _accepted(out.model_dump_json(), alloc["id"])
+
+
+def _cursor(request: web.Request):
+    raw = request.query.get("cursor")
+    if not raw:
+        return None
+    try:
+        return decode_cursor(raw)
+    except BadCursor:
+        raise validation_problem([FieldError(field="cursor", message="not a cursor this API returned", code="query")]) from None
+
+
+async def list_allocations(request: web.Request) -> web.Response:
+    p = require_tenant_member(request)
+    limit, after = query_int(request, "limit", 20, 1, 100), _cursor(request)
+    async with gateway_of(request).pool.acquire() as conn:
+        rows = await repo.page(conn, p.tenant_id, limit + 1, after)
+    items = rows[:limit]
+    more = len(rows) > limit
+    next_cursor = encode_cursor(items[-1]["created_at"], items[-1]["id"]) if more else None
+    return respond(AllocationPage(items=[allocation_out(r) for r in items], next_cursor=next_cursor))
+
+
+async def get_allocation(request: web.Request) -> web.Response:
+    p = require_tenant_member(request)
+    allocation_id = path_uuid(request, "allocation_id", "allocation")
+    async with gateway_of(request).pool.acquire() as conn:
+        row = await repo.get(conn, allocation_id, p.tenant_id)
+    if row is None:
+        raise not_found("allocation")
+    return respond(allocation_out(row))
+
+
+async def _cancel_queued(gw, conn, row: asyncpg.Record, p: Principal) -> asyncpg.Record:
+    """A QUEUED allocation is cancelled, once: the scheduler drops the request and the saga fails it (cancelled)."""
+    if row["cancel_requested_at"] is None:
+        await repo.update(conn, row["id"], cancel_requested_at=utcnow())
+        await gw.outbox.add(conn, "scheduler.cancel_request", CancelRequest(
+            allocation_id=row["id"], tenant_id=p.tenant_id, requested_by=p.user_id),
+            correlation_id=str(row["id"]), tenant_id=p.tenant_id)
+    return await repo.get(conn, row["id"])
+
+
+async def release_allocation(request: web.Request) -> web.Response:
+    """202 and one allocation.release for an ACTIVE allocation; 202 again (nothing sent) once releasing.
+    A QUEUED allocation is cancelled instead (one scheduler.cancel_request)."""
+    p = require_tenant_member(request)
+    allocation_id = path_uuid(request, "allocation_id", "allocation")
+    gw = gateway_of(request)
+    async with gw.pool.acquire() as conn, conn.transaction():
+        row = await repo.get(conn, allocation_id, p.tenant_id, for_update=True)
+        if row is None:
+            raise not_found("allocation")
+        if row["state"] == "QUEUED":
+            row = await _cancel_queued(gw, conn, row, p)
+        elif row["state"] not in RELEASE_ALREADY_REQUESTED:
+            if row["state"] != "ACTIVE":
+                raise ProblemError(409, f"the allocation is {row['state']}; only an ACTIVE allocation can be released",
+                                   slug="allocation-not-active")
+            # optimistic: the real state is never behind the view, so an ACTIVE view means release applies
+            await repo.update(conn, allocation_id, state="RELEASING", release_requested_at=utcnow())
+            await gw.outbox.add(conn, "allocation.release", ReleaseAllocation(
+                allocation_id=allocation_id, tenant_id=p.tenant_id, requested_by=p.user_id),
+                correlation_id=str(allocation_id), tenant_id=p.tenant_id)
+            row = await repo.get(conn, allocation_id)
+    return respond(allocation_out(row), 202, headers={"Location": allocation_links(allocation_id)["self"]})
+
+
+IDEMPOTENCY = Param(IDEMPOTENCY_HEADER, "header", "Retry-safe creation: the same key and body answer the same 202, "
+                    "creating one allocation; the same key with another body is a 422.", {"type": "string", "maxLength": 255})
+LIMIT = Param("limit", "query", "Page size.", {"type": "integer", "minimum": 1, "maximum": 100, "default": 20})
+CURSOR = Param("cursor", "query", "The next_cursor of the previous page.")
+_BODY_ERRORS = (400, 401, 403, 413, 415, 422)
+
+ENDPOINTS = [
+    Endpoint("POST", "/v1/allocations", create_allocation, "createAllocation", "Request an allocation", "allocations",
+             {202: AllocationOut}, body=AllocationCreate, params=(IDEMPOTENCY,), errors=_BODY_ERRORS,
+             description="Accepted as REQUESTED; the saga provisions it. Provider admins (no tenant) get 403. A request "
+                         "the tenant's (or the user's) quota certainly cannot admit is refused at once with 403 "
+                         "`quota-exceeded` and the members quota, limit, used and requested; an unknown shape is a 422. "
+                         "When nothing fits the allocation waits as QUEUED (unless fail_fast)."),
+    Endpoint("GET", "/v1/allocations", list_allocations, "listAllocations", "List the tenant's allocations, newest first",
+             "allocations", {200: AllocationPage}, params=(LIMIT, CURSOR), errors=(401, 403, 422)),
+    Endpoint("GET", "/v1/allocations/{allocation_id}", get_allocation, "getAllocation", "Read an allocation",
+             "allocations", {200: AllocationOut}, params=(ALLOCATION_ID,), errors=(401, 403, 404)),
+    Endpoint("DELETE", "/v1/allocations/{allocation_id}", release_allocation, "releaseAllocation",
+             "Release an ACTIVE allocation, or cancel a QUEUED one", "allocations", {202: AllocationOut},
+             params=(ALLOCATION_ID,), errors=(401, 403, 404, 409),
+             description="Repeating it while RELEASING or RELEASED answers 202 again. A QUEUED allocation is "
+                         "cancelled: it ends FAILED (cancelled) once the scheduler dropped it."),
+    *EVENT_ENDPOINTS,
+]

@@ -1,0 +1,31 @@
+"""POST /v1/auth/token: trade an API key for a short-lived bearer token."""
+from __future__ import annotations
+
+from aiohttp import web
+
+from ..adapters import identity
+from ..domain.keys import hash_api_key
+from ..domain.model import Principal
+from ..http.auth import credentials, unauthorized
+from ..http.endpoint import Endpoint, respond
+from ..http.schemas.identity import TokenOut
+from ..http.state import gateway_of
+
+
+async def exchange_token(request: web.Request) -> web.Response:
+    gw = gateway_of(request)
+    key = credentials(request, "ApiKey")
+    async with gw.pool.acquire() as conn:
+        row = await identity.user_for_key(conn, hash_api_key(key))
+    if row is None:
+        raise unauthorized("unknown or revoked API key", "ApiKey")
+    token = gw.tokens.issue(Principal(row["id"], row["tenant_id"], row["role"]))
+    return respond(TokenOut(access_token=token, expires_in=gw.config.token_ttl_s), headers={"Cache-Control": "no-store"})
+
+
+ENDPOINTS = [
+    Endpoint("POST", "/v1/auth/token", exchange_token, "createToken", "Exchange an API key for a bearer token", "auth",
+             {200: TokenOut}, errors=(401,), security="api_key",
+             description="Send `Authorization: ApiKey <key>`. The token carries user, tenant and role and expires after "
+                         "`expires_in` seconds; every other /v1 operation needs `Authorization: Bearer <token>`."),
+]

@@ -1,0 +1,106 @@
+"""The OpenAPI 3.1 document, generated from the route table and the pydantic models.
+
+Served at GET /openapi.json and committed at contracts/openapi.json; regenerate with
+``python -m services.gateway.http.openapi > contracts/openapi.json`` (a test keeps them equal).
+"""
+from __future__ import annotations
+
+import functools
+import json
+
+from aiohttp import web
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from ..handlers import ENDPOINTS as API_ENDPOINTS
+from .endpoint import EVENT_STREAM, Endpoint, Param
+from .problems import _TITLES, PROBLEM_JSON
+from .schemas.base import Problem
+
+_REF = "#/components/schemas/{model}"
+_SECURITY = {"bearer": [{"bearerAuth": []}], "api_key": [{"apiKey": []}], "none": []}
+
+
+async def serve_openapi(_request: web.Request) -> web.Response:
+    return web.Response(text=json.dumps(document()), content_type="application/json")
+
+
+OPENAPI = Endpoint("GET", "/openapi.json", serve_openapi, "getOpenApi", "This OpenAPI document", "meta",
+                   {200: "application/json"}, security="none")
+ENDPOINTS = [*API_ENDPOINTS, OPENAPI]
+
+
+def _models(endpoints: list[Endpoint]) -> list[type[BaseModel]]:
+    found: list[type[BaseModel]] = [Problem]
+    for e in endpoints:
+        for m in [e.body, *e.responses.values()]:
+            if isinstance(m, type) and issubclass(m, BaseModel) and m not in found:
+                found.append(m)
+    return found
+
+
+def _param(p: Param) -> dict:
+    return {"name": p.name, "in": p.location, "description": p.description, "required": p.required or p.location == "path",
+            "schema": p.schema}
+
+
+def _response(target, ref) -> dict:
+    if target is None:
+        return {"description": "No content"}
+    if isinstance(target, str):
+        return {"description": "Server-sent events" if target == EVENT_STREAM else "Document",
+                "content": {target: {"schema": {"type": "string"} if target == EVENT_STREAM else {"type": "object"}}}}
+    return {"description": target.__doc__.strip().splitlines()[0] if target.__doc__ else target.__name__,
+            "content": {"application/json": {"schema": ref(target)}}}
+
+
+def _operation(e: Endpoint, ref) -> dict:
+    op = {"operationId": e.operation_id, "summary": e.summary, "tags": [e.tag], "security": _SECURITY[e.security]}
+    if e.description:
+        op["description"] = e.description
+    if e.params:
+        op["parameters"] = [_param(p) for p in e.params]
+    if e.body is not None:
+        op["requestBody"] = {"required": True, "content": {"application/json": {"schema": ref(e.body)}}}
+    responses = {str(status): _response(target, ref) for status, target in e.responses.items()}
+    for status in (*e.errors, 500):
+        responses[str(status)] = {"description": _TITLES.get(status, "Error"),
+                                  "content": {PROBLEM_JSON: {"schema": ref(Problem)}}}
+    op["responses"] = responses
+    return op
+
+
+@functools.cache
+def document() -> dict:
+    """The whole document (pure; cached)."""
+    mapping, top = models_json_schema([(m, "validation") for m in _models(ENDPOINTS)], ref_template=_REF)
+
+    def ref(model: type[BaseModel]) -> dict:
+        return mapping[(model, "validation")]
+
+    paths: dict[str, dict] = {}
+    for e in ENDPOINTS:
+        paths.setdefault(e.path, {})[e.method.lower()] = _operation(e, ref)
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Tessera API", "version": "1.0.0",
+                 "description": "Tessera's HTTP API: identity, nodes, allocations and operator views. Errors are "
+                                "RFC 9457 problem details (application/problem+json)."},
+        "paths": paths,
+        "components": {
+            "schemas": top.get("$defs", {}),
+            "securitySchemes": {
+                "bearerAuth": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"},
+                "apiKey": {"type": "apiKey", "in": "header", "name": "Authorization",
+                           "description": "`Authorization: ApiKey tsk_...`, only for POST /v1/auth/token."},
+            },
+        },
+    }
+
+
+def render() -> str:
+    return json.dumps(document(), indent=2) + "\n"
+
+
+if __name__ == "__main__":
+    print(render(), end="")

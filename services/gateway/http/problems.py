@@ -1,0 +1,99 @@
+"""RFC 9457 problem details: the one error shape of the API, and the middleware that enforces it.
+
+Every error leaves the gateway as ``application/problem+json`` with ``type``, ``title``,
+``status`` and ``detail`` (plus ``errors`` naming each field for validation problems).
+Unexpected exceptions become a 500 that reveals nothing of the internals.
+"""
+from __future__ import annotations
+
+import json
+
+import structlog
+from aiohttp import web
+from pydantic import ValidationError
+
+from .schemas.base import FieldError, Problem
+
+log = structlog.get_logger()
+
+PROBLEM_JSON = "application/problem+json"
+_BASE = "https://tessera.io/problems/"
+
+_TITLES = {
+    400: "Bad request", 401: "Unauthorized", 403: "Forbidden", 404: "Not found", 405: "Method not allowed",
+    409: "Conflict", 413: "Content too large", 415: "Unsupported media type", 422: "Unprocessable content",
+    500: "Internal server error", 503: "Service unavailable",
+}
+_SLUGS = {
+    400: "bad-request", 401: "unauthorized", 403: "forbidden", 404: "not-found", 405: "method-not-allowed",
+    409: "conflict", 413: "content-too-large", 415: "unsupported-media-type", 422: "validation-error",
+    500: "internal-error", 503: "unavailable",
+}
+
+
+class ProblemError(Exception):
+    """Raise anywhere in a request to answer with this problem."""
+
+    def __init__(self, status: int, detail: str, *, slug: str | None = None, title: str | None = None,
+                 errors: list[FieldError] | None = None, headers: dict[str, str] | None = None):
+        super().__init__(detail)
+        self.status, self.detail, self.errors, self.headers = status, detail, errors, headers or {}
+        self.slug = slug or _SLUGS.get(status, "error")
+        self.title = title or _TITLES.get(status, "Error")
+
+    def to_problem(self, instance: str | None = None) -> Problem:
+        return Problem(type=_BASE + self.slug, title=self.title, status=self.status, detail=self.detail,
+                       instance=instance, errors=self.errors)
+
+
+def problem_response(exc: ProblemError, instance: str | None = None) -> web.Response:
+    body = exc.to_problem(instance).model_dump(mode="json", exclude_none=True)
+    return web.Response(status=exc.status, text=json.dumps(body), content_type=PROBLEM_JSON, headers=exc.headers)
+
+
+def not_found(what: str = "resource") -> ProblemError:
+    return ProblemError(404, f"no such {what}")
+
+
+def forbidden(detail: str) -> ProblemError:
+    return ProblemError(403, detail)
+
+
+def validation_problem(errors: list[FieldError], detail: str | None = None) -> ProblemError:
+    fields = ", ".join(e.field for e in errors)
+    return ProblemError(422, detail or f"invalid field(s): {fields}", errors=errors)
+
+
+def field_errors(exc: ValidationError, prefix: str = "") -> list[FieldError]:
+    """Pydantic's errors as {field, message, code}, the field dotted (``labels.team``)."""
+    out = []
+    for err in exc.errors(include_url=False):
+        loc = [str(p) for p in err["loc"] if p != "[key]"]
+        field = ".".join([prefix] + loc if prefix else loc) or "body"
+        message = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
+        out.append(FieldError(field=field, message=message, code=err["type"]))
+    return out
+
+
+def _from_http_exception(exc: web.HTTPException) -> ProblemError:
+    detail = exc.text if exc.text and not exc.text.startswith(f"{exc.status}:") else exc.reason
+    headers = {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "www-authenticate", "retry-after")}
+    return ProblemError(exc.status, detail, headers=headers)
+
+
+@web.middleware
+async def problems_middleware(request: web.Request, handler) -> web.StreamResponse:
+    """Turn every exception into problem+json; a 500 says nothing of the internals."""
+    try:
+        return await handler(request)
+    except ProblemError as exc:
+        return problem_response(exc, request.path)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return problem_response(_from_http_exception(exc), request.path)
+    except (ConnectionResetError, ConnectionAbortedError):
+        raise  # the client went away: nobody to answer
+    except Exception:
+        log.exception("http.unhandled_error", method=request.method, path=request.path)
+        return problem_response(ProblemError(500, "the request could not be completed; it has been logged"), request.path)

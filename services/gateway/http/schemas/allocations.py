@@ -1,0 +1,98 @@
+"""HTTP models of allocations: the request, the read model's view of one, and a page of them."""
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field, StringConstraints
+
+from ...domain.model import State
+from ...domain.scheduling import TOLERATION
+from .base import Body, Labels, Out, ResourceName, ShapeName
+
+Toleration = Annotated[str, StringConstraints(max_length=200, pattern=TOLERATION)]
+
+
+class AllocationCreate(Body):
+    server_owned: ClassVar[frozenset[str]] = frozenset(
+        {"id", "tenant_id", "user_id", "state", "price", "gpu_count", "node_id", "saga_id", "created_at",
+         "updated_at", "failed_step", "reason", "links"})
+    name: ResourceName
+    shape: ShapeName = Field(description="One of the shapes GET /v1/shapes lists; fixes gpu_count. An unknown or "
+                                         "deleted shape is a 422 naming the known ones.")
+    volume_gb: int = Field(default=0, ge=0, le=100_000)
+    labels: Labels = Field(default_factory=dict)
+    priority_class: Literal["low", "normal", "high"] = Field(
+        default="normal", description="Scheduling priority: low = -100, normal = 0, high = 100. A waiting request of a "
+                                      "higher class may preempt spot or lower-priority allocations (never a tenant's "
+                                      "guaranteed quota).")
+    spot: bool = Field(default=False, description="Preemptible capacity: may be preempted for higher priority requests.")
+    pool: ShapeName | None = Field(default=None, description="The node pool to place in (default: the shared pool).")
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=16,
+                                          description="'key=value:NoSchedule' entries: taints this request tolerates.")
+    fail_fast: bool = Field(default=False, description="Fail at once instead of waiting in the queue when nothing fits.")
+    network_id: uuid.UUID | None = Field(default=None, strict=False, description="A tenant network to attach to.")
+
+
+class AllocationLinks(Out):
+    """Where to read the allocation and stream its events."""
+
+    self: str
+    events: str
+
+
+class AllocationPreemption(Out):
+    """The scheduler will preempt the allocation after ``grace_deadline`` (then it is released)."""
+
+    reason: str
+    grace_deadline: datetime
+    preempted_for: uuid.UUID | None = None
+
+
+class AllocationProblem(Out):
+    """Why the scheduler refused the reservation (quota members set for code quota-exceeded)."""
+
+    code: str
+    reason: str
+    quota: str | None = None
+    limit: int | None = None
+    used: int | None = None
+    requested: int | None = None
+
+
+class AllocationOut(Out):
+    """An allocation as the gateway's read model shows it."""
+
+    id: uuid.UUID
+    tenant_id: uuid.UUID
+    name: str
+    shape: str
+    gpu_count: int
+    volume_gb: int
+    labels: dict[str, str]
+    state: State
+    node_id: uuid.UUID | None = None
+    failed_step: str | None = None
+    reason: str | None = None
+    created_at: datetime
+    updated_at: datetime
+    links: AllocationLinks
+    priority: int = 0
+    priority_class: Literal["low", "normal", "high"] | None = Field(default="normal", description="null: a custom priority.")
+    spot: bool = False
+    pool: str | None = None
+    tolerations: list[str] = Field(default_factory=list)
+    fail_fast: bool = False
+    network_id: uuid.UUID | None = None
+    queue_position: int | None = Field(default=None, description="While QUEUED: the place in the tenant's queue (1 = next).")
+    queued_reason: str | None = Field(default=None, description="While QUEUED: why nothing fits now.")
+    preemption: AllocationPreemption | None = None
+    problem: AllocationProblem | None = None
+
+
+class AllocationPage(Out):
+    """One page of the tenant's allocations, newest first."""
+
+    items: list[AllocationOut]
+    next_cursor: str | None = Field(description="Pass as ?cursor= for the next (older) page; null on the last page.")

@@ -1,0 +1,47 @@
+"""What the HTTP handlers share, under one typed application key."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import asyncpg
+from aiohttp import web
+from nats.js import JetStreamContext
+
+from shared.outbox import Outbox
+from shared.runtime import Runtime
+
+from ..adapters.allocations import EVENTS_CHANNEL
+from ..settings import GatewaySettings
+from .auth import TokenIssuer
+from .sse import AllocationEventHub, StreamRegistry
+
+
+@dataclass
+class Gateway:
+    rt: Runtime
+    config: GatewaySettings
+    tokens: TokenIssuer = field(init=False)
+    hub: AllocationEventHub = field(default_factory=lambda: AllocationEventHub(EVENTS_CHANNEL))
+    streams: StreamRegistry = field(default_factory=StreamRegistry)
+
+    def __post_init__(self) -> None:
+        self.tokens = TokenIssuer(self.config.token_secret, self.config.token_ttl_s)
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        return self.rt.pool
+
+    @property
+    def outbox(self) -> Outbox:
+        return self.rt.outbox
+
+    @property
+    def js(self) -> JetStreamContext:
+        return self.rt.js
+
+
+GATEWAY = web.AppKey("gateway", Gateway)
+
+
+def gateway_of(request: web.Request) -> Gateway:
+    return request.app[GATEWAY]

@@ -1,0 +1,34 @@
+"""The gateway's own settings (the kit's ``ServiceSettings`` are read beside them), built once in bootstrap.
+
+  TESSERA_TOKEN_SECRET         required, at least 32 characters: the HS256 key of access tokens
+  TESSERA_TOKEN_TTL_S          [900]  seconds an access token lives
+  TESSERA_BOOTSTRAP_ADMIN_KEY  optional: the API key of the provider admin ``admin``
+
+A missing or short secret, or a TTL that is not a positive integer, raises SettingError naming the variable
+(the secret's value is never repeated in the message).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shared.settings import SettingError, integer, setting
+
+MIN_SECRET_CHARS = 32
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    token_secret: str = setting("TESSERA_TOKEN_SECRET", "",
+                                doc=f"the HS256 key of access tokens (required, at least {MIN_SECRET_CHARS} characters)")
+    token_ttl_s: int = setting("TESSERA_TOKEN_TTL_S", 900, integer(1), doc="seconds an access token lives")
+    bootstrap_admin_key: str | None = setting("TESSERA_BOOTSTRAP_ADMIN_KEY", None,
+                                              doc="the API key of the provider admin `admin` (optional)")
+    # not read from the environment
+    idempotency_ttl_s: float = 24 * 3600.0   # how long an Idempotency-Key is remembered
+    stream_poll_s: float = 5.0               # an event stream re-reads (or sends a keepalive) this often
+
+    def __post_init__(self) -> None:
+        if not self.token_secret or len(self.token_secret) < MIN_SECRET_CHARS:
+            raise SettingError(f"TESSERA_TOKEN_SECRET is required and must have at least {MIN_SECRET_CHARS} characters")
+        if self.token_ttl_s <= 0:
+            raise SettingError("TESSERA_TOKEN_TTL_S must be a positive number of seconds")

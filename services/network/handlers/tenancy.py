@@ -1,0 +1,83 @@
+"""A tenant's networks inside one transaction: provisioning from the pools, snapshots, releases.
+
+Not a handler itself: what the attachment and management handlers share.
+
+Callers hold the tenant's advisory lock (``repository.lock_tenant``) first. Nothing here
+commits or publishes; the ``changed`` helper queues the snapshot on the caller's outbox.
+"""
+from __future__ import annotations
+
+import ipaddress
+import uuid
+
+import asyncpg
+
+from shared.unit_of_work import UnitOfWork
+from services.network.contracts import NetworkSnapshot, SecurityRule, TenantNetworks
+
+from ..adapters import repository as repo
+from ..domain.model import IdPool, NetworkPlan, TenantNetwork, TenantResources
+from ..domain.networks import Refused, check_new_network
+
+
+async def _lease(conn: asyncpg.Connection, pool_name: str, pool: IdPool, owner: uuid.UUID, what: str) -> int:
+    value = await repo.lease(conn, pool_name, pool, owner)
+    if value is None:
+        raise Refused(f"{what} pool exhausted: all {pool.size} {what}s {pool.first}–{pool.last} are in use")
+    return value
+
+
+async def provision_network(conn: asyncpg.Connection, plan: NetworkPlan, tenant_id: uuid.UUID, network_id: uuid.UUID,
+                            name: str, cidr: ipaddress.IPv4Network, *, is_default: bool = False) -> TenantNetwork:
+    """Create the network with a VNI and a NAT address, and give the tenant its VRF id, PKey and L3 VNI
+    if it has none. Raises Refused (name taken, overlap, a pool exhausted); run it in a savepoint
+    so a refusal leaves no lease behind."""
+    check_new_network(name, cidr, await repo.networks_of(conn, tenant_id))
+    await repo.tenant(conn, tenant_id)
+    vrf = await _lease(conn, "vrf", plan.vrfs, tenant_id, "VRF table")
+    pkey = await _lease(conn, "pkey", plan.pkeys, tenant_id, "PKey")
+    l3_vni = await _lease(conn, "vni", plan.vnis, tenant_id, "VNI")
+    vni = await _lease(conn, "vni", plan.vnis, network_id, "VNI")
+    nat = await repo.lease(conn, "nat", plan.nats, network_id)
+    if nat is None:
+        raise Refused(f"NAT address pool exhausted: every address of {plan.nat_cidr} is in use")
+    await repo.set_tenant_resources(conn, tenant_id, vrf, pkey, l3_vni)
+    net = TenantNetwork(network_id, tenant_id, vni, cidr, name, ipaddress.IPv4Address(nat))
+    await repo.add_network(conn, net, is_default=is_default)
+    return net
+
+
+async def release_tenant_if_empty(conn: asyncpg.Connection, tenant_id: uuid.UUID) -> bool:
+    """Give back the tenant's VRF id, PKey and L3 VNI once it has no network (its version stays)."""
+    if await repo.networks_of(conn, tenant_id):
+        return False
+    await repo.release(conn, tenant_id)
+    await repo.set_tenant_resources(conn, tenant_id, None, None, None)
+    return True
+
+
+def network_snapshot(net: TenantNetwork, res: TenantResources, rules: list[SecurityRule]) -> NetworkSnapshot:
+    return NetworkSnapshot(network_id=net.id, name=net.name, vni=net.vni, cidr=str(net.cidr), gateway_ip=str(net.gateway),
+                           nat_address=str(net.nat_address) if net.nat_address else None,
+                           vrf_table=res.vrf_table or 1, rules=rules)
+
+
+async def snapshot(conn: asyncpg.Connection, tenant_id: uuid.UUID) -> TenantNetworks:
+    """ALL the tenant's networks with their rules, at the tenant's current version."""
+    res = await repo.tenant(conn, tenant_id)
+    nets = await repo.networks_of(conn, tenant_id)
+    rules = await repo.rules_of(conn, [n.id for n in nets])
+    return TenantNetworks(tenant_id=tenant_id, version=max(res.version, 1), pkey=res.pkey,
+                          networks=[network_snapshot(n, res, rules[n.id]) for n in nets])
+
+
+async def changed(ctx: UnitOfWork, tenant_id: uuid.UUID) -> TenantNetworks:
+    """Bump the tenant's version and queue ``network.tenant_networks_changed`` with the new snapshot."""
+    await repo.bump_version(ctx.conn, tenant_id)
+    tn = await snapshot(ctx.conn, tenant_id)
+    await ctx.emit("network.tenant_networks_changed", tn, tenant_id=tenant_id)
+    return tn
+
+
+def find(tn: TenantNetworks, network_id: uuid.UUID) -> NetworkSnapshot:
+    return next(n for n in tn.networks if n.network_id == network_id)

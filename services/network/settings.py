@@ -1,0 +1,123 @@
+"""Network's own settings: the provider's network plan and the fabric drivers.
+
+Read from the environment once, in bootstrap (never at import time); a bad value raises ``SettingError``
+naming the variable. Variables (defaults in brackets):
+  TESSERA_NETWORK_VNI_MIN / _VNI_MAX     [10000–16777215] VNI pool: network VNIs and tenants' L3 VNIs
+  TESSERA_NETWORK_VRF_MIN / _VRF_MAX     [1000–64999] route-table / VRF id pool, one per tenant
+  TESSERA_NETWORK_PKEY_MIN / _PKEY_MAX   [0x0001–0x7FFE] InfiniBand PKey pool, one per tenant (hex or decimal)
+  TESSERA_NETWORK_NAT_CIDR               [198.51.100.0/24] NAT gateway addresses, one per tenant network
+  TESSERA_NETWORK_TENANT_CIDR            [10.0.0.0/24] subnet of a tenant's implicit "default" network
+  TESSERA_NETWORK_LEAF_MAP               [none] "<node uuid>=<leaf>,..." nodes → leaf switch (others: a deterministic leaf)
+  TESSERA_NETWORK_LEAF_COUNT             [4] leaves the deterministic mapping spreads nodes over
+  TESSERA_NETWORK_FABRIC                 [evpn,infiniband] fabric drivers, comma-separated, or none
+  TESSERA_NETWORK_UFM_URL                [the driver's] base URL of the UFM the InfiniBand driver addresses
+"""
+from __future__ import annotations
+
+import ipaddress
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from shared.settings import SettingError, integer, load, setting
+
+from .adapters.fabric import DRIVERS as FABRIC_DRIVERS
+from .domain.model import (
+    DEFAULT_NAT_CIDR,
+    DEFAULT_TENANT_CIDR,
+    VNI_MAX,
+    IdPool,
+    LeafMap,
+    NetworkPlan,
+    PKeyPool,
+    VniPool,
+    VrfPool,
+)
+
+P = "TESSERA_NETWORK_"
+ident = integer()   # decimal, or hex with 0x
+
+
+def _subnet(text: str) -> ipaddress.IPv4Network:
+    net = ipaddress.IPv4Network(text)
+    if net.prefixlen > 30:
+        raise ValueError(text)
+    return net
+
+
+_subnet.what = "an IPv4 subnet (network address/prefix) with at least two host addresses"   # type: ignore[attr-defined]
+
+
+def _leaf_map(text: str) -> dict[uuid.UUID, str]:
+    out = {}
+    for item in filter(None, (i.strip() for i in text.split(","))):
+        node, sep, leaf = item.partition("=")
+        if not sep or not leaf.strip():
+            raise ValueError(item)
+        out[uuid.UUID(node.strip())] = leaf.strip()
+    return out
+
+
+_leaf_map.what = "a list '<node uuid>=<leaf>,...'"   # type: ignore[attr-defined]
+
+
+def _fabric(text: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    if names == ("none",):
+        return ()
+    if not names or any(n not in FABRIC_DRIVERS for n in names):
+        raise ValueError(text)
+    return names
+
+
+_fabric.what = (   # type: ignore[attr-defined]
+    f"a comma-separated list of fabric drivers ({', '.join(sorted(FABRIC_DRIVERS))}) or 'none'")
+
+
+@dataclass(frozen=True)
+class NetworkSettings:
+    """The provider's network plan (pools, subnets, leaves) and the fabric drivers to program."""
+
+    vni_min: int = setting(P + "VNI_MIN", VniPool.first, ident, doc="lowest VNI handed out (networks, L3 VNIs)")
+    vni_max: int = setting(P + "VNI_MAX", VNI_MAX, ident, doc="highest VNI handed out")
+    vrf_min: int = setting(P + "VRF_MIN", VrfPool.first, ident, doc="lowest route-table / VRF id, one per tenant")
+    vrf_max: int = setting(P + "VRF_MAX", VrfPool.last, ident, doc="highest route-table / VRF id")
+    pkey_min: int = setting(P + "PKEY_MIN", PKeyPool.first, ident, doc="lowest InfiniBand PKey, one per tenant")
+    pkey_max: int = setting(P + "PKEY_MAX", PKeyPool.last, ident, doc="highest InfiniBand PKey")
+    nat_cidr: ipaddress.IPv4Network = setting(P + "NAT_CIDR", DEFAULT_NAT_CIDR, _subnet,
+                                              doc="NAT gateway addresses, one per tenant network")
+    tenant_cidr: ipaddress.IPv4Network = setting(P + "TENANT_CIDR", DEFAULT_TENANT_CIDR, _subnet,
+                                                 doc="subnet of a tenant's implicit default network")
+    leaf_map: dict[uuid.UUID, str] = setting(P + "LEAF_MAP", read=_leaf_map, default_factory=dict,
+                                             doc="'<node uuid>=<leaf>,...': nodes → leaf switch")
+    leaf_count: int = setting(P + "LEAF_COUNT", 4, integer(1, 9999),
+                              doc="leaves the deterministic node → leaf mapping spreads nodes over")
+    fabric: tuple[str, ...] = setting(P + "FABRIC", ("evpn", "infiniband"), _fabric,
+                                      doc="fabric drivers, comma-separated, or none")
+    ufm_url: str | None = setting(P + "UFM_URL", None, doc="base URL of the UFM the InfiniBand driver addresses")
+
+    def plan(self) -> NetworkPlan:
+        """The provider's plan these settings describe; raises SettingError for an empty or out-of-bounds pool."""
+        return NetworkPlan(_pool(VniPool, "VNI", self.vni_min, self.vni_max), self.tenant_cidr,
+                           _pool(VrfPool, "VRF", self.vrf_min, self.vrf_max),
+                           _pool(PKeyPool, "PKEY", self.pkey_min, self.pkey_max), self.nat_cidr,
+                           LeafMap(dict(self.leaf_map), self.leaf_count))
+
+
+def _pool(kind: type[IdPool], prefix: str, first: int, last: int) -> IdPool:
+    try:
+        return kind(first, last)
+    except ValueError as exc:
+        raise SettingError(f"{P}{prefix}_MIN/{P}{prefix}_MAX: {exc}") from None
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> NetworkSettings:
+    """Network's settings from ``environ`` (default: os.environ), the plan checked; raises SettingError."""
+    settings = load(NetworkSettings, environ)
+    settings.plan()
+    return settings
+
+
+def plan_from_env(environ: Mapping[str, str] | None = None) -> NetworkPlan:
+    """The provider's plan from the environment; raises SettingError naming the bad variable."""
+    return load_settings(environ).plan()

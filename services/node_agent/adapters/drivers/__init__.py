@@ -1,0 +1,10 @@
+"""Provisioning drivers by name; TESSERA_NODE_DRIVER picks one (see services.node_agent.settings), and the
+bootstrap builds it from its own variables (``from_env``). Adapters: a real driver acts on the node."""
+from __future__ import annotations
+
+from .base import DriverConfigError, DriverError, ProvisioningDriver
+from .sim import SimDriver
+
+DRIVERS: dict[str, type[ProvisioningDriver]] = {"sim": SimDriver}
+
+__all__ = ["DRIVERS", "DriverConfigError", "DriverError", "ProvisioningDriver", "SimDriver"]

@@ -1,0 +1,85 @@
+"""In-memory driver for the sim platform and the tests: configurable latency and injected failures.
+
+Environment: TESSERA_SIM_LATENCY_S, seconds an operation takes, either one
+float for the two changing operations, provision and deprovision ("2.5"), or
+per operation ("provision=3,deprovision=0.5,list_instances=0.1"); listing stays
+instant unless named, so readiness probes and the gauge are not slowed down;
+TESSERA_SIM_FAIL, a comma list of operations that always fail ("provision").
+Nothing survives the process: a restarted sim node is empty.
+"""
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Iterable, Mapping
+
+from ...domain.model import Instance, InstanceSpec
+from .base import DriverConfigError, DriverError, ProvisioningDriver
+
+OPERATIONS = ("provision", "deprovision", "list_instances")
+CHANGING = ("provision", "deprovision")   # what a bare latency figure applies to
+
+
+def _check_operations(ops: Iterable[str], what: str) -> None:
+    unknown = sorted(set(ops) - set(OPERATIONS))
+    if unknown:
+        raise DriverConfigError(f"{what}: unknown operation(s) {unknown}; operations are {list(OPERATIONS)}")
+
+
+def parse_latency(text: str) -> dict[str, float]:
+    """'2.5' (provision and deprovision) or 'provision=3,deprovision=0.5'; raises DriverConfigError."""
+    try:
+        if "=" not in text:
+            return dict.fromkeys(CHANGING, float(text))
+        pairs = [part.split("=", 1) for part in text.split(",") if part.strip()]
+        latency = {op.strip(): float(seconds) for op, seconds in pairs}
+    except ValueError:
+        raise DriverConfigError(f"TESSERA_SIM_LATENCY_S={text!r}: expected seconds, e.g. '2.5' or 'provision=3'") from None
+    _check_operations(latency, "TESSERA_SIM_LATENCY_S")
+    return latency
+
+
+class SimDriver(ProvisioningDriver):
+    """Keeps instances in a dict; an operation sleeps its latency, then fails if told to, then acts."""
+
+    name = "sim"
+
+    def __init__(self, latency_s: float | Mapping[str, float] = 0.0, fail: Iterable[str] = ()):
+        latency = dict.fromkeys(CHANGING, latency_s) if isinstance(latency_s, (int, float)) else dict(latency_s)
+        _check_operations(latency, "latency")
+        if any(seconds < 0 for seconds in latency.values()):
+            raise DriverConfigError(f"latency must not be negative: {latency}")
+        self.fail = frozenset(fail)
+        _check_operations(self.fail, "TESSERA_SIM_FAIL")
+        self.latency = {op: float(latency.get(op, 0.0)) for op in OPERATIONS}
+        self._instances: dict[uuid.UUID, Instance] = {}
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> "SimDriver":
+        latency = parse_latency(environ.get("TESSERA_SIM_LATENCY_S") or "0")
+        fail = [op.strip() for op in (environ.get("TESSERA_SIM_FAIL") or "").split(",") if op.strip()]
+        return cls(latency, fail)
+
+    async def _operate(self, op: str) -> None:
+        if self.latency[op] > 0:
+            await asyncio.sleep(self.latency[op])
+        if op in self.fail:
+            raise DriverError(f"sim driver: injected failure of {op}")
+
+    async def provision(self, spec: InstanceSpec) -> str:
+        await self._operate("provision")
+        # no await between the lookup and the insert: racing calls see one instance
+        existing = self._instances.get(spec.allocation_id)
+        if existing is not None:
+            return existing.instance_id
+        instance = Instance(spec.allocation_id, f"sim-{uuid.uuid4().hex[:12]}", tuple(spec.slots))
+        self._instances[spec.allocation_id] = instance
+        return instance.instance_id
+
+    async def deprovision(self, allocation_id: uuid.UUID) -> None:
+        await self._operate("deprovision")
+        self._instances.pop(allocation_id, None)
+
+    async def list_instances(self) -> list[Instance]:
+        await self._operate("list_instances")
+        return list(self._instances.values())

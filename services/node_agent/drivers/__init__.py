@@ -1,9 +1,0 @@
-"""Provisioning drivers by name; TESSERA_NODE_DRIVER picks one (see services.node_agent.config)."""
-from __future__ import annotations
-
-from .base import DriverConfigError, DriverError, ProvisioningDriver
-from .sim import SimDriver
-
-DRIVERS: dict[str, type[ProvisioningDriver]] = {"sim": SimDriver}
-
-__all__ = ["DRIVERS", "DriverConfigError", "DriverError", "ProvisioningDriver", "SimDriver"]

@@ -1,0 +1,30 @@
+"""The scheduler's own settings (besides the kit's), read from the environment in bootstrap, never at import.
+
+``SchedulerSettings.from_env()`` refuses a bad value with a ValueError naming the variable;
+``shared.settings.describe(SchedulerSettings)`` lists every variable, its default and meaning.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from shared.settings import flag, integer, load, number, setting
+
+
+@dataclass(frozen=True)
+class SchedulerSettings:
+    queue_per_tenant: int = setting("TESSERA_SCHEDULER_QUEUE_PER_TENANT", 100, integer(1),
+                                    doc="pending (queued) requests one tenant may have")
+    aging_s: float = setting("TESSERA_SCHEDULER_AGING_S", 300.0, number(0),
+                             doc="seconds a request waits before it reserves a node (so backfill cannot starve it)")
+    preemption_grace_s: float = setting("TESSERA_SCHEDULER_PREEMPTION_GRACE_S", 30.0, number(0),
+                                        doc="seconds between a preemption notice and allocation.preempt")
+    stats_s: float = setting("TESSERA_SCHEDULER_STATS_S", 15.0, number(0.1),
+                             doc="period of scheduler.scheduling_stats")
+    leader_election: bool = setting("TESSERA_SCHEDULER_LEADER_ELECTION", True, flag,
+                                    doc="1: one active replica decides (the others stand by); "
+                                        "0: every replica decides, guarded by SQL alone")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> "SchedulerSettings":
+        return load(cls, environ)

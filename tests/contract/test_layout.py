@@ -1,0 +1,94 @@
+"""The layout the README promises, held against the tree: one layout in every service, services that reach
+each other only through contracts, a runtime kit that holds only what services import."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from shared.contract import SERVICES
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Every service: these and nothing else at its top level (a name ending in "/" is a package).
+LAYOUT = {"__init__.py", "__main__.py", "contracts", "domain/", "handlers", "adapters/", "entrypoints/",
+          "settings.py", "bootstrap.py", "schema/"}
+EXTRA = {"gateway": {"http/", "projections/"}}
+# Services whose only settings are the kit's (shared.settings.ServiceSettings): no settings.py of their own.
+KIT_SETTINGS_ONLY = {"allocation", "billing"}
+
+
+def top_level(service: str) -> set[str]:
+    names = set()
+    for p in (REPO / "services" / service).iterdir():
+        if p.name == "__pycache__":
+            continue
+        if p.name in ("contracts.py", "contracts", "handlers.py", "handlers"):
+            names.add(p.stem)
+        else:
+            names.add(p.name + "/" if p.is_dir() else p.name)
+    return names
+
+
+def imports(path: Path) -> set[str]:
+    """Absolute module names imported by ``path`` (relative imports resolved against its package)."""
+    tree = ast.parse(path.read_text())
+    package = ".".join(path.relative_to(REPO).with_suffix("").parts[:-1])
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            found.add(base)
+            found |= {f"{base}.{a.name}" for a in node.names}
+    return found
+
+
+def py_files(*roots: str) -> list[Path]:
+    return [p for r in roots for p in (REPO / r).rglob("*.py") if "__pycache__" not in p.parts]
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_every_service_has_the_one_layout(service):
+    names = top_level(service)
+    expected = LAYOUT | EXTRA.get(service, set())
+    if service in KIT_SETTINGS_ONLY:
+        expected = expected - {"settings.py"}
+    assert names - expected == set(), f"services/{service} has modules outside the layout"
+    assert expected - names == set(), f"services/{service} lacks part of the layout"
+    assert (REPO / "services" / service / "entrypoints" / "bus.py").exists()
+
+
+def test_a_service_reaches_another_only_through_its_contracts():
+    breaches = []
+    for path in py_files("services"):
+        own = path.relative_to(REPO / "services").parts[0]
+        for name in imports(path):
+            parts = name.split(".")
+            if parts[0] == "services" and len(parts) > 2 and parts[1] != own and parts[2] != "contracts":
+                breaches.append(f"{path.relative_to(REPO)} imports {name}")
+    assert breaches == []
+
+
+def test_no_service_and_nothing_in_the_kit_imports_the_tooling():
+    users = [f"{p.relative_to(REPO)}: {n}" for p in py_files("services", "shared") for n in imports(p)
+             if n == "tooling" or n.startswith("tooling.")]
+    assert users == []
+
+
+def test_the_kit_holds_only_what_services_import():
+    kit = {p.stem for p in (REPO / "shared").glob("*.py") if p.stem != "__init__"}
+    used = {n.split(".")[1] for p in py_files("services") for n in imports(p) if n.startswith("shared.")}
+    grown = True
+    while grown:   # a kit module may serve services only through other kit modules
+        before = len(used)
+        for p in (REPO / "shared").glob("*.py"):
+            if p.stem in used:
+                used |= {n.split(".")[1] for n in imports(p) if n.startswith("shared.")}
+        grown = len(used) > before
+    assert kit - used == set(), "kit modules no service uses belong in tooling/ or with their owner"

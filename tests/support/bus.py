@@ -1,0 +1,120 @@
+"""The bus as tests use it: envelopes, publishing commands and events on their contract subjects,
+watching subjects, and waiting until a service's consumer has handled a message."""
+from __future__ import annotations
+
+import json
+import uuid
+
+import nats
+
+from shared.envelope import Envelope, utcnow
+from tests.support.polling import describe, eventually
+
+
+def make_envelope(type_: str, data: dict, *, tenant_id: uuid.UUID | None = None, correlation_id: str | None = None) -> Envelope:
+    return Envelope(id=uuid.uuid4(), type=type_, schema_version=1, occurred_at=utcnow(), tenant_id=tenant_id,
+                    correlation_id=correlation_id or str(uuid.uuid4()), data=json.loads(json.dumps(data, default=str)))
+
+
+async def publish_envelope(js, subject: str, env: Envelope, *, msg_id: str | None = None) -> None:
+    headers = env.headers()
+    if msg_id:
+        headers["Nats-Msg-Id"] = msg_id
+    await js.publish(subject, env.model_dump_json().encode(), headers=headers)
+
+
+async def send_command(js, type_: str, data: dict, *, env: Envelope | None = None,
+                       msg_id: str | None = None) -> tuple[Envelope, int]:
+    """Publish a message on its contract subject (or re-publish ``env`` under another Nats-Msg-Id,
+    which the server cannot dedupe); returns the envelope and its stream sequence."""
+    from shared.contract import load_catalog
+
+    corr = str(data["allocation_id"]) if data.get("allocation_id") else None
+    env = env or make_envelope(type_, data, tenant_id=data.get("tenant_id"), correlation_id=corr)
+    headers = env.headers()
+    if msg_id:
+        headers["Nats-Msg-Id"] = msg_id
+    ack = await js.publish(load_catalog().message(type_).subject, env.model_dump_json().encode(), headers=headers)
+    return env, ack.seq
+
+
+async def send_to_node(js, verb: str, node_id, data: dict, *, env: Envelope | None = None,
+                       msg_id: str | None = None) -> tuple[Envelope, int]:
+    """Publish a command to node_agent.cmd.<verb>.<node_id> (whatever node the payload names); returns
+    (envelope, stream sequence)."""
+    env = env or make_envelope(f"node_agent.{verb}", data, correlation_id=str(data["allocation_id"]))
+    headers = env.headers() | ({"Nats-Msg-Id": msg_id} if msg_id else {})
+    ack = await js.publish(f"node_agent.cmd.{verb}.{node_id}", env.model_dump_json().encode(), headers=headers)
+    return env, ack.seq
+
+
+async def publish_event(js, type_: str, data: dict, *, tenant_id: uuid.UUID | str | None = None,
+                        correlation_id: str | None = None) -> Envelope:
+    """Play the event's owner: publish it on its contract subject (correlated by its allocation or node
+    unless told); returns the envelope."""
+    from shared.contract import load_catalog
+
+    tenant = uuid.UUID(str(tenant_id)) if tenant_id else None
+    corr = correlation_id or str(data.get("allocation_id") or data.get("node_id") or uuid.uuid4())
+    env = make_envelope(type_, data, tenant_id=tenant, correlation_id=corr)
+    await publish_envelope(js, load_catalog().message(type_).subject, env)
+    return env
+
+
+def of(alloc, type_: str):
+    """Predicate for StreamWatcher.wait_for: an envelope of ``type_`` about allocation ``alloc``."""
+    return lambda i: i[1]["type"] == type_ and i[1]["data"].get("allocation_id") == str(alloc)
+
+
+def caused_by(env: Envelope):
+    """Predicate for StreamWatcher.wait_for: an envelope caused by ``env``."""
+    return lambda i: i[1].get("causation_id") == str(env.id)
+
+
+class StreamWatcher:
+    """Collects envelopes from a subject (ephemeral ordered consumer) as (subject, envelope dict, headers)
+    and waits for the ones a predicate picks."""
+
+    def __init__(self):
+        self.items: list[tuple[str, dict, dict]] = []
+        self.subject = ""
+        self.sub = None
+
+    async def start(self, js, subject: str):
+        self.subject = subject
+
+        async def cb(msg):
+            self.items.append((msg.subject, json.loads(msg.data), dict(msg.headers or {})))
+        self.sub = await js.subscribe(subject, cb=cb, ordered_consumer=True,
+                                      deliver_policy=nats.js.api.DeliverPolicy.NEW)
+        return self
+
+    async def wait_for(self, predicate, timeout: float = 20.0) -> list[tuple[str, dict, dict]]:
+        """Every item seen so far that ``predicate`` picks, once there is at least one."""
+        try:
+            return await eventually(lambda: [i for i in self.items if predicate(i)], timeout=timeout, interval=0.01,
+                                    what=f"a message on {self.subject} matching {describe(predicate)}")
+        except AssertionError as e:
+            raise AssertionError(f"{e}; {len(self.items)} message(s) seen, the last: {self.items[-3:]!r}") from None
+
+    async def stop(self):
+        if self.sub:
+            await self.sub.unsubscribe()
+
+
+async def wait_handled(js, service: str, type_: str, seq: int, timeout: float = 20.0) -> None:
+    """Wait until ``service``'s consumer for ``type_`` has delivered stream seq ``seq`` and nothing awaits an ack."""
+    from shared.contract import load_catalog
+
+    stream = load_catalog().owner(type_).stream
+    durable = f"{service}__{type_.replace('.', '_')}"
+    await eventually(lambda: js.consumer_info(stream, durable), timeout=timeout, interval=0.02,
+                     until=lambda info: info.num_ack_pending == 0 and info.delivered.stream_seq >= seq,
+                     what=f"{durable} to handle seq {seq}")
+
+
+async def wait_acked(js, stream: str, durable: str, seq: int, timeout: float = 20.0):
+    """Wait until the consumer has acknowledged everything up to stream sequence ``seq``; returns its info."""
+    return await eventually(lambda: js.consumer_info(stream, durable), timeout=timeout,
+                            until=lambda info: info.ack_floor.stream_seq >= seq and info.num_ack_pending == 0,
+                            what=f"{durable} to acknowledge up to seq {seq}")

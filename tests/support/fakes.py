@@ -1,0 +1,156 @@
+"""In-memory fakes for unit tests of handlers (no I/O): a unit of work that records what it emits, and a fake
+of each service's repository port.
+
+FakeUnitOfWork       the kit's UnitOfWork with no connection; what a handler emits is checked against the
+                     contracts exactly as the outbox checks it, then recorded (``emitted``) instead of written
+factory(repo)        what a handler takes as ``repository=``: hands out ``repo`` whatever the connection
+FakeAllocationRepository, FakeVolumeRepository, FakeMeterRepository
+                     the allocation, storage and billing ports over dicts; each hands out copies, so a change
+                     a handler does not save is not stored (as with the database)
+"""
+from __future__ import annotations
+
+import copy
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel
+
+from services.allocation.domain.model import Allocation
+from services.allocation.domain.ports import AllocationRepository
+from services.billing.domain.model import Meter
+from services.billing.domain.ports import MeterRepository
+from services.storage.domain.model import Volume
+from services.storage.domain.ports import VolumeRepository
+from shared.contract import load_catalog
+from shared.envelope import Envelope
+from shared.outbox import Outbox
+from shared.unit_of_work import UnitOfWork
+from tests.support.bus import make_envelope
+
+
+# --- the unit of work -----------------------------------------------------------------------------------------
+class RecordingOutbox(Outbox):
+    """The service's outbox without a table: every message is checked (contract, sender, subject, payload model)
+    and its envelope built as the real outbox does, then kept in ``sent``."""
+
+    def __init__(self, service: str):
+        super().__init__(service, load_catalog())
+        self.sent: list[Envelope] = []
+
+    async def add_many(self, conn: Any, items: list[tuple[str, BaseModel, dict[str, str] | None]], *,
+                       correlation_id: str, tenant_id: uuid.UUID | None = None,
+                       causation: Envelope | None = None) -> list[Envelope]:
+        envelopes = []
+        for type_, data, params in items:
+            self.catalog.check_send(self.service, type_, self.catalog.message(type_).render_subject(**(params or {})))
+            envelopes.append(self.envelope(type_, data, correlation_id=correlation_id, tenant_id=tenant_id,
+                                           causation=causation))
+        self.sent += envelopes
+        return envelopes
+
+
+class FakeUnitOfWork(UnitOfWork):
+    """A unit of work of ``service`` handling ``command`` (a message of type ``type_``), as the consumer kit opens
+    one, but with no connection: its emits are recorded in ``emitted``."""
+
+    def __init__(self, service: str, type_: str, command: BaseModel):
+        data = command.model_dump(mode="json")
+        causation = make_envelope(type_, data, tenant_id=data.get("tenant_id"),
+                                  correlation_id=data.get("allocation_id"))
+        super().__init__(None, RecordingOutbox(service), name=f"fake:{type_}", causation=causation)  # type: ignore[arg-type]
+
+    @property
+    def emitted(self) -> list[Envelope]:
+        return self.outbox.sent   # type: ignore[attr-defined]
+
+    def types(self) -> list[str]:
+        """The types of the messages emitted so far, in order."""
+        return [env.type for env in self.emitted]
+
+    def only(self, type_: str) -> Envelope:
+        """The one message emitted, which must be of ``type_``."""
+        assert self.types() == [type_], f"emitted {self.types()}, expected only {type_}"
+        return self.emitted[0]
+
+
+def factory(repo: Any) -> Callable[[Any], Any]:
+    """A repository factory (what a handler takes as ``repository=``) that hands out ``repo`` for any connection."""
+    return lambda _conn: repo
+
+
+# --- allocation ------------------------------------------------------------------------------------------------
+class FakeAllocationRepository(AllocationRepository):
+    def __init__(self, *allocations: Allocation):
+        self.rows: dict[uuid.UUID, Allocation] = {}
+        for a in allocations:
+            self.rows[a.id] = _stored(a)
+
+    async def get_for_update(self, allocation_id: uuid.UUID) -> Allocation | None:
+        return copy.deepcopy(self.rows.get(allocation_id))
+
+    async def add(self, allocation: Allocation) -> bool:
+        if allocation.id in self.rows:
+            return False
+        self.rows[allocation.id] = _stored(allocation)
+        return True
+
+    async def save(self, allocation: Allocation) -> None:
+        row = self.rows[allocation.id]
+        for name in ("state", "node_id", "failed_step", "reason", "updated_at"):
+            setattr(row, name, getattr(allocation, name))
+
+
+def _stored(a: Allocation) -> Allocation:
+    """A copy as a store keeps it: without the events it recorded."""
+    a = copy.deepcopy(a)
+    a.pull_events()
+    return a
+
+
+# --- storage ---------------------------------------------------------------------------------------------------
+class FakeVolumeRepository(VolumeRepository):
+    """``quotas`` are the tenants' own limits (None: the default applies); ``calls`` logs each call by name."""
+
+    def __init__(self, *volumes: Volume, quotas: dict[uuid.UUID, int | None] | None = None):
+        self.volumes: dict[uuid.UUID, Volume] = {v.allocation_id: v for v in volumes}
+        self.quotas: dict[uuid.UUID, int | None] = dict(quotas or {})
+        self.calls: list[str] = []
+
+    async def volume_for(self, allocation_id: uuid.UUID) -> Volume | None:
+        self.calls.append("volume_for")
+        return self.volumes.get(allocation_id)
+
+    async def lock_quota(self, tenant_id: uuid.UUID) -> int | None:
+        self.calls.append("lock_quota")
+        return self.quotas.setdefault(tenant_id, None)
+
+    async def used_gb(self, tenant_id: uuid.UUID) -> int:
+        self.calls.append("used_gb")
+        return sum(v.size_gb for v in self.volumes.values() if v.tenant_id == tenant_id)
+
+    async def add(self, volume: Volume) -> None:
+        self.calls.append("add")
+        assert volume.allocation_id not in self.volumes, f"allocation {volume.allocation_id} has a volume already"
+        self.volumes[volume.allocation_id] = volume
+
+    async def delete_for(self, allocation_id: uuid.UUID) -> bool:
+        self.calls.append("delete_for")
+        return self.volumes.pop(allocation_id, None) is not None
+
+
+# --- billing ---------------------------------------------------------------------------------------------------
+class FakeMeterRepository(MeterRepository):
+    def __init__(self, *meters: Meter):
+        self.meters: dict[uuid.UUID, Meter] = {m.allocation_id: copy.copy(m) for m in meters}
+
+    async def get_for_allocation(self, allocation_id: uuid.UUID) -> Meter | None:
+        return copy.copy(self.meters.get(allocation_id))
+
+    async def add(self, meter: Meter) -> None:
+        assert meter.allocation_id not in self.meters, f"allocation {meter.allocation_id} has a meter already"
+        self.meters[meter.allocation_id] = copy.copy(meter)
+
+    async def save_stop(self, meter: Meter) -> None:
+        self.meters[meter.allocation_id].stopped_at = meter.stopped_at
