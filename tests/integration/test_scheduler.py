@@ -123,14 +123,14 @@ async def test_mig_instances_share_one_gpu_up_to_the_profile_count_and_return_it
 def test_bad_scheduler_settings_are_refused_naming_the_variable(monkeypatch):
     import pytest
 
-    from services.scheduler.bootstrap import scheduler_settings
+    from services.scheduler.settings import SchedulerSettings
     for name, value in (("TESSERA_SCHEDULER_QUEUE_PER_TENANT", "0"), ("TESSERA_SCHEDULER_PREEMPTION_GRACE_S", "soon"),
                         ("TESSERA_SCHEDULER_STATS_S", "-1"), ("TESSERA_SCHEDULER_LEADER_ELECTION", "maybe")):
         monkeypatch.setenv(name, value)
         with pytest.raises(ValueError, match=name):
-            scheduler_settings()
+            SchedulerSettings.from_env()
         monkeypatch.delenv(name)
-    assert scheduler_settings().queue_per_tenant == 100
+    assert SchedulerSettings.from_env().queue_per_tenant == 100
 
 
 async def test_a_new_leader_announces_the_seeded_shapes_and_pools_so_read_models_know_them(run_service, nc, watch):
