@@ -121,10 +121,14 @@ class Consumers:
         """Create and start the leader-only subscribers (the broker must be running)."""
         if self._leading:
             return
-        for register in self._leader_only:
-            subscriber = register()
-            self._leading.append(subscriber)
-            await subscriber.start()
+        try:
+            for register in self._leader_only:
+                subscriber = register()
+                self._leading.append(subscriber)
+                await subscriber.start()
+        except BaseException:
+            await self.stop_leader_only()     # all or none: a later call starts them all again
+            raise
 
     async def stop_leader_only(self) -> None:
         """Stop the leader-only subscribers (messages in flight finish first) and forget them."""

@@ -2,7 +2,9 @@
 
 A service's bootstrap builds a ``Runtime`` and passes a ``wire`` function that
 registers its subscribers, HTTP routes and background loops. Nothing connects
-before ``Runtime.start()``.
+before ``Runtime.start()``. Subscribers registered ``leader_only`` do not start
+with the runtime: the service starts and stops them as it gains and loses
+leadership (``rt.consumers.start_leader_only()`` / ``stop_leader_only()``).
 """
 from __future__ import annotations
 

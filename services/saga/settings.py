@@ -19,25 +19,25 @@ class PolicySettings:
     """The variables of the saga policy (``Policy`` checks that the values make sense together)."""
 
     step_timeout_s: float = setting("TESSERA_SAGA_STEP_TIMEOUT_S", Policy.step_timeout_s, number(positive=True),
-                                    doc="seconds to wait for a step's reply before it times out")
+                                    doc="wait for a step's reply before it times out")
     compensation_timeout_s: float = setting("TESSERA_SAGA_COMPENSATION_TIMEOUT_S", Policy.compensation_timeout_s,
                                             number(positive=True),
-                                            doc="seconds to wait for an undo's reply before it is resent")
+                                            doc="wait for an undo's reply before it is resent")
     compensation_attempts: int = setting("TESSERA_SAGA_COMPENSATION_ATTEMPTS", Policy.compensation_attempts,
-                                         integer(1), doc="undo attempts before saga.compensation_failed")
+                                         integer(1), doc="undo attempts before `saga.compensation_failed`")
     release_attempts: int = setting("TESSERA_SAGA_RELEASE_ATTEMPTS", Policy.release_attempts, integer(1),
                                     doc="attempts per release step before the release saga fails")
     backoff_s: tuple[float, ...] = setting("TESSERA_SAGA_BACKOFF_S", Policy.backoff_s, numbers,
-                                           doc="seconds between attempts; the last one repeats")
+                                           doc="waits between attempts; the last repeats")
     queue_timeout_s: float = setting("TESSERA_SAGA_QUEUE_TIMEOUT_S", Policy.queue_timeout_s, number(positive=True),
-                                     doc="seconds a queued reservation may wait for capacity")
+                                     doc="how long a queued reservation may wait for capacity")
 
 
 @dataclass(frozen=True)
 class SagaSettings:
     policy: Policy = field(default_factory=Policy)
     deadline_poll_s: float = setting("TESSERA_SAGA_DEADLINE_POLL_S", 0.2, number(positive=True),
-                                     doc="seconds between two looks of the deadline loop for passed deadlines")
+                                     doc="how often the deadline loop looks for passed deadlines")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "SagaSettings":

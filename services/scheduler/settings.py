@@ -14,16 +14,16 @@ from shared.settings import flag, integer, load, number, setting
 @dataclass(frozen=True)
 class SchedulerSettings:
     queue_per_tenant: int = setting("TESSERA_SCHEDULER_QUEUE_PER_TENANT", 100, integer(1),
-                                    doc="pending (queued) requests one tenant may have")
+                                    doc="pending requests one tenant may have (bound of its queue)")
     aging_s: float = setting("TESSERA_SCHEDULER_AGING_S", 300.0, number(0),
-                             doc="seconds a request waits before it reserves a node (so backfill cannot starve it)")
+                             doc="wait after which a large blocked request reserves a node")
     preemption_grace_s: float = setting("TESSERA_SCHEDULER_PREEMPTION_GRACE_S", 30.0, number(0),
-                                        doc="seconds between a preemption notice and allocation.preempt")
+                                        doc="preemption notice → `allocation.preempt`")
     stats_s: float = setting("TESSERA_SCHEDULER_STATS_S", 15.0, number(0.1),
-                             doc="period of scheduler.scheduling_stats")
+                             doc="period of the `scheduler.scheduling_stats` event")
     leader_election: bool = setting("TESSERA_SCHEDULER_LEADER_ELECTION", True, flag,
-                                    doc="1: one active replica decides (the others stand by); "
-                                        "0: every replica decides, guarded by SQL alone")
+                                    doc="`1`: one active replica (leader election); `0`: every replica decides, "
+                                        "guarded by SQL alone")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "SchedulerSettings":
