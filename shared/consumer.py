@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
@@ -26,7 +25,7 @@ from faststream.nats import JStream, NatsBroker, NatsMessage, PullSub
 from nats.js.api import AckPolicy as JsAckPolicy
 from nats.js.api import ConsumerConfig
 from opentelemetry import trace
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from .settings import BusSettings
 from .contract import Catalog, ContractViolation, Message

@@ -13,8 +13,7 @@ the effect:
 ``invoke`` and ``undo`` do all of it for a step whose action answers at once. A participant with a flow of
 its own uses the pieces: ``recorded`` (lock the key, read its outcome), ``answer`` (the reply an outcome
 calls for), ``defer`` and ``finish``. The replies are the messages of the step's declaration
-(``shared.steps.Step``); ``invoke`` and ``undo`` also take them named one by one (succeeded/failed/
-reply_model/failure_model, undone/reply_model).
+(``shared.steps.Step``).
 
 Fault injection for the ``sim`` platform: when the service runs with
 TESSERA_SIM_FAULTS=1, the label ``sim.tessera.io/fault: "<step>=<mode>"`` on an
@@ -31,7 +30,6 @@ from typing import Any, Literal
 
 import asyncpg
 import structlog
-from pydantic import BaseModel
 
 from .steps import Step
 from .unit_of_work import UnitOfWork
@@ -133,29 +131,10 @@ async def defer(ctx: UnitOfWork, step: Step, cmd: Command, progress: dict, **rep
 
 
 # --- a whole step ----------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _Reply:
-    type: str
-    model: type[BaseModel]
-
-
-@dataclass(frozen=True)
-class _Named:
-    """Replies named at the call rather than declared as a Step."""
-    ok: _Reply | None = None
-    failed: _Reply | None = None
-    progress: _Reply | None = None
-    undone: _Reply | None = None
-
-
 async def invoke(ctx: UnitOfWork, cmd: StepCommand, action: Callable[[asyncpg.Connection, StepCommand], Awaitable[dict]],
-                 *, step: Step | None = None, sim_faults: bool = False, subject_params: dict[str, str] | None = None,
-                 succeeded: str | None = None, failed: str | None = None, reply_model: type[BaseModel] | None = None,
-                 failure_model: type[BaseModel] | None = None) -> None:
+                 *, step: Step, sim_faults: bool = False, subject_params: dict[str, str] | None = None) -> None:
     """Run ``action`` (returns the reply's extra fields, or raises StepRejected) once per idempotency key;
-    a repeat gets the recorded reply. The replies: ``step``'s, or those named by succeeded/failed and
-    their models."""
-    replies = step or _Named(ok=_Reply(succeeded, reply_model), failed=_Reply(failed, failure_model))
+    a repeat gets the recorded reply (``step``'s ok or failed)."""
     conn = ctx.conn
     outcome = await recorded(ctx, cmd.idempotency_key)
     if outcome is None:
@@ -171,15 +150,14 @@ async def invoke(ctx: UnitOfWork, cmd: StepCommand, action: Callable[[asyncpg.Co
         except StepRejected as rej:
             outcome = Outcome("failed", {"reason": rej.reason})
         await _record(conn, cmd.idempotency_key, outcome.status, outcome.result)
-    await answer(ctx, replies, cmd, outcome, subject_params=subject_params)
+    await answer(ctx, step, cmd, outcome, subject_params=subject_params)
 
 
 async def undo(ctx: UnitOfWork, cmd: UndoCommand, action: Callable[[asyncpg.Connection, UndoCommand], Awaitable[dict]],
-               *, step: Step | None = None, subject_params: dict[str, str] | None = None, undone: str | None = None,
-               reply_model: type[BaseModel] | None = None) -> None:
+               *, step: Step, subject_params: dict[str, str] | None = None) -> None:
     """Run an idempotent undo (safe when the step never happened); leave the tombstone of the compensated
-    key. Replies ``step``'s undone (or the one named by undone/reply_model) with the action's fields."""
-    reply = step.undone if step is not None else _Reply(undone, reply_model)
+    key. Replies ``step``'s undone with the action's fields."""
+    reply = step.undone
     if cmd.compensates:
         await _lock_key(ctx.conn, cmd.compensates)
     extra = await action(ctx.conn, cmd)

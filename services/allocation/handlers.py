@@ -188,14 +188,10 @@ async def mark_released_step(allocations: AllocationRepository, cmd: c.MarkRelea
 async def activate(ctx: UnitOfWork, cmd: c.ActivateAllocation, *, sim_faults: bool = False,
                    repository: RepositoryFactory = PgAllocationRepository) -> None:
     """Saga step: → ACTIVE on the node; replies activated, or activation_failed if the state forbids it."""
-    await invoke(ctx, cmd, _action(activate_step, repository), succeeded="allocation.activated",
-                 failed="allocation.activation_failed", reply_model=c.AllocationActivated,
-                 failure_model=c.AllocationActivationFailed, sim_faults=sim_faults)
+    await invoke(ctx, cmd, _action(activate_step, repository), step=c.ACTIVATE, sim_faults=sim_faults)
 
 
 async def mark_released(ctx: UnitOfWork, cmd: c.MarkReleased, *, sim_faults: bool = False,
                         repository: RepositoryFactory = PgAllocationRepository) -> None:
     """Saga step: RELEASING → RELEASED, replies released. Raises PermanentError from any other state."""
-    await invoke(ctx, cmd, _action(mark_released_step, repository), succeeded="allocation.released",
-                 failed="allocation.release_failed", reply_model=c.AllocationReleased,
-                 failure_model=c.AllocationReleaseFailed, sim_faults=sim_faults)
+    await invoke(ctx, cmd, _action(mark_released_step, repository), step=c.MARK_RELEASED, sim_faults=sim_faults)

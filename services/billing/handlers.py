@@ -58,10 +58,8 @@ async def stop_step(meters: MeterRepository, cmd: c.StopMeter, *, clock: Clock =
 
 async def start_meter(ctx: UnitOfWork, cmd: c.StartMeter, *, sim_faults: bool = False,
                       repository: RepositoryFactory = PgMeterRepository) -> None:
-    await invoke(ctx, cmd, _action(start_step, repository), succeeded="billing.meter_started",
-                 failed="billing.meter_start_failed", reply_model=c.MeterStarted, failure_model=c.MeterStartFailed,
-                 sim_faults=sim_faults)
+    await invoke(ctx, cmd, _action(start_step, repository), step=c.START_METER, sim_faults=sim_faults)
 
 
 async def stop_meter(ctx: UnitOfWork, cmd: c.StopMeter, *, repository: RepositoryFactory = PgMeterRepository) -> None:
-    await undo(ctx, cmd, _action(stop_step, repository), undone="billing.meter_stopped", reply_model=c.MeterStopped)
+    await undo(ctx, cmd, _action(stop_step, repository), step=c.START_METER)

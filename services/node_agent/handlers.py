@@ -141,9 +141,8 @@ async def provision_node(ctx: UnitOfWork, cmd: c.ProvisionNode, *, node: Node) -
     """Provision once per idempotency key; replies node_provisioned or node_provision_failed."""
     _addressed_here(node, cmd)
     await repository.lock_allocation(ctx.conn, node.id, cmd.allocation_id)
-    await invoke(ctx, cmd, partial(_provision, node), succeeded="node_agent.node_provisioned",
-                 failed="node_agent.node_provision_failed", reply_model=c.NodeProvisioned,
-                 failure_model=c.NodeProvisionFailed, sim_faults=node.sim_faults, subject_params=node.subject_params)
+    await invoke(ctx, cmd, partial(_provision, node), step=c.PROVISION_NODE,
+                 sim_faults=node.sim_faults, subject_params=node.subject_params)
     await refresh_gauge(node)
 
 
@@ -151,8 +150,8 @@ async def deprovision_node(ctx: UnitOfWork, cmd: c.DeprovisionNode, *, node: Nod
     """Remove the allocation (idempotent); a driver error propagates, so the command is retried, then dead-lettered."""
     _addressed_here(node, cmd)
     await repository.lock_allocation(ctx.conn, node.id, cmd.allocation_id)
-    await undo(ctx, cmd, partial(_deprovision, node), undone="node_agent.node_deprovisioned",
-               reply_model=c.NodeDeprovisioned, subject_params=node.subject_params)
+    await undo(ctx, cmd, partial(_deprovision, node), step=c.PROVISION_NODE,
+               subject_params=node.subject_params)
     await refresh_gauge(node)
 
 

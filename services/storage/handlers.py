@@ -66,12 +66,11 @@ async def delete_step(volumes: VolumeRepository, cmd: c.DeleteVolume) -> dict:
 async def provision_volume(ctx: UnitOfWork, cmd: c.ProvisionVolume, *, policy: StoragePolicy,
                            sim_faults: bool = False, repository: RepositoryFactory = PgVolumeRepository) -> None:
     """Saga step: create the volume (none for size 0), once per key; over quota → failure naming the numbers."""
-    await invoke(ctx, cmd, _action(partial(provision_step, policy=policy), repository),
-                 succeeded="storage.volume_provisioned", failed="storage.volume_provision_failed",
-                 reply_model=c.VolumeProvisioned, failure_model=c.VolumeProvisionFailed, sim_faults=sim_faults)
+    await invoke(ctx, cmd, _action(partial(provision_step, policy=policy), repository), step=c.PROVISION_VOLUME,
+                 sim_faults=sim_faults)
 
 
 async def delete_volume(ctx: UnitOfWork, cmd: c.DeleteVolume, *,
                         repository: RepositoryFactory = PgVolumeRepository) -> None:
     """Saga step or compensation: delete the allocation's volume (idempotent; safe if there was none)."""
-    await undo(ctx, cmd, _action(delete_step, repository), undone="storage.volume_deleted", reply_model=c.VolumeDeleted)
+    await undo(ctx, cmd, _action(delete_step, repository), step=c.PROVISION_VOLUME)

@@ -4,8 +4,6 @@ Call sites recognised (the ways the shared kit takes a message type), as string 
 - ``<x>.subscribe("t", ...)`` / ``subscribe(type_="t")``          -> the service handles t
 - ``<x>.emit("t", ...)``                                          -> the service emits t
 - ``<x>.add(conn, "t", model, ...)`` (Outbox.add: 3+ positionals)  -> the service emits t
-- ``invoke(..., succeeded="t1", failed="t2")``                     -> the service emits t1, t2
-- ``undo(..., undone="t")``                                       -> the service emits t
 or through a declared saga step (shared.steps.Step), named by its constant (``STEP`` or ``c.STEP``):
 - ``<x>.participate(STEP, ...)``                  -> the service handles STEP's command (and its undo)
 - ``invoke(..., step=STEP)``, ``answer(ctx, STEP, ...)`` -> the service emits STEP's ok, failed and progress
@@ -86,11 +84,6 @@ def _typed_args(call: ast.Call, steps: Mapping[str, Step]) -> Iterator[tuple[Rol
     elif name == "add" and is_method:
         if len(call.args) >= 3 or "type_" in kw:
             yield "emits", _str(call.args[1] if len(call.args) >= 3 else kw.get("type_"))
-    elif name == "invoke":
-        yield "emits", _str(kw.get("succeeded"))
-        yield "emits", _str(kw.get("failed"))
-    elif name == "undo":
-        yield "emits", _str(kw.get("undone"))
     step = _step(call, steps) if name in STEP_REPLIES or name == "participate" else None
     if step is None:
         return

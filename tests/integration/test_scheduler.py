@@ -135,7 +135,7 @@ def test_bad_scheduler_settings_are_refused_naming_the_variable(monkeypatch):
 
 async def test_a_new_leader_announces_the_seeded_shapes_and_pools_so_read_models_know_them(run_service, nc, watch):
     events = await watch("scheduler.evt.>")          # watching before the scheduler starts
-    from services.scheduler.handlers import SchedulerSettings
+    from services.scheduler.settings import SchedulerSettings
     rt = await run_service("scheduler", lambda s: build(s, SchedulerSettings()))
     await asyncio.wait_for(rt.leadership.leading.wait(), 30)
     shapes = await events.wait_for(lambda i: i[1]["type"] == "scheduler.shape_changed"

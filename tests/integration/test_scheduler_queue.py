@@ -7,7 +7,7 @@ import asyncio
 import uuid
 
 from services.scheduler.bootstrap import build
-from services.scheduler.handlers import SchedulerSettings
+from services.scheduler.settings import SchedulerSettings
 from tests.support.bus import caused_by, send_command as send
 from tests.support.polling import eventually
 from tests.support.scheduler import start

@@ -11,7 +11,7 @@ import asyncpg
 
 from services.scheduler.adapters import claims
 from services.scheduler.bootstrap import build
-from services.scheduler.handlers import SchedulerSettings
+from services.scheduler.settings import SchedulerSettings
 from tests.support.bus import send_command as send
 from tests.support.concurrency import run_concurrently
 from tests.support.scheduler import start

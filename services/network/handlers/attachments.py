@@ -129,11 +129,9 @@ async def attach_network(ctx: UnitOfWork, cmd: c.AttachNetwork, *, plan: Network
                          fabric: list[FabricDriver] = (), sim_faults: bool = False) -> None:
     """Saga step: attach the allocation once per key; exhaustion or an unknown network → failure."""
     await invoke(ctx, cmd, partial(_attach, ctx=ctx, plan=plan, fabric=list(fabric)),
-                 succeeded="network.network_attached", failed="network.network_attach_failed",
-                 reply_model=c.NetworkAttached, failure_model=c.NetworkAttachFailed, sim_faults=sim_faults)
+                 step=c.ATTACH_NETWORK, sim_faults=sim_faults)
 
 
 async def detach_network(ctx: UnitOfWork, cmd: c.DetachNetwork, *, fabric: list[FabricDriver] = ()) -> None:
     """Saga step or compensation: delete the allocation's attachment (idempotent; safe if there was none)."""
-    await undo(ctx, cmd, partial(_detach, fabric=list(fabric)), undone="network.network_detached",
-               reply_model=c.NetworkDetached)
+    await undo(ctx, cmd, partial(_detach, fabric=list(fabric)), step=c.ATTACH_NETWORK)

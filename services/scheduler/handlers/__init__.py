@@ -1,6 +1,5 @@
 """Scheduler's handlers: onboarding, catalog (shapes, pools, quotas), reservations, and the in-memory index
 they share (active.py). bootstrap.py wires them; nothing here connects."""
-from ..settings import SchedulerSettings
 from .active import ActiveScheduler
 from .catalog import define_pool, define_shape, set_quota
 from .onboarding import approve_slot_map, register_node, report_topology, update_node
@@ -8,7 +7,6 @@ from .reservations import cancel_request, release_slots, reserve_slots
 
 __all__ = [
            "ActiveScheduler",
-           "SchedulerSettings",
            "approve_slot_map",
            "cancel_request",
            "define_pool",
