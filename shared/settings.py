@@ -149,7 +149,12 @@ def uuid_(raw: str) -> uuid.UUID:
     return uuid.UUID(raw)
 
 
-port = integer(0, 65535)
+@_reader("a port number")
+def port(raw: str) -> int:
+    value = int(raw)
+    if not 0 <= value <= 65535:
+        raise ValueError(raw)
+    return value
 
 
 @_reader("one of DEBUG, INFO, WARNING, ERROR")
