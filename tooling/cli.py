@@ -1,8 +1,9 @@
 """`python -m tooling.cli up|demo`: the platform on one machine, and the scripted tenant flow.
 
 up   — starts NATS + PostgreSQL (embedded unless TESSERA_NATS_URL / TESSERA_DATABASE_URL are
-       set), every service, seeds a demo inventory (2 nodes × 8 GPUs), tenant and user, prints
-       the gateway URL and the demo API key, and runs until Ctrl-C, then stops everything.
+       set), every service, seeds a demo inventory (2 nodes × 8 GPUs), a tenant with a tenant admin
+       and a tenant user, prints the gateway URL and their API keys, and runs until SIGINT (Ctrl-C),
+       SIGTERM or SIGHUP, then stops everything.
 demo — the same on a fresh temporary platform, then: create an allocation, wait for ACTIVE,
        release, wait for RELEASED, printing each state change; exits 0 on success.
 """
@@ -18,29 +19,77 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .client import TesseraClient
+from .client import ApiError, TesseraClient
 from .embedded import REPO
 from .platform import Platform
 
 
 async def seed(platform: Platform) -> dict:
-    """Demo tenant, user and two nodes; idempotent across restarts of the same data folder."""
+    """Demo tenant with a tenant admin and a tenant user, its quota, and two nodes; idempotent across restarts
+    of the same data folder (the nodes' agents are started again, as the same nodes)."""
     path = platform.workdir / "seed.json"
     if path.exists():
         data = json.loads(path.read_text())
         for node_id in data["nodes"]:
             await platform.start_node_agent(node_id)
+        if "admin_api_key" not in data:   # a data folder seeded before the demo tenant had an admin
+            tenant_admin = await _new_tenant_admin(platform, data["tenant_id"])
+            data.update(admin_id=tenant_admin["id"], admin_api_key=tenant_admin["api_key"])
+            _write_seed(path, data)
         return data
     async with platform.admin() as admin:
         tenant = await admin.create_tenant("demo")
+        tenant_admin = await admin.create_user(tenant["id"], "demo-admin", "tenant_admin")
         user = await admin.create_user(tenant["id"], "demo-user", "tenant_user")
         # quotas are explicit: a tenant may use what the provider granted it, per GPU model and pool
         await admin.set_quota(tenant["id"], "shared", "H100", 16)
     nodes = [await platform.add_node(f"demo-node-{i}", "H100", 8) for i in ("a", "b")]
-    data = {"tenant_id": tenant["id"], "user_id": user["id"], "api_key": user["api_key"], "nodes": nodes}
+    data = {"tenant_id": tenant["id"], "user_id": user["id"], "api_key": user["api_key"],
+            "admin_id": tenant_admin["id"], "admin_api_key": tenant_admin["api_key"], "nodes": nodes}
+    _write_seed(path, data)
+    return data
+
+
+async def _new_tenant_admin(platform: Platform, tenant_id: str) -> dict:
+    """A new tenant admin of the demo tenant (an API key is shown once: a lost one means a new admin);
+    named demo-admin, or demo-admin-2, -3… when that name is taken."""
+    async with platform.admin() as admin:
+        for n in range(1, 100):
+            try:
+                return await admin.create_user(tenant_id, "demo-admin" if n == 1 else f"demo-admin-{n}", "tenant_admin")
+            except ApiError as exc:
+                if exc.status != 409:
+                    raise
+    raise RuntimeError("the demo tenant has no free demo-admin name left")
+
+
+def _write_seed(path: Path, data: dict) -> None:
     path.write_text(json.dumps(data))
     path.chmod(0o600)
-    return data
+
+
+def banner(platform: Platform, data: dict) -> str:
+    """What `up` prints once everything runs: the gateway, the demo tenant's keys (its admin's and its user's)
+    and the provider admin's, and a first few calls to try as the tenant admin."""
+    url, tenant, key = platform.gateway_url, data["tenant_id"], data["admin_api_key"]
+    bearer, as_json = '-H "Authorization: Bearer $TOKEN"', "-H 'Content-Type: application/json'"
+    return "\n".join([
+        "",
+        "Tessera is up.",
+        f"  gateway:            {url}   (the API: {url}/openapi.json)",
+        f"  demo tenant:        {tenant}",
+        f"  tenant admin key:   {key}   (its users, their quotas, networks and rules, allocations)",
+        f"  tenant user key:    {data['api_key']}   (allocations, networks)",
+        f"  provider admin key: {platform.admin_key}   (tenants, their quotas, nodes, pools, shapes)",
+        f"  logs:               {platform.workdir / 'logs'}",
+        "  try, as the tenant admin (the same with the tenant user's key for a user's view):",
+        f"    TOKEN=$(curl -s -X POST -H 'Authorization: ApiKey {key}' {url}/v1/auth/token"
+        " | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"access_token\"])')",
+        f"    curl -s {bearer} {url}/v1/tenants/{tenant}/quotas",
+        f"    curl -s {bearer} {as_json} -d '{{\"name\": \"alice\", \"role\": \"tenant_user\"}}' {url}/v1/tenants/{tenant}/users",
+        f"    curl -s {bearer} {as_json} -d '{{\"name\": \"train-1\", \"shape\": \"vm.1gpu\"}}' {url}/v1/allocations",
+        "Ctrl-C stops everything.",
+    ])
 
 
 def _platform(workdir: Path, **kw) -> Platform:
@@ -49,23 +98,39 @@ def _platform(workdir: Path, **kw) -> Platform:
 
 
 async def up(workdir: Path, port: int | None) -> int:
+    """Run the platform until SIGINT, SIGTERM or SIGHUP (Ctrl-C, a supervisor, `kill`, a closed terminal), then
+    stop everything it started. A signal while it is still starting stops the start too. 0 after a signal once
+    it was up, 128 + the signal's number before."""
     platform = _platform(workdir, gateway_port=port)
-    stop = asyncio.Event()
+    main = asyncio.current_task()
+    signalled: list[int] = []
+
+    def on_signal(sig: int) -> None:
+        if not signalled:   # the first one stops; stopping is bounded, so later ones need not force it
+            signalled.append(sig)
+            main.cancel()
+
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):   # SIGHUP: its terminal went away
+        loop.add_signal_handler(sig, on_signal, sig)
+    was_up = False
     try:
         await platform.start()
         data = await seed(platform)
-        print(f"\nTessera is up.\n  gateway:      {platform.gateway_url}\n  demo API key: {data['api_key']}\n"
-              f"  admin key:    {platform.admin_key}\n  logs:         {platform.workdir / 'logs'}\n"
-              f"  try: curl -s -X POST -H 'Authorization: ApiKey {data['api_key']}' {platform.gateway_url}/v1/auth/token\n"
-              "Ctrl-C stops everything.", flush=True)
-        await stop.wait()
+        print(banner(platform, data), flush=True)
+        was_up = True
+        await asyncio.Event().wait()   # until a signal cancels this task
+    except asyncio.CancelledError:
+        if not signalled:
+            raise
+        main.uncancel()
     finally:
-        print("stopping…", flush=True)
+        try:
+            print("stopping…", flush=True)
+        except OSError:   # no terminal any more: stop all the same
+            pass
         await platform.stop()
-    return 0
+    return 0 if was_up else 128 + signalled[0]
 
 
 async def demo() -> int:

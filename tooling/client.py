@@ -16,15 +16,72 @@ class ApiError(Exception):
         self.status, self.problem = status, problem
 
 
-async def _until(probe, timeout: float, what: str):
+class WaitAborted(Exception):
+    """A wait stopped before its timeout: what it waits for can no longer happen (``reason`` says why;
+    ``last`` is the last value seen, e.g. the FAILED allocation with its failed step and reason)."""
+
+    def __init__(self, what: str, reason: str, last: Any = None):
+        super().__init__(f"stopped waiting for {what}: {reason}")
+        self.what, self.reason, self.last = what, reason, last
+
+
+class NotYet(Exception):
+    """Raised by a probe of ``_until``: not there yet; ``value`` is what it saw (for ``hopeless`` and the
+    timeout's message)."""
+
+    def __init__(self, value: Any):
+        super().__init__(value)
+        self.value = value
+
+
+async def _until(probe, timeout: float, what: str, *, hopeless=None):
     """Poll ``probe`` (async; returns the result, or None while not yet) until it answers; TimeoutError
-    naming ``what`` after ``timeout`` seconds."""
+    naming ``what`` and the last value seen after ``timeout`` seconds. ``hopeless(value)`` (value: what the
+    probe last returned, or the exception ``NotYet`` carried) returns a reason when the wait can no longer
+    succeed: then WaitAborted with that reason, at once, instead of running to the timeout."""
     deadline = time.monotonic() + timeout
-    while (found := await probe()) is None:
+    delay, last = 0.02, None
+    while True:
+        try:
+            found = await probe()
+        except NotYet as not_yet:
+            found, last = None, not_yet.value
+        else:
+            last = found if found is not None else last
+        if found is not None:
+            return found
+        reason = hopeless(last) if hopeless is not None and last is not None else None
+        if reason:
+            raise WaitAborted(what, reason, last)
         if time.monotonic() > deadline:
-            raise TimeoutError(f"not {what} after {timeout}s")
-        await asyncio.sleep(0.05)
-    return found
+            raise TimeoutError(f"not {what} after {timeout}s" + (f"; last seen: {last}" if last is not None else ""))
+        await asyncio.sleep(delay)
+        delay = min(delay * 1.5, 0.25)
+
+
+# Where the gateway's view of an allocation can still go from each state: forward only (a QUEUED allocation
+# is PROVISIONING again once placed; ACTIVE may come without PROVISIONING), FAILED from any state that is not
+# terminal, nothing from RELEASED or FAILED. A state not listed here (a newer gateway's) is never given up on.
+REACHABLE: dict[str, frozenset[str]] = {
+    "REQUESTED": frozenset({"PROVISIONING", "QUEUED", "ACTIVE", "RELEASING", "RELEASED", "FAILED"}),
+    "PROVISIONING": frozenset({"PROVISIONING", "QUEUED", "ACTIVE", "RELEASING", "RELEASED", "FAILED"}),
+    "QUEUED": frozenset({"PROVISIONING", "ACTIVE", "RELEASING", "RELEASED", "FAILED"}),
+    "ACTIVE": frozenset({"RELEASING", "RELEASED", "FAILED"}),
+    "RELEASING": frozenset({"RELEASED", "FAILED"}),
+    "RELEASED": frozenset(),
+    "FAILED": frozenset(),
+}
+
+
+def unreachable(allocation: dict, wanted: set[str]) -> str | None:
+    """Why ``allocation`` (the gateway's document) can no longer reach any of ``wanted``; None while it can."""
+    state = allocation.get("state")
+    if state in wanted or state not in REACHABLE or REACHABLE[state] & wanted:
+        return None
+    if state == "FAILED":
+        return (f"allocation {allocation.get('id')} FAILED at {allocation.get('failed_step') or 'an unknown step'}: "
+                f"{allocation.get('reason') or 'no reason given'}")
+    return f"allocation {allocation.get('id')} is {state}, from which {' or '.join(sorted(wanted))} cannot follow"
 
 
 class TesseraClient:
@@ -104,7 +161,9 @@ class TesseraClient:
                 if exc.status != 404:
                     raise
                 return None
-            return n if n.get("status") == status else None
+            if n.get("status") != status:
+                raise NotYet({k: n.get(k) for k in ("status", "proposal", "review")})   # the timeout says where it is
+            return n
         return await _until(in_status, timeout, f"node {node_id} {status}")
 
     async def approve_node(self, node_id: str, proposal: int, wipe_policy: str | None = None) -> dict:
@@ -176,14 +235,15 @@ class TesseraClient:
                     data = []
 
     async def wait_state(self, allocation_id: str, states: set[str] | str, timeout: float = 60.0) -> dict:
-        wanted = {states} if isinstance(states, str) else states
-        deadline = time.monotonic() + timeout
-        delay = 0.02
-        while True:
+        """Poll the allocation until it is in one of ``states`` and return it. As soon as it cannot get there any
+        more (FAILED, or e.g. RELEASED while ACTIVE is awaited) raise WaitAborted saying why (for FAILED: the
+        failed step and the reason; ``.last`` is the allocation); TimeoutError with its last state after ``timeout``."""
+        wanted = {states} if isinstance(states, str) else set(states)
+
+        async def in_state():
             a = await self.allocation(allocation_id)
             if a["state"] in wanted:
                 return a
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"allocation {allocation_id} is {a['state']}, not {wanted}, after {timeout}s: {a}")
-            await asyncio.sleep(delay)
-            delay = min(delay * 1.5, 0.25)
+            raise NotYet(a)
+        return await _until(in_state, timeout, f"allocation {allocation_id} {' or '.join(sorted(wanted))}",
+                            hopeless=lambda a: unreachable(a, wanted))

@@ -72,18 +72,24 @@ class EmbeddedNats:
         return conf
 
     def start(self) -> "EmbeddedNats":
+        """Start nats-server and wait until it listens; on any failure (or interruption) the server is
+        stopped before the error propagates, so a failed start leaves nothing running."""
         conf = self.config_file()
-        log = open(self.data_dir / "nats.log", "ab")
-        for attempt in range(3):   # a free port can be taken between choosing and binding it
-            self.proc = subprocess.Popen([_bin("nats-server"), "-c", str(conf), "-a", "127.0.0.1", "-p", str(self.port)],
-                                         stdout=log, stderr=subprocess.STDOUT)
-            try:
-                wait_port(self.port, proc=self.proc)
-                return self
-            except RuntimeError:
-                if attempt == 2:
-                    raise
-                self.port = free_port()
+        try:
+            for attempt in range(3):   # a free port can be taken between choosing and binding it
+                with open(self.data_dir / "nats.log", "ab") as log:
+                    self.proc = subprocess.Popen([_bin("nats-server"), "-c", str(conf), "-a", "127.0.0.1",
+                                                  "-p", str(self.port)], stdout=log, stderr=subprocess.STDOUT)
+                try:
+                    wait_port(self.port, proc=self.proc)
+                    return self
+                except RuntimeError:
+                    if attempt == 2:
+                        raise
+                    self.port = free_port()
+        except BaseException:
+            self.stop(kill=True)
+            raise
         return self
 
     def stop(self, kill: bool = False) -> None:
@@ -185,18 +191,22 @@ class EmbeddedPostgres:
                 "-c", f"unix_socket_directories={sock}", "-c", "max_connections=400", "-c", "shared_buffers=256MB"]
         if not self.durable:
             args += ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]
-        log = open(self.data_dir / "postgres.log", "ab")
-        for attempt in range(3):   # a free port can be taken between choosing and binding it
-            self.proc = subprocess.Popen(args, preexec_fn=preexec, stdout=log, stderr=subprocess.STDOUT)
-            try:
-                wait_port(self.port, proc=self.proc)
-                break
-            except RuntimeError:
-                if attempt == 2:
-                    raise
-                self.port = free_port()
-                args[args.index("-p") + 1] = str(self.port)
-        self._ensure_database(sock)
+        try:   # on any failure (or interruption) the server is stopped before the error propagates
+            for attempt in range(3):   # a free port can be taken between choosing and binding it
+                with open(self.data_dir / "postgres.log", "ab") as log:
+                    self.proc = subprocess.Popen(args, preexec_fn=preexec, stdout=log, stderr=subprocess.STDOUT)
+                try:
+                    wait_port(self.port, proc=self.proc)
+                    break
+                except RuntimeError:
+                    if attempt == 2:
+                        raise
+                    self.port = free_port()
+                    args[args.index("-p") + 1] = str(self.port)
+            self._ensure_database(sock)
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def _ensure_database(self, sock: Path) -> None:

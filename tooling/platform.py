@@ -24,6 +24,7 @@ from .embedded import REPO, EmbeddedNats, EmbeddedPostgres
 
 CORE_SERVICES = ("allocation", "scheduler", "network", "storage", "billing", "saga", "gateway")
 READY = re.compile(r"TESSERA_READY service=(\S+) instance=(\S+) port=(\d+)")
+NODE_AGENTS_FILE = "node-agents.json"   # each node-agent's own settings (its identity), by node id
 
 
 @dataclass
@@ -117,16 +118,25 @@ class Platform:
         return TesseraClient(self.gateway_url, self.admin_key)
 
     async def start(self) -> "Platform":
-        if not self.nats_url:
-            self.nats = EmbeddedNats(self.workdir / "nats", port=None).start()
-            self.nats_url = self.nats.url
-        if not self.database_url:
-            self.pg = EmbeddedPostgres(self.workdir / "pg", durable=self.durable).start()
-            self.database_url = self.pg.admin_dsn
-        await self._provision()
-        for name in CORE_SERVICES:
-            self._spawn(name)
-        await asyncio.gather(*(p.wait_ready() for p in self.procs.values()))
+        """Start NATS and PostgreSQL (unless given) and every core service, and wait until each is ready.
+        When anything fails (a service exits at once, a timeout, the caller is cancelled or interrupted),
+        what was started is stopped before the error propagates: a failed start leaves nothing running."""
+        try:
+            if not self.nats_url:
+                self.nats = EmbeddedNats(self.workdir / "nats", port=None)   # set before start: stop() sees it
+                self.nats.start()   # blocking on purpose: a cancellation cannot land half-way (it stops itself on errors)
+                self.nats_url = self.nats.url
+            if not self.database_url:
+                self.pg = EmbeddedPostgres(self.workdir / "pg", durable=self.durable)
+                self.pg.start()
+                self.database_url = self.pg.admin_dsn
+            await self._provision()
+            for name in CORE_SERVICES:
+                self._spawn(name)
+            await _all_ready(p.wait_ready() for p in self.procs.values())
+        except BaseException:
+            await self.stop()
+            raise
         return self
 
     async def _provision(self) -> None:
@@ -177,8 +187,25 @@ class Platform:
         return node["id"]
 
     async def start_node_agent(self, node_id: str, env: dict[str, str] | None = None) -> None:
-        """Start the node-agent of an already registered node and wait until it is ready."""
-        await self._spawn(f"node_agent:{node_id}", instance=node_id, env=env).wait_ready()
+        """Start the node-agent of an already registered node and wait until it is ready.
+
+        A node-agent's settings are its identity: its name (the sim discovery derives the hardware from it) and
+        ``env`` are recorded in the work folder, and a later start of the same node (a restart of the runner on
+        the same data folder) reuses them, so the node reports the hardware that was approved. ``env`` changes
+        recorded settings. A node with no record (a data folder from before the record) gets its registered name."""
+        records = self._node_agent_records()
+        settings = {**records.get(node_id, {}), **(env or {})}
+        if not settings.get("TESSERA_NODE_NAME"):
+            async with self.admin() as admin:
+                settings["TESSERA_NODE_NAME"] = (await admin.node(node_id))["name"]
+        records[node_id] = settings
+        path = self.workdir / NODE_AGENTS_FILE
+        path.write_text(json.dumps(records, indent=1, sort_keys=True))
+        await self._spawn(f"node_agent:{node_id}", instance=node_id, env=settings).wait_ready()
+
+    def _node_agent_records(self) -> dict[str, dict[str, str]]:
+        path = self.workdir / NODE_AGENTS_FILE
+        return json.loads(path.read_text()) if path.exists() else {}
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         p = self.procs[name]
@@ -200,11 +227,28 @@ class Platform:
         return [n for n in self.procs if n.startswith("node_agent:")]
 
     async def stop(self) -> None:
-        for p in self.procs.values():
-            p.signal(signal.SIGTERM)
-        for p in self.procs.values():
-            await asyncio.to_thread(p.wait_exit, 20)
-        if self.nats:
-            self.nats.stop()
-        if self.pg:
-            self.pg.stop()
+        """Stop every service (SIGTERM, then SIGKILL after 20 s), then the embedded NATS and PostgreSQL;
+        each step runs even when an earlier one fails. Safe to call again, or after a failed start."""
+        try:
+            for p in self.procs.values():
+                p.signal(signal.SIGTERM)
+            await asyncio.gather(*(asyncio.to_thread(p.wait_exit, 20) for p in self.procs.values()))
+        finally:   # blocking on purpose: a cancellation cannot leave a server running
+            try:
+                if self.nats:
+                    self.nats.stop()
+            finally:
+                if self.pg:
+                    self.pg.stop()
+
+
+async def _all_ready(waits) -> None:
+    """Await every readiness wait; at the first failure cancel the others (no wait is left running) and raise it."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise

@@ -19,10 +19,12 @@ async def platform(tmp_path_factory):
     work = tmp_path_factory.mktemp("platform")
     env = {**E2E_ENV, "TESSERA_TRACE_FILE": str(work / "traces.jsonl")}
     p = Platform(work, env=env, durable=False)
-    await p.start()
-    p.node_ids = [await p.add_node(f"e2e-{uuid.uuid4().hex[:6]}-{i}", "H100", 8) for i in range(2)]
-    yield p
-    await p.stop()
+    await p.start()   # a start that fails stops what it started
+    try:   # so does a failure after it (a node that does not come up)
+        p.node_ids = [await p.add_node(f"e2e-{uuid.uuid4().hex[:6]}-{i}", "H100", 8) for i in range(2)]
+        yield p
+    finally:
+        await p.stop()
 
 
 @dataclass

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 
 import pytest
 
-from tooling.client import ApiError
+from tooling.client import ApiError, WaitAborted
 from shared.participant import FAULT_LABEL
 from tests.support.platform import leftovers
 from tests.support.polling import eventually
@@ -40,6 +41,16 @@ async def test_fault_at_each_step_fails_the_allocation_and_compensates_every_ear
     assert failed["failed_step"] == step
     assert "injected fault" in failed["reason"]
     assert await leftovers(db, a["id"]) == {"slots": 0, "attachments": 0, "volumes": 0, "instances": 0, "running_meters": 0}
+
+
+async def test_a_wait_for_active_stops_as_soon_as_the_allocation_fails_and_says_where_and_why(tenant):
+    a = await tenant.user.create_allocation("doomed", shape="vm.1gpu", labels={FAULT_LABEL: "provision_node=fail"})
+    started = time.monotonic()
+    with pytest.raises(WaitAborted) as exc:
+        await tenant.user.wait_state(a["id"], "ACTIVE", timeout=240)
+    assert time.monotonic() - started < 60, "it stopped when the allocation failed, not at the timeout"
+    assert exc.value.last["state"] == "FAILED" and exc.value.last["failed_step"] == "provision_node"
+    assert "FAILED at provision_node" in str(exc.value) and "injected fault" in str(exc.value)
 
 
 async def test_step_that_never_answers_times_out_and_is_compensated(tenant, db):

@@ -2,11 +2,17 @@
 every service comes up as its own process against them, with its own role and schema."""
 from __future__ import annotations
 
+import json
+
 import asyncpg
+import psutil
+import pytest
 
 from shared.contract import SERVICES
 from shared.db import role_name
-from tooling.platform import CORE_SERVICES, Platform
+from tooling.client import TesseraClient
+from tooling.platform import CORE_SERVICES, NODE_AGENTS_FILE, Platform
+from tests.support.polling import eventually
 
 
 async def test_runner_uses_the_configured_nats_and_postgres_instead_of_embedded_ones(infra, tmp_path):
@@ -42,3 +48,84 @@ def test_a_service_with_a_bad_setting_exits_with_one_line_naming_it(tmp_path):
     assert r.returncode == 1
     assert r.stderr.strip().splitlines()[-1] == "billing: cannot start: TESSERA_HTTP_PORT='eighty' is not a port number"
     assert "Traceback" not in r.stderr
+
+
+def _running_in(folder) -> list[str]:
+    """Processes whose command line names ``folder`` (nats-server -c <folder>/nats/…, postgres -D <folder>/pg/…)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if str(folder) in cmdline:
+            found.append(f"{proc.pid} {cmdline[:120]}")
+    return found
+
+
+async def test_a_start_that_fails_stops_the_nats_and_postgres_and_services_it_started(tmp_path):
+    # every service gets a setting it refuses, so each exits at once with one line naming it
+    p = Platform(tmp_path, env={"TESSERA_HTTP_PORT": "eighty"}, durable=False)
+    try:
+        with pytest.raises(RuntimeError, match="exited before it was ready"):
+            await p.start()
+        assert p.nats is not None and p.pg is not None, "it got as far as starting its own servers"
+        assert all(sp.proc is None or sp.proc.poll() is not None for sp in p.procs.values())
+        assert _running_in(tmp_path) == []
+    finally:
+        await p.stop()   # whatever the assertions found, leave nothing behind
+
+
+async def test_the_demo_seed_has_a_tenant_admin_and_a_restart_keeps_its_nodes_schedulable(tmp_path):
+    """Two runs of the runner on one data folder (as `./taskw up`, stopped, then started again): the second
+    run's node-agents are the same nodes, so the approved slot maps still hold and allocations are placed."""
+    from tooling.cli import banner, seed
+
+    first = Platform(tmp_path, durable=False)
+    try:
+        await first.start()
+        data = await seed(first)
+        shown = banner(first, data)
+        assert data["admin_api_key"] in shown and data["api_key"] in shown
+        async with TesseraClient(first.gateway_url, data["admin_api_key"]) as tenant_admin:
+            made = await tenant_admin.create_user(data["tenant_id"], "alice", "tenant_user")
+            users = (await tenant_admin.request("GET", f"/v1/tenants/{data['tenant_id']}/users"))[1]["items"]
+            assert {made["id"], data["user_id"], data["admin_id"]} <= {u["id"] for u in users}
+            quotas = (await tenant_admin.request("GET", f"/v1/tenants/{data['tenant_id']}/quotas"))[1]["items"]
+            assert [(q["pool"], q["gpu_model"], q["limit"]) for q in quotas] == [("shared", "H100", 16)]
+    finally:
+        await first.stop()
+
+    # a data folder from before this change: no tenant admin in seed.json, no record of one node-agent's settings
+    seeded = json.loads((tmp_path / "seed.json").read_text())
+    legacy = {k: v for k, v in seeded.items() if k not in ("admin_id", "admin_api_key")}
+    (tmp_path / "seed.json").write_text(json.dumps(legacy))
+    records = json.loads((tmp_path / NODE_AGENTS_FILE).read_text())
+    del records[data["nodes"][1]]
+    (tmp_path / NODE_AGENTS_FILE).write_text(json.dumps(records))
+
+    again = Platform(tmp_path, durable=False)
+    try:
+        await again.start()
+        data2 = await seed(again)
+        assert {k: data2[k] for k in legacy} == legacy
+        assert data2["admin_api_key"] and data2["admin_api_key"] != data["admin_api_key"]
+
+        # the scheduler has handled every topology report, this run's included: 2 nodes x 2 starts
+        db = await asyncpg.connect(again.database_url)
+        try:
+            unhandled = ("SELECT count(*) FILTER (WHERE i.event_id IS NULL) AS unhandled, count(*) AS reports "
+                         "FROM node_agent.outbox o LEFT JOIN scheduler.inbox i ON i.event_id = o.id "
+                         "WHERE o.type = 'scheduler.report_topology'")
+            await eventually(lambda: db.fetchrow(unhandled), until=lambda r: r["reports"] == 4 and r["unhandled"] == 0,
+                             timeout=60, what="both restarted node-agents' reports handled by the scheduler")
+        finally:
+            await db.close()
+        async with again.admin() as admin:
+            for node_id in data["nodes"]:
+                node = await admin.node(node_id)
+                assert node["status"] == "schedulable", node
+        async with TesseraClient(again.gateway_url, data["api_key"]) as tenant:
+            a = await tenant.create_allocation("after-restart", shape="vm.2gpu")
+            active = await tenant.wait_state(a["id"], "ACTIVE", timeout=60)
+            assert active["node_id"] in data["nodes"]
+    finally:
+        await again.stop()
+    assert _running_in(tmp_path) == []
