@@ -36,10 +36,14 @@ class Infra:
 def infra(tmp_path_factory) -> Infra:
     work = tmp_path_factory.mktemp("infra")
     n = EmbeddedNats(work / "nats").start()
-    pg = EmbeddedPostgres(work / "pg", durable=False).start()
-    yield Infra(n, pg, secrets.token_hex(8), work)
-    n.stop()
-    pg.stop()
+    try:
+        pg = EmbeddedPostgres(work / "pg", durable=False).start()
+        try:
+            yield Infra(n, pg, secrets.token_hex(8), work)
+        finally:
+            pg.stop()
+    finally:
+        n.stop()
 
 
 @pytest.fixture(scope="session")
