@@ -8,6 +8,12 @@ redelivered message finds its inbox row and has no second effect. A handler
 error is retried with backoff (nak with delay) up to ``max_deliver`` deliveries,
 then the message is moved to the dead-letter stream and acknowledged, so the
 messages behind it keep flowing.
+
+An error no retry can fix (``permanent``: PermanentError, invalid data, an unknown
+reference) is not retried: the handler's transaction rolls back and, when the
+subscription declares ``on_refused``, that callback publishes the refusal in a new
+transaction that also records the inbox row (a redelivery has no second effect);
+without one the message is dead-lettered at once.
 """
 from __future__ import annotations
 
@@ -45,10 +51,47 @@ def _header_safe(text: str, limit: int = 1000) -> str:
 
 
 class PermanentError(Exception):
-    """The message can never be handled (bad reference, contract breach): dead-letter it now."""
+    """The message can never be handled (bad reference, contract breach): refuse it now, never retry it."""
 
 
 Handler = Callable[[UnitOfWork, Any], Awaitable[None]]
+Refusal = Callable[[UnitOfWork, Any, str], Awaitable[None]]   # (new unit of work, the payload, the reason)
+
+# What no retry can fix: an explicit refusal; a payload or document that fails validation; data PostgreSQL
+# refuses (class 22: NUL or an unencodable character in text, a string too long, a number out of range, bad
+# text for a type...; asyncpg raises DataError too for an argument it cannot encode); a reference to a row
+# that does not exist. Everything else (connection lost, serialization failure, deadlock, a unique race, a
+# bug that a deploy fixes) is retried.
+PERMANENT_ERRORS: tuple[type[BaseException], ...] = (
+    PermanentError, ValidationError, asyncpg.DataError, asyncpg.ForeignKeyViolationError)
+
+
+def permanent(exc: BaseException) -> bool:
+    """True when retrying the message cannot help (see ``PERMANENT_ERRORS``)."""
+    return isinstance(exc, PERMANENT_ERRORS)
+
+
+def text_safe(text: str, limit: int = 1000) -> str:
+    """``text`` as PostgreSQL text and jsonb can store it (a NUL is written ``\\x00``), at most ``limit``
+    characters: a refusal's reason may quote the very input that was refused."""
+    return text.replace("\x00", "\\x00")[:limit]
+
+
+def refusal_reason(exc: BaseException, limit: int = 1000) -> str:
+    """The reason a permanent error gives, for whoever sent the command (one line, storable)."""
+    if isinstance(exc, PermanentError):
+        text = str(exc)
+    elif isinstance(exc, ValidationError):
+        problems = "; ".join(f"{'.'.join(str(x) for x in e['loc']) or e.get('type', '')}: {e['msg']}"
+                             for e in exc.errors(include_url=False, include_input=False))
+        text = f"invalid data ({exc.title}): {problems}"
+    elif isinstance(exc, asyncpg.PostgresError):
+        what = "unknown reference" if isinstance(exc, asyncpg.ForeignKeyViolationError) else "invalid data"
+        detail = getattr(exc, "detail", None)
+        text = f"{what} ({type(exc).__name__}): {exc}" + (f" ({detail})" if detail else "")
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    return text_safe(" ".join(text.split()), limit)
 
 
 class Consumers:
@@ -69,7 +112,12 @@ class Consumers:
         self._leading: list[Any] = []                      # the leader-only subscribers running now
 
     def subscribe(self, type_: str, handler: Handler, *, subject_params: dict[str, str] | None = None,
-                  durable: str | None = None, max_workers: int | None = None, leader_only: bool = False) -> str:
+                  durable: str | None = None, max_workers: int | None = None, leader_only: bool = False,
+                  on_refused: Refusal | None = None) -> str:
+        """Consume ``type_`` with ``handler``. ``on_refused(ctx, data, reason)`` publishes the service's refusal
+        when the handler fails for a reason no retry can fix (``permanent``): it runs in a new unit of work
+        (the handler's rolled back) that also records the inbox row, then the message is acknowledged.
+        Without it such a message is dead-lettered at once."""
         msg = self.catalog.check_receive(self.service, type_)
         subject = msg.render_subject(**subject_params) if subject_params else msg.wildcard()
         owner = self.catalog.owner(type_)
@@ -80,7 +128,7 @@ class Consumers:
             max_ack_pending=1000,
         )
         workers = max_workers or self.settings.max_workers
-        run = self._wrap(name, msg, handler)
+        run = self._wrap(name, msg, handler, on_refused)
         broker_context = self.broker.context
 
         async def _entry(_body) -> None:
@@ -136,12 +184,9 @@ class Consumers:
             with contextlib.suppress(Exception):
                 await subscriber.stop()
 
-    def _wrap(self, consumer: str, msg: Message, handler: Handler):
-        settings = self.settings
-
+    def _wrap(self, consumer: str, msg: Message, handler: Handler, on_refused: Refusal | None = None):
         async def run(nmsg: NatsMessage) -> None:
             raw = nmsg.raw_message
-            delivered = raw.metadata.num_delivered
             try:
                 env = Envelope.model_validate_json(nmsg.body)
                 if env.type != msg.type:
@@ -172,25 +217,68 @@ class Consumers:
                 heartbeat.cancel()
                 await nmsg.ack()
                 MESSAGES.labels(self.service, msg.type, "ok" if fresh else "duplicate").inc()
-            except PermanentError as exc:
-                heartbeat.cancel()
-                await self.dead_letter(nmsg, consumer, "rejected", str(exc)[:2000])
             except Exception as exc:
-                heartbeat.cancel()
-                MESSAGES.labels(self.service, msg.type, "error").inc()
-                if delivered >= settings.max_deliver:
-                    log.error("consumer.gave_up", consumer=consumer, type=msg.type, deliveries=delivered, error=repr(exc))
-                    await self.dead_letter(nmsg, consumer, "max_deliveries", repr(exc)[:2000])
+                if permanent(exc):
+                    await self._refuse(nmsg, consumer, msg, env, data, exc, on_refused, heartbeat)
                 else:
-                    delay = settings.retry_backoff_s[min(delivered - 1, len(settings.retry_backoff_s) - 1)]
-                    log.warning("consumer.retry", consumer=consumer, type=msg.type, deliveries=delivered,
-                                delay_s=delay, error=repr(exc))
-                    await nmsg.nack(delay=delay)
+                    heartbeat.cancel()
+                    await self._retry(nmsg, consumer, msg, exc)
             finally:
+                heartbeat.cancel()
                 HANDLER_SECONDS.labels(self.service, msg.type).observe(time.perf_counter() - started)
                 structlog.contextvars.unbind_contextvars("correlation_id", "tenant_id")
 
         return run
+
+    async def _retry(self, nmsg: NatsMessage, consumer: str, msg: Message, exc: BaseException) -> None:
+        """A failure a retry may fix: nak with backoff, or dead-letter once ``max_deliver`` deliveries failed."""
+        delivered = nmsg.raw_message.metadata.num_delivered
+        MESSAGES.labels(self.service, msg.type, "error").inc()
+        if delivered >= self.settings.max_deliver:
+            log.error("consumer.gave_up", consumer=consumer, type=msg.type, deliveries=delivered, error=repr(exc))
+            await self.dead_letter(nmsg, consumer, "max_deliveries", repr(exc)[:2000])
+        else:
+            backoff = self.settings.retry_backoff_s
+            delay = backoff[min(delivered - 1, len(backoff) - 1)]
+            log.warning("consumer.retry", consumer=consumer, type=msg.type, deliveries=delivered,
+                        delay_s=delay, error=repr(exc))
+            await nmsg.nack(delay=delay)
+
+    async def _refuse(self, nmsg: NatsMessage, consumer: str, msg: Message, env: Envelope, data: Any,
+                      exc: BaseException, on_refused: Refusal | None, heartbeat: asyncio.Task) -> None:
+        """A failure no retry can fix (the handler's transaction rolled back): publish the refusal through
+        ``on_refused`` in a new unit of work that records the inbox row, then ack; without a callback,
+        dead-letter at once. A callback that fails is itself retried (a transient error) or dead-lettered."""
+        reason = refusal_reason(exc)
+        log.warning("consumer.refused", consumer=consumer, type=msg.type, reason=reason[:300],
+                    deliveries=nmsg.raw_message.metadata.num_delivered, published=on_refused is not None)
+        if on_refused is None:
+            heartbeat.cancel()
+            MESSAGES.labels(self.service, msg.type, "refused").inc()
+            await self.dead_letter(nmsg, consumer, "rejected", reason)
+            return
+        try:
+            async with self._pool().acquire() as conn, conn.transaction():
+                fresh = await conn.fetchval(
+                    "INSERT INTO inbox (consumer, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING 1",
+                    consumer, env.id)
+                if fresh:
+                    uow = UnitOfWork(conn, self.outbox, name=consumer, causation=env)
+                    await on_refused(uow, data, reason)
+            if fresh:
+                await uow.run_after_commit()
+        except Exception as failed:
+            heartbeat.cancel()
+            if permanent(failed):
+                MESSAGES.labels(self.service, msg.type, "refused").inc()
+                await self.dead_letter(nmsg, consumer, "rejected",
+                                       f"{reason}; publishing the refusal failed too: {refusal_reason(failed)}")
+            else:
+                await self._retry(nmsg, consumer, msg, failed)
+            return
+        heartbeat.cancel()
+        await nmsg.ack()
+        MESSAGES.labels(self.service, msg.type, "refused" if fresh else "duplicate").inc()
 
     async def _heartbeat(self, nmsg: NatsMessage) -> None:
         """Tell the server we are still working, so a slow step is not redelivered mid-flight."""

@@ -31,6 +31,7 @@ from typing import Any, Literal
 import asyncpg
 import structlog
 
+from .consumer import permanent, refusal_reason, text_safe
 from .steps import Step
 from .unit_of_work import UnitOfWork
 from .wire import StepCommand, UndoCommand
@@ -134,7 +135,9 @@ async def defer(ctx: UnitOfWork, step: Step, cmd: Command, progress: dict, **rep
 async def invoke(ctx: UnitOfWork, cmd: StepCommand, action: Callable[[asyncpg.Connection, StepCommand], Awaitable[dict]],
                  *, step: Step, sim_faults: bool = False, subject_params: dict[str, str] | None = None) -> None:
     """Run ``action`` (returns the reply's extra fields, or raises StepRejected) once per idempotency key;
-    a repeat gets the recorded reply (``step``'s ok or failed)."""
+    a repeat gets the recorded reply (``step``'s ok or failed). An error no retry can fix raised by the
+    action (``shared.consumer.permanent``: invalid data, an unknown reference, PermanentError) is the step's
+    failure too, with its reason: the saga compensates at once instead of waiting out its deadline."""
     conn = ctx.conn
     outcome = await recorded(ctx, cmd.idempotency_key)
     if outcome is None:
@@ -148,7 +151,12 @@ async def invoke(ctx: UnitOfWork, cmd: StepCommand, action: Callable[[asyncpg.Co
             async with conn.transaction():   # a savepoint: a rejected step leaves nothing behind
                 outcome = Outcome("done", await action(conn, cmd))
         except StepRejected as rej:
-            outcome = Outcome("failed", {"reason": rej.reason})
+            outcome = Outcome("failed", {"reason": text_safe(rej.reason, 4000)})   # storable even if it quotes a NUL
+        except Exception as exc:
+            if not permanent(exc):
+                raise                            # may succeed on a retry
+            log.warning("step.refused", step=cmd.step, idempotency_key=cmd.idempotency_key, error=repr(exc)[:300])
+            outcome = Outcome("failed", {"reason": refusal_reason(exc)})
         await _record(conn, cmd.idempotency_key, outcome.status, outcome.result)
     await answer(ctx, step, cmd, outcome, subject_params=subject_params)
 

@@ -115,7 +115,7 @@ class AllocationReleased(AllocationEvent):
 
 
 class AllocationReleaseFailed(StepFailure):
-    """The mark_released step was refused (only under fault injection or a compensated key)."""
+    """The mark_released step was refused (fault injection, a compensated key, an allocation not releasing)."""
 
 
 class AllocationFailed(AllocationEvent):

@@ -4,6 +4,8 @@ events it recorded to the outbox, all in the consumer's transaction.
 Plain commands (request, mark_provisioning, fail, release, preempt) emit the recorded
 events; a command that does not fit the state emits ``allocation.command_rejected``
 (request, fail, release, preempt) or is a no-op when it is stale (see the aggregate).
+A request, release or preempt that can never apply (data PostgreSQL refuses, such as a NUL
+in a name) is rolled back by the consumer kit and rejected at once the same way (``refused``).
 The saga steps (activate, mark_released) go through ``shared.participant.invoke``:
 one effect per idempotency key, and the reply *is* the recorded event. Their effect
 (``activate_step``, ``mark_released_step``) is a function of the repository and the
@@ -23,7 +25,7 @@ from typing import Any
 import asyncpg
 from pydantic import BaseModel
 
-from shared.consumer import PermanentError
+from shared.consumer import PermanentError, Refusal, text_safe
 from shared.envelope import utcnow
 from shared.participant import StepRejected, invoke
 from shared.unit_of_work import UnitOfWork
@@ -58,7 +60,15 @@ async def _save(ctx: UnitOfWork, allocations: AllocationRepository, alloc: Alloc
 
 async def _reject(ctx: UnitOfWork, allocation_id: uuid.UUID, command: str, reason: str) -> None:
     await ctx.emit("allocation.command_rejected", c.AllocationCommandRejected(
-        allocation_id=allocation_id, command=command, reason=reason))
+        allocation_id=allocation_id, command=command, reason=text_safe(reason, 2000)))
+
+
+def refused(command: str) -> Refusal:
+    """The ``on_refused`` of a plain command's subscription (``command``: its type): the handler failed for a
+    reason no retry can fix and changed nothing; the command is answered ``allocation.command_rejected``."""
+    async def on_refused(ctx: UnitOfWork, cmd: Any, reason: str) -> None:
+        await _reject(ctx, cmd.allocation_id, command, reason)
+    return on_refused
 
 
 async def _load(allocations: AllocationRepository, allocation_id: uuid.UUID, command: str) -> Allocation:
@@ -175,7 +185,8 @@ async def activate_step(allocations: AllocationRepository, cmd: c.ActivateAlloca
 
 async def mark_released_step(allocations: AllocationRepository, cmd: c.MarkReleased) -> dict:
     """The mark_released step's effect: RELEASING → RELEASED; returns the reply's fields. Raises PermanentError
-    (nothing changes) when the allocation does not exist or is in any other state."""
+    (nothing changes; ``invoke`` answers the step failed) when the allocation does not exist or is in any
+    other state."""
     alloc = await _load(allocations, cmd.allocation_id, "allocation.mark_released")
     try:
         alloc.mark_released(utcnow())
@@ -193,5 +204,6 @@ async def activate(ctx: UnitOfWork, cmd: c.ActivateAllocation, *, sim_faults: bo
 
 async def mark_released(ctx: UnitOfWork, cmd: c.MarkReleased, *, sim_faults: bool = False,
                         repository: RepositoryFactory = PgAllocationRepository) -> None:
-    """Saga step: RELEASING → RELEASED, replies released. Raises PermanentError from any other state."""
+    """Saga step: RELEASING → RELEASED, replies released; from any other state it changes nothing and
+    replies release_failed (a PermanentError, which no retry fixes)."""
     await invoke(ctx, cmd, _action(mark_released_step, repository), step=c.MARK_RELEASED, sim_faults=sim_faults)

@@ -35,7 +35,7 @@ CONTRACT = ServiceContract(
         "scheduler.node_registered", "saga.step_changed",
         "scheduler.node_changed", "scheduler.shape_changed", "scheduler.pool_changed", "scheduler.quota_changed",
         "scheduler.admin_command_rejected", "scheduler.reservation_queued", "scheduler.slots_reserved",
-        "scheduler.slot_reservation_failed", "scheduler.preemption_notice",
+        "scheduler.slots_released", "scheduler.slot_reservation_failed", "scheduler.preemption_notice",
         "network.network_created", "network.network_deleted", "network.security_rule_added",
         "network.security_rule_removed", "network.command_rejected", "network.network_attached",
         "network.network_detached",

@@ -105,7 +105,8 @@ async def test_a_high_priority_request_preempts_a_spot_allocation_after_a_notice
     urgent = await urgent_tenant.user.create_allocation("urgent", "vm.4gpu", priority_class="high", **opts)
 
     noticed = await eventually(lambda: spot_tenant.user.allocation(spot["id"]), until=lambda a: a.get("preemption"),
-                               timeout=30, what="the spot allocation's preemption notice")
+                               fail_if=lambda a: a["state"] == "FAILED", timeout=30,
+                               what="the spot allocation's preemption notice")
     assert noticed["preemption"]["reason"] and noticed["preemption"]["grace_deadline"]
     released = await spot_tenant.user.wait_state(spot["id"], "RELEASED", timeout=90)
     assert "preempt" in (released["reason"] or "")

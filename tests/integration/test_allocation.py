@@ -186,15 +186,15 @@ async def test_release_by_another_tenant_is_rejected_and_releasing_twice_is_a_no
     assert await emitted(rt, alloc, "allocation.release_requested") == 1
 
 
-async def test_mark_released_of_an_active_allocation_is_dead_lettered_without_effect(run_service, nc, watch):
+async def test_mark_released_of_an_active_allocation_replies_the_steps_failure_without_effect(run_service, nc, watch):
     rt = await run_service("allocation", build)
     js, events = nc.jetstream(), await watch("allocation.evt.>")
-    dead = await watch("deadletter.allocation.>")
     alloc, tenant = uuid.uuid4(), uuid.uuid4()
     await activated(js, events, alloc, tenant)
     env, _ = await send(js, "allocation.mark_released", step_cmd(alloc, tenant, uuid.uuid4(), "mark_released"))
-    [hit] = await dead.wait_for(lambda i: i[1]["id"] == str(env.id))
-    assert hit[2]["Tessera-DLQ-Reason"] == "rejected" and "ACTIVE" in hit[2]["Tessera-DLQ-Error"]
+    [hit] = await events.wait_for(lambda i: i[1].get("causation_id") == str(env.id))
+    # no retry can fix it (a PermanentError): the saga hears the step failed at once
+    assert hit[1]["type"] == "allocation.release_failed" and "ACTIVE" in hit[1]["data"]["reason"]
     assert (await row(rt, alloc))["state"] == "ACTIVE"
 
 

@@ -71,7 +71,7 @@ async def test_an_overlapping_network_or_a_taken_name_is_refused_before_anything
     client, tenant = await api.tenant_user()
     await active(client, (await create(client, "big", "10.0.0.0/16"))["id"])
     r = await client.post("/v1/networks", {"name": "inner", "cidr": "10.0.3.0/24"})
-    assert r.status == 422 and r.body["errors"][0]["field"] == "cidr" and "'big'" in r.body["errors"][0]["message"]
+    assert r.status == 409 and r.body["errors"][0]["field"] == "cidr" and "'big'" in r.body["errors"][0]["message"]
     assert (await client.post("/v1/networks", {"name": "big", "cidr": "10.9.0.0/24"})).status == 409
     assert await api.commands_of("network.create_network", tenant) == 1
 

@@ -8,6 +8,8 @@ from tests.support.gateway import (DEFAULT_SHAPES, PROJECTED_WITHIN_S, SLOT_MAP,
                                    outbox_count, project, publish)
 from tests.support.polling import eventually
 
+AT = "2030-01-01T00:00:00Z"
+
 
 async def node_with_document(api, nc, **over) -> tuple[str, str]:
     """A node the scheduler has published (pending approval of proposal 1 unless overridden)."""
@@ -159,6 +161,45 @@ async def test_shapes_are_listed_to_any_caller_and_defined_or_deleted_by_provide
     hits = await commands.wait_for(lambda i: i[1]["data"]["name"] == name and i[1]["data"]["deleted"])
     assert hits[0][1]["data"]["mig_profile"] == "1g.10gb"
     assert (await admin.delete(f"/v1/shapes/nothing-{uuid.uuid4().hex[:8]}")).status == 404
+
+
+async def test_a_shape_that_live_allocations_use_is_409_naming_them_and_deletable_once_they_end(api, nc, watch):
+    await ensure_default_shapes(api, nc)
+    admin, (user, tenant_id) = await api.admin(), await api.tenant_user()
+    commands = await watch("scheduler.cmd.define_shape")
+    name = f"used-{uuid.uuid4().hex[:8]}"
+    await project(api, nc, "scheduler.shape_changed", {"name": name, "kind": "vm", "gpu_count": 1, "version": 1})
+    allocs = [(await user.post("/v1/allocations", {"name": f"a{i}", "shape": name})).body for i in range(2)]
+    r = await admin.delete(f"/v1/shapes/{name}")
+    assert r.status == 409 and r.content_type == "application/problem+json"
+    assert r.body["type"].endswith("/shape-in-use") and r.body["allocations"] == 2 and "2 allocation(s)" in r.body["detail"]
+    assert await outbox_count(api, "scheduler.define_shape", "name", name) == 0
+
+    one, other = allocs
+    await project(api, nc, "allocation.failed", {"allocation_id": one["id"], "tenant_id": tenant_id, "state": "FAILED",
+                                                 "at": AT, "failed_step": "reserve_slots", "reason": "no capacity"},
+                  tenant_id)
+    assert (await admin.delete(f"/v1/shapes/{name}")).body["allocations"] == 1
+    saga = uuid.uuid4()
+    await project(api, nc, "allocation.activated", {"allocation_id": other["id"], "tenant_id": tenant_id, "state": "ACTIVE",
+                                                    "at": AT, "saga_id": saga, "step": "activate",
+                                                    "idempotency_key": f"{saga}:activate", "node_id": uuid.uuid4()},
+                  tenant_id)
+    assert (await admin.delete(f"/v1/shapes/{name}")).body["allocations"] == 1        # ACTIVE: still in use
+    await project(api, nc, "allocation.released", {"allocation_id": other["id"], "tenant_id": tenant_id,
+                                                   "state": "RELEASED", "at": AT, "saga_id": saga,
+                                                   "step": "mark_released", "idempotency_key": f"{saga}:mark_released"},
+                  tenant_id)
+    r = await admin.delete(f"/v1/shapes/{name}")
+    assert r.status == 202 and r.body["deleted"] is True
+    hits = await commands.wait_for(lambda i: i[1]["data"]["name"] == name and i[1]["data"]["deleted"])
+    assert len(hits) == 1 and await outbox_count(api, "scheduler.define_shape", "name", name) == 1
+    # the scheduler, when allocations came in between, refuses: shown on the shape while it stays listed
+    await project(api, nc, "scheduler.admin_command_rejected", {
+        "command": "scheduler.define_shape", "target": name, "target_kind": "shape",
+        "reason": f"shape {name!r} is in use by 1 allocation(s) (placed or queued); delete it once they are released"})
+    listed = {s["name"]: s for s in (await user.get("/v1/shapes")).body["items"]}
+    assert "in use by 1 allocation(s)" in listed[name]["last_rejection"]["reason"]
 
 
 async def test_invalid_shape_definitions_are_422_and_send_nothing(api):

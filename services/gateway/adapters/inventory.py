@@ -11,9 +11,14 @@ import asyncpg
 
 from ..domain.scheduling import NIL, QuotaRow, ShapeInfo
 
-NODE_COLS = ("id, name, gpu_model, gpu_count, labels, status, pool, region, site, rack, taints, cordoned, proposal, "
-             "proposed_slot_map, approved_slot_map, review, free_slots, version, last_rejection, requested_at, "
-             "registered_at, changed_at")
+_NODE_VIEW_COLS = ("id, name, gpu_model, gpu_count, labels, status, pool, region, site, rack, taints, cordoned, "
+                   "proposal, proposed_slot_map, approved_slot_map, review, version, last_rejection, requested_at, "
+                   "registered_at, changed_at")
+# free_slots: the newest count (node_capacity_view) while the document says schedulable, else 0; the
+# document's own free_slots only when no count was ever carried (documents of an older scheduler)
+NODE_COLS = (", ".join(f"n.{c.strip()}" for c in _NODE_VIEW_COLS.split(",")) +
+             ", CASE WHEN c.node_id IS NULL THEN n.free_slots WHEN n.status = 'schedulable' THEN c.free_slots "
+             "ELSE 0 END AS free_slots, coalesce(c.seq, 0) AS capacity_version")
 _JSON_COLS = ("labels", "taints", "proposed_slot_map", "approved_slot_map", "review", "last_rejection", "tolerations",
               "preemption", "problem")
 
@@ -32,8 +37,10 @@ def plain(row: asyncpg.Record | None) -> dict[str, Any] | None:
 # --- nodes ---------------------------------------------------------------------------------------
 
 async def get_node(conn: asyncpg.Connection, node_id: uuid.UUID, *, for_update: bool = False) -> dict | None:
-    lock = " FOR UPDATE" if for_update else ""
-    return plain(await conn.fetchrow(f"SELECT {NODE_COLS} FROM nodes_view WHERE id=$1{lock}", node_id))
+    """The node's document with its newest free-slot count (``for_update`` locks the nodes_view row)."""
+    lock = " FOR UPDATE OF n" if for_update else ""
+    return plain(await conn.fetchrow(f"SELECT {NODE_COLS} FROM nodes_view n LEFT JOIN node_capacity_view c "
+                                     f"ON c.node_id = n.id WHERE n.id=$1{lock}", node_id))
 
 
 async def pool_models(conn: asyncpg.Connection, pool: str) -> list[str]:
@@ -48,6 +55,12 @@ async def shapes(conn: asyncpg.Connection) -> list[ShapeInfo]:
     """Every shape document, deleted ones included."""
     rows = await conn.fetch("SELECT name, kind, gpu_count, gpu_model, mig_profile, deleted, version FROM shapes_view")
     return [ShapeInfo(**dict(r)) for r in rows]
+
+
+async def shape_users(conn: asyncpg.Connection, name: str) -> int:
+    """How many live allocations (not RELEASED or FAILED) of any tenant ask for shape ``name``."""
+    return await conn.fetchval("SELECT count(*) FROM allocations_view WHERE shape=$1 AND state NOT IN "
+                               "('RELEASED', 'FAILED')", name)
 
 
 async def shape_rejections(conn: asyncpg.Connection) -> dict[str, dict]:

@@ -24,6 +24,7 @@ def wire(rt: Runtime) -> None:
     subscribe("scheduler.admin_command_rejected", rejections.on_admin_command_rejected)
     subscribe("scheduler.reservation_queued", allocations.on_reservation_queued)
     subscribe("scheduler.slots_reserved", allocations.on_slots_reserved)
+    subscribe("scheduler.slots_released", inventory.on_slots_released)
     subscribe("scheduler.slot_reservation_failed", allocations.on_slot_reservation_failed)
     subscribe("scheduler.preemption_notice", allocations.on_preemption_notice)
     subscribe("network.network_created", networks.on_network_created)

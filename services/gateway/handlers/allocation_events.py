@@ -15,15 +15,17 @@ from aiohttp import web
 from ..adapters import allocations as repo
 from ..http.auth import require_tenant_member
 from ..http.endpoint import EVENT_STREAM, Endpoint, Param
-from ..http.inputs import path_uuid
+from ..http.inputs import header_value, path_uuid
 from ..http.problems import not_found
+from ..http.schemas.base import text
 from ..http.sse import KEEPALIVE, event_bytes, open_stream
 from ..http.state import Gateway, gateway_of
 
 log = structlog.get_logger()
 
-ALLOCATION_ID = Param("allocation_id", "path", "The allocation's id.", {"type": "string", "format": "uuid"}, required=True)
-LAST_EVENT_ID = Param("Last-Event-ID", "header", "Resume after this event id (sent by EventSource on reconnect).")
+ALLOCATION_ID = Param("allocation_id", "path", "The allocation's id.", uuid.UUID, required=True)
+LAST_EVENT_ID = Param("Last-Event-ID", "header", "Resume after this event id (sent by EventSource on reconnect); "
+                      "one this allocation never had replays from the start.", text(128))
 _PAGE = 500
 
 
@@ -60,7 +62,7 @@ async def allocation_events(request: web.Request) -> web.StreamResponse:
     async with gw.pool.acquire() as conn:
         if await repo.get(conn, allocation_id, p.tenant_id) is None:
             raise not_found("allocation")
-        last_seq = await _resume_after(conn, allocation_id, request.headers.get("Last-Event-ID"))
+        last_seq = await _resume_after(conn, allocation_id, header_value(request, LAST_EVENT_ID))
     resp = await open_stream(request)
     try:
         await _pump(gw, resp, allocation_id, last_seq)

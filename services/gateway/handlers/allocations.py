@@ -16,15 +16,16 @@ from shared.envelope import utcnow
 
 from ..adapters import allocations as repo
 from ..adapters.inventory import plain
-from ..domain.keys import BadCursor, decode_cursor, encode_cursor, fingerprint
+from ..domain.keys import CURSOR_PATTERN, BadCursor, decode_cursor, encode_cursor, fingerprint
 from ..domain.model import RELEASE_ALREADY_REQUESTED, Principal, allocation_links
 from ..domain.scheduling import PRIORITY_CLASSES, ShapeInfo, priority_class_of
 from ..http.auth import require_tenant_member
 from ..http.endpoint import Endpoint, Param, respond
-from ..http.inputs import path_uuid, query_int, read_body
+from ..http.inputs import header_value, path_uuid, query_value, read_body
 from ..http.problems import ProblemError, not_found, validation_problem
 from ..http.schemas.allocations import AllocationCreate, AllocationOut, AllocationPage
-from ..http.schemas.base import FieldError
+from ..http.schemas.base import FieldError, Problem, integer, text
+from ..http.schemas.quotas import QuotaProblem
 from ..http.state import gateway_of
 from .allocation_events import ALLOCATION_ID, ENDPOINTS as EVENT_ENDPOINTS
 from .quotas import check_quota
@@ -46,16 +47,6 @@ def allocation_out(row: asyncpg.Record | dict) -> AllocationOut:
                          labels=repo.labels_of(row), links=allocation_links(row["id"]))
 
 
-def _idempotency_key(request: web.Request) -> str | None:
-    key = request.headers.get(IDEMPOTENCY_HEADER)
-    if key is None:
-        return None
-    if not 1 <= len(key) <= 255 or not key.isprintable():
-        raise validation_problem([FieldError(field=IDEMPOTENCY_HEADER, message="1 to 255 printable characters",
-                                             code="header")])
-    return key
-
-
 def _new_allocation(p: Principal, body: AllocationCreate, shape: ShapeInfo) -> dict:
     now = utcnow()
     return {"id": uuid.uuid4(), "tenant_id": p.tenant_id, "user_id": p.user_id, "name": body.name, "shape": body.shape,
@@ -74,7 +65,7 @@ def _accepted(body: str, allocation_id, replayed: bool = False) -> web.Response:
 
 async def create_allocation(request: web.Request) -> web.Response:
     p = require_tenant_member(request)
-    key = _idempotency_key(request)
+    key = header_value(request, IDEMPOTENCY)
     body = await read_body(request, AllocationCreate)
     gw = gateway_of(request)
     request_hash = fingerprint(body.model_dump(mode="json"))
@@ -102,8 +93,8 @@ async def create_allocation(request: web.Request) -> web.Response:
 
 
 def _cursor(request: web.Request):
-    raw = request.query.get("cursor")
-    if not raw:
+    raw = query_value(request, CURSOR)
+    if raw is None:
         return None
     try:
         return decode_cursor(raw)
@@ -113,7 +104,7 @@ def _cursor(request: web.Request):
 
 async def list_allocations(request: web.Request) -> web.Response:
     p = require_tenant_member(request)
-    limit, after = query_int(request, "limit", 20, 1, 100), _cursor(request)
+    limit, after = query_value(request, LIMIT), _cursor(request)
     async with gateway_of(request).pool.acquire() as conn:
         rows = await repo.page(conn, p.tenant_id, limit + 1, after)
     items = rows[:limit]
@@ -167,15 +158,19 @@ async def release_allocation(request: web.Request) -> web.Response:
     return respond(allocation_out(row), 202, headers={"Location": allocation_links(allocation_id)["self"]})
 
 
+# visible ASCII (a header carries no other characters intact), no space at either end (it would be stripped)
+IdempotencyKey = text(255, min_length=1, pattern=r"^[!-~]([ -~]*[!-~])?$")
 IDEMPOTENCY = Param(IDEMPOTENCY_HEADER, "header", "Retry-safe creation: the same key and body answer the same 202, "
-                    "creating one allocation; the same key with another body is a 422.", {"type": "string", "maxLength": 255})
-LIMIT = Param("limit", "query", "Page size.", {"type": "integer", "minimum": 1, "maximum": 100, "default": 20})
-CURSOR = Param("cursor", "query", "The next_cursor of the previous page.")
+                    "creating one allocation; the same key with another body is a 422.", IdempotencyKey)
+LIMIT = Param("limit", "query", "Page size.", integer(1, 100), default=20)
+CURSOR = Param("cursor", "query", "The next_cursor of the previous page.", text(49, min_length=34, pattern=CURSOR_PATTERN))
+_CREATED = {"Location": "The allocation (/v1/allocations/{id})."}
 _BODY_ERRORS = (400, 401, 403, 413, 415, 422)
 
 ENDPOINTS = [
     Endpoint("POST", "/v1/allocations", create_allocation, "createAllocation", "Request an allocation", "allocations",
              {202: AllocationOut}, body=AllocationCreate, params=(IDEMPOTENCY,), errors=_BODY_ERRORS,
+             problems={403: (Problem, QuotaProblem)}, headers={202: _CREATED},
              description="Accepted as REQUESTED; the saga provisions it. Provider admins (no tenant) get 403. A request "
                          "the tenant's (or the user's) quota certainly cannot admit is refused at once with 403 "
                          "`quota-exceeded` and the members quota, limit, used and requested; an unknown shape is a 422. "
@@ -186,7 +181,7 @@ ENDPOINTS = [
              "allocations", {200: AllocationOut}, params=(ALLOCATION_ID,), errors=(401, 403, 404)),
     Endpoint("DELETE", "/v1/allocations/{allocation_id}", release_allocation, "releaseAllocation",
              "Release an ACTIVE allocation, or cancel a QUEUED one", "allocations", {202: AllocationOut},
-             params=(ALLOCATION_ID,), errors=(401, 403, 404, 409),
+             params=(ALLOCATION_ID,), errors=(401, 403, 404, 409), headers={202: _CREATED},
              description="Repeating it while RELEASING or RELEASED answers 202 again. A QUEUED allocation is "
                          "cancelled: it ends FAILED (cancelled) once the scheduler dropped it."),
     *EVENT_ENDPOINTS,

@@ -47,9 +47,10 @@ async def create_network(request: web.Request) -> web.Response:
     gw, network_id = gateway_of(request), uuid.uuid4()
     async with gw.pool.acquire() as conn, conn.transaction():
         clash = await repo.overlapping(conn, p.tenant_id, body.cidr)
-        if clash is not None:
-            raise validation_problem([FieldError(field="cidr", code="overlap", message=(
-                f"overlaps {clash['cidr']} of network {clash['name']!r}; a tenant's networks must not overlap"))])
+        if clash is not None:   # like a taken name, a conflict with the tenant's other networks (409)
+            message = f"overlaps {clash['cidr']} of network {clash['name']!r}; a tenant's networks must not overlap"
+            raise ProblemError(409, f"cidr {message}", slug="cidr-overlap",
+                               errors=[FieldError(field="cidr", code="overlap", message=message)])
         row = await repo.request_network(conn, network_id, p.tenant_id, body.name, body.cidr, p.user_id)
         if row is None:
             raise ProblemError(409, f"a network named {body.name!r} already exists", slug="name-taken")
@@ -95,30 +96,37 @@ async def delete_network(request: web.Request) -> web.Response:
     return respond(network_out(row, rules), 202)
 
 
-async def _check_rule(conn: asyncpg.Connection, tenant_id: uuid.UUID, network_id: uuid.UUID, body: RuleCreate) -> None:
-    problems = rule_problems(body.direction, body.protocol, body.port_from, body.port_to, body.remote_network_id,
-                             body.remote_cidr)
+def _rule_problem(problems: list[tuple[str, str]]) -> ProblemError:
+    return validation_problem([FieldError(field=f, message=m, code="rule") for f, m in problems])
+
+
+async def _check_remote(conn: asyncpg.Connection, tenant_id: uuid.UUID, network_id: uuid.UUID, body: RuleCreate) -> None:
+    """The remote network of an ingress rule is another live network of the tenant (422 otherwise)."""
     remote = body.remote_network_id
-    if remote is not None and not problems:
-        row = await repo.get(conn, remote, tenant_id)
-        if row is None or row["state"] not in ("creating", "active"):
-            problems.append(("remote_network_id", "no such network"))   # another tenant's: the same answer
-        elif remote == network_id:
-            problems.append(("remote_network_id", "traffic within a network is always allowed; name another network"))
-    if problems:
-        raise validation_problem([FieldError(field=f, message=m, code="rule") for f, m in problems])
+    if remote is None:
+        return
+    row = await repo.get(conn, remote, tenant_id)
+    if row is None or row["state"] not in ("creating", "active"):
+        raise _rule_problem([("remote_network_id", "no such network")])   # another tenant's: the same answer
+    if remote == network_id:
+        raise _rule_problem([("remote_network_id", "traffic within a network is always allowed; name another network")])
 
 
 async def add_rule(request: web.Request) -> web.Response:
     p = require_tenant_member(request)
     body = await read_body(request, RuleCreate)
+    # the rule's shape first, whatever the network: a malformed rule is a 422 before any lookup
+    problems = rule_problems(body.direction, body.protocol, body.port_from, body.port_to, body.remote_network_id,
+                             body.remote_cidr)
+    if problems:
+        raise _rule_problem(problems)
     gw = gateway_of(request)
     async with gw.pool.acquire() as conn, conn.transaction():
         net = await _network(conn, request, p.tenant_id, for_update=True)
         if net["state"] != "active":
             raise ProblemError(409, f"the network is {net['state']}; rules can be added to an active network",
                                slug="network-not-active")
-        await _check_rule(conn, p.tenant_id, net["id"], body)
+        await _check_remote(conn, p.tenant_id, net["id"], body)
         rule = SecurityRule(id=uuid.uuid4(), **body.model_dump())
         row = await repo.request_rule(conn, p.tenant_id, net["id"], rule.model_dump())
         await gw.outbox.add(conn, "network.add_security_rule", AddSecurityRule(
@@ -153,15 +161,17 @@ async def list_attachments(request: web.Request) -> web.Response:
     return respond(AttachmentList(items=[AttachmentOut(**dict(r)) for r in rows]))
 
 
-NETWORK_ID = Param("network_id", "path", "The network's id.", {"type": "string", "format": "uuid"})
-RULE_ID = Param("rule_id", "path", "The rule's id.", {"type": "string", "format": "uuid"})
+NETWORK_ID = Param("network_id", "path", "The network's id.", uuid.UUID, required=True)
+RULE_ID = Param("rule_id", "path", "The rule's id.", uuid.UUID, required=True)
 _BODY_ERRORS = (400, 401, 403, 404, 409, 413, 415, 422)
 
 ENDPOINTS = [
     Endpoint("POST", "/v1/networks", create_network, "createNetwork", "Create a network of the tenant", "networks",
              {202: NetworkOut}, body=NetworkCreate, errors=(400, 401, 403, 409, 413, 415, 422),
+             headers={202: {"Location": "The network (/v1/networks/{id})."}},
              description="Accepted as `creating`; the network service gives it a VNI, a gateway and a NAT address "
-                         "(state `active`) or refuses it (state `rejected`, with the reason)."),
+                         "(state `active`) or refuses it (state `rejected`, with the reason). A name the tenant "
+                         "already uses, or a cidr overlapping one of its networks, is a 409."),
     Endpoint("GET", "/v1/networks", list_networks, "listNetworks", "List the tenant's networks", "networks",
              {200: NetworkList}, errors=(401, 403)),
     Endpoint("GET", "/v1/networks/{network_id}", get_network, "getNetwork", "Read a network and its rules", "networks",

@@ -18,7 +18,7 @@ from ..http.problems import ProblemError, not_found
 from ..http.schemas.nodes import NodeCreate, NodeDetail, NodeList, NodeOut, NodePatch, ProposalProblem, SlotMapApproval
 from ..http.state import Gateway, gateway_of
 
-NODE_ID = Param("node_id", "path", "The node's id.", {"type": "string", "format": "uuid"}, required=True)
+NODE_ID = Param("node_id", "path", "The node's id.", uuid.UUID, required=True)
 _WRITE_ERRORS = (400, 401, 403, 404, 413, 415, 422)
 
 
@@ -110,12 +110,8 @@ async def _update(gw: Gateway, node_id: uuid.UUID, changes: dict, requested_by: 
 async def patch_node(request: web.Request) -> web.Response:
     admin = require_provider_admin(request)
     node_id = path_uuid(request, "node_id", "node")
-    body = await read_body(request, NodePatch)
+    body = await read_body(request, NodePatch)     # one change at least, none of them null (the model says so)
     changes = body.model_dump(exclude_unset=True)
-    if not changes.keys() - {"reason"}:
-        raise ProblemError(422, "nothing to change: send pool, labels, taints or cordoned", slug="validation-error")
-    if any(v is None for k, v in changes.items()):
-        raise ProblemError(422, "a field to change cannot be null; leave it out instead", slug="validation-error")
     row = await _update(gateway_of(request), node_id, changes, admin.user_id)
     return respond(node_detail(row), 202)
 
@@ -141,7 +137,7 @@ ENDPOINTS = [
                          "last refusal of a command about the node."),
     Endpoint("POST", "/v1/nodes/{node_id}/approve", approve_slot_map, "approveSlotMap",
              "Approve a node's proposed slot map (provider admin)", "nodes", {202: NodeDetail}, body=SlotMapApproval,
-             params=(NODE_ID,), errors=(*_WRITE_ERRORS, 409),
+             params=(NODE_ID,), errors=(*_WRITE_ERRORS, 409), problems={409: (ProposalProblem,)},
              description="409 (with current_proposal and node_status) when the node is not pending approval of "
                          "this proposal."),
     Endpoint("PATCH", "/v1/nodes/{node_id}", patch_node, "updateNode",

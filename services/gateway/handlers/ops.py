@@ -4,20 +4,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from typing import Annotated
 
 import structlog
 from aiohttp import web
 from nats.js.api import DeliverPolicy
 from nats.js.errors import NotFoundError
+from pydantic import Field
 
 from shared.streams import DEAD_LETTER_STREAM, stream_configs
 
 from ..domain.subjects import intersect, valid_filter
 from ..http.auth import require_provider_admin
 from ..http.endpoint import EVENT_STREAM, Endpoint, Param, respond
-from ..http.inputs import query_int
+from ..http.inputs import parse_value, query_value
 from ..http.problems import validation_problem
-from ..http.schemas.base import FieldError
+from ..http.schemas.base import FieldError, integer, text
 from ..http.schemas.ops import DeadLetter, DeadLetterList
 from ..http.sse import KEEPALIVE, event_bytes, json_line, open_stream
 from ..http.state import gateway_of
@@ -40,7 +42,7 @@ def decode_body(data: bytes | None):
 async def dead_letters(request: web.Request) -> web.Response:
     """The newest ``limit`` messages of the dead-letter stream, newest first (read by sequence)."""
     require_provider_admin(request)
-    limit = query_int(request, "limit", 20, 1, 500)
+    limit = query_value(request, DEAD_LETTER_LIMIT)
     js = gateway_of(request).js
     info = await js.stream_info(DEAD_LETTER_STREAM)
     direct = bool(info.config.allow_direct)
@@ -70,7 +72,12 @@ def subscription_plan(filters: list[str]) -> list[tuple[str, str]]:
 
 
 def _filters(request: web.Request) -> list[str]:
-    raw = [s.strip() for v in request.query.getall("subjects", []) for s in v.split(",") if s.strip()] or [">"]
+    given = request.query.getall(SUBJECTS.name, [])
+    if len(given) > SUBJECTS.schema["maxItems"]:
+        raise validation_problem([FieldError(field="subjects", message=f"at most {SUBJECTS.schema['maxItems']} times",
+                                             code="query")])
+    values = [parse_value(SUBJECT_LIST, v) for v in given]
+    raw = [s.strip() for v in values for s in v.split(",") if s.strip()] or [">"]
     bad = [s for s in raw if not valid_filter(s)]
     if bad:
         raise validation_problem([FieldError(field="subjects", message=f"not a NATS subject filter: {b}", code="query")
@@ -144,16 +151,18 @@ async def ops_events(request: web.Request) -> web.StreamResponse:
                     log.debug("sse.unsubscribe_failed", error=repr(exc))
 
 
+DEAD_LETTER_LIMIT = Param("limit", "query", "How many.", integer(1, 500), default=20)
+SUBJECT_LIST = Param("subjects", "query", "One value of subjects.",
+                     text(1024, min_length=1, pattern=r"^[A-Za-z0-9_$*>., -]*$"))
+SUBJECTS = Param("subjects", "query", "Comma-separated NATS subject filters (default: everything), e.g. "
+                 "`allocation.>,saga.evt.>`; may be repeated.",
+                 Annotated[list[SUBJECT_LIST.type], Field(max_length=16)])
+
 ENDPOINTS = [
     Endpoint("GET", "/v1/ops/dead-letters", dead_letters, "listDeadLetters", "Newest dead-lettered messages (provider admin)",
-             "ops", {200: DeadLetterList},
-             params=(Param("limit", "query", "How many.", {"type": "integer", "minimum": 1, "maximum": 500, "default": 20}),),
-             errors=(401, 403, 422)),
+             "ops", {200: DeadLetterList}, params=(DEAD_LETTER_LIMIT,), errors=(401, 403, 422)),
     Endpoint("GET", "/v1/ops/events", ops_events, "streamOpsEvents", "Live feed of the message streams (provider admin)",
-             "ops", {200: EVENT_STREAM},
-             params=(Param("subjects", "query", "Comma-separated NATS subject filters (default: everything), e.g. "
-                           "`allocation.>,saga.evt.>`."),),
-             errors=(401, 403, 422),
+             "ops", {200: EVENT_STREAM}, params=(SUBJECTS,), errors=(401, 403, 422),
              description="Server-sent events; each event's `id` is `<stream>:<sequence>`, `event` the message type, "
                          "`data` {stream, seq, subject, type, envelope}."),
 ]

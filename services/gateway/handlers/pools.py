@@ -8,16 +8,17 @@ from services.scheduler.contracts import DefinePool
 from ..adapters import inventory
 from ..http.auth import require_provider_admin
 from ..http.endpoint import Endpoint, Param, respond
-from ..http.inputs import path_name, read_body
+from ..http.inputs import path_value, read_body
+from ..http.schemas.base import ShapeName
 from ..http.schemas.pools import PoolDefinition, PoolList, PoolOut
 from ..http.state import gateway_of
 
-POOL_NAME = Param("name", "path", "The pool's name (lower case, digits, '.' and '-').", {"type": "string"}, required=True)
+POOL_NAME = Param("name", "path", "The pool's name (lower case, digits, '.' and '-').", ShapeName, required=True)
 
 
 async def define_pool(request: web.Request) -> web.Response:
     require_provider_admin(request)
-    name = path_name(request)
+    name = path_value(request, POOL_NAME)
     body = await read_body(request, PoolDefinition)
     gw = gateway_of(request)
     async with gw.pool.acquire() as conn, conn.transaction():

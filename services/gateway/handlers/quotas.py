@@ -18,19 +18,17 @@ from ..domain.model import Principal
 from ..domain.scheduling import DEFAULT_POOL, NIL, QuotaBreach, ShapeInfo, quota_breach
 from ..http.auth import principal_of, require_provider_admin
 from ..http.endpoint import Endpoint, Param, respond
-from ..http.inputs import path_name, path_uuid, read_body
+from ..http.inputs import path_uuid, path_value, read_body
 from ..http.problems import ProblemError, forbidden, not_found, validation_problem
-from ..http.schemas.base import FieldError
+from ..http.schemas.base import FieldError, GpuModel, ShapeName
 from ..http.schemas.quotas import (QuotaList, QuotaOut, QuotaProblem, TenantQuotaSet, UserQuotaOut, UserQuotaSet,
                                    UserQuotaSetOut)
 from ..http.state import gateway_of
 from .tenants import TENANT_ID
 
-USER_ID = Param("user_id", "path", "The user's id (a user of this tenant).", {"type": "string", "format": "uuid"},
-                required=True)
-POOL = Param("pool", "path", "The node pool.", {"type": "string"}, required=True)
-GPU_MODEL = Param("gpu_model", "path", "The GPU model (as the nodes report it, e.g. H100).", {"type": "string"},
-                  required=True)
+USER_ID = Param("user_id", "path", "The user's id (a user of this tenant).", uuid.UUID, required=True)
+POOL = Param("pool", "path", "The node pool.", ShapeName, required=True)
+GPU_MODEL = Param("gpu_model", "path", "The GPU model (as the nodes report it, e.g. H100).", GpuModel, required=True)
 _WRITE_ERRORS = (400, 401, 403, 404, 413, 415, 422)
 
 
@@ -61,21 +59,11 @@ async def check_quota(conn: asyncpg.Connection, p: Principal, shape: ShapeInfo, 
         raise QuotaExceeded(breach)
 
 
-def _path_model(request: web.Request) -> str:
-    value = request.match_info["gpu_model"]
-    if not (1 <= len(value) <= 64 and value[0].isalnum() and all(c.isalnum() or c in "._-" for c in value)):
-        raise validation_problem([FieldError(field="gpu_model", message="letters, digits, '.', '_' and '-' (at most 64)",
-                                             code="path")])
-    return value
-
-
 async def set_tenant_quota(request: web.Request) -> web.Response:
     admin = require_provider_admin(request)
     tenant_id = path_uuid(request, "tenant_id", "tenant")
-    pool, model = path_name(request, "pool"), _path_model(request)
-    body = await read_body(request, TenantQuotaSet)
-    if body.guaranteed > body.limit:
-        raise validation_problem([FieldError(field="guaranteed", message="must not exceed limit", code="quota_rule")])
+    pool, model = path_value(request, POOL), path_value(request, GPU_MODEL)
+    body = await read_body(request, TenantQuotaSet)   # guaranteed <= limit: the model says so
     gw = gateway_of(request)
     async with gw.pool.acquire() as conn, conn.transaction():
         if not await identity.tenant_exists(conn, tenant_id):
@@ -126,7 +114,7 @@ async def set_user_quota(request: web.Request) -> web.Response:
     if not caller.may_manage_users_of(tenant_id):
         raise forbidden("only this tenant's admin (or a provider admin) may split its quota")
     user_id = path_uuid(request, "user_id", "user")
-    pool, model = path_name(request, "pool"), _path_model(request)
+    pool, model = path_value(request, POOL), path_value(request, GPU_MODEL)
     body = await read_body(request, UserQuotaSet)
     gw = gateway_of(request)
     async with gw.pool.acquire() as conn, conn.transaction():

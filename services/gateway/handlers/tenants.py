@@ -15,7 +15,7 @@ from ..http.problems import ProblemError, forbidden, not_found
 from ..http.schemas.identity import TenantCreate, TenantList, TenantOut, UserCreate, UserCreatedOut, UserList, UserOut
 from ..http.state import gateway_of
 
-TENANT_ID = Param("tenant_id", "path", "The tenant's id.", {"type": "string", "format": "uuid"}, required=True)
+TENANT_ID = Param("tenant_id", "path", "The tenant's id.", uuid.UUID, required=True)
 
 
 async def create_tenant(request: web.Request) -> web.Response:

@@ -59,9 +59,11 @@ def credentials(request: web.Request, scheme: str) -> str:
     """The credential of ``Authorization: <scheme> <credential>``; raises 401 when absent."""
     header = request.headers.get("Authorization", "")
     given, _, value = header.partition(" ")
-    if given.lower() != scheme.lower() or not value.strip():
+    value = value.strip()
+    # keys and tokens are visible ASCII; anything else (a byte >= 0x80 arrives as a lone surrogate) is no credential
+    if given.lower() != scheme.lower() or not value or not (value.isascii() and value.isprintable()):
         raise unauthorized(f"send 'Authorization: {scheme} <...>'", scheme)
-    return value.strip()
+    return value
 
 
 def auth_middleware(tokens: TokenIssuer):

@@ -1,30 +1,55 @@
 """The route table: each endpoint once, read both by the router and by the OpenAPI generator."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Literal
+from typing import Any, Awaitable, Callable, Literal
 
 from aiohttp import web
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
+
+from .lowlevel import answer_parser_errors_with_problems
+from .schemas.base import ApiJsonSchema, Problem
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 EVENT_STREAM = "text/event-stream"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Param:
+    """A path, query or header parameter. ``type`` (a pydantic type: ``uuid.UUID``, ``ShapeName``, ``integer(1, 100)``)
+    is what ``http.inputs`` validates the value with and what the OpenAPI document shows as its schema."""
+
     name: str
     location: Literal["query", "header", "path"]
     description: str
-    schema: dict = field(default_factory=lambda: {"type": "string"})
+    type: Any = str
     required: bool = False
+    default: Any = None
+
+    @functools.cached_property
+    def adapter(self) -> TypeAdapter:
+        return TypeAdapter(self.type)
+
+    @functools.cached_property
+    def schema(self) -> dict:
+        schema = self.adapter.json_schema(schema_generator=ApiJsonSchema)
+        if self.default is not None:
+            schema["default"] = self.default
+        return schema
+
+    @property
+    def is_integer(self) -> bool:
+        return self.schema.get("type") == "integer"
 
 
 @dataclass(frozen=True)
 class Endpoint:
     """One operation. ``responses`` maps a status to a model, or to EVENT_STREAM, or to None (no body).
 
-    Error responses (problem+json) are added by the generator from ``errors``.
+    Error responses (problem+json) are added by the generator from ``errors``: a ``Problem`` unless ``problems``
+    names the problem models (with extension members) that status may carry. ``headers``: status -> the response
+    headers it always carries -> their description.
     """
 
     method: str
@@ -39,11 +64,16 @@ class Endpoint:
     errors: tuple[int, ...] = ()
     security: Literal["bearer", "api_key", "none"] = "bearer"
     description: str = ""
+    problems: dict[int, tuple[type[Problem], ...]] = field(default_factory=dict)
+    headers: dict[int, dict[str, str]] = field(default_factory=dict)
 
 
 def add_routes(app: web.Application, endpoints: list[Endpoint]) -> None:
+    """The route table on ``app``; and since every answer of the API is a problem document, also the answers aiohttp
+    gives itself to a request it cannot parse (``http.lowlevel``)."""
     for e in endpoints:
         app.router.add_route(e.method, e.path, e.handler, name=e.operation_id)
+    answer_parser_errors_with_problems(app)
 
 
 def respond(model: BaseModel, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:

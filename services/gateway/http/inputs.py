@@ -1,4 +1,5 @@
-"""Reading client input: JSON bodies (type, size, syntax, server-owned fields, schema), query and path values.
+"""Reading client input: JSON bodies (type, size, nesting, syntax, server-owned fields, schema), and path, query and
+header values (each validated with its ``Param``'s type, the one the OpenAPI document shows).
 
 Every refusal raises a ProblemError before anything is written, so bad input never
 leaves partial state.
@@ -8,18 +9,25 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from typing import TypeVar
+from itertools import accumulate
+from typing import Any, TypeVar
 
 from aiohttp import web
 from pydantic import ValidationError
 
-from services.scheduler.contracts import NAME
-
+from .endpoint import Param
 from .problems import ProblemError, field_errors, not_found, validation_problem
 from .schemas.base import Body, FieldError
 
 MAX_BODY_BYTES = 64 * 1024
+MAX_JSON_DEPTH = 32
 B = TypeVar("B", bound=Body)
+
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_BRACKET = re.compile(rb"[\[\]{}]")
+_DEPTH_STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+_INTEGER = re.compile(r"-?[0-9]{1,18}")
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
 
 def _is_json(content_type: str) -> bool:
@@ -28,6 +36,12 @@ def _is_json(content_type: str) -> bool:
 
 def _reject_constant(name: str):
     raise ValueError(f"{name} is not JSON")
+
+
+def json_depth(raw: bytes) -> int:
+    """How deeply arrays and objects nest in ``raw`` (linear; brackets inside strings do not count)."""
+    brackets = _BRACKET.findall(_STRING.sub(b'""', raw))
+    return max(accumulate(_DEPTH_STEP[b[0]] for b in brackets), default=0)
 
 
 async def _read_limited(request: web.Request) -> bytes:
@@ -42,17 +56,28 @@ async def _read_limited(request: web.Request) -> bytes:
     return b"".join(chunks)
 
 
+def _malformed(detail: str) -> ProblemError:
+    return ProblemError(400, f"the body is not valid JSON: {detail[:200]}", slug="malformed-json")
+
+
 async def read_json_object(request: web.Request) -> dict:
-    """The body as a JSON object. Raises 415 (not JSON), 413 (over 64 KiB), 400 (not parseable), 422 (not an object)."""
+    """The body as a JSON object. Raises 415 (not JSON), 413 (over 64 KiB), 400 (not parseable, or nested deeper
+    than MAX_JSON_DEPTH), 422 (not an object)."""
     if not _is_json(request.content_type):
         raise ProblemError(415, f"send application/json, not {request.content_type or 'nothing'}")
     if request.charset not in (None, "utf-8", "utf8"):
         raise ProblemError(415, "JSON bodies must be UTF-8")
     raw = await _read_limited(request)
+    # json's decoder recurses once per level: a few tens of KB of '[' exhaust the stack (RecursionError). No body
+    # of this API nests more than a few levels, so anything deeper is refused before decoding.
+    if json_depth(raw) > MAX_JSON_DEPTH:
+        raise ProblemError(400, f"JSON nesting deeper than {MAX_JSON_DEPTH} levels", slug="json-too-deep")
     try:
         data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    except RecursionError:
+        raise ProblemError(400, f"JSON nesting deeper than {MAX_JSON_DEPTH} levels", slug="json-too-deep") from None
     except (UnicodeDecodeError, ValueError) as exc:
-        raise ProblemError(400, f"the body is not valid JSON: {str(exc)[:200]}", slug="malformed-json") from None
+        raise _malformed(str(exc)) from None
     if not isinstance(data, dict):
         raise validation_problem([FieldError(field="body", message="must be a JSON object", code="object_type")])
     return data
@@ -75,32 +100,55 @@ async def read_body(request: web.Request, model: type[B]) -> B:
     return parsed
 
 
-def query_int(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
-    """An integer query parameter within [lo, hi]; raises a 422 naming it otherwise."""
-    raw = request.query.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
+# --- path, query and header values -----------------------------------------------------------------------
+
+def _invalid(param: Param, message: str, code: str) -> ProblemError:
+    return validation_problem([FieldError(field=param.name, message=message, code=code)])
+
+
+def parse_value(param: Param, raw: str) -> Any:
+    """``raw`` (a path, query or header value) as ``param.type``; a 422 naming the parameter otherwise. An integer
+    parameter takes decimal digits only (``10``, not ``10.0``, ``+10`` or ``1_0``)."""
+    value: Any = raw
+    if param.is_integer:
+        if not _INTEGER.fullmatch(raw):
+            bounds = param.schema
+            raise _invalid(param, f"must be an integer from {bounds.get('minimum')} to {bounds.get('maximum')}",
+                           param.location)
         value = int(raw)
-    except ValueError:
-        value = None
-    if value is None or not lo <= value <= hi:
-        raise validation_problem([FieldError(field=name, message=f"must be an integer from {lo} to {hi}", code="query")])
-    return value
+    try:
+        return param.adapter.validate_python(value)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        raise _invalid(param, err["msg"], err["type"]) from None
+
+
+def query_value(request: web.Request, param: Param) -> Any:
+    """The query parameter ``param`` (its default when absent); 422 when given more than once or not valid."""
+    values = request.query.getall(param.name, [])
+    if len(values) > 1:
+        raise _invalid(param, "give it at most once", "query_repeated")
+    if not values:
+        return param.default
+    return parse_value(param, values[0])
+
+
+def header_value(request: web.Request, param: Param) -> Any:
+    """The header ``param`` (None when absent); 422 when repeated or not valid."""
+    values = request.headers.getall(param.name, [])
+    if len(values) > 1:
+        raise _invalid(param, "send it at most once", "header_repeated")
+    return parse_value(param, values[0]) if values else None
+
+
+def path_value(request: web.Request, param: Param) -> Any:
+    """The path parameter ``param``, valid as its type; a 422 naming it otherwise."""
+    return parse_value(param, request.match_info[param.name])
 
 
 def path_uuid(request: web.Request, name: str, what: str) -> uuid.UUID:
-    """A UUID path parameter; a malformed one is simply an unknown resource (404)."""
-    try:
-        return uuid.UUID(request.match_info[name])
-    except ValueError:
-        raise not_found(what) from None
-
-
-def path_name(request: web.Request, param: str = "name") -> str:
-    """A pool or shape name from the path; 422 naming the parameter when it is not a valid name."""
-    value = request.match_info[param]
-    if not re.match(NAME, value):
-        raise validation_problem([FieldError(field=param, message="lower-case letters, digits, '.' and '-' (at most 63)",
-                                             code="path")])
-    return value
+    """A UUID path parameter (the 8-4-4-4-12 form); a malformed one is simply an unknown resource (404)."""
+    raw = request.match_info[name]
+    if not _UUID.fullmatch(raw):
+        raise not_found(what)
+    return uuid.UUID(raw)

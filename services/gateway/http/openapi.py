@@ -15,7 +15,7 @@ from pydantic.json_schema import models_json_schema
 from ..handlers import ENDPOINTS as API_ENDPOINTS
 from .endpoint import EVENT_STREAM, Endpoint, Param
 from .problems import _TITLES, PROBLEM_JSON
-from .schemas.base import Problem
+from .schemas.base import ApiJsonSchema, Problem
 
 _REF = "#/components/schemas/{model}"
 _SECURITY = {"bearer": [{"bearerAuth": []}], "api_key": [{"apiKey": []}], "none": []}
@@ -33,7 +33,7 @@ ENDPOINTS = [*API_ENDPOINTS, OPENAPI]
 def _models(endpoints: list[Endpoint]) -> list[type[BaseModel]]:
     found: list[type[BaseModel]] = [Problem]
     for e in endpoints:
-        for m in [e.body, *e.responses.values()]:
+        for m in [e.body, *e.responses.values(), *(m for ms in e.problems.values() for m in ms)]:
             if isinstance(m, type) and issubclass(m, BaseModel) and m not in found:
                 found.append(m)
     return found
@@ -42,6 +42,10 @@ def _models(endpoints: list[Endpoint]) -> list[type[BaseModel]]:
 def _param(p: Param) -> dict:
     return {"name": p.name, "in": p.location, "description": p.description, "required": p.required or p.location == "path",
             "schema": p.schema}
+
+
+def _headers(described: dict[str, str]) -> dict:
+    return {name: {"description": text, "required": True, "schema": {"type": "string"}} for name, text in described.items()}
 
 
 def _response(target, ref) -> dict:
@@ -54,6 +58,11 @@ def _response(target, ref) -> dict:
             "content": {"application/json": {"schema": ref(target)}}}
 
 
+def _problem(status: int, models: tuple[type[Problem], ...], ref) -> dict:
+    schema = ref(models[0]) if len(models) == 1 else {"anyOf": [ref(m) for m in models]}
+    return {"description": _TITLES.get(status, "Error"), "content": {PROBLEM_JSON: {"schema": schema}}}
+
+
 def _operation(e: Endpoint, ref) -> dict:
     op = {"operationId": e.operation_id, "summary": e.summary, "tags": [e.tag], "security": _SECURITY[e.security]}
     if e.description:
@@ -64,8 +73,11 @@ def _operation(e: Endpoint, ref) -> dict:
         op["requestBody"] = {"required": True, "content": {"application/json": {"schema": ref(e.body)}}}
     responses = {str(status): _response(target, ref) for status, target in e.responses.items()}
     for status in (*e.errors, 500):
-        responses[str(status)] = {"description": _TITLES.get(status, "Error"),
-                                  "content": {PROBLEM_JSON: {"schema": ref(Problem)}}}
+        responses[str(status)] = _problem(status, e.problems.get(status, (Problem,)), ref)
+    if 401 in e.errors:
+        responses["401"]["headers"] = _headers({"WWW-Authenticate": "The scheme to authenticate with."})
+    for status, described in e.headers.items():
+        responses[str(status)]["headers"] = _headers(described)
     op["responses"] = responses
     return op
 
@@ -73,7 +85,8 @@ def _operation(e: Endpoint, ref) -> dict:
 @functools.cache
 def document() -> dict:
     """The whole document (pure; cached)."""
-    mapping, top = models_json_schema([(m, "validation") for m in _models(ENDPOINTS)], ref_template=_REF)
+    mapping, top = models_json_schema([(m, "validation") for m in _models(ENDPOINTS)], ref_template=_REF,
+                                      schema_generator=ApiJsonSchema)
 
     def ref(model: type[BaseModel]) -> dict:
         return mapping[(model, "validation")]

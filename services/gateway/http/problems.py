@@ -10,6 +10,7 @@ import json
 
 import structlog
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from pydantic import ValidationError
 
 from .schemas.base import FieldError, Problem
@@ -47,7 +48,9 @@ class ProblemError(Exception):
 
 
 def problem_response(exc: ProblemError, instance: str | None = None) -> web.Response:
-    body = exc.to_problem(instance).model_dump(mode="json", exclude_none=True)
+    problem = exc.to_problem(instance)
+    # the optional members are left out when empty; an extension member that is null stays (its schema requires it)
+    body = problem.model_dump(mode="json", exclude={k for k in ("instance", "errors") if getattr(problem, k) is None})
     return web.Response(status=exc.status, text=json.dumps(body), content_type=PROBLEM_JSON, headers=exc.headers)
 
 
@@ -64,11 +67,18 @@ def validation_problem(errors: list[FieldError], detail: str | None = None) -> P
     return ProblemError(422, detail or f"invalid field(s): {fields}", errors=errors)
 
 
+def printable(text: str, limit: int = 130) -> str:
+    """``text`` as it may be echoed in a problem: control characters and lone surrogates escaped (``\\u0000``),
+    at most ``limit`` characters (a client's dict key can be anything it sent)."""
+    shown = "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in text[:limit])
+    return shown + ("…" if len(text) > limit else "")
+
+
 def field_errors(exc: ValidationError, prefix: str = "") -> list[FieldError]:
     """Pydantic's errors as {field, message, code}, the field dotted (``labels.team``)."""
     out = []
     for err in exc.errors(include_url=False):
-        loc = [str(p) for p in err["loc"] if p != "[key]"]
+        loc = [printable(str(p)) for p in err["loc"] if p != "[key]"]
         field = ".".join([prefix] + loc if prefix else loc) or "body"
         message = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
         out.append(FieldError(field=field, message=message, code=err["type"]))
@@ -84,16 +94,20 @@ def _from_http_exception(exc: web.HTTPException) -> ProblemError:
 @web.middleware
 async def problems_middleware(request: web.Request, handler) -> web.StreamResponse:
     """Turn every exception into problem+json; a 500 says nothing of the internals."""
+    instance = request.rel_url.raw_path   # percent-encoded as sent: a URI reference whatever the path holds
     try:
         return await handler(request)
     except ProblemError as exc:
-        return problem_response(exc, request.path)
+        return problem_response(exc, instance)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        return problem_response(_from_http_exception(exc), request.path)
+        return problem_response(_from_http_exception(exc), instance)
+    except HttpProcessingError:   # the body's framing broke while a handler read it (bad chunk, short body)
+        return problem_response(ProblemError(400, "the body does not match its Content-Length or chunked framing",
+                                             slug="malformed-request"), instance)
     except (ConnectionResetError, ConnectionAbortedError):
         raise  # the client went away: nobody to answer
     except Exception:
         log.exception("http.unhandled_error", method=request.method, path=request.path)
-        return problem_response(ProblemError(500, "the request could not be completed; it has been logged"), request.path)
+        return problem_response(ProblemError(500, "the request could not be completed; it has been logged"), instance)

@@ -5,7 +5,8 @@ Each handler runs in the consumer's transaction (inbox dedupe included). The vie
 forward, whatever order the events arrive in: ``domain.model.advances`` for the allocation's
 own lifecycle, ``advances_to`` once the scheduler is involved (REQUESTED < PROVISIONING (saga
 started) < QUEUED < PROVISIONING with slots reserved < ACTIVE ...). Every event about an
-allocation is appended to its event stream and NOTIFYs the streams watching it.
+allocation is appended to its event stream and NOTIFYs the streams watching it. ``slots_reserved`` also
+carries the node's free slots after the reservation: shown on the node (``inventory.apply_capacity``).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from shared.envelope import Envelope
 from shared.unit_of_work import UnitOfWork
 
 from ..adapters import allocations as repo
+from . import inventory
 from ..adapters.allocations import EVENTS_CHANNEL
 from ..domain.model import advances, advances_to
 
@@ -99,7 +101,12 @@ async def on_failed(ctx: UnitOfWork, data: ac.AllocationFailed) -> None:
 
 
 async def on_command_rejected(ctx: UnitOfWork, data: ac.AllocationCommandRejected) -> None:
-    # The view is not corrected: a release is only sent for an ACTIVE view, and the real
+    # A refused request created nothing: no saga will ever move the REQUESTED view, so it fails with the reason.
+    row = await repo.get(ctx.conn, data.allocation_id) if data.command == "allocation.request" else None
+    if row is not None and row["state"] == "REQUESTED":
+        await _record(ctx, data.allocation_id, "FAILED", failed_step="request", reason=data.reason)
+        return
+    # Otherwise the view is not corrected: a release is only sent for an ACTIVE view, and the real
     # state is never behind the view, so a rejected release means it is already releasing.
     await _record(ctx, data.allocation_id)
 
@@ -139,6 +146,7 @@ async def on_reservation_queued(ctx: UnitOfWork, data: sc.ReservationQueued) -> 
 async def on_slots_reserved(ctx: UnitOfWork, data: sc.SlotsReserved) -> None:
     await _record_scheduling(ctx, data.allocation_id, "PROVISIONING", placed=True, node_id=data.node_id,
                              queue_position=None, queued_reason=None)
+    await inventory.apply_capacity(ctx.conn, data.node_id, data.capacity)   # the node's free slots after it
 
 
 async def on_slot_reservation_failed(ctx: UnitOfWork, data: sc.SlotReservationFailed) -> None:

@@ -5,6 +5,11 @@ Each handler runs in the consumer's transaction (inbox dedupe included). Every u
 scheduler document is version-guarded: it applies only when the document is newer than the row,
 so documents arriving out of order (separate consumers, redelivery) never move a view backwards;
 each upsert returns True when the document was applied.
+
+A node's free slots follow their own order (node_capacity_view): every message that takes or frees slots
+(slots_reserved, slots_released; the node document too) carries the node's free-slot count with the
+node's capacity sequence, and a count is applied only when its seq is newer than the one shown
+(``apply_capacity``). The document's version does not order them: slots taken and freed do not change it.
 """
 from __future__ import annotations
 
@@ -42,6 +47,17 @@ async def apply_node(conn: asyncpg.Connection, d: sc.NodeChanged) -> bool:
         _j(d.taints), d.cordoned, d.proposal, _j(d.proposed_slot_map), _j(d.approved_slot_map), _j(d.review),
         d.free_slots, d.version)
     return bool(applied)
+
+
+async def apply_capacity(conn: asyncpg.Connection, node_id: uuid.UUID, capacity: sc.NodeCapacity | None) -> bool:
+    """Show the node's free-slot count if it is newer (a higher capacity seq) than the one shown; True when
+    applied. Needs no node document yet: a count may overtake the node's first document."""
+    if capacity is None:          # a message from before counts were carried
+        return False
+    return bool(await conn.fetchval(
+        "INSERT INTO node_capacity_view (node_id, free_slots, seq) VALUES ($1, $2, $3) ON CONFLICT (node_id) DO "
+        "UPDATE SET free_slots=EXCLUDED.free_slots, seq=EXCLUDED.seq, changed_at=now() "
+        "WHERE node_capacity_view.seq < EXCLUDED.seq RETURNING 1", node_id, capacity.free_slots, capacity.seq))
 
 
 async def mark_registered(conn: asyncpg.Connection, node_id: uuid.UUID, name: str, gpu_model: str, gpu_count: int) -> None:
@@ -91,6 +107,13 @@ async def on_node_registered(ctx: UnitOfWork, data: sc.NodeRegistered) -> None:
 async def on_node_changed(ctx: UnitOfWork, data: sc.NodeChanged) -> None:
     if not await apply_node(ctx.conn, data):
         log.info("projection.stale_document_ignored", kind="node", id=str(data.node_id), version=data.version)
+    await apply_capacity(ctx.conn, data.node_id, data.capacity)   # ordered by its own seq, not by the version
+
+
+async def on_slots_released(ctx: UnitOfWork, data: sc.SlotsReleased) -> None:
+    """Only the node's free slots: the allocation view follows the allocation's own release events."""
+    if data.node_id is not None:
+        await apply_capacity(ctx.conn, data.node_id, data.capacity)
 
 
 async def on_shape_changed(ctx: UnitOfWork, data: sc.ShapeChanged) -> None:

@@ -2,7 +2,9 @@
 
 Each runs under the tenant's lock and answers with exactly one result event: the new
 state, or ``network.command_rejected`` with the reason (then nothing changed: the work runs
-in a savepoint). Every change bumps the tenant's version and publishes all its networks
+in a savepoint). A command that can never apply for a reason no rule here catches (data
+PostgreSQL refuses) is rolled back by the consumer kit and refused at once the same way (``refused``).
+Every change bumps the tenant's version and publishes all its networks
 (``network.tenant_networks_changed``). Repeating a command (same network or rule id) is
 answered like the first time and changes nothing.
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import uuid
 
+from shared.consumer import Refusal, text_safe
 from shared.unit_of_work import UnitOfWork
 
 from .. import contracts as c
@@ -22,8 +25,20 @@ from ..domain.rules import check_rule
 
 async def _reject(ctx: UnitOfWork, cmd, command: str, reason: str, rule_id: uuid.UUID | None = None) -> None:
     await ctx.emit("network.command_rejected", c.NetworkCommandRejected(
-        tenant_id=cmd.tenant_id, command=command, network_id=cmd.network_id, rule_id=rule_id, reason=reason),
-        tenant_id=cmd.tenant_id)
+        tenant_id=cmd.tenant_id, command=command, network_id=cmd.network_id, rule_id=rule_id,
+        reason=text_safe(reason, 2000)), tenant_id=cmd.tenant_id)
+
+
+def _rule_id(cmd) -> uuid.UUID | None:
+    return cmd.rule.id if isinstance(cmd, c.AddSecurityRule) else getattr(cmd, "rule_id", None)
+
+
+def refused(command: str) -> Refusal:
+    """The ``on_refused`` of a management command's subscription (``command``: its short name, as in
+    ``NetworkCommandRejected``): the handler failed for a reason no retry can fix and changed nothing."""
+    async def on_refused(ctx: UnitOfWork, cmd, reason: str) -> None:
+        await _reject(ctx, cmd, command, reason, _rule_id(cmd))
+    return on_refused
 
 
 async def _created(ctx: UnitOfWork, tenant_id: uuid.UUID, network_id: uuid.UUID, *, bump: bool) -> None:

@@ -7,7 +7,18 @@ each UPDATE carries its own condition (a slot only ``WHERE allocation_id IS NULL
 PostgreSQL re-checks that condition on the newest row version when a concurrent transaction committed
 first. The affected row counts tell whether the claim held; if not, the function's subtransaction rolls
 back and nothing of the claim remains. Lock order is always tenant quota row → user quota row → slot rows
-(one UPDATE, index order), so concurrent claims cannot deadlock.
+(one UPDATE, index order) → the node's capacity row, so concurrent claims cannot deadlock.
+
+Capacity: every claim and release raises the node's capacity sequence in its own transaction and counts
+the node's free slots after it (the schema's ``capacity_changed``; 0002_capacity_and_shape_guard.sql), so
+the replies can carry a (free slots, seq) pair a read model applies only when newer. A transaction that
+claims several times (the queue placing requests) claims with ``count=False`` and calls ``capacity_changed``
+once at the end for all its nodes, in node order: the capacity rows stay its last locks, never held while
+it waits for a quota row.
+
+The shape guard: a claim holds its shape's advisory lock (shared) until it commits and refuses a deleted
+shape (ShapeDeleted); ``shape_users`` takes that lock exclusively before counting who uses the shape, so a
+deletion never misses a claim in flight, and a claim that waited for the deletion sees it.
 """
 from __future__ import annotations
 
@@ -29,6 +40,10 @@ class QuotaExceeded(Exception):
 
 class SlotTaken(Exception):
     """The chosen slots were no longer free (the in-memory index was stale): nothing was claimed."""
+
+
+class ShapeDeleted(Exception):
+    """The request's shape was deleted meanwhile (a deletion committed before the claim): nothing was claimed."""
 
 
 @dataclass(frozen=True)
@@ -54,21 +69,43 @@ def quota_name(tenant_id, gpu_model: str, pool: str, user_id=None) -> str:
     return base if user_id in (None, NIL) else f"{base}/user/{user_id}"
 
 
-async def claim(conn: asyncpg.Connection, c: Claim) -> tuple[list[dict], list[dict]]:
+async def claim(conn: asyncpg.Connection, c: Claim, *, count: bool = True) -> tuple[list[dict], dict | None]:
     """Charge quota, take the slots and record the allocation, all or nothing, in one round trip (the
     schema's ``claim`` function runs the conditional statements above in a subtransaction). Returns (slot
-    details, []). Raises QuotaExceeded or SlotTaken, leaving nothing."""
+    details, the node's capacity after the claim: {"free_slots", "seq"}; None with ``count=False``, when
+    the caller calls ``capacity_changed`` itself later). Raises QuotaExceeded, SlotTaken or ShapeDeleted,
+    leaving nothing."""
     out = json.loads(await conn.fetchval(
-        "SELECT claim($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13)", c.allocation_id, c.tenant_id, c.user_id,
+        "SELECT claim($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14)", c.allocation_id, c.tenant_id, c.user_id,
         c.node_id, list(c.slots), c.shape, c.gpu_model, c.pool, c.units, c.priority, c.spot, c.mig_profile,
-        c.mig_per_gpu))
+        c.mig_per_gpu, count))
     error = out.get("error")
     if error == "taken":
         raise SlotTaken(f"slots {list(c.slots)} of node {c.node_id} are not all free (or the node is not schedulable)")
     if error == "quota":
         raise QuotaExceeded(quota_name(c.tenant_id, c.gpu_model, c.pool, out["user"]), out["limit"], out["used"],
                             c.units)
-    return out["details"], []
+    if error == "shape":
+        raise ShapeDeleted(f"shape {c.shape!r} was deleted")
+    return out["details"], out.get("capacity")
+
+
+async def capacity_changed(conn: asyncpg.Connection, node_ids) -> dict[uuid.UUID, dict]:
+    """Raise the capacity sequence of each node (in node order) and count its free slots, after slot rows of
+    those nodes changed in this transaction: node id -> {"free_slots", "seq"}."""
+    nodes = sorted(set(node_ids))
+    if not nodes:
+        return {}
+    out = json.loads(await conn.fetchval("SELECT capacity_changed($1::uuid[])", nodes))
+    return {uuid.UUID(k): v for k, v in out.items()}
+
+
+async def capacity(conn: asyncpg.Connection, node_id: uuid.UUID) -> dict:
+    """The node's capacity as committed (and as this transaction changed it), without raising its sequence:
+    {"free_slots", "seq"}, a consistent pair (one statement, one snapshot)."""
+    row = await conn.fetchrow("SELECT node_free_slots($1) AS free_slots, coalesce((SELECT seq FROM node_capacity "
+                              "WHERE node_id=$1), 0) AS seq", node_id)
+    return dict(row)
 
 
 async def held(conn: asyncpg.Connection, allocation_id: uuid.UUID) -> dict | None:
@@ -82,22 +119,39 @@ async def slot_details(conn: asyncpg.Connection, node_id: uuid.UUID, slots: list
     return [json.loads(r["detail"]) for r in rows]
 
 
-async def release(conn: asyncpg.Connection, allocation_id: uuid.UUID) -> tuple[dict | None, list[dict]]:
+async def release(conn: asyncpg.Connection, allocation_id: uuid.UUID) -> tuple[dict | None, dict | None]:
     """Free what the allocation holds and refund its quota. Returns (the allocation row or None when it
-    held nothing, the changed quota rows). Idempotent. Locks in the claim's order (quota rows, then slot
-    rows): the reverse order deadlocked against a concurrent claim of the same tenant."""
+    held nothing, the node's capacity after the release: {"free_slots", "seq"}, or None). Idempotent. Locks
+    in the claim's order (quota rows, then slot rows, then the node's capacity row): the reverse order
+    deadlocked against a concurrent claim of the same tenant."""
     row = await conn.fetchrow("DELETE FROM allocations WHERE allocation_id=$1 RETURNING *", allocation_id)
     if row is None:
-        return None, []
-    quotas = await conn.fetch(
+        return None, None
+    await conn.execute(
         "UPDATE quotas SET used = greatest(used - $5, 0), version = version + 1 WHERE tenant_id=$1 AND gpu_model=$2 "
-        "AND pool=$3 AND user_id = ANY($4::uuid[]) RETURNING *",
+        "AND pool=$3 AND user_id = ANY($4::uuid[])",
         row["tenant_id"], row["gpu_model"], row["pool"], [NIL] + ([row["user_id"]] if row["user_id"] else []),
         row["gpus"])
-    if row["mig_profile"]:
-        await conn.execute(
-            "UPDATE slots SET mig_used = mig_used - 1, mig_profile = CASE WHEN mig_used = 1 THEN NULL ELSE mig_profile END "
-            "WHERE node_id=$1 AND idx = ANY($2::int[])", row["node_id"], row["slots"])
-    else:
-        await conn.execute("UPDATE slots SET allocation_id=NULL, reserved_at=NULL WHERE allocation_id=$1", allocation_id)
-    return dict(row), [dict(q) for q in quotas]
+    freed = await conn.fetchval("SELECT free_held($1, $2, $3::int[], $4)", allocation_id, row["node_id"], row["slots"],
+                                row["mig_profile"] is not None)
+    return dict(row), json.loads(freed)
+
+
+async def shape_users(conn: asyncpg.Connection, name: str) -> tuple[int, int]:
+    """Before deleting shape ``name``: (how many allocations use it, placed or queued; how many other live
+    shapes the platform has). Deletions take turns (one lock for all), and each takes the shape's lock
+    exclusively first: it waits for the claims of the shape in flight, and new ones wait for it (see the
+    shape guard above); held until the transaction ends."""
+    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('scheduler.shapes', 0))")
+    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('scheduler.shape:' || $1, 0))", name)
+    row = await conn.fetchrow(
+        "SELECT (SELECT count(*) FROM allocations WHERE shape=$1) + (SELECT count(*) FROM pending "
+        "WHERE request->>'shape' = $1) AS users, (SELECT count(*) FROM shapes WHERE NOT deleted AND name <> $1) AS others",
+        name)
+    return row["users"], row["others"]
+
+
+async def hold_shape(conn: asyncpg.Connection, name: str) -> bool:
+    """Take the shape guard (shared) for a request that waits in the queue, as a claim does: False when the
+    shape is deleted (a deletion committed first). Held until the transaction ends."""
+    return await conn.fetchval("SELECT hold_shape($1)", name)

@@ -1,7 +1,9 @@
 """Nodes and their approved slots in the scheduler schema (asyncpg; the caller owns the transaction).
 
 Every write bumps the node's ``version`` and returns nothing; ``document`` reads the whole node as the
-``scheduler.node_changed`` payload, so each handler emits exactly what was committed.
+``scheduler.node_changed`` payload, so each handler emits exactly what was committed. The version counts
+document changes only: slots taken and freed raise the node's capacity sequence instead (claims.py), and
+installing a slot map raises both.
 """
 from __future__ import annotations
 
@@ -60,22 +62,27 @@ async def update(conn: asyncpg.Connection, node_id: uuid.UUID, fields: dict[str,
 
 
 async def document(conn: asyncpg.Connection, node_id: uuid.UUID) -> dict[str, Any]:
-    """The node as the ``scheduler.node_changed`` payload (free_slots = schedulable, unheld slots)."""
+    """The node as the ``scheduler.node_changed`` payload: free_slots = the node's free slots (unheld,
+    whole, with a wipe policy, not retired: the schema's ``node_free_slots``) while it is schedulable, else
+    0; capacity = that count whatever the status, with the capacity sequence it was counted at (one
+    statement: a consistent pair)."""
     row = await conn.fetchrow(
-        "SELECT n.*, (SELECT count(*) FROM slots s WHERE s.node_id = n.id AND s.allocation_id IS NULL "
-        "AND s.wipe_policy <> '' AND NOT s.retired) AS free_slots FROM nodes n WHERE n.id=$1", node_id)
+        "SELECT n.*, node_free_slots(n.id) AS free_slots, coalesce((SELECT c.seq FROM node_capacity c "
+        "WHERE c.node_id = n.id), 0) AS capacity_seq FROM nodes n WHERE n.id=$1", node_id)
     d = _decode(row)
     return {"node_id": d["id"], "name": d["name"], "status": d["status"], "pool": d["pool"], "region": d["region"],
             "site": d["site"], "rack": d["rack"], "gpu_model": d["gpu_model"], "gpu_count": d["gpu_count"],
             "labels": d["labels"], "taints": d["taints"], "cordoned": d["cordoned"],
             "proposal": d["proposal"] if d["proposed_slot_map"] is not None else None, "proposed_slot_map": d["proposed_slot_map"],
             "approved_slot_map": d["approved_slot_map"], "review": d["review"],
-            "free_slots": d["free_slots"] if d["status"] == "schedulable" else 0, "version": d["version"]}
+            "free_slots": d["free_slots"] if d["status"] == "schedulable" else 0, "version": d["version"],
+            "capacity": {"free_slots": d["free_slots"], "seq": d["capacity_seq"]}}
 
 
 async def install_slots(conn: asyncpg.Connection, node_id: uuid.UUID, slots: list[dict[str, Any]]) -> None:
     """Make the approved map's slots the node's slots: upsert each (held slots keep their allocation),
-    retire the ones the map no longer has (a held one stays held until released, and is never reused)."""
+    retire the ones the map no longer has (a held one stays held until released, and is never reused).
+    Raises the node's capacity sequence (the free slots changed)."""
     await conn.executemany(
         "INSERT INTO slots (node_id, idx, detail, wipe_policy) VALUES ($1, $2, $3::jsonb, $4) "
         "ON CONFLICT (node_id, idx) DO UPDATE SET detail = EXCLUDED.detail, wipe_policy = EXCLUDED.wipe_policy, "
@@ -85,6 +92,7 @@ async def install_slots(conn: asyncpg.Connection, node_id: uuid.UUID, slots: lis
                        node_id, [s["index"] for s in slots])
     await conn.execute("UPDATE slots SET retired = true WHERE node_id=$1 AND NOT (idx = ANY($2::int[]))",
                        node_id, [s["index"] for s in slots])
+    await conn.execute("SELECT capacity_changed(ARRAY[$1::uuid])", node_id)
 
 
 async def all_nodes(conn: asyncpg.Connection) -> list[dict[str, Any]]:

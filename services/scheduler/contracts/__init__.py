@@ -21,6 +21,7 @@ NAME = r"^[a-z0-9]([a-z0-9.\-]{0,61}[a-z0-9])?$"
 # The shapes the platform ships with, by GPU count (the scheduler seeds them; admins add or remove shapes later).
 SHAPES: dict[str, int] = {"vm.1gpu": 1, "vm.2gpu": 2, "vm.4gpu": 4, "vm.8gpu": 8, "bm.8gpu": 8}
 NodeStatus = Literal["registered", "pending_approval", "schedulable", "needs_review"]
+TargetKind = Literal["node", "shape", "pool", "quota", "allocation"]   # what an admin command is about
 FailureCode = Literal["no-capacity", "quota-exceeded", "queue-full", "cancelled", "unknown-shape", "invalid-request",
                       "preempted"]
 
@@ -98,6 +99,17 @@ class CancelRequest(Wire):
 
 
 # --- inventory events -----------------------------------------------------------------------------------------
+class NodeCapacity(Wire):
+    """A node's free slots after a change, in the node's own order: what every message that takes or frees
+    slots carries (slots_reserved, slots_released) and the node document too, so a read model follows
+    capacity without a message of its own."""
+    free_slots: int = Field(ge=0, description="Slots of the node no allocation holds, whole (no MIG instance), "
+                                              "with a wipe policy, not retired; counted whatever the node's status.")
+    seq: int = Field(ge=0, description="The node's capacity sequence the count was taken at: raised by one in "
+                                       "the transaction of every claim, release and slot-map install on the node, "
+                                       "in commit order. A read model keeps the count with the highest seq.")
+
+
 class NodeRegistered(Wire):
     node_id: uuid.UUID
     name: str
@@ -122,8 +134,11 @@ class NodeChanged(Wire):
     proposed_slot_map: dict[str, Any] | None = None
     approved_slot_map: dict[str, Any] | None = None
     review: list[str] = Field(default_factory=list, description="Why the node needs review (discovery differs).")
-    free_slots: int = 0
-    version: int = Field(ge=1)
+    free_slots: int = Field(default=0, description="The node's free slots while it is schedulable, else 0.")
+    version: int = Field(ge=1, description="The document's version: raised by each change of the node itself, not "
+                                           "by slots taken or freed (those raise capacity.seq).")
+    capacity: NodeCapacity | None = Field(default=None, description="The free slots whatever the status, and the "
+                                          "capacity sequence they were counted at (absent from older documents).")
 
 
 class ShapeChanged(DefineShape):
@@ -146,9 +161,13 @@ class QuotaChanged(Wire):
 
 
 class AdminCommandRejected(Wire):
+    """The command changed nothing: refused by a rule, or data it can never store (at once, never after retries)."""
     command: str
-    target: str
+    target: str = Field(description="What the command is about: a node or allocation id, a shape or pool name, "
+                                    "a quota as '<tenant>/<gpu model>/<pool>[/<user>]'.")
     reason: str
+    target_kind: TargetKind | None = Field(default=None, description="The kind of object the target is "
+                                           "(absent from events sent before it existed).")
 
 
 class SchedulingStats(Wire):
@@ -189,6 +208,9 @@ class SlotsReserved(StepReply):
     pool: str = "shared"
     slot_details: list[SlotDetail] = Field(default_factory=list)
     waited_s: float = 0.0
+    capacity: NodeCapacity | None = Field(default=None, description="The node's free slots after this reservation "
+                                          "(absent from replies recorded before it existed; a repeated reply "
+                                          "carries the count of its time, which its seq shows is old).")
 
 
 class ReservationQueued(StepReply):
@@ -212,6 +234,9 @@ class ReleaseSlots(UndoCommand):
 
 class SlotsReleased(StepUndone):
     slots_freed: int = 0
+    node_id: uuid.UUID | None = Field(default=None, description="The node the slots were freed on (none: the "
+                                      "allocation held nothing).")
+    capacity: NodeCapacity | None = Field(default=None, description="The node's free slots after this release.")
 
 
 RESERVE_SLOTS = Step.declare(

@@ -1,5 +1,6 @@
 """Scheduler's subscribers: wire message → handler, nothing else. Every one is leader-only: it runs while
-this replica decides (see entrypoints/loops.py, Leadership)."""
+this replica decides (see entrypoints/loops.py, Leadership). A command the handler can never apply (invalid
+data, an unknown reference) is refused at once with ``scheduler.admin_command_rejected`` (``h.refused``)."""
 from __future__ import annotations
 
 from functools import partial
@@ -23,7 +24,8 @@ ROUTES = {
 
 def wire(rt: Runtime, active: h.ActiveScheduler) -> None:
     for type_, handler in ROUTES.items():
-        rt.consumers.subscribe(type_, partial(handler, active=active), leader_only=True)
+        rt.consumers.subscribe(type_, partial(handler, active=active), leader_only=True,
+                               on_refused=h.refused(type_, active))
     rt.consumers.participate(RESERVE_SLOTS, leader_only=True,
                              invoke=partial(h.reserve_slots, active=active, sim_faults=rt.settings.sim_faults),
                              undo=partial(h.release_slots, active=active))

@@ -2,6 +2,7 @@
 they share (active.py). bootstrap.py wires them; nothing here connects."""
 from .active import ActiveScheduler
 from .catalog import define_pool, define_shape, set_quota
+from .common import refused
 from .onboarding import approve_slot_map, register_node, report_topology, update_node
 from .reservations import cancel_request, release_slots, reserve_slots
 
@@ -14,6 +15,7 @@ __all__ = [
            "register_node",
            "release_slots",
            "report_topology",
+           "refused",
            "reserve_slots",
            "set_quota",
            "update_node",

@@ -7,21 +7,32 @@ from __future__ import annotations
 from shared.unit_of_work import UnitOfWork
 
 from .. import contracts as c
-from ..adapters import catalog
+from ..adapters import catalog, claims
 from ..domain.shapes import Shape, ShapeError
 from .active import ActiveScheduler
-from .common import Rejected, admin
+from .common import Rejected, admin, quota_target
 from .placing import place_waiting
 
 
 async def define_shape(ctx: UnitOfWork, cmd: c.DefineShape, *, active: ActiveScheduler) -> None:
-    """Create, change or delete (``deleted``) a shape. Rejected: a definition the domain refuses."""
+    """Create, change or delete (``deleted``) a shape. Rejected: a definition the domain refuses; deleting a
+    shape that allocations use (placed or queued: the reason names how many) or the platform's last live
+    shape. This is the authoritative check (the gateway's is an early answer from its read model): it
+    waits for the claims of the shape in flight and counts what committed (claims.shape_users), and a
+    claim or queue entry of the shape after the deletion is refused (``unknown-shape``)."""
     await active.ensure_loaded()
     async def body() -> None:
         try:
             shape = Shape(cmd.name, cmd.kind, cmd.gpu_count, cmd.gpu_model, cmd.mig_profile)
         except ShapeError as exc:
             raise Rejected(str(exc)) from None
+        if cmd.deleted:
+            users, others = await claims.shape_users(ctx.conn, cmd.name)
+            if users:
+                raise Rejected(f"shape {cmd.name!r} is in use by {users} allocation(s) (placed or queued); "
+                               "delete it once they are released")
+            if not others:
+                raise Rejected(f"shape {cmd.name!r} is the platform's last shape; define another before deleting it")
         row = await catalog.upsert_shape(ctx.conn, cmd.model_dump())
         await ctx.emit("scheduler.shape_changed", c.ShapeChanged(**{k: row[k] for k in c.ShapeChanged.model_fields}))
         active.apply_shape(shape, deleted=cmd.deleted)
@@ -43,7 +54,7 @@ async def set_quota(ctx: UnitOfWork, cmd: c.SetQuota, *, active: ActiveScheduler
     """Set a tenant's (or, with ``user_id``, one user's) limit and guarantee for a model in a pool.
     Rejected: an unknown pool, a guarantee above the limit."""
     await active.ensure_loaded()
-    target = f"{cmd.tenant_id}/{cmd.gpu_model}/{cmd.pool}" + (f"/{cmd.user_id}" if cmd.user_id else "")
+    target = quota_target(cmd)
 
     async def body() -> None:
         if not await catalog.pool_exists(ctx.conn, cmd.pool):

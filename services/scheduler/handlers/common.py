@@ -1,15 +1,25 @@
-"""What every scheduler handler shares: admin rejections without partial state, and node documents."""
+"""What every scheduler handler shares: admin rejections without partial state, and node documents.
+
+An admin command is refused in one of two ways, both answered with ``scheduler.admin_command_rejected``
+(naming the command, its target and the target's kind) and acknowledged, never retried:
+- ``Rejected``: the scheduler decides it cannot apply (``admin`` rolls back what the command wrote);
+- an error no retry can fix (``shared.consumer.permanent``: data PostgreSQL refuses, an unknown
+  reference): the kit rolls the handler back and calls ``refused``, the subscription's ``on_refused``.
+"""
 from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import structlog
 
+from shared.consumer import Refusal, text_safe
 from shared.unit_of_work import UnitOfWork
 
 from .. import contracts as c
 from ..adapters import nodes
+from .active import ActiveScheduler
 
 log = structlog.get_logger()
 
@@ -23,15 +33,50 @@ class Rejected(Exception):
         self.reason = reason
 
 
+def quota_target(cmd: c.SetQuota) -> str:
+    return f"{cmd.tenant_id}/{cmd.gpu_model}/{cmd.pool}" + (f"/{cmd.user_id}" if cmd.user_id else "")
+
+
+# command -> (the kind of object it is about, that object's name in a rejection)
+TARGETS: dict[str, tuple[c.TargetKind, Callable[[Any], str]]] = {
+    "scheduler.register_node": ("node", lambda cmd: str(cmd.node_id)),
+    "scheduler.report_topology": ("node", lambda cmd: str(cmd.node_id)),
+    "scheduler.approve_slot_map": ("node", lambda cmd: str(cmd.node_id)),
+    "scheduler.update_node": ("node", lambda cmd: str(cmd.node_id)),
+    "scheduler.define_shape": ("shape", lambda cmd: cmd.name),
+    "scheduler.define_pool": ("pool", lambda cmd: cmd.name),
+    "scheduler.set_quota": ("quota", quota_target),
+    "scheduler.cancel_request": ("allocation", lambda cmd: str(cmd.allocation_id)),
+}
+
+
+async def reject(ctx: UnitOfWork, command: str, target: str, reason: str) -> None:
+    """Emit the rejection of ``command`` about ``target`` (its kind from ``TARGETS``)."""
+    kind = TARGETS[command][0] if command in TARGETS else None
+    target, reason = text_safe(target), text_safe(reason, 2000)   # they may quote the refused input
+    log.warning("scheduler.admin_command_rejected", command=command, target=target, target_kind=kind, reason=reason)
+    await ctx.emit("scheduler.admin_command_rejected",
+                   c.AdminCommandRejected(command=command, target=target, target_kind=kind, reason=reason))
+
+
 async def admin(ctx: UnitOfWork, command: str, target: str, body: Callable[[], Awaitable[None]]) -> None:
     """Run ``body`` in a savepoint; a ``Rejected`` rolls back everything it wrote and emits the rejection."""
     try:
         async with ctx.conn.transaction():
             await body()
     except Rejected as rej:
-        log.warning("scheduler.admin_command_rejected", command=command, target=target, reason=rej.reason)
-        await ctx.emit("scheduler.admin_command_rejected",
-                       c.AdminCommandRejected(command=command, target=target, reason=rej.reason))
+        await reject(ctx, command, target, rej.reason)
+
+
+def refused(command: str, active: ActiveScheduler) -> Refusal:
+    """The ``on_refused`` of ``command``'s subscription: the handler failed for good (its transaction rolled
+    back); the index may hold what it decided before failing, so it is reloaded before the next decision."""
+    target_of = TARGETS[command][1]
+
+    async def on_refused(ctx: UnitOfWork, cmd: Any, reason: str) -> None:
+        active.needs_reload = True
+        await reject(ctx, command, target_of(cmd), reason)
+    return on_refused
 
 
 async def emit_node(ctx: UnitOfWork, node_id: uuid.UUID) -> dict:

@@ -6,6 +6,10 @@ its pending row is taken, its slots claimed, and the deferred reserve step finis
 (``shared.participant.finish``): its outcome recorded under the idempotency key it arrived with, and
 ``scheduler.slots_reserved`` sent with the saga fields it carried, so a redelivered reserve command later
 gets that same answer.
+
+Every ``slots_reserved`` carries the node's capacity after the claim (free slots and the node's capacity
+sequence, see adapters/claims.py): a single claim counts in its own round trip; ``settle``, which may claim
+several times in one transaction, claims without counting and counts once for all its nodes at the end.
 """
 from __future__ import annotations
 
@@ -39,19 +43,23 @@ def claim_of(req: Request, p: Placement, cmd: dict[str, Any]) -> claims.Claim:
                         req.spot, p.mig_profile, req.shape.mig_per_gpu)
 
 
-def reserved_result(p: Placement, details: list[dict], waited_s: float = 0.0) -> dict[str, Any]:
-    """The extra fields of ``scheduler.slots_reserved`` (also the recorded step outcome)."""
+def reserved_result(p: Placement, details: list[dict], waited_s: float = 0.0,
+                    capacity: dict | None = None) -> dict[str, Any]:
+    """The extra fields of ``scheduler.slots_reserved`` (also the recorded step outcome); ``capacity``: the
+    node's {"free_slots", "seq"} after the claim."""
     return {"node_id": str(p.node_id), "slots": list(p.slots), "gpu_model": p.gpu_model, "pool": p.pool,
             "slot_details": [{k: d.get(k) for k in _DETAIL} for d in details if "gpu_pci" in d],
-            "waited_s": round(waited_s, 3)}
+            "waited_s": round(waited_s, 3), "capacity": capacity}
 
 
 async def commit(ctx: UnitOfWork, active: ActiveScheduler, req: Request, p: Placement,
-                 cmd: dict[str, Any]) -> list[dict]:
-    """Claim what the index decided. On SlotTaken / QuotaExceeded the index is corrected (decision
-    undone, node or quota re-read) and the exception propagates; nothing was written."""
+                 cmd: dict[str, Any], *, count: bool = True) -> tuple[list[dict], dict | None]:
+    """Claim what the index decided: (slot details, the node's capacity after it, None unless ``count``).
+    On SlotTaken / QuotaExceeded / ShapeDeleted the index is corrected (decision undone, node or quota
+    re-read) and the exception propagates; nothing was written."""
     try:
-        details, _ = await claims.claim(ctx.conn, claim_of(req, p, cmd))   # quota use: published by a loop
+        # quota use: published by a loop
+        return await claims.claim(ctx.conn, claim_of(req, p, cmd), count=count)
     except claims.SlotTaken as exc:
         log.warning("scheduler.index_stale", allocation_id=str(req.allocation_id), error=str(exc))
         active.forget(req.allocation_id)
@@ -61,7 +69,9 @@ async def commit(ctx: UnitOfWork, active: ActiveScheduler, req: Request, p: Plac
         active.forget(req.allocation_id)
         await active.resync_quota(ctx.conn, QuotaKey(req.tenant_id, p.gpu_model, p.pool))
         raise
-    return details
+    except claims.ShapeDeleted:
+        active.forget(req.allocation_id)
+        raise
 
 
 def tenant_of(cmd: dict[str, Any]) -> uuid.UUID:
@@ -97,7 +107,10 @@ async def place_released(ctx: UnitOfWork, active: ActiveScheduler, allocation_id
 
 
 async def settle(ctx: UnitOfWork, active: ActiveScheduler, placed: list[tuple[Request, Placement]]) -> None:
-    """Claim and answer each request the index placed out of the queue."""
+    """Claim and answer each request the index placed out of the queue. The claims do not count capacity;
+    once they are all made, the nodes they took slots on are counted at once (in node order, the
+    transaction's last locks) and each reply carries its node's count."""
+    claimed = []
     for req, p in placed:
         row = await pending.get(ctx.conn, req.allocation_id, lock=True)
         if row is None:            # the queue entry never committed (a failed handler): not ours to place
@@ -105,7 +118,7 @@ async def settle(ctx: UnitOfWork, active: ActiveScheduler, placed: list[tuple[Re
             continue
         try:
             async with ctx.conn.transaction():
-                details = await commit(ctx, active, req, p, row["request"])
+                details, _ = await commit(ctx, active, req, p, row["request"], count=False)
                 await pending.remove(ctx.conn, req.allocation_id)
         except claims.SlotTaken:
             active.sched.queue.push(req)        # stale index: it waits again, the node was re-read
@@ -114,9 +127,18 @@ async def settle(ctx: UnitOfWork, active: ActiveScheduler, placed: list[tuple[Re
             await pending.remove(ctx.conn, req.allocation_id)
             await conclude(ctx, row["request"], "failed", quota_failure(exc), row["correlation_id"])
             continue
+        except claims.ShapeDeleted as exc:      # queued just before its shape's deletion committed
+            await pending.remove(ctx.conn, req.allocation_id)
+            await conclude(ctx, row["request"], "failed", {"reason": str(exc), "code": "unknown-shape"},
+                           row["correlation_id"])
+            continue
+        claimed.append((req, p, row, details))
+    capacity = await claims.capacity_changed(ctx.conn, [p.node_id for _, p, _, _ in claimed])
+    for req, p, row, details in claimed:
         waited = (datetime.now(UTC) - row["enqueued_at"]).total_seconds()
         QUEUE_WAIT.labels(str(req.tenant_id)).observe(waited)
-        await conclude(ctx, row["request"], "done", reserved_result(p, details, waited), row["correlation_id"])
+        await conclude(ctx, row["request"], "done", reserved_result(p, details, waited, capacity[p.node_id]),
+                       row["correlation_id"])
     refresh_pending_gauge(active)
 
 

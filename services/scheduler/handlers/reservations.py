@@ -4,12 +4,15 @@ Reserve, once per idempotency key (the kit's step outcomes, shared.participant):
 answers any repeat; a request already waiting answers ``reservation_queued`` again (never a second queue
 entry or placement). Otherwise: resolve the shape (unknown: failed ``unknown-shape``), let the index
 decide, then make it real in SQL:
-- placed: claim (quota charged and slots taken conditionally, atomically) → ``slots_reserved``;
+- placed: claim (quota charged and slots taken conditionally, atomically) → ``slots_reserved``, with the
+  node's free slots after the claim and its capacity sequence (adapters/claims.py);
+- the shape deleted meanwhile (a deletion committed before the claim): failed ``unknown-shape``;
 - over quota: failed ``quota-exceeded`` naming quota, limit, use and request;
 - nothing fits: fail fast → failed ``no-capacity``; else queued (bound reached → failed ``queue-full``)
   → ``reservation_queued``, the outcome recorded as deferred; the final reply is sent, and recorded, when
   the queue places it (placing.settle) or it is cancelled or released. A higher-priority request that
   could fit by preempting also gets preemption notices for its victims (placing.notify_preemption).
+Release answers ``slots_released`` with the node and its free slots after the release, the same way.
 """
 from __future__ import annotations
 
@@ -81,7 +84,7 @@ async def _decide(ctx: UnitOfWork, active: ActiveScheduler, cmd: c.ReserveSlots,
         node = uuid.UUID(held["node_id"])
         p = Placement(node, held["pool"], held["gpu_model"], tuple(held["slots"]), held["mig_profile"])
         details = await claims.slot_details(ctx.conn, node, list(held["slots"]))
-        await conclude(ctx, data, "done", reserved_result(p, details))
+        await conclude(ctx, data, "done", reserved_result(p, details, capacity=await claims.capacity(ctx.conn, node)))
         return "placed"
     shape = active.shapes.get(cmd.shape)
     if shape is None:
@@ -98,13 +101,15 @@ async def _decide(ctx: UnitOfWork, active: ActiveScheduler, cmd: c.ReserveSlots,
                 active.forget(req.allocation_id)
                 continue
             try:
-                details = await commit(ctx, active, req, d.placement, data)
+                details, capacity = await commit(ctx, active, req, d.placement, data)
             except claims.SlotTaken:
                 continue
             except claims.QuotaExceeded as exc:
                 await conclude(ctx, data, "failed", quota_failure(exc))
                 return "rejected"
-            await conclude(ctx, data, "done", reserved_result(d.placement, details))
+            except claims.ShapeDeleted as exc:
+                return await _fail(ctx, data, str(exc), "unknown-shape")
+            await conclude(ctx, data, "done", reserved_result(d.placement, details, capacity=capacity))
             return "placed"
         if d.kind == "rejected":
             await conclude(ctx, data, "failed", _failure(d))
@@ -112,8 +117,7 @@ async def _decide(ctx: UnitOfWork, active: ActiveScheduler, cmd: c.ReserveSlots,
         if d.reason == "already pending":        # queued in the index only (a failed handler): forget it
             active.sched.cancel(req.allocation_id)
             continue
-        await _enqueue(ctx, active, req, d, data)
-        return "queued"
+        return await _enqueue(ctx, active, req, d, data)
     raise RuntimeError(f"the index stayed stale for allocation {cmd.allocation_id}: reloading it")
 
 
@@ -131,12 +135,16 @@ async def _fail(ctx: UnitOfWork, data: dict, reason: str, code: str) -> str:
     return "rejected"
 
 
-async def _enqueue(ctx: UnitOfWork, active: ActiveScheduler, req, d: Decision, data: dict) -> None:
+async def _enqueue(ctx: UnitOfWork, active: ActiveScheduler, req, d: Decision, data: dict) -> str:
+    if not await claims.hold_shape(ctx.conn, req.shape.name):   # deleted meanwhile: nothing may wait for it
+        active.sched.cancel(req.allocation_id)
+        return await _fail(ctx, data, f"shape {req.shape.name!r} was deleted", "unknown-shape")
     await pending.add(ctx.conn, data, ctx.causation.correlation_id)
     if d.victims:
         await notify_preemption(ctx, active, req, d.victims)
     await _queued(ctx, active, data, d.reason)
     refresh_pending_gauge(active)
+    return "queued"
 
 
 async def _queued(ctx: UnitOfWork, active: ActiveScheduler, data: dict, reason: str, *, again: bool = False) -> None:
@@ -157,7 +165,7 @@ async def release_slots(ctx: UnitOfWork, cmd: c.ReleaseSlots, *, active: ActiveS
 
 
 async def _release(conn: asyncpg.Connection, cmd: c.ReleaseSlots, *, ctx: UnitOfWork, active: ActiveScheduler) -> dict:
-    row, _ = await claims.release(conn, cmd.allocation_id)    # quota use: published by a loop
+    row, capacity = await claims.release(conn, cmd.allocation_id)    # quota use: published by a loop
     queued = await pending.remove(conn, cmd.allocation_id)
     if queued is not None and queued["idempotency_key"] != cmd.compensates:
         await conclude(ctx, queued["request"], "failed", {"reason": "released while waiting", "code": "cancelled"},
@@ -165,7 +173,9 @@ async def _release(conn: asyncpg.Connection, cmd: c.ReleaseSlots, *, ctx: UnitOf
     # The index frees the slots only once this commits: freed earlier, a concurrent claim would pick
     # them while the committed row still names the allocation, and fail.
     ctx.on_commit(partial(place_released, ctx, active, cmd.allocation_id))
-    return {"slots_freed": len(row["slots"]) if row else 0}
+    if row is None:
+        return {"slots_freed": 0}
+    return {"slots_freed": len(row["slots"]), "node_id": row["node_id"], "capacity": capacity}
 
 
 async def cancel_request(ctx: UnitOfWork, cmd: c.CancelRequest, *, active: ActiveScheduler) -> None:

@@ -3,15 +3,15 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Annotated, ClassVar, Literal
+from typing import ClassVar, Literal
 
-from pydantic import Field, StringConstraints
+from pydantic import Field
 
 from ...domain.model import State
 from ...domain.scheduling import TOLERATION
-from .base import Body, Labels, Out, ResourceName, ShapeName
+from .base import Body, Int, Labels, Out, ResourceName, ShapeName, Uuid, text
 
-Toleration = Annotated[str, StringConstraints(max_length=200, pattern=TOLERATION)]
+Toleration = text(200, pattern=TOLERATION)
 
 
 class AllocationCreate(Body):
@@ -21,7 +21,7 @@ class AllocationCreate(Body):
     name: ResourceName
     shape: ShapeName = Field(description="One of the shapes GET /v1/shapes lists; fixes gpu_count. An unknown or "
                                          "deleted shape is a 422 naming the known ones.")
-    volume_gb: int = Field(default=0, ge=0, le=100_000)
+    volume_gb: Int = Field(default=0, ge=0, le=100_000)
     labels: Labels = Field(default_factory=dict)
     priority_class: Literal["low", "normal", "high"] = Field(
         default="normal", description="Scheduling priority: low = -100, normal = 0, high = 100. A waiting request of a "
@@ -32,7 +32,7 @@ class AllocationCreate(Body):
     tolerations: list[Toleration] = Field(default_factory=list, max_length=16,
                                           description="'key=value:NoSchedule' entries: taints this request tolerates.")
     fail_fast: bool = Field(default=False, description="Fail at once instead of waiting in the queue when nothing fits.")
-    network_id: uuid.UUID | None = Field(default=None, strict=False, description="A tenant network to attach to.")
+    network_id: Uuid | None = Field(default=None, description="A tenant network to attach to.")
 
 
 class AllocationLinks(Out):

@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Annotated, ClassVar, Literal
+from typing import ClassVar, Literal
 
-from pydantic import Field, StringConstraints
+from pydantic import Field
 
 from ...domain.model import Role
-from .base import Body, Out
+from .base import Body, Out, text
 
-PersonName = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._@+-]*$")]
+PersonName = text(63, min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._@+-]*$")
 TenantRole = Literal["tenant_admin", "tenant_user"]
 
 

@@ -3,16 +3,17 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import Field, StringConstraints
+from pydantic import ConfigDict, Field, model_validator
 
-from services.scheduler.contracts import NAME
+from .base import Body, GpuModel, Int, Labels, Out, Problem, Rejection, ResourceName, ShapeName, Taints, omittable, text
 
-from .base import Body, Labels, Out, Problem, Rejection, ResourceName, ShapeName, Taints
-
-NodeStatus = Literal["registering", "registered", "pending_approval", "schedulable", "needs_review"]
-InventoryName = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=NAME)]
+NodeStatus = Literal["registering", "registered", "pending_approval", "schedulable", "needs_review", "rejected"]
+Location = text(63, min_length=1)
+WipePolicy = text(64)
+Reason = text(500, multiline=True)
+NODE_CHANGES = ("pool", "labels", "taints", "cordoned")   # what PATCH /v1/nodes/{node_id} changes (one at least)
 
 
 # --- requests ---------------------------------------------------------------------------------------
@@ -21,30 +22,40 @@ class NodeCreate(Body):
     server_owned: ClassVar[frozenset[str]] = frozenset(
         {"id", "status", "requested_at", "requested_by", "registered_at", "slots", "links"})
     name: ResourceName
-    gpu_model: Annotated[str, StringConstraints(min_length=1, max_length=64)]
-    gpu_count: int = Field(ge=1, le=16)
+    gpu_model: GpuModel = Field(description="As quotas name it (PUT /v1/tenants/{tenant_id}/quotas/{pool}/{gpu_model}).")
+    gpu_count: Int = Field(ge=1, le=16)
     labels: Labels = Field(default_factory=dict)
     pool: ShapeName | None = Field(default=None, description="The node pool (default: shared).")
-    region: Annotated[str, StringConstraints(min_length=1, max_length=63)] | None = None
-    site: Annotated[str, StringConstraints(min_length=1, max_length=63)] | None = None
-    rack: Annotated[str, StringConstraints(min_length=1, max_length=63)] | None = None
+    region: Location | None = None
+    site: Location | None = None
+    rack: Location | None = None
 
 
 class SlotMapApproval(Body):
     server_owned: ClassVar[frozenset[str]] = frozenset({"approved_by", "node_id"})
-    proposal: int = Field(ge=1, description="The proposal number shown by GET /v1/nodes/{node_id}; a stale one is a 409.")
-    wipe_policy: str | None = Field(default=None, max_length=64,
-                                    description="Overrides every slot's wipe policy; an empty string makes none schedulable.")
+    proposal: Int = Field(ge=1, le=2**31 - 1,
+                          description="The proposal number shown by GET /v1/nodes/{node_id}; a stale one is a 409.")
+    wipe_policy: WipePolicy | None = Field(
+        default=None, description="Overrides every slot's wipe policy; an empty string makes none schedulable.")
 
 
 class NodePatch(Body):
+    """At least one of pool, labels, taints and cordoned; a field left out is kept (null is refused: leave it out)."""
+
     server_owned: ClassVar[frozenset[str]] = frozenset(
         {"id", "name", "status", "gpu_model", "gpu_count", "proposal", "version", "requested_by"})
-    pool: InventoryName | None = None
-    labels: Labels | None = None
-    taints: Taints | None = None
-    cordoned: bool | None = None
-    reason: str | None = Field(default=None, max_length=500)
+    model_config = ConfigDict(json_schema_extra={"anyOf": [{"required": [f]} for f in NODE_CHANGES]})
+    pool: ShapeName = omittable()
+    labels: Labels = omittable()
+    taints: Taints = omittable()
+    cordoned: bool = omittable()
+    reason: Reason = omittable()
+
+    @model_validator(mode="after")
+    def _changes_something(self) -> "NodePatch":
+        if not self.model_fields_set & set(NODE_CHANGES):
+            raise ValueError(f"nothing to change: send {', '.join(NODE_CHANGES)}")
+        return self
 
 
 # --- responses --------------------------------------------------------------------------------------
@@ -87,8 +98,15 @@ class NodeDetail(Out):
     proposed_slot_map: dict[str, Any] | None = None
     approved_slot_map: dict[str, Any] | None = None
     review: list[str] = Field(description="Why the node needs review (discovery differs from the approved map).")
-    free_slots: int
-    version: int = Field(description="The scheduler document's version; 0 before the first one.")
+    free_slots: int = Field(description="Slots no allocation holds (whole GPUs with a wipe policy, not retired, no MIG "
+                                        "instance) while the node is schedulable, else 0: the scheduler's count "
+                                        "after its latest reservation or release on the node.")
+    version: int = Field(description="The scheduler document's version: raised by changes of the node itself "
+                                     "(status, slot map, pool, labels, taints, cordon), not by slots taken or "
+                                     "freed; 0 before the first document.")
+    capacity_version: int = Field(default=0, description="The node's capacity sequence free_slots was counted at: "
+                                  "raised by every reservation, release and slot-map approval on the node; 0 "
+                                  "before the first count.")
     last_rejection: Rejection | None = None
     requested_at: datetime | None = None
     registered_at: datetime | None = None
@@ -99,4 +117,4 @@ class ProposalProblem(Problem):
     """409: the node is not awaiting approval of this proposal."""
 
     current_proposal: int | None
-    node_status: str
+    node_status: NodeStatus

@@ -5,14 +5,16 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from .base import Body, Out, Rejection, Taints
+from .base import Body, Out, Rejection, Taints, text
+
+Description = text(500, multiline=True)
 
 
 class PoolDefinition(Body):
     server_owned: ClassVar[frozenset[str]] = frozenset({"name", "version"})
     policy: Literal["pack", "spread"] = Field(default="pack", description="pack (default) keeps whole nodes free; spread.")
     taints: Taints = Field(default_factory=dict)
-    description: str = Field(default="", max_length=500)
+    description: Description = ""
 
 
 class PoolOut(Out):

@@ -4,23 +4,34 @@ from __future__ import annotations
 import uuid
 from typing import ClassVar
 
-from pydantic import Field
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
 
-from .base import Body, Out, Problem
+from .base import Body, Int, Out, Problem, constraints
 
 
 # --- requests ---------------------------------------------------------------------------------------
 
 class TenantQuotaSet(Body):
     server_owned: ClassVar[frozenset[str]] = frozenset({"used", "tenant_id", "pool", "gpu_model", "version"})
-    limit: int = Field(ge=0, le=1_000_000, description="GPUs of this model the tenant may hold in this pool.")
-    guaranteed: int = Field(default=0, ge=0, le=1_000_000,
-                            description="GPUs never preempted for others (at most the limit).")
+    model_config = ConfigDict(json_schema_extra=constraints("guaranteed <= limit"))
+    limit: Int = Field(ge=0, le=1_000_000, description="GPUs of this model the tenant may hold in this pool.")
+    guaranteed: Int = Field(default=0, ge=0, le=1_000_000,
+                            description="GPUs never preempted for others: at most `limit` (a greater value is a 422).")
+
+    @field_validator("guaranteed")
+    @classmethod
+    def _at_most_the_limit(cls, value: int, info: ValidationInfo) -> int:
+        limit = info.data.get("limit")
+        if limit is not None and value > limit:
+            raise PydanticCustomError("quota_rule", "must not exceed limit ({limit})", {"limit": limit})
+        return value
 
 
 class UserQuotaSet(Body):
     server_owned: ClassVar[frozenset[str]] = frozenset({"used", "tenant_id", "user_id", "pool", "gpu_model", "version"})
-    limit: int = Field(ge=0, le=1_000_000, description="The user's share of the tenant's quota (at most the tenant's limit).")
+    limit: Int = Field(ge=0, le=1_000_000, description="The user's share of the tenant's quota (at most the tenant's "
+                                                       "limit: a greater one is a 422).")
 
 
 # --- responses --------------------------------------------------------------------------------------

@@ -1,0 +1,167 @@
+"""Schemathesis against the live gateway (real NATS and PostgreSQL): every operation of the served /openapi.json, its
+coverage cases (boundaries, missing and duplicated parameters, wrong types, unexpected methods) and seeded, derandomized
+fuzzing with valid and invalid data, every answer checked against the document: no server error, the documented
+status codes, content types, headers and schemas, invalid data refused, valid data accepted.
+
+What the fuzzer is told beyond the document (and why that is not a weaker check):
+  * credentials: a provider admin for the provider's operations, a tenant admin for the tenant's (security schemes
+    are not generated: the server would only answer 401, which tests nothing);
+  * the live state a valid request refers to, as a client would know it (Schemathesis' "seed known data"): ids of
+    things that exist (for half of the valid requests; the others keep their random ids and get 404s), the shape
+    names GET /v1/shapes lists (an unknown shape is a documented 422), and an Idempotency-Key that is fresh (a key
+    reused with another body is a documented 422);
+  * the document's ``x-constraints`` (comparisons between two fields, which JSON Schema cannot state, e.g.
+    ``guaranteed <= limit``): a valid body that breaks one is mended by swapping the two values.
+Left out: the two server-sent-event operations (streamAllocationEvents, streamOpsEvents). Their 200 is an endless
+text/event-stream, so a valid request never completes and no check can read its answer; their refusals are tested in
+test_gateway_allocations.py and test_gateway_ops.py.
+"""
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import uuid
+import zlib
+from dataclasses import dataclass, field
+
+import hypothesis
+import requests
+import schemathesis
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+from hypothesis.errors import Unsatisfiable
+from schemathesis import GenerationMode
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (content_type_conformance, negative_data_rejection,
+                                               positive_data_acceptance, response_headers_conformance,
+                                               response_schema_conformance, status_code_conformance)
+
+from tests.support.gateway import ADMIN_KEY
+
+SEED = 20261123
+FUZZ_EXAMPLES = 25            # fuzzed cases per operation and mode (valid, invalid), after the coverage cases
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance,
+          response_schema_conformance, negative_data_rejection, positive_data_acceptance]
+STREAMS = {"streamAllocationEvents", "streamOpsEvents"}
+PROVIDER_TAGS = {"tenants", "nodes", "pools", "ops"}
+PROVIDER_OPERATIONS = {"defineShape", "deleteShape", "setTenantQuota"}
+_CONSTRAINT = re.compile(r"^(\w+) <= (\w+)$")
+SHAPE_IDS = {"name": "vm.1gpu"}       # the shape operations' {name}: a shape that exists (the pools' is "shared")
+
+
+@dataclass
+class World:
+    """What exists on the gateway and who may call it."""
+
+    base_url: str
+    admin: str                                          # Authorization header values
+    tenant_admin: str
+    ids: dict[str, str]                                 # path parameter -> a value naming something that exists
+    shapes: list[str]
+    failures: list[str] = field(default_factory=list)
+    calls: int = 0
+
+    def authorization(self, operation) -> str | None:
+        op_id, tag = operation.definition.raw["operationId"], operation.tags[0]
+        if op_id == "createToken":
+            return f"ApiKey {ADMIN_KEY}"
+        if op_id == "getOpenApi":
+            return None
+        return self.admin if tag in PROVIDER_TAGS or op_id in PROVIDER_OPERATIONS else self.tenant_admin
+
+
+async def _world(api) -> World:
+    admin = await api.admin()
+    tenant_id = await api.new_tenant()
+    owner, user = await api.new_user(tenant_id, "tenant_admin")
+    node = await admin.post("/v1/nodes", {"name": "fuzz-node", "gpu_model": "H100", "gpu_count": 8})
+    allocation = await owner.post("/v1/allocations", {"name": "fuzz", "shape": "vm.1gpu"})
+    network = await owner.post("/v1/networks", {"name": "fuzz", "cidr": "10.99.0.0/24"})
+    shapes = await owner.get("/v1/shapes")
+    assert (node.status, allocation.status, network.status, shapes.status) == (202, 202, 202, 200)
+    ids = {"tenant_id": tenant_id, "user_id": user["id"], "node_id": node.body["id"],
+           "allocation_id": allocation.body["id"], "network_id": network.body["id"], "name": "shared", "pool": "shared",
+           "gpu_model": "H100"}
+    return World(f"http://127.0.0.1:{api.rt.port}", f"Bearer {admin.token}", f"Bearer {owner.token}", ids,
+                 [s["name"] for s in shapes.body["items"]])
+
+
+def _body_schema(operation) -> dict | None:
+    body = operation.definition.raw.get("requestBody", {}).get("content", {}).get("application/json")
+    if body is None:
+        return None
+    name = body["schema"]["$ref"].rsplit("/", 1)[1]
+    return operation.schema.raw_schema["components"]["schemas"][name]
+
+
+def _seed(world: World, operation, case, use_live_ids: bool) -> None:
+    """A valid case, told what the document refers to but cannot list (see the module's docstring)."""
+    if use_live_ids:
+        live = {**world.ids, **SHAPE_IDS} if operation.tags[0] == "shapes" else world.ids
+        for name in case.path_parameters or {}:
+            if name in live:
+                case.path_parameters[name] = live[name]
+    if case.headers and "Idempotency-Key" in case.headers:
+        case.headers["Idempotency-Key"] = uuid.uuid4().hex
+    body, schema = case.body, _body_schema(operation)
+    if not isinstance(body, dict) or schema is None:
+        return
+    if operation.definition.raw["operationId"] == "createAllocation" and isinstance(body.get("shape"), str):
+        body["shape"] = world.shapes[zlib.crc32(body["shape"].encode()) % len(world.shapes)]
+    for rule in schema.get("x-constraints", []):
+        low, high = _CONSTRAINT.match(rule).groups()
+        a, b = body.get(low), body.get(high)
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a > b:
+            body[low], body[high] = b, a
+
+
+def _call(world: World, session: requests.Session, operation, case, use_live_ids: bool = False) -> None:
+    positive = case.meta is None or case.meta.generation.mode.is_positive
+    if positive:
+        _seed(world, operation, case, use_live_ids)
+    auth = world.authorization(operation)
+    world.calls += 1
+    try:
+        case.call_and_validate(base_url=world.base_url, session=session, checks=CHECKS,
+                               headers={"Authorization": auth} if auth else None, timeout=10)
+    except (AssertionError, BaseExceptionGroup) as exc:   # a check failed: keep the report, go on
+        world.failures.append(f"{operation.label} ({'valid' if positive else 'invalid'} data):\n{exc}")
+
+
+def _fuzz(world: World, session: requests.Session, schema, operation) -> None:
+    generation = schema.config.generation_for(operation=operation, phase="coverage")
+    for case in schema.iter_coverage_cases(operation, generation_modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE],
+                                          generation_config=generation):
+        _call(world, session, operation, case)
+    for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+        @given(case=operation.as_strategy(generation_mode=mode), use_live_ids=st.booleans())
+        @settings(max_examples=FUZZ_EXAMPLES, derandomize=True, database=None, deadline=None, phases=[Phase.generate],
+                  suppress_health_check=list(HealthCheck), verbosity=hypothesis.Verbosity.quiet)
+        def fuzzed(case, use_live_ids):
+            _call(world, session, operation, case, use_live_ids)
+        try:
+            fuzzed()
+        except Unsatisfiable:   # nothing of the operation can be made invalid (no parameters, no body)
+            assert mode is GenerationMode.NEGATIVE, operation.label
+
+
+def _run(world: World) -> None:
+    config = schemathesis.Config.from_dict({"seed": SEED, "generation": {"with-security-parameters": False}})
+    schema = schemathesis.openapi.from_url(f"{world.base_url}/openapi.json", config=config)
+    with requests.Session() as session:
+        for result in schema.get_all_operations():
+            operation = result.ok()
+            if operation.definition.raw["operationId"] not in STREAMS:
+                _fuzz(world, session, schema, operation)
+
+
+async def test_the_live_gateway_does_what_its_openapi_document_says(api):
+    world = await _world(api)
+    started = time.monotonic()
+    await asyncio.to_thread(_run, world)      # Schemathesis is synchronous; the gateway serves on this loop meanwhile
+    elapsed = time.monotonic() - started
+    print(f"schemathesis: {world.calls} requests in {elapsed:.1f} s")
+    assert world.calls > 1000, world.calls
+    assert world.failures == [], (f"{len(world.failures)} of {world.calls} requests failed a check "
+                                  f"({elapsed:.0f} s):\n\n" + "\n\n".join(world.failures[:20]))
