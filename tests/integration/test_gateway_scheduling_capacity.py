@@ -42,7 +42,9 @@ async def reserved(env, tenant: uuid.UUID, shape: str) -> dict:
     """Reserve and wait until it is placed (at once, or out of the queue); returns slots_reserved's data."""
     cmd = env.reserve_cmd(tenant, shape)
     await send(env.js, "scheduler.reserve_slots", cmd)
-    return (await env.reply(cmd["allocation_id"], ("scheduler.slots_reserved",)))["data"]
+    reply = await env.reply(cmd["allocation_id"], ("scheduler.slots_reserved", "scheduler.slot_reservation_failed"))
+    assert reply["type"] == "scheduler.slots_reserved", reply["data"]
+    return reply["data"]
 
 
 async def test_the_node_view_follows_the_schedulers_free_slots_as_allocations_come_and_go(run_service, nc, watch, api):

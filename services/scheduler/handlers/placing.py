@@ -28,6 +28,7 @@ from ..adapters import claims
 from ..adapters import queue as pending
 from ..adapters.metrics import PENDING, PREEMPTIONS, QUEUE_WAIT
 from ..domain.inventory import Placement, Request
+from ..domain.queue import QueueFull
 from ..domain.quota import QuotaKey
 from .active import ActiveScheduler
 
@@ -113,8 +114,15 @@ async def settle(ctx: UnitOfWork, active: ActiveScheduler, placed: list[tuple[Re
     claimed = []
     for req, p in placed:
         row = await pending.get(ctx.conn, req.allocation_id, lock=True)
-        if row is None:            # the queue entry never committed (a failed handler): not ours to place
+        if row is None:
+            # The queue entry has not committed yet (its reserve handler is still in its transaction): it waits
+            # again and the next pass places it. Had that handler failed, it marked the index for a reload,
+            # which drops the request; forgetting it here instead would strand a request that commits later.
             active.forget(req.allocation_id)
+            try:
+                active.sched.queue.push(req)
+            except QueueFull:           # the tenant's queue filled meanwhile: let a reload settle the index
+                active.needs_reload = True
             continue
         try:
             async with ctx.conn.transaction():
