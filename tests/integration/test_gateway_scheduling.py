@@ -35,6 +35,17 @@ async def test_node_document_shows_the_proposal_and_approving_it_sends_one_comma
     assert hits[0][1]["data"]["approved_by"] is not None
 
 
+async def test_a_node_in_review_after_rediscovery_can_have_its_new_proposal_approved(api, nc, watch):
+    admin = await api.admin()
+    commands = await watch("scheduler.cmd.approve_slot_map")
+    node_id, _ = await node_with_document(api, nc, status="needs_review", proposal=2, approved_slot_map=SLOT_MAP,
+                                          review=["GPU 0000:1b:00.0 missing"])
+    r = await admin.post(f"/v1/nodes/{node_id}/approve", {"proposal": 2})
+    assert r.status == 202, r.body
+    hits = await commands.wait_for(lambda i: i[1]["data"]["node_id"] == node_id)
+    assert hits[0][1]["data"]["proposal"] == 2
+
+
 async def test_approving_a_stale_proposal_or_a_node_not_pending_is_409_naming_the_current_one(api, nc):
     admin = await api.admin()
     node_id, name = await node_with_document(api, nc, proposal=2)

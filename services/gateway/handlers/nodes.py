@@ -75,8 +75,12 @@ async def get_node(request: web.Request) -> web.Response:
     return respond(node_detail(row))
 
 
+AWAITING_APPROVAL = ("pending_approval", "needs_review")
+
+
 async def approve_slot_map(request: web.Request) -> web.Response:
-    """202 and one approve_slot_map when the view shows the node pending approval of exactly this proposal."""
+    """202 and one approve_slot_map when the view shows the node awaiting approval of exactly this proposal:
+    a new node (``pending_approval``) or one whose re-discovery differs from its approved map (``needs_review``)."""
     admin = require_provider_admin(request)
     node_id = path_uuid(request, "node_id", "node")
     body = await read_body(request, SlotMapApproval)
@@ -85,8 +89,9 @@ async def approve_slot_map(request: web.Request) -> web.Response:
         row = await inventory.get_node(conn, node_id, for_update=True)
         if row is None:
             raise not_found("node")
-        if row["status"] != "pending_approval":
-            raise ProposalConflict(f"the node is {row['status']}, not pending_approval", row["proposal"], row["status"])
+        if row["status"] not in AWAITING_APPROVAL:
+            raise ProposalConflict(f"the node is {row['status']}, not awaiting approval (pending_approval or needs_review)",
+                                   row["proposal"], row["status"])
         if row["proposal"] != body.proposal:
             raise ProposalConflict(f"proposal {body.proposal} is not the node's current proposal {row['proposal']}",
                                    row["proposal"], row["status"])
