@@ -205,15 +205,7 @@ class Consumers:
                                                     kind=trace.SpanKind.CONSUMER) as span:
                     span.set_attribute("messaging.message.id", str(env.id))
                     span.set_attribute("tessera.correlation_id", env.correlation_id)
-                    async with self._pool().acquire() as conn, conn.transaction():
-                        fresh = await conn.fetchval(
-                            "INSERT INTO inbox (consumer, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING 1",
-                            consumer, env.id)
-                        if fresh:
-                            uow = UnitOfWork(conn, self.outbox, name=consumer, causation=env)
-                            await handler(uow, data)
-                    if fresh:
-                        await uow.run_after_commit()
+                    fresh = await self._once(consumer, env, lambda uow: handler(uow, data))
                 heartbeat.cancel()
                 await nmsg.ack()
                 MESSAGES.labels(self.service, msg.type, "ok" if fresh else "duplicate").inc()
@@ -229,6 +221,20 @@ class Consumers:
                 structlog.contextvars.unbind_contextvars("correlation_id", "tenant_id")
 
         return run
+
+    async def _once(self, consumer: str, env: Envelope, work: Callable[[UnitOfWork], Awaitable[None]]) -> bool:
+        """Run ``work`` in a new unit of work that records ``env`` in ``consumer``'s inbox, then its after-commit
+        hooks once committed; returns False, running nothing, when the inbox already holds ``env``."""
+        async with self._pool().acquire() as conn, conn.transaction():
+            fresh = await conn.fetchval(
+                "INSERT INTO inbox (consumer, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING 1",
+                consumer, env.id)
+            if fresh:
+                uow = UnitOfWork(conn, self.outbox, name=consumer, causation=env)
+                await work(uow)
+        if fresh:
+            await uow.run_after_commit()
+        return bool(fresh)
 
     async def _retry(self, nmsg: NatsMessage, consumer: str, msg: Message, exc: BaseException) -> None:
         """A failure a retry may fix: nak with backoff, or dead-letter once ``max_deliver`` deliveries failed."""
@@ -258,15 +264,7 @@ class Consumers:
             await self.dead_letter(nmsg, consumer, "rejected", reason)
             return
         try:
-            async with self._pool().acquire() as conn, conn.transaction():
-                fresh = await conn.fetchval(
-                    "INSERT INTO inbox (consumer, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING 1",
-                    consumer, env.id)
-                if fresh:
-                    uow = UnitOfWork(conn, self.outbox, name=consumer, causation=env)
-                    await on_refused(uow, data, reason)
-            if fresh:
-                await uow.run_after_commit()
+            fresh = await self._once(consumer, env, lambda uow: on_refused(uow, data, reason))
         except Exception as failed:
             heartbeat.cancel()
             if permanent(failed):

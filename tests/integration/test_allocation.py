@@ -6,7 +6,7 @@ import uuid
 
 from services.allocation.bootstrap import build
 from shared.wire import step_key
-from tests.support.bus import of, send_command as send, wait_handled
+from tests.support.bus import of, send_command as send, send_malformed_then_valid, wait_handled
 
 
 def request_cmd(alloc: uuid.UUID, tenant: uuid.UUID, **overrides) -> dict:
@@ -34,19 +34,29 @@ async def emitted(rt, alloc: uuid.UUID, type_: str) -> int:
             type_, str(alloc))
 
 
+async def started(run_service, nc, watch):
+    """The allocation service, consuming; returns it, a JetStream context and a watcher on its events."""
+    rt = await run_service("allocation", build)
+    return rt, nc.jetstream(), await watch("allocation.evt.>")
+
+
+async def requested(js, events, alloc, tenant) -> None:
+    """Request a fresh allocation through the bus and wait until it is REQUESTED."""
+    await send(js, "allocation.request", request_cmd(alloc, tenant))
+    await events.wait_for(of(alloc, "allocation.requested"))
+
+
 async def activated(js, events, alloc, tenant) -> uuid.UUID:
     """Drive a fresh allocation to ACTIVE through the bus; returns its node id."""
     saga, node = uuid.uuid4(), uuid.uuid4()
-    await send(js, "allocation.request", request_cmd(alloc, tenant))
-    await events.wait_for(of(alloc, "allocation.requested"))
+    await requested(js, events, alloc, tenant)
     await send(js, "allocation.activate", step_cmd(alloc, tenant, saga, "activate", node_id=node))
     await events.wait_for(of(alloc, "allocation.activated"))
     return node
 
 
 async def test_request_delivered_twice_creates_one_requested_allocation_and_one_event(run_service, nc, watch):
-    rt = await run_service("allocation", build)
-    js, events = nc.jetstream(), await watch("allocation.evt.>")
+    rt, js, events = await started(run_service, nc, watch)
     alloc, tenant = uuid.uuid4(), uuid.uuid4()
     env, _ = await send(js, "allocation.request", request_cmd(alloc, tenant))
     _, seq = await send(js, "allocation.request", {}, env=env, msg_id=f"again-{env.id}")
@@ -62,11 +72,9 @@ async def test_request_delivered_twice_creates_one_requested_allocation_and_one_
 
 
 async def test_a_second_request_with_an_existing_id_is_a_no_op(run_service, nc, watch):
-    rt = await run_service("allocation", build)
-    js, events = nc.jetstream(), await watch("allocation.evt.>")
+    rt, js, events = await started(run_service, nc, watch)
     alloc, tenant = uuid.uuid4(), uuid.uuid4()
-    await send(js, "allocation.request", request_cmd(alloc, tenant))
-    await events.wait_for(of(alloc, "allocation.requested"))
+    await requested(js, events, alloc, tenant)
     _, seq = await send(js, "allocation.request", request_cmd(alloc, tenant, name="other", volume_gb=7))
     await wait_handled(js, "allocation", "allocation.request", seq)
     r = await row(rt, alloc)
@@ -75,8 +83,7 @@ async def test_a_second_request_with_an_existing_id_is_a_no_op(run_service, nc, 
 
 
 async def test_request_with_a_gpu_count_that_does_not_match_the_shape_is_rejected_and_stores_nothing(run_service, nc, watch):
-    rt = await run_service("allocation", build)
-    js, events = nc.jetstream(), await watch("allocation.evt.>")
+    rt, js, events = await started(run_service, nc, watch)
     alloc = uuid.uuid4()
     await send(js, "allocation.request", request_cmd(alloc, uuid.uuid4(), shape="vm.4gpu", gpu_count=2))
     [hit] = await events.wait_for(of(alloc, "allocation.command_rejected"))
@@ -85,11 +92,9 @@ async def test_request_with_a_gpu_count_that_does_not_match_the_shape_is_rejecte
 
 
 async def test_full_life_cycle_reaches_released_with_release_carrying_node_volume_and_labels(run_service, nc, watch):
-    rt = await run_service("allocation", build)
-    js, events = nc.jetstream(), await watch("allocation.evt.>")
+    rt, js, events = await started(run_service, nc, watch)
     alloc, tenant, saga, node = uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
-    await send(js, "allocation.request", request_cmd(alloc, tenant))
-    await events.wait_for(of(alloc, "allocation.requested"))
+    await requested(js, events, alloc, tenant)
     await send(js, "allocation.mark_provisioning", {"allocation_id": alloc, "saga_id": saga})
     [prov] = await events.wait_for(of(alloc, "allocation.provisioning"))
     assert prov[1]["data"]["state"] == "PROVISIONING" and prov[1]["data"]["saga_id"] == str(saga)
@@ -109,11 +114,9 @@ async def test_full_life_cycle_reaches_released_with_release_carrying_node_volum
 
 
 async def test_activate_delivered_twice_activates_once_and_a_repeated_key_gets_the_same_reply(run_service, nc, watch):
-    rt = await run_service("allocation", build)
-    js, events = nc.jetstream(), await watch("allocation.evt.>")
+    rt, js, events = await started(run_service, nc, watch)
     alloc, tenant, saga, node = uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
-    await send(js, "allocation.request", request_cmd(alloc, tenant))
-    await events.wait_for(of(alloc, "allocation.requested"))
+    await requested(js, events, alloc, tenant)
     env, _ = await send(js, "allocation.activate", step_cmd(alloc, tenant, saga, "activate", node_id=node))
     _, seq = await send(js, "allocation.activate", {}, env=env, msg_id=f"again-{env.id}")
     await events.wait_for(of(alloc, "allocation.activated"))
@@ -128,11 +131,9 @@ async def test_activate_delivered_twice_activates_once_and_a_repeated_key_gets_t
 
 
 async def test_activate_of_a_failed_allocation_replies_activation_failed_and_stays_failed(run_service, nc, watch):
-    rt = await run_service("allocation", build)
-    js, events = nc.jetstream(), await watch("allocation.evt.>")
+    rt, js, events = await started(run_service, nc, watch)
     alloc, tenant, saga = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
-    await send(js, "allocation.request", request_cmd(alloc, tenant))
-    await events.wait_for(of(alloc, "allocation.requested"))
+    await requested(js, events, alloc, tenant)
     await send(js, "allocation.fail", {"allocation_id": alloc, "saga_id": saga, "failed_step": "reserve_slots",
                                        "reason": "no capacity: 2 GPUs"})
     [failed] = await events.wait_for(of(alloc, "allocation.failed"))
@@ -145,8 +146,7 @@ async def test_activate_of_a_failed_allocation_replies_activation_failed_and_sta
 
 
 async def test_stale_mark_provisioning_after_activation_changes_nothing(run_service, nc, watch):
-    rt = await run_service("allocation", build)
-    js, events = nc.jetstream(), await watch("allocation.evt.>")
+    rt, js, events = await started(run_service, nc, watch)
     alloc, tenant = uuid.uuid4(), uuid.uuid4()
     await activated(js, events, alloc, tenant)
     _, seq = await send(js, "allocation.mark_provisioning", {"allocation_id": alloc, "saga_id": uuid.uuid4()})
@@ -156,11 +156,9 @@ async def test_stale_mark_provisioning_after_activation_changes_nothing(run_serv
 
 
 async def test_release_of_an_allocation_that_is_not_active_is_rejected_with_the_reason(run_service, nc, watch):
-    rt = await run_service("allocation", build)
-    js, events = nc.jetstream(), await watch("allocation.evt.>")
+    rt, js, events = await started(run_service, nc, watch)
     alloc, tenant = uuid.uuid4(), uuid.uuid4()
-    await send(js, "allocation.request", request_cmd(alloc, tenant))
-    await events.wait_for(of(alloc, "allocation.requested"))
+    await requested(js, events, alloc, tenant)
     await send(js, "allocation.release", {"allocation_id": alloc, "tenant_id": tenant, "requested_by": uuid.uuid4()})
     [rej] = await events.wait_for(of(alloc, "allocation.command_rejected"))
     assert rej[1]["data"]["command"] == "allocation.release"
@@ -170,8 +168,7 @@ async def test_release_of_an_allocation_that_is_not_active_is_rejected_with_the_
 
 
 async def test_release_by_another_tenant_is_rejected_and_releasing_twice_is_a_no_op(run_service, nc, watch):
-    rt = await run_service("allocation", build)
-    js, events = nc.jetstream(), await watch("allocation.evt.>")
+    rt, js, events = await started(run_service, nc, watch)
     alloc, tenant = uuid.uuid4(), uuid.uuid4()
     await activated(js, events, alloc, tenant)
     intruder = uuid.uuid4()
@@ -187,8 +184,7 @@ async def test_release_by_another_tenant_is_rejected_and_releasing_twice_is_a_no
 
 
 async def test_mark_released_of_an_active_allocation_replies_the_steps_failure_without_effect(run_service, nc, watch):
-    rt = await run_service("allocation", build)
-    js, events = nc.jetstream(), await watch("allocation.evt.>")
+    rt, js, events = await started(run_service, nc, watch)
     alloc, tenant = uuid.uuid4(), uuid.uuid4()
     await activated(js, events, alloc, tenant)
     env, _ = await send(js, "allocation.mark_released", step_cmd(alloc, tenant, uuid.uuid4(), "mark_released"))
@@ -199,17 +195,11 @@ async def test_mark_released_of_an_active_allocation_replies_the_steps_failure_w
 
 
 async def test_malformed_request_is_dead_lettered_and_the_next_valid_one_is_still_handled(run_service, nc, watch):
-    rt = await run_service("allocation", build)
-    js, events = nc.jetstream(), await watch("allocation.evt.>")
-    dead = await watch("deadletter.allocation.>")
+    rt, js, events = await started(run_service, nc, watch)
     bad, good, tenant = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
-    malformed = request_cmd(bad, tenant)
-    del malformed["shape"]
-    env, _ = await send(js, "allocation.request", malformed)
-    await send(js, "allocation.request", request_cmd(good, tenant))
-    [hit] = await dead.wait_for(lambda i: i[1]["id"] == str(env.id))
-    assert hit[0] == "deadletter.allocation.allocation__allocation_request"
-    assert hit[2]["Tessera-DLQ-Reason"] == "invalid" and "shape" in hit[2]["Tessera-DLQ-Error"]
+    dead = await send_malformed_then_valid(js, watch, "allocation.request", request_cmd(bad, tenant), "shape",
+                                           request_cmd(good, tenant))
+    assert dead == "deadletter.allocation.allocation__allocation_request"
     await events.wait_for(of(good, "allocation.requested"))
     assert await row(rt, bad) is None
     assert (await row(rt, good))["state"] == "REQUESTED"

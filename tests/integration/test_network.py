@@ -14,7 +14,7 @@ from services.network.bootstrap import build
 from services.network.contracts import AttachNetwork
 from services.network.domain.model import NetworkPlan, VniPool
 from shared.wire import step_key
-from tests.support.bus import caused_by, of, send_command as send, wait_handled
+from tests.support.bus import caused_by, of, send_command as send, send_malformed_then_valid, wait_handled
 from tests.support.commands import attach_cmd, detach_cmd
 from tests.support.concurrency import run_handler_concurrently
 
@@ -137,15 +137,10 @@ async def test_concurrent_attaches_never_give_an_address_or_a_vni_twice(run_serv
 async def test_malformed_attach_is_dead_lettered_and_the_next_valid_one_is_still_handled(run_service, nc, watch):
     rt = await run_service("network", build)
     js, events = nc.jetstream(), await watch("network.evt.>")
-    dead = await watch("deadletter.network.>")
     bad, good, tenant = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
-    malformed = attach_cmd(bad, tenant)
-    del malformed["node_id"]
-    env, _ = await send(js, "network.attach_network", malformed)
-    await send(js, "network.attach_network", attach_cmd(good, tenant))
-    [hit] = await dead.wait_for(lambda i: i[1]["id"] == str(env.id))
-    assert hit[0] == "deadletter.network.network__network_attach_network"
-    assert hit[2]["Tessera-DLQ-Reason"] == "invalid" and "node_id" in hit[2]["Tessera-DLQ-Error"]
+    dead = await send_malformed_then_valid(js, watch, "network.attach_network", attach_cmd(bad, tenant), "node_id",
+                                           attach_cmd(good, tenant))
+    assert dead == "deadletter.network.network__network_attach_network"
     await events.wait_for(of(good, "network.network_attached"))
     assert await attachments(rt, allocation_id=bad) == []
     assert len(await attachments(rt, allocation_id=good)) == 1

@@ -11,7 +11,7 @@ from services.storage.bootstrap import build
 from services.storage.contracts import ProvisionVolume
 from services.storage.domain.model import StoragePolicy
 from shared.wire import step_key
-from tests.support.bus import caused_by, of, send_command as send, wait_handled
+from tests.support.bus import caused_by, of, send_command as send, send_malformed_then_valid, wait_handled
 from tests.support.concurrency import run_handler_concurrently
 
 
@@ -134,15 +134,10 @@ async def test_concurrent_provisions_for_one_tenant_never_exceed_its_quota(run_s
 async def test_malformed_provision_is_dead_lettered_and_the_next_valid_one_is_still_handled(run_service, nc, watch):
     rt = await run_service("storage", build)
     js, events = nc.jetstream(), await watch("storage.evt.>")
-    dead = await watch("deadletter.storage.>")
     bad, good, tenant = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
-    malformed = provision_cmd(bad, tenant, 10)
-    del malformed["size_gb"]
-    env, _ = await send(js, "storage.provision_volume", malformed)
-    await send(js, "storage.provision_volume", provision_cmd(good, tenant, 10))
-    [hit] = await dead.wait_for(lambda i: i[1]["id"] == str(env.id))
-    assert hit[0] == "deadletter.storage.storage__storage_provision_volume"
-    assert hit[2]["Tessera-DLQ-Reason"] == "invalid" and "size_gb" in hit[2]["Tessera-DLQ-Error"]
+    dead = await send_malformed_then_valid(js, watch, "storage.provision_volume", provision_cmd(bad, tenant, 10),
+                                           "size_gb", provision_cmd(good, tenant, 10))
+    assert dead == "deadletter.storage.storage__storage_provision_volume"
     await events.wait_for(of(good, "storage.volume_provisioned"))
     assert await volumes(rt, bad) == []
     assert len(await volumes(rt, good)) == 1

@@ -61,6 +61,18 @@ async def publish_event(js, type_: str, data: dict, *, tenant_id: uuid.UUID | st
     return env
 
 
+async def send_malformed_then_valid(js, watch, type_: str, cmd: dict, missing: str, valid: dict) -> str:
+    """Send ``cmd`` without its ``missing`` field, then ``valid``, as ``type_``; assert the first is dead-lettered
+    as invalid, naming the field. Returns the dead letter's subject."""
+    dead = await watch(f"deadletter.{type_.split('.')[0]}.>")
+    malformed = {k: v for k, v in cmd.items() if k != missing}
+    env, _ = await send_command(js, type_, malformed)
+    await send_command(js, type_, valid)
+    [hit] = await dead.wait_for(lambda i: i[1]["id"] == str(env.id))
+    assert hit[2]["Tessera-DLQ-Reason"] == "invalid" and missing in hit[2]["Tessera-DLQ-Error"]
+    return hit[0]
+
+
 def of(alloc, type_: str):
     """Predicate for StreamWatcher.wait_for: an envelope of ``type_`` about allocation ``alloc``."""
     return lambda i: i[1]["type"] == type_ and i[1]["data"].get("allocation_id") == str(alloc)

@@ -206,12 +206,17 @@ async def test_release_of_an_unknown_allocation_is_rejected():
     assert uow.only("allocation.command_rejected").data["command"] == "allocation.release"
 
 
-@pytest.mark.parametrize("state", [RELEASING, RELEASED])
-async def test_releasing_an_allocation_that_is_releasing_or_released_is_a_no_op(state):
+async def assert_no_op(handler, type_: str, command, state: str) -> None:
+    """``command`` (built from the allocation) on an allocation in ``state`` emits nothing and keeps the state."""
     a = allocation(state)
     repo = FakeAllocationRepository(a)
-    uow = await handle(handlers.release, "allocation.release", release_cmd(a), repo)
+    uow = await handle(handler, type_, command(a), repo)
     assert uow.emitted == [] and repo.rows[a.id].state == state
+
+
+@pytest.mark.parametrize("state", [RELEASING, RELEASED])
+async def test_releasing_an_allocation_that_is_releasing_or_released_is_a_no_op(state):
+    await assert_no_op(handlers.release, "allocation.release", release_cmd, state)
 
 
 async def test_preempt_moves_an_active_allocation_to_releasing_recording_the_reason_in_row_and_event():
@@ -226,10 +231,7 @@ async def test_preempt_moves_an_active_allocation_to_releasing_recording_the_rea
 
 @pytest.mark.parametrize("state", [RELEASING, RELEASED, FAILED])
 async def test_preempting_an_allocation_that_is_releasing_released_or_failed_is_a_no_op(state):
-    a = allocation(state)
-    repo = FakeAllocationRepository(a)
-    uow = await handle(handlers.preempt, "allocation.preempt", preempt_cmd(a), repo)
-    assert uow.emitted == [] and repo.rows[a.id].state == state
+    await assert_no_op(handlers.preempt, "allocation.preempt", preempt_cmd, state)
 
 
 async def test_preempting_an_allocation_before_it_is_active_is_rejected_and_changes_nothing():

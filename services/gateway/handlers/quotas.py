@@ -24,7 +24,7 @@ from ..http.schemas.base import FieldError, GpuModel, ShapeName
 from ..http.schemas.quotas import (QuotaList, QuotaOut, QuotaProblem, TenantQuotaSet, UserQuotaOut, UserQuotaSet,
                                    UserQuotaSetOut)
 from ..http.state import gateway_of
-from .tenants import TENANT_ID
+from .tenants import TENANT_ID, require_tenant
 
 USER_ID = Param("user_id", "path", "The user's id (a user of this tenant).", uuid.UUID, required=True)
 POOL = Param("pool", "path", "The node pool.", ShapeName, required=True)
@@ -66,8 +66,7 @@ async def set_tenant_quota(request: web.Request) -> web.Response:
     body = await read_body(request, TenantQuotaSet)   # guaranteed <= limit: the model says so
     gw = gateway_of(request)
     async with gw.pool.acquire() as conn, conn.transaction():
-        if not await identity.tenant_exists(conn, tenant_id):
-            raise not_found("tenant")
+        await require_tenant(conn, tenant_id)
         current = await inventory.get_quota(conn, tenant_id, pool, model)
         await gw.outbox.add(conn, "scheduler.set_quota", SetQuota(
             tenant_id=tenant_id, gpu_model=model, pool=pool, limit=body.limit, guaranteed=body.guaranteed,
@@ -101,8 +100,7 @@ def quota_list(tenant_id: uuid.UUID, rows: list[dict]) -> QuotaList:
 async def list_quotas(request: web.Request) -> web.Response:
     tenant_id = _tenant_visible(request)
     async with gateway_of(request).pool.acquire() as conn:
-        if not await identity.tenant_exists(conn, tenant_id):
-            raise not_found("tenant")
+        await require_tenant(conn, tenant_id)
         rows = await inventory.tenant_quotas(conn, tenant_id)
     return respond(quota_list(tenant_id, rows))
 

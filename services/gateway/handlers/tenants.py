@@ -18,6 +18,12 @@ from ..http.state import gateway_of
 TENANT_ID = Param("tenant_id", "path", "The tenant's id.", uuid.UUID, required=True)
 
 
+async def require_tenant(conn, tenant_id: uuid.UUID) -> None:
+    """404 unless the tenant exists."""
+    if not await identity.tenant_exists(conn, tenant_id):
+        raise not_found("tenant")
+
+
 async def create_tenant(request: web.Request) -> web.Response:
     admin = require_provider_admin(request)
     body = await read_body(request, TenantCreate)
@@ -52,8 +58,7 @@ async def create_user(request: web.Request) -> web.Response:
     gw, caller = gateway_of(request), principal_of(request)
     user_id, key = uuid.uuid4(), new_api_key()
     async with gw.pool.acquire() as conn, conn.transaction():
-        if not await identity.tenant_exists(conn, tenant_id):
-            raise not_found("tenant")
+        await require_tenant(conn, tenant_id)
         row = await identity.create_user(conn, user_id, tenant_id, body.name, body.role, caller.user_id)
         if row is None:
             raise ProblemError(409, f"the tenant already has a user named {body.name!r}", slug="name-taken")
@@ -67,8 +72,7 @@ async def create_user(request: web.Request) -> web.Response:
 async def list_users(request: web.Request) -> web.Response:
     tenant_id = _tenant_for_user_admin(request)
     async with gateway_of(request).pool.acquire() as conn:
-        if not await identity.tenant_exists(conn, tenant_id):
-            raise not_found("tenant")
+        await require_tenant(conn, tenant_id)
         rows = await identity.list_users(conn, tenant_id)
     return respond(UserList(items=[UserOut(**dict(r)) for r in rows]))
 

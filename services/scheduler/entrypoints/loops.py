@@ -7,6 +7,8 @@ dropped: whoever leads next reloads it from PostgreSQL. Every transaction here i
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
+from functools import partial
 
 import structlog
 
@@ -73,6 +75,14 @@ async def announce_catalog(rt: Runtime) -> int:
     return len(items)
 
 
+async def while_leading(leadership: Leadership, every_s: float, step: Callable[[], Awaitable[object]]) -> None:
+    """Run ``step`` every ``every_s`` seconds, while this replica is the leader."""
+    while True:
+        await leadership.leading.wait()
+        await step()
+        await asyncio.sleep(every_s)
+
+
 async def send_due_preemptions(rt: Runtime) -> int:
     """Send ``allocation.preempt`` for every preemption whose grace period has ended; returns how many."""
     async with UnitOfWork.begin(rt.pool, rt.outbox, name="scheduler.preemptions") as uow:
@@ -88,10 +98,7 @@ async def send_due_preemptions(rt: Runtime) -> int:
 
 
 async def preemption_loop(rt: Runtime, leadership: Leadership, every_s: float) -> None:
-    while True:
-        await leadership.leading.wait()
-        await send_due_preemptions(rt)
-        await asyncio.sleep(every_s)
+    await while_leading(leadership, every_s, partial(send_due_preemptions, rt))
 
 
 async def publish_stats(rt: Runtime, active: ActiveScheduler) -> None:
@@ -127,10 +134,7 @@ async def publish_quota_use(rt: Runtime) -> int:
 
 
 async def quota_use_loop(rt: Runtime, leadership: Leadership, every_s: float) -> None:
-    while True:
-        await leadership.leading.wait()
-        await publish_quota_use(rt)
-        await asyncio.sleep(every_s)
+    await while_leading(leadership, every_s, partial(publish_quota_use, rt))
 
 
 async def tick(rt: Runtime, active: ActiveScheduler) -> int:
@@ -152,14 +156,8 @@ async def tick(rt: Runtime, active: ActiveScheduler) -> int:
 
 
 async def tick_loop(rt: Runtime, active: ActiveScheduler, leadership: Leadership, every_s: float) -> None:
-    while True:
-        await leadership.leading.wait()
-        await tick(rt, active)
-        await asyncio.sleep(every_s)
+    await while_leading(leadership, every_s, partial(tick, rt, active))
 
 
 async def stats_loop(rt: Runtime, active: ActiveScheduler, leadership: Leadership, every_s: float) -> None:
-    while True:
-        await leadership.leading.wait()
-        await publish_stats(rt, active)
-        await asyncio.sleep(every_s)
+    await while_leading(leadership, every_s, partial(publish_stats, rt, active))

@@ -60,8 +60,8 @@ class NodePatch(Body):
 
 # --- responses --------------------------------------------------------------------------------------
 
-class NodeOut(Out):
-    """A node as requested and, once the scheduler confirmed it, registered."""
+class _NodeFields(Out):
+    """What every view of a node carries."""
 
     id: uuid.UUID
     name: str
@@ -69,6 +69,11 @@ class NodeOut(Out):
     gpu_count: int
     labels: dict[str, str]
     status: NodeStatus
+
+
+class NodeOut(_NodeFields):
+    """A node as requested and, once the scheduler confirmed it, registered."""
+
     requested_at: datetime | None = None
     registered_at: datetime | None = None
 
@@ -79,15 +84,9 @@ class NodeList(Out):
     items: list[NodeOut]
 
 
-class NodeDetail(Out):
+class NodeDetail(_NodeFields):
     """A node's whole document as the scheduler last published it (and the gateway's registration times)."""
 
-    id: uuid.UUID
-    name: str
-    gpu_model: str
-    gpu_count: int
-    labels: dict[str, str]
-    status: NodeStatus
     pool: str
     region: str | None = None
     site: str | None = None
