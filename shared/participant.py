@@ -132,6 +132,15 @@ async def defer(ctx: UnitOfWork, step: Step, cmd: Command, progress: dict, **rep
 
 
 # --- a whole step ----------------------------------------------------------------------------------------------
+def over(repository: Callable[[asyncpg.Connection], Any],
+         step: Callable[[Any, Any], Awaitable[dict]]) -> Callable[[asyncpg.Connection, Any], Awaitable[dict]]:
+    """An action for ``invoke``/``undo`` that runs ``step(repo, cmd)`` on the repository ``repository`` builds on
+    the participant's connection (the step's logic depends on a port, not on asyncpg: unit tests pass a fake)."""
+    async def action(conn: asyncpg.Connection, cmd: Any) -> dict:
+        return await step(repository(conn), cmd)
+    return action
+
+
 async def invoke(ctx: UnitOfWork, cmd: StepCommand, action: Callable[[asyncpg.Connection, StepCommand], Awaitable[dict]],
                  *, step: Step, sim_faults: bool = False, subject_params: dict[str, str] | None = None) -> None:
     """Run ``action`` (returns the reply's extra fields, or raises StepRejected) once per idempotency key;

@@ -18,7 +18,7 @@ repository unless told otherwise (the unit tests pass an in-memory fake).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -27,7 +27,7 @@ from pydantic import BaseModel
 
 from shared.consumer import PermanentError, Refusal, text_safe
 from shared.envelope import utcnow
-from shared.participant import StepRejected, invoke
+from shared.participant import StepRejected, invoke, over
 from shared.unit_of_work import UnitOfWork
 
 from . import contracts as c
@@ -84,13 +84,6 @@ def _as_reply(alloc: Allocation, **extra) -> dict:
     alloc.pull_events()
     return {"tenant_id": alloc.tenant_id, "state": alloc.state, "at": alloc.updated_at, **extra}
 
-
-def _action(step: Callable[[AllocationRepository, Any], Awaitable[dict]],
-            repository: RepositoryFactory) -> Callable[[asyncpg.Connection, Any], Awaitable[dict]]:
-    """The participant's action for ``step``: the step over the repository built on the participant's connection."""
-    async def action(conn: asyncpg.Connection, cmd: Any) -> dict:
-        return await step(repository(conn), cmd)
-    return action
 
 
 async def request(ctx: UnitOfWork, cmd: c.RequestAllocation, *,
@@ -199,11 +192,11 @@ async def mark_released_step(allocations: AllocationRepository, cmd: c.MarkRelea
 async def activate(ctx: UnitOfWork, cmd: c.ActivateAllocation, *, sim_faults: bool = False,
                    repository: RepositoryFactory = PgAllocationRepository) -> None:
     """Saga step: → ACTIVE on the node; replies activated, or activation_failed if the state forbids it."""
-    await invoke(ctx, cmd, _action(activate_step, repository), step=c.ACTIVATE, sim_faults=sim_faults)
+    await invoke(ctx, cmd, over(repository, activate_step), step=c.ACTIVATE, sim_faults=sim_faults)
 
 
 async def mark_released(ctx: UnitOfWork, cmd: c.MarkReleased, *, sim_faults: bool = False,
                         repository: RepositoryFactory = PgAllocationRepository) -> None:
     """Saga step: RELEASING → RELEASED, replies released; from any other state it changes nothing and
     replies release_failed (a PermanentError, which no retry fixes)."""
-    await invoke(ctx, cmd, _action(mark_released_step, repository), step=c.MARK_RELEASED, sim_faults=sim_faults)
+    await invoke(ctx, cmd, over(repository, mark_released_step), step=c.MARK_RELEASED, sim_faults=sim_faults)

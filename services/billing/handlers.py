@@ -8,14 +8,13 @@ work's connection (the asyncpg one unless told otherwise).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any
 
 import asyncpg
 
 from shared.envelope import utcnow
-from shared.participant import invoke, undo
+from shared.participant import invoke, over, undo
 from shared.unit_of_work import UnitOfWork
 
 from . import contracts as c
@@ -26,13 +25,6 @@ from .domain.ports import MeterRepository
 RepositoryFactory = Callable[[asyncpg.Connection], MeterRepository]
 Clock = Callable[[], datetime]
 
-
-def _action(step: Callable[[MeterRepository, Any], Awaitable[dict]],
-            repository: RepositoryFactory) -> Callable[[asyncpg.Connection, Any], Awaitable[dict]]:
-    """The participant's action for ``step``: the step over the repository built on the participant's connection."""
-    async def action(conn: asyncpg.Connection, cmd: Any) -> dict:
-        return await step(repository(conn), cmd)
-    return action
 
 
 async def start_step(meters: MeterRepository, cmd: c.StartMeter, *, clock: Clock = utcnow) -> dict:
@@ -58,8 +50,8 @@ async def stop_step(meters: MeterRepository, cmd: c.StopMeter, *, clock: Clock =
 
 async def start_meter(ctx: UnitOfWork, cmd: c.StartMeter, *, sim_faults: bool = False,
                       repository: RepositoryFactory = PgMeterRepository) -> None:
-    await invoke(ctx, cmd, _action(start_step, repository), step=c.START_METER, sim_faults=sim_faults)
+    await invoke(ctx, cmd, over(repository, start_step), step=c.START_METER, sim_faults=sim_faults)
 
 
 async def stop_meter(ctx: UnitOfWork, cmd: c.StopMeter, *, repository: RepositoryFactory = PgMeterRepository) -> None:
-    await undo(ctx, cmd, _action(stop_step, repository), step=c.START_METER)
+    await undo(ctx, cmd, over(repository, stop_step), step=c.START_METER)

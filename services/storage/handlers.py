@@ -13,14 +13,13 @@ factory builds on the unit of work's connection (the asyncpg one unless told oth
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from functools import partial
-from typing import Any
 
 import asyncpg
 
 from shared.envelope import utcnow
-from shared.participant import StepRejected, invoke, undo
+from shared.participant import StepRejected, invoke, over, undo
 from shared.unit_of_work import UnitOfWork
 
 from . import contracts as c
@@ -30,13 +29,6 @@ from .domain.ports import VolumeRepository
 
 RepositoryFactory = Callable[[asyncpg.Connection], VolumeRepository]
 
-
-def _action(step: Callable[[VolumeRepository, Any], Awaitable[dict]],
-            repository: RepositoryFactory) -> Callable[[asyncpg.Connection, Any], Awaitable[dict]]:
-    """The participant's action for ``step``: the step over the repository built on the participant's connection."""
-    async def action(conn: asyncpg.Connection, cmd: Any) -> dict:
-        return await step(repository(conn), cmd)
-    return action
 
 
 async def provision_step(volumes: VolumeRepository, cmd: c.ProvisionVolume, *, policy: StoragePolicy) -> dict:
@@ -66,11 +58,11 @@ async def delete_step(volumes: VolumeRepository, cmd: c.DeleteVolume) -> dict:
 async def provision_volume(ctx: UnitOfWork, cmd: c.ProvisionVolume, *, policy: StoragePolicy,
                            sim_faults: bool = False, repository: RepositoryFactory = PgVolumeRepository) -> None:
     """Saga step: create the volume (none for size 0), once per key; over quota → failure naming the numbers."""
-    await invoke(ctx, cmd, _action(partial(provision_step, policy=policy), repository), step=c.PROVISION_VOLUME,
+    await invoke(ctx, cmd, over(repository, partial(provision_step, policy=policy)), step=c.PROVISION_VOLUME,
                  sim_faults=sim_faults)
 
 
 async def delete_volume(ctx: UnitOfWork, cmd: c.DeleteVolume, *,
                         repository: RepositoryFactory = PgVolumeRepository) -> None:
     """Saga step or compensation: delete the allocation's volume (idempotent; safe if there was none)."""
-    await undo(ctx, cmd, _action(delete_step, repository), step=c.PROVISION_VOLUME)
+    await undo(ctx, cmd, over(repository, delete_step), step=c.PROVISION_VOLUME)

@@ -15,6 +15,7 @@ from ..adapters import identity
 from ..domain.keys import hash_api_key
 from ..http.auth import auth_middleware
 from ..http.endpoint import add_routes
+from ..http.lowlevel import answer_parser_errors_with_problems
 from ..http.openapi import ENDPOINTS
 from ..http.problems import problems_middleware
 from ..http.state import GATEWAY, Gateway
@@ -51,6 +52,7 @@ def create_app(rt: Runtime, config: GatewaySettings, app: web.Application | None
     # outermost first: every request gets a span and an access line, every error a problem document
     app.middlewares.extend([telemetry_middleware(rt.service), problems_middleware, auth_middleware(gw.tokens)])
     add_routes(app, ENDPOINTS)
+    answer_parser_errors_with_problems(app)   # aiohttp's own answers to unparsable requests: problem+json too
     app.cleanup_ctx.append(_bootstrap_admin)
     app.cleanup_ctx.append(_listen)
     app.on_shutdown.append(gw.streams.close_all)

@@ -8,7 +8,6 @@ from typing import Any, Awaitable, Callable, Literal
 from aiohttp import web
 from pydantic import BaseModel, TypeAdapter
 
-from .lowlevel import answer_parser_errors_with_problems
 from .schemas.base import ApiJsonSchema, Problem
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -69,11 +68,9 @@ class Endpoint:
 
 
 def add_routes(app: web.Application, endpoints: list[Endpoint]) -> None:
-    """The route table on ``app``; and since every answer of the API is a problem document, also the answers aiohttp
-    gives itself to a request it cannot parse (``http.lowlevel``)."""
+    """The route table on ``app``."""
     for e in endpoints:
         app.router.add_route(e.method, e.path, e.handler, name=e.operation_id)
-    answer_parser_errors_with_problems(app)
 
 
 def respond(model: BaseModel, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
