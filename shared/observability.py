@@ -20,6 +20,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from prometheus_client import Counter, Histogram
@@ -87,7 +88,11 @@ class JsonLinesSpanExporter(SpanExporter):
 
 
 def configure_tracing(service: str, trace_file: str | None) -> TracerProvider:
-    provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    """Spans exported to ``trace_file`` when one is set. Without one nothing is recorded (ALWAYS_OFF): spans
+    are non-recording, costing no attribute or export work, but they still carry the trace id, so the
+    ``traceparent`` a service writes on its messages continues the trace it received."""
+    provider = TracerProvider(resource=Resource.create({"service.name": service}),
+                              sampler=None if trace_file else ALWAYS_OFF)
     if trace_file:
         provider.add_span_processor(BatchSpanProcessor(JsonLinesSpanExporter(trace_file), schedule_delay_millis=200))
     trace.set_tracer_provider(provider)

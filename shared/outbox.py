@@ -60,7 +60,7 @@ class Outbox:
     async def add_many(self, conn: asyncpg.Connection, items: list[tuple[str, BaseModel, dict[str, str] | None]], *,
                        correlation_id: str, tenant_id: uuid.UUID | None = None,
                        causation: Envelope | None = None) -> list[Envelope]:
-        """Queue several messages (type, payload, subject params) in one pipelined round trip, in order.
+        """Queue several messages (type, payload, subject params) in one statement, in order.
         Every one is checked against the contracts before anything is written."""
         rows, envelopes = [], []
         for type_, data, params in items:
@@ -68,12 +68,14 @@ class Outbox:
             self.catalog.check_send(self.service, type_, subject)
             env = self.envelope(type_, data, correlation_id=correlation_id, tenant_id=tenant_id, causation=causation)
             envelopes.append(env)
-            rows.append((env.id, subject, type_, json.dumps(env.headers()), env.model_dump_json().encode(), self.channel))
+            rows.append((env.id, subject, type_, json.dumps(env.headers()), env.model_dump_json().encode()))
         if rows:
-            # the row, and the wake-up the relay receives when the transaction commits
-            await conn.executemany(
-                "WITH row AS (INSERT INTO outbox (id, subject, type, headers, body) VALUES ($1, $2, $3, $4::jsonb, $5)) "
-                "SELECT pg_notify($6, '')", rows)
+            # the rows, in order, and the wake-up the relay receives when the transaction commits: one statement
+            ids, subjects, types, headers, bodies = (list(c) for c in zip(*rows))
+            await conn.execute(
+                "WITH added AS (INSERT INTO outbox (id, subject, type, headers, body) "
+                "SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::bytea[])) "
+                "SELECT pg_notify($6, '')", ids, subjects, types, headers, bodies, self.channel)
         return envelopes
 
 

@@ -91,6 +91,7 @@ class Runtime:
         await self.broker.connect()
         await declare_streams(self.js, replicas=s.stream_replicas)
         await self.broker.start()
+        await self.consumers.start()
         self.relay = OutboxRelay(self._pool, self.js, self.schema)
         self._running = [asyncio.create_task(self._supervise(self.relay.run))]
         self._running += [asyncio.create_task(self._supervise(t)) for t in self.tasks]
@@ -116,6 +117,8 @@ class Runtime:
         for t in self._running:
             with contextlib.suppress(BaseException):
                 await t
+        with contextlib.suppress(Exception):
+            await self.consumers.stop()
         for hook in self.on_stop:
             with contextlib.suppress(Exception):
                 await hook()

@@ -176,7 +176,10 @@ class BusSettings:
                                doc="deliveries of a failing message before it goes to the dead-letter stream")
     retry_backoff_s: tuple[float, ...] = setting("TESSERA_RETRY_BACKOFF_S", (0.2, 1.0, 3.0, 10.0), numbers,
                                                  doc="waits before each redelivery of a failed message; the last repeats")
-    max_workers: int = setting("TESSERA_MAX_WORKERS", 8, integer(1), doc="messages one consumer handles at once")
+    max_workers: int = setting("TESSERA_MAX_WORKERS", 4, integer(1),
+                               doc="batches (transactions) one consumer handles at once")
+    batch_size: int = setting("TESSERA_CONSUMER_BATCH", 32, integer(1, 256),
+                              doc="messages one consumer handles in one transaction at most")
 
 
 @dataclass(frozen=True)

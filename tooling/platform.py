@@ -207,6 +207,13 @@ class Platform:
         path = self.workdir / NODE_AGENTS_FILE
         return json.loads(path.read_text()) if path.exists() else {}
 
+    async def add_replica(self, service: str, instance: str) -> str:
+        """Start one more replica of a core service (named ``service:instance``): the same schema and the
+        same durable consumers, so the replicas share its messages. Returns its name in ``procs``."""
+        name = f"{service}:{instance}"
+        await self._spawn(name, instance=instance).wait_ready()
+        return name
+
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         p = self.procs[name]
         p.signal(sig)

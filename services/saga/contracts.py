@@ -21,6 +21,8 @@ class SagaStarted(Wire):
 
 
 class SagaStepChanged(Wire):
+    """A step change no command or reply states: timed out, retrying, given up (failed), skipped (succeeded, "skipped: ...")."""
+
     saga_id: uuid.UUID
     kind: SagaKind
     allocation_id: uuid.UUID
@@ -65,7 +67,7 @@ CONTRACT = ServiceContract(
     description="Runs the allocate and release sagas: persists each step before sending it, compensates in reverse on failure or timeout.",
     messages=[
         Message("saga.started", "saga.evt.started", SagaStarted, "event", "A saga started."),
-        Message("saga.step_changed", "saga.evt.step_changed", SagaStepChanged, "event", "A step changed status."),
+        Message("saga.step_changed", "saga.evt.step_changed", SagaStepChanged, "event", "A step change no other message states: timed out, retrying, given up (failed) or skipped."),
         Message("saga.completed", "saga.evt.completed", SagaCompleted, "event", "Every step succeeded."),
         Message("saga.failed", "saga.evt.failed", SagaFailed, "event", "A step failed or timed out; the completed steps were compensated."),
         Message("saga.compensation_failed", "saga.evt.compensation_failed", CompensationFailed, "event", "Operator attention: an undo failed after all retries."),

@@ -47,21 +47,23 @@ async def start_release(ctx: UnitOfWork, evt: AllocationReleaseRequested, *, pol
 
 
 async def _start(ctx: UnitOfWork, saga: Saga, policy: Policy) -> None:
-    if not await repository.create(ctx.conn, saga):
+    now = await repository.create(ctx.conn, saga)
+    if now is None:
         log.info("saga.already_started", allocation_id=str(saga.allocation_id), kind=saga.kind)
         return
-    await apply(ctx, saga, Start(await repository.clock(ctx.conn)), policy)
+    await apply(ctx, saga, Start(now), policy)
 
 
 async def on_reply(ctx: UnitOfWork, reply, *, policy: Policy) -> None:
     """Feed a participant's reply to its saga. Unknown sagas, stale and duplicate replies change nothing."""
-    saga = await repository.get(ctx.conn, reply.saga_id)
-    if saga is None:
+    loaded = await repository.get(ctx.conn, reply.saga_id)
+    if loaded is None:
         log.warning("saga.reply_for_unknown_saga", saga_id=str(reply.saga_id), type=ctx.causation.type)
         return
+    saga, now = loaded
     data = reply.model_dump(mode="json")
     message = Reply(ctx.causation.type, reply.step, reply.idempotency_key,
-                    {k: v for k, v in data.items() if k not in REPLY_BASE}, await repository.clock(ctx.conn))
+                    {k: v for k, v in data.items() if k not in REPLY_BASE}, now)
     await apply(ctx, saga, message, policy)
 
 
@@ -90,17 +92,18 @@ async def expire_due(pool: asyncpg.Pool, outbox: Outbox, policy: Policy, *, limi
 
 
 async def _expire(uow: UnitOfWork, saga_id: uuid.UUID, policy: Policy) -> None:
-    saga = await repository.get(uow.conn, saga_id)
-    if saga is None:
+    loaded = await repository.get(uow.conn, saga_id)
+    if loaded is None:
         return
-    now = await repository.clock(uow.conn)
+    saga, now = loaded
     for message in expired(saga, now):
         saga = await apply(uow, saga, message, policy)
 
 
 async def apply(uow: UnitOfWork, saga: Saga, message: Input, policy: Policy) -> Saga:
     """Run the state machine, persist its new state and queue its actions, in the unit of work."""
-    after, actions = handle(saga, message, policy)
+    # ``after`` holds the new step records; the step changes worth publishing are among the actions
+    after, actions, _changes = handle(saga, message, policy)
     if not actions and after == saga:
         return saga
     await repository.save(uow.conn, saga, after)

@@ -148,8 +148,12 @@ async def test_happy_path_sends_every_step_command_in_order_and_finally_activate
     provision = p.commands("node_agent.provision")[0]
     assert provision["data"]["node_id"] == str(p.node_id) and provision["data"]["ip_address"] == "10.9.0.7"
     assert p.commands("allocation.activate")[0]["data"]["node_id"] == str(p.node_id)
-    steps = [s for s, phase, status in p.step_changes() if status == "invoked"]
-    assert steps == ["reserve_slots", "attach_network", "provision_volume", "provision_node", "start_meter", "activate"]
+    # each step invoked once (in order: the loop above answered each before the next came); the command says
+    # so, and no saga.step_changed restates it
+    steps = [(c["data"]["step"], c["type"]) for t in ALLOCATE_ORDER for c in p.commands(t)]
+    assert steps == list(zip(["reserve_slots", "attach_network", "provision_volume", "provision_node", "start_meter",
+                              "activate"], ALLOCATE_ORDER))
+    assert p.step_changes() == []
     assert (await saga_row(rt, p.allocation_id))["status"] == "completed"
 
 
@@ -171,6 +175,7 @@ async def test_failed_attach_network_releases_reserved_slots_then_fails_the_allo
     failed = await p.event("saga.failed")
     assert failed["compensated"] == ["reserve_slots"]
     assert not p.commands("storage.provision_volume") and not p.commands("network.detach_network")
+    assert p.step_changes() == []       # the refusal, the undo and its confirmation say every step change
 
 
 async def test_unanswered_step_times_out_and_is_compensated_with_the_steps_before_it(run_service, watch, nc):
@@ -191,6 +196,7 @@ async def test_unanswered_step_times_out_and_is_compensated_with_the_steps_befor
     row = await saga_row(rt, p.allocation_id)
     assert (row["status"], row["failed_step"]) == ("failed", "attach_network")
     assert not p.commands("storage.provision_volume")
+    assert p.step_changes() == [("attach_network", "invoke", "timed_out")]   # the one change no message states
 
 
 async def test_unconfirmed_compensation_is_resent_then_reported_to_operators(run_service, watch, nc):
@@ -206,6 +212,8 @@ async def test_unconfirmed_compensation_is_resent_then_reported_to_operators(run
     assert (report["step"], report["attempts"]) == ("reserve_slots", 2)
     fail = await p.command("allocation.fail")
     assert (fail["data"]["failed_step"], fail["data"]["reason"]) == ("attach_network", "switch unreachable")
+    await p.event("saga.step_changed", lambda d: d["status"] == "failed")
+    assert p.step_changes() == [("reserve_slots", "compensate", "retrying"), ("reserve_slots", "compensate", "failed")]
 
 
 async def test_saga_stopped_mid_way_finishes_on_a_new_runtime_over_the_same_database(run_service, watch, nc):

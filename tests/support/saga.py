@@ -8,6 +8,9 @@
 Commands are consumed in the order the saga sent them; ``advance(seconds)`` moves
 the clock and feeds every passed deadline to the machine, as the coordinator's
 deadline loop does. No I/O; the clock is virtual.
+
+``step_changes()`` is the machine's full log of step transitions (``Outcome.changes``), published or
+not; ``events("saga.step_changed")`` is what the coordinator would publish (``machine.restated``).
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from datetime import datetime, timedelta, timezone
 
 from services.saga.domain.definitions import DEFINITIONS
 from services.saga.domain.machine import compensation_key, expired, handle
-from services.saga.domain.model import OPEN, Action, Command, Event, Input, Policy, Reply, Saga, Start
+from services.saga.domain.model import OPEN, Action, Command, Event, Input, Policy, Reply, Saga, Start, StepChange
 
 T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
 
@@ -27,6 +30,7 @@ class SagaScenario:
         self.actions: list[Action] = []     # everything the saga did, in order
         self.unseen: list[Command] = []     # commands not yet taken by expect_command
         self.last: list[Action] = []        # actions of the latest input
+        self.changes: list[StepChange] = []  # every step change, in order, published or not
 
     @classmethod
     def allocate(cls, policy: Policy | None = None, **input_overrides) -> "SagaScenario":
@@ -45,8 +49,9 @@ class SagaScenario:
     # --- given / when -----------------------------------------------------------------------------
 
     def feed(self, message: Input) -> list[Action]:
-        self.saga, self.last = handle(self.saga, message, self.policy)
+        self.saga, self.last, changes = handle(self.saga, message, self.policy)
         self.actions += self.last
+        self.changes += changes
         self.unseen += [a for a in self.last if isinstance(a, Command)]
         return self.last
 
@@ -107,6 +112,11 @@ class SagaScenario:
         return [a.data for a in self.actions if isinstance(a, Event) and a.type == type_]
 
     def step_changes(self) -> list[tuple[str, str, str]]:
+        """Every (step, phase, status) transition so far, published as saga.step_changed or not."""
+        return [(c.step, c.phase, c.status) for c in self.changes]
+
+    def published_step_changes(self) -> list[tuple[str, str, str]]:
+        """The (step, phase, status) transitions the coordinator publishes as saga.step_changed."""
         return [(e["step"], e["phase"], e["status"]) for e in self.events("saga.step_changed")]
 
     def _step(self, cmd: Command):

@@ -7,7 +7,7 @@ import pytest
 
 from services.saga.domain.definitions import ALLOCATE
 from services.saga.domain.machine import compensation_key, handle
-from services.saga.domain.model import Expired, Policy, Start
+from services.saga.domain.model import Command, Event, Expired, Policy, Start
 from shared.wire import step_key
 from tests.support.saga import SagaScenario
 
@@ -72,6 +72,19 @@ def test_every_step_succeeding_sends_commands_in_order_with_earlier_results_and_
     assert s.saga.status == "completed"
     assert len(s.events("saga.completed")) == 1 and not s.events("saga.failed")
     assert [c for c in s.step_changes() if c[2] == "succeeded"] == [(n, "invoke", "succeeded") for n in STEPS]
+    assert [c for c in s.step_changes() if c[2] == "invoked"] == [(n, "invoke", "invoked") for n in STEPS]
+
+
+def test_a_successful_allocation_publishes_its_commands_and_the_saga_start_and_end_but_no_step_change():
+    """Each step's command says it was invoked and the participant's reply that it succeeded."""
+    s = SagaScenario.allocate()
+    s.expect_command("allocation.mark_provisioning")
+    s.succeed(run_until(s, "activate"), **OK_DATA["activate"])
+    assert s.saga.status == "completed"
+    assert len(s.step_changes()) == 2 * len(STEPS) and s.published_step_changes() == []
+    assert [a.type for a in s.actions if isinstance(a, Event)] == ["saga.started", "saga.completed"]
+    assert [a.type for a in s.actions if isinstance(a, Command)] == ["allocation.mark_provisioning",
+                                                                     *(st.invoke for st in ALLOCATE.steps)]
 
 
 @pytest.mark.parametrize("failing", STEPS)
@@ -88,6 +101,8 @@ def test_failure_at_any_step_undoes_the_completed_steps_in_reverse_then_fails_th
     assert s.saga.status == "failed"
     failed = s.events("saga.failed")
     assert len(failed) == 1 and failed[0]["compensated"] == list(reversed(done))
+    assert (failing, "invoke", "failed") in s.step_changes()
+    assert s.published_step_changes() == []     # the refusal, the undo commands and their replies say it all
     assert s.saga.record(failing, "compensate") is None or s.saga.record(failing, "compensate").status == "disarmed"
 
 
@@ -105,6 +120,7 @@ def test_timeout_at_any_step_compensates_that_step_first_then_the_earlier_ones(s
     s.expect_command("allocation.fail", failed_step=silent, reason="timed out after 30s")
     s.expect_no_command()
     assert s.events("saga.failed")[0]["compensated"] == undo
+    assert s.published_step_changes() == [(silent, "invoke", "timed_out")]   # nothing else on the bus says it
 
 
 def test_compensation_commands_name_the_step_they_undo_and_carry_labels_and_the_node():
@@ -161,9 +177,9 @@ def test_a_reply_before_the_deadline_means_no_timeout_and_a_second_start_does_no
     s.succeed(s.expect_command("scheduler.reserve_slots"), **OK_DATA["reserve_slots"])
     s.advance(29)
     assert s.saga.status == "running" and s.saga.record("reserve_slots").status == "succeeded"
-    assert handle(s.saga, Start(s.now), s.policy) == (s.saga, [])
+    assert handle(s.saga, Start(s.now), s.policy) == (s.saga, [], [])
     early = Expired("attach_network", "invoke", s.now)             # its deadline is 1 s away
-    assert handle(s.saga, early, s.policy) == (s.saga, [])
+    assert handle(s.saga, early, s.policy) == (s.saga, [], [])
 
 
 def test_unanswered_compensation_is_resent_with_backoff_then_reported_and_the_earlier_ones_still_run():
@@ -187,6 +203,10 @@ def test_unanswered_compensation_is_resent_with_backoff_then_reported_and_the_ea
     s.expect_command("allocation.fail", failed_step="provision_volume", reason="quota exceeded")
     assert s.events("saga.failed")[0]["compensated"] == ["reserve_slots"]
     assert again.data == first.data
+    # the resends are commands of their own; the waits and the giving up are known to the coordinator only
+    assert s.published_step_changes() == [
+        ("attach_network", "compensate", "retrying"), ("attach_network", "compensate", "retrying"),
+        ("attach_network", "compensate", "failed")]
 
 
 def test_a_late_undo_reply_during_the_backoff_wait_is_accepted_and_duplicates_are_ignored():
@@ -204,6 +224,7 @@ def test_a_late_undo_reply_during_the_backoff_wait_is_accepted_and_duplicates_ar
     assert [c for c in s.step_changes() if c[1] == "compensate"] == [
         ("reserve_slots", "compensate", "compensating"), ("reserve_slots", "compensate", "retrying"),
         ("reserve_slots", "compensate", "compensated")]
+    assert s.published_step_changes() == [("reserve_slots", "compensate", "retrying")]
 
 
 def test_the_machine_never_mutates_the_saga_it_is_given():

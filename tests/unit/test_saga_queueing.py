@@ -38,6 +38,8 @@ def test_a_queued_reservation_waits_past_the_step_timeout_until_the_queue_timeou
     queued(s, cmd, position=3)
     rec = s.saga.record("reserve_slots")
     assert (rec.status, rec.deadline) == ("waiting", s.now + POLICY.queue_timeout)
+    assert s.step_changes()[-1] == ("reserve_slots", "invoke", "waiting")
+    assert s.published_step_changes() == []      # scheduler.reservation_queued says it
     s.advance(POLICY.step_timeout_s + 1)
     assert s.saga.status == "running" and s.saga.record("reserve_slots").status == "waiting"
     s.succeed(cmd, node_id=NODE, slots=[0, 1], gpu_model="H100")

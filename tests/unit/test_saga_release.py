@@ -27,6 +27,7 @@ def test_release_runs_every_step_in_order_and_completes():
     s.expect_no_command()
     assert s.saga.status == "completed" and len(s.events("saga.completed")) == 1
     assert s.events("saga.started")[0]["steps"] == RELEASE.names
+    assert s.published_step_changes() == []         # each command and its reply say every step change
 
 
 def test_release_does_not_mark_the_allocation_provisioning():
@@ -53,6 +54,7 @@ def test_unconfirmed_release_step_is_resent_with_backoff_and_a_late_reply_is_acc
     assert s.succeed(first) == []                       # duplicate
     assert [c[2] for c in s.step_changes() if c[0] == "stop_meter"] == [
         "invoked", "retrying", "invoked", "retrying", "invoked", "retrying", "succeeded"]
+    assert [c[2] for c in s.published_step_changes() if c[0] == "stop_meter"] == ["retrying"] * 3
 
 
 def test_release_step_unconfirmed_after_every_attempt_is_reported_and_fails_the_allocation():
@@ -67,6 +69,8 @@ def test_release_step_unconfirmed_after_every_attempt_is_reported_and_fails_the_
     report = s.events("saga.compensation_failed")
     assert len(report) == 1 and report[0]["step"] == "deprovision_node" and report[0]["attempts"] == 3
     assert s.saga.status == "failed" and s.events("saga.failed")[0]["failed_step"] == "deprovision_node"
+    assert s.published_step_changes() == [("deprovision_node", "invoke", "retrying")] * 2 + [
+        ("deprovision_node", "invoke", "failed")]                # the coordinator gave up: published
     s.advance(600)
     s.expect_no_command()
 
@@ -77,3 +81,4 @@ def test_release_without_a_node_skips_deprovisioning():
     s.expect_command("storage.delete_volume")
     assert s.saga.record("deprovision_node").status == "succeeded"
     assert any(e["step"] == "deprovision_node" and "skipped" in (e["detail"] or "") for e in s.events("saga.step_changed"))
+    assert s.published_step_changes() == [("deprovision_node", "invoke", "succeeded")]   # no command says a skip

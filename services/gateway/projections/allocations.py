@@ -1,6 +1,12 @@
 """The allocation read model (allocations_view, and allocation_events with its NOTIFY to the open streams), fed by
 allocation.*, saga.step_changed and the scheduler's queue, placement, refusal and preemption of an allocation.
 
+The saga publishes ``saga.step_changed`` only for step changes no other message states (the rule is
+``restated`` in services/saga/domain/machine.py): a step timed out, a resend is scheduled, the coordinator gave
+up, or a step was skipped. So an allocation's event stream shows saga steps only for those, and a successful
+allocation's shows none: its progress is its own events and the scheduler's. The other participants' commands
+and replies (a step invoked, answered, compensated) are not subscribed to, so not in the stream.
+
 Each handler runs in the consumer's transaction (inbox dedupe included). The view only moves
 forward, whatever order the events arrive in: ``domain.model.advances`` for the allocation's
 own lifecycle, ``advances_to`` once the scheduler is involved (REQUESTED < PROVISIONING (saga
@@ -112,6 +118,7 @@ async def on_command_rejected(ctx: UnitOfWork, data: ac.AllocationCommandRejecte
 
 
 async def on_saga_step_changed(ctx: UnitOfWork, data: SagaStepChanged) -> None:
+    """A timeout, retry, give-up or skip: appended to the allocation's stream; the view is not moved."""
     await _record(ctx, data.allocation_id)
 
 

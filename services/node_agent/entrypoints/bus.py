@@ -11,8 +11,11 @@ from ..contracts import PROVISION_NODE
 
 def wire(rt: Runtime, node: handlers.Node) -> None:
     params, durable = node.subject_params, f"node_agent_{node.id.hex}"
+    # one command per transaction, several at once: the driver works (seconds, for a real VM) inside the
+    # consumer's transaction, and one instance must not wait for another
     rt.consumers.participate(PROVISION_NODE, invoke=partial(handlers.provision_node, node=node),
-                             undo=partial(handlers.deprovision_node, node=node), subject_params=params, durable=durable)
+                             undo=partial(handlers.deprovision_node, node=node), subject_params=params, durable=durable,
+                             batch_size=1, max_workers=8)
     if node.dataplane.kind == "none":
         return   # nothing plumbed, nothing to keep up to date
     # every node sees every tenant's changes (one durable per node); the dataplane ignores tenants not here

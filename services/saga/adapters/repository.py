@@ -17,51 +17,53 @@ from ..domain.model import AWAITING, OPEN, Saga, StepRecord
 _AWAITING, _OPEN = sorted(AWAITING), sorted(OPEN)
 
 
-async def clock(conn: asyncpg.Connection) -> datetime:
-    """The database's clock: every replica measures deadlines against the same one."""
-    return await conn.fetchval("SELECT clock_timestamp()")
-
-
-async def create(conn: asyncpg.Connection, saga: Saga) -> bool:
-    """Insert a new saga; False (and nothing written) when the allocation already has one of this kind."""
-    made = await conn.fetchval(
+async def create(conn: asyncpg.Connection, saga: Saga) -> datetime | None:
+    """Insert a new saga and return the database's clock; None (and nothing written) when the allocation
+    already has one of this kind."""
+    return await conn.fetchval(
         "INSERT INTO sagas (id, kind, allocation_id, tenant_id, status, input) VALUES ($1,$2,$3,$4,$5,$6::jsonb) "
-        "ON CONFLICT (allocation_id, kind) DO NOTHING RETURNING id",
+        "ON CONFLICT (allocation_id, kind) DO NOTHING RETURNING clock_timestamp()",
         saga.id, saga.kind, saga.allocation_id, saga.tenant_id, saga.status, json.dumps(saga.input))
-    return made is not None
 
 
-async def get(conn: asyncpg.Connection, saga_id: uuid.UUID) -> Saga | None:
-    """Load a saga with its steps and lock it until the transaction ends (may block on its lock)."""
+async def get(conn: asyncpg.Connection, saga_id: uuid.UUID) -> tuple[Saga, datetime] | None:
+    """Load a saga with its steps, locked until the transaction ends (may block on its lock), and the
+    database's clock read once the lock is held: two round trips (the steps and the clock are read by a
+    statement of their own, after the lock, so they see what the previous holder committed)."""
     row = await conn.fetchrow("SELECT * FROM sagas WHERE id=$1 FOR UPDATE", saga_id)
     if row is None:
         return None
-    steps = await conn.fetch("SELECT step, phase, status, attempt, deadline, result, error FROM saga_steps WHERE saga_id=$1",
-                             saga_id)
-    return Saga(
+    now, steps = await conn.fetchrow(
+        "SELECT clock_timestamp(), coalesce((SELECT json_agg(json_build_object('step', step, 'phase', phase, "
+        "'status', status, 'attempt', attempt, 'deadline', deadline, 'result', result, 'error', error)) "
+        "FROM saga_steps WHERE saga_id=$1), '[]')", saga_id)
+    saga = Saga(
         id=row["id"], kind=row["kind"], allocation_id=row["allocation_id"], tenant_id=row["tenant_id"],
         input=json.loads(row["input"]), status=row["status"], current_step=row["current_step"],
         failed_step=row["failed_step"], reason=row["reason"],
-        steps={(s["step"], s["phase"]): StepRecord(s["status"], s["attempt"], s["deadline"],
-                                                   json.loads(s["result"]) if s["result"] is not None else None, s["error"])
-               for s in steps},
+        steps={(s["step"], s["phase"]): StepRecord(s["status"], s["attempt"],
+                                                   datetime.fromisoformat(s["deadline"]) if s["deadline"] else None,
+                                                   s["result"], s["error"])
+               for s in json.loads(steps)},
     )
+    return saga, now
 
 
 async def save(conn: asyncpg.Connection, before: Saga, after: Saga) -> None:
-    """Write the saga row and every step record that changed between ``before`` and ``after``."""
+    """Write the saga row and every step record that changed between ``before`` and ``after``, in one
+    statement."""
+    changed = [(step, phase, r.status, r.attempt, r.deadline, json.dumps(r.result) if r.result is not None else None,
+                r.error) for (step, phase), r in after.steps.items() if before.steps.get((step, phase)) != r]
+    columns = list(zip(*changed)) if changed else [()] * 7
     await conn.execute(
-        "UPDATE sagas SET status=$2, current_step=$3, failed_step=$4, reason=$5, updated_at=now() WHERE id=$1",
-        after.id, after.status, after.current_step, after.failed_step, after.reason)
-    changed = [(after.id, step, phase, r.status, r.attempt, r.deadline,
-                json.dumps(r.result) if r.result is not None else None, r.error)
-               for (step, phase), r in after.steps.items() if before.steps.get((step, phase)) != r]
-    if changed:
-        await conn.executemany(
-            "INSERT INTO saga_steps (saga_id, step, phase, status, attempt, deadline, result, error) "
-            "VALUES ($1,$2,$3,$4,$5,$6,$7::jsonb,$8) ON CONFLICT (saga_id, step, phase) DO UPDATE SET "
-            "status=EXCLUDED.status, attempt=EXCLUDED.attempt, deadline=EXCLUDED.deadline, "
-            "result=EXCLUDED.result, error=EXCLUDED.error", changed)
+        "WITH saga AS (UPDATE sagas SET status=$2, current_step=$3, failed_step=$4, reason=$5, updated_at=now() "
+        "WHERE id=$1) "
+        "INSERT INTO saga_steps (saga_id, step, phase, status, attempt, deadline, result, error) "
+        "SELECT $1, * FROM unnest($6::text[], $7::text[], $8::text[], $9::int[], $10::timestamptz[], $11::jsonb[], "
+        "$12::text[]) ON CONFLICT (saga_id, step, phase) DO UPDATE SET "
+        "status=EXCLUDED.status, attempt=EXCLUDED.attempt, deadline=EXCLUDED.deadline, "
+        "result=EXCLUDED.result, error=EXCLUDED.error",
+        after.id, after.status, after.current_step, after.failed_step, after.reason, *[list(c) for c in columns])
 
 
 async def claim_due(conn: asyncpg.Connection, skip: list[uuid.UUID]) -> uuid.UUID | None:

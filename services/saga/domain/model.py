@@ -1,4 +1,5 @@
-"""Saga state, the inputs the state machine accepts and the actions it returns (pure; no I/O).
+"""Saga state, the inputs the state machine accepts and what it returns (pure; no I/O): the actions the
+coordinator carries out, and the log of step changes.
 
 State mirrors the two tables: one ``Saga`` row, and one ``StepRecord`` per
 (step, phase), phase being "invoke" (the step itself) or "compensate" (its undo).
@@ -16,7 +17,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Literal, Union
+from typing import Any, Literal, NamedTuple, Union
 
 INVOKE, COMPENSATE = "invoke", "compensate"
 Phase = Literal["invoke", "compensate"]
@@ -141,3 +142,23 @@ class Event:
 
 
 Action = Union[Command, Event]
+
+
+@dataclass(frozen=True)
+class StepChange:
+    """One step record moving to a new status. The machine logs every one; it publishes as
+    ``saga.step_changed`` only those no other message states (``machine.restated``)."""
+
+    step: str
+    phase: Phase
+    status: str
+    attempt: int
+    detail: str | None = None
+
+
+class Outcome(NamedTuple):
+    """What one input did: the new saga, the actions to carry out, and every step change in order."""
+
+    saga: Saga
+    actions: list[Action]
+    changes: list[StepChange]

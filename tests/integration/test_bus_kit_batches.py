@@ -1,0 +1,133 @@
+"""The kit handles a fetched batch in one transaction, and keeps every guarantee of one message at a time:
+a crash between the batch's commit and its acks has no second effect when the batch is redelivered; a poison
+message in a batch is retried and dead-lettered alone while its neighbours' effects commit.
+
+The probe (tests/support/kitprobe.py) has its own contract, stream and schema; messages are published before
+it starts, so its first fetch takes them all as one batch.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import asyncpg
+import pytest
+from nats.js.api import StreamConfig
+from nats.js.errors import NotFoundError
+
+from tests.support import kitprobe
+from tests.support.bus import make_envelope, publish_envelope
+from tests.support.polling import eventually
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+async def probe_env(infra, provision, nc):
+    """A fresh stream and consumer, an effects table, and the probe's DSN."""
+    js = nc.jetstream()
+    try:
+        await js.delete_stream(kitprobe.STREAM)
+    except NotFoundError:
+        pass
+    await js.add_stream(StreamConfig(name=kitprobe.STREAM, subjects=["batchprobe.>"], duplicate_window=120))
+    dsn = await provision(kitprobe.SERVICE)
+    conn = await asyncpg.connect(dsn)
+    await conn.execute(kitprobe.EFFECTS)
+    await conn.execute("TRUNCATE effects")
+    await conn.close()
+    return dsn
+
+
+async def publish_pings(js, pings: list[dict]) -> list:
+    envs = [make_envelope(kitprobe.PING, p) for p in pings]
+    for env in envs:
+        await publish_envelope(js, "batchprobe.cmd.ping", env)
+    return envs
+
+
+async def effects(dsn: str) -> list[asyncpg.Record]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return await conn.fetch("SELECT n, txid, pid FROM effects ORDER BY n")
+    finally:
+        await conn.close()
+
+
+def spawn_probe(infra, dsn: str, log: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TESSERA_NATS_URL": infra.nats_url, "TESSERA_DB_DSN": dsn}
+    return subprocess.Popen([sys.executable, "-m", "tests.support.kitprobe"], cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=open(log, "ab"), start_new_session=True)
+
+
+async def test_a_kill_between_the_commit_and_the_acks_of_a_batch_has_no_second_effect(
+        infra, probe_env, nc, watch, tmp_path):
+    js = nc.jetstream()
+    pinged = await watch("batchprobe.evt.pinged")
+    await publish_pings(js, [{"n": n, "kill": n == 9} for n in range(20)])
+
+    first = spawn_probe(infra, probe_env, tmp_path / "probe.log")
+    try:
+        # the batch commits, then the after-commit hook of ping 9 kills the process before any ack
+        await eventually(lambda: first.poll() is not None, timeout=60)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == -signal.SIGKILL
+    committed = await effects(probe_env)
+    assert [r["n"] for r in committed] == list(range(20))                 # every effect, once
+    assert len({r["txid"] for r in committed}) == 1                      # one transaction: one batch
+    info = await js.consumer_info(kitprobe.STREAM, kitprobe.CONSUMER)
+    assert info.num_ack_pending == 20                                    # and not one of them acknowledged
+
+    second = spawn_probe(infra, probe_env, tmp_path / "probe.log")
+    try:
+        async def settled() -> bool:
+            i = await js.consumer_info(kitprobe.STREAM, kitprobe.CONSUMER)
+            return i.num_ack_pending == 0 and i.num_pending == 0 and i.delivered.consumer_seq >= 40
+        await eventually(settled, timeout=60, fail_if=lambda _v: second.poll() is not None)
+        # the redelivered batch found its inbox rows: no handler ran again
+        assert [r["n"] for r in await effects(probe_env)] == list(range(20))
+        # the outbox rows the killed process committed are published by the new one, each once
+        await pinged.wait_for(lambda _i: len({i[1]["data"]["n"] for i in pinged.items}) == 20, timeout=30)
+        assert sorted(i[1]["data"]["n"] for i in pinged.items) == list(range(20))
+    finally:
+        second.send_signal(signal.SIGTERM)
+        try:
+            second.wait(20)
+        except subprocess.TimeoutExpired:
+            second.kill()
+
+
+async def test_a_poison_message_in_a_batch_is_retried_and_dead_lettered_alone_while_its_neighbours_commit(
+        infra, probe_env, nc, watch):
+    js = nc.jetstream()
+    dlq = await watch("deadletter.batchprobe.>")
+    pinged = await watch("batchprobe.evt.pinged")
+    envs = await publish_pings(js, [{"n": n, "poison": n == 3} for n in range(8)])
+    rt = kitprobe.build(infra.nats_url, probe_env, ack_wait_s=5)
+    await rt.start()
+    try:
+        dead = await dlq.wait_for(lambda i: i[1]["id"] == str(envs[3].id), timeout=30)
+        headers = dead[0][2]
+        assert headers["Tessera-DLQ-Reason"] == "max_deliveries"
+        assert headers["Tessera-DLQ-Deliveries"] == "3"
+        assert "poison 3" in headers["Tessera-DLQ-Error"]
+        done = await effects(probe_env)
+        # the neighbours' effects committed, once each, in one transaction with the poison's first attempt
+        # (whose own write was rolled back to its savepoint); the poison left no effect
+        assert [r["n"] for r in done] == [0, 1, 2, 4, 5, 6, 7]
+        assert len({r["txid"] for r in done}) == 1
+        await pinged.wait_for(lambda _i: len(pinged.items) >= 7, timeout=30)
+        assert sorted(i[1]["data"]["n"] for i in pinged.items) == [0, 1, 2, 4, 5, 6, 7]
+        async with rt.pool.acquire() as conn:
+            inbox = {r["event_id"] for r in await conn.fetch(
+                "SELECT event_id FROM inbox WHERE consumer=$1 AND event_id = ANY($2::uuid[])",
+                kitprobe.CONSUMER, [e.id for e in envs])}
+        assert inbox == {e.id for i, e in enumerate(envs) if i != 3}
+    finally:
+        await rt.stop()

@@ -1,0 +1,70 @@
+"""A probe service for the kit's batch and crash tests: its own contract, stream and schema, nothing of any
+real service. ``python -m tests.support.kitprobe`` runs it as its own process (so a test can kill it with
+SIGKILL); ``build()`` gives the same service in-process.
+
+Its handler records one ``effects`` row per ping (with the id of the transaction that wrote it) and emits one
+``batchprobe.pinged``. A ping marked ``kill`` kills the process with SIGKILL once its transaction has
+committed, before any message of the batch is acknowledged; one marked ``poison`` writes its effect, then
+fails (its savepoint rolls the write back).
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+from pydantic import BaseModel, ConfigDict
+
+from shared.contract import Catalog, Message, ServiceContract, load_catalog
+from shared.runtime import Runtime
+from shared.settings import BusSettings, ServiceSettings
+from shared.unit_of_work import UnitOfWork
+
+SERVICE = "batchprobe"
+STREAM = "TESSERA_BATCHPROBE"
+PING, PINGED = "batchprobe.ping", "batchprobe.pinged"
+CONSUMER = f"{SERVICE}__batchprobe_ping"
+EFFECTS = "CREATE TABLE IF NOT EXISTS effects (n bigint NOT NULL, txid bigint NOT NULL, pid int NOT NULL)"
+
+
+class Ping(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    n: int
+    kill: bool = False
+    poison: bool = False
+
+
+CONTRACT = ServiceContract(
+    service=SERVICE, title="batch probe", description="test-only service",
+    messages=[Message(PING, "batchprobe.cmd.ping", Ping, "command", "ping"),
+              Message(PINGED, "batchprobe.evt.pinged", Ping, "event", "pinged")],
+    receives=[PING],
+)
+
+
+def catalog() -> Catalog:
+    return Catalog([*load_catalog().contracts.values(), CONTRACT])
+
+
+async def on_ping(ctx: UnitOfWork, ping: Ping) -> None:
+    await ctx.conn.execute("INSERT INTO effects (n, txid, pid) VALUES ($1, txid_current(), $2)", ping.n, os.getpid())
+    await ctx.emit(PINGED, ping)
+    if ping.poison:
+        raise RuntimeError(f"poison {ping.n}")
+    if ping.kill:
+        async def die() -> None:
+            os.kill(os.getpid(), signal.SIGKILL)
+        ctx.on_commit(die)
+
+
+def build(nats_url: str, db_dsn: str, *, ack_wait_s: float = 2.0, batch_size: int = 64, max_workers: int = 1) -> Runtime:
+    settings = ServiceSettings(service=SERVICE, nats_url=nats_url, db_dsn=db_dsn, log_level="WARNING",
+                               bus=BusSettings(ack_wait_s=ack_wait_s, max_deliver=3, retry_backoff_s=(0.05, 0.1),
+                                               max_workers=max_workers, batch_size=batch_size))
+    rt = Runtime(settings, catalog=catalog())
+    rt.consumers.subscribe(PING, on_ping)
+    return rt
+
+
+if __name__ == "__main__":
+    asyncio.run(build(os.environ["TESSERA_NATS_URL"], os.environ["TESSERA_DB_DSN"]).run_forever())
