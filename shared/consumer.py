@@ -7,8 +7,9 @@ nothing) and handles the batch in one PostgreSQL transaction:
    the dead-letter stream (retrying cannot fix it);
 2. one statement records every message in the inbox (``unnest``); a message already there was handled before
    and has no second effect;
-3. each new message's handler runs under a savepoint, its writes and outbox messages in the transaction: a
-   handler that fails rolls back only itself (and its inbox row), its neighbours' work stays;
+3. each new message's handler runs, its writes and outbox messages in the transaction; when one fails, the
+   transaction is rolled back and the batch run again with each handler under a savepoint: the failing
+   handler rolls back only itself (and its inbox row), its neighbours' work stays;
 4. one commit, then the after-commit callbacks of the handlers that succeeded, then the acks.
 
 A crash after the commit and before the acks redelivers the batch, and the inbox turns each message into a
@@ -36,7 +37,6 @@ import asyncpg
 import structlog
 from faststream.nats import NatsBroker
 from nats.aio.msg import Msg
-from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import AckPolicy as JsAckPolicy
 from nats.js.api import ConsumerConfig
 from opentelemetry import trace
@@ -45,13 +45,14 @@ from pydantic import ValidationError
 from .settings import BusSettings
 from .contract import Catalog, ContractViolation, Message
 from .envelope import Envelope
-from .observability import DEAD_LETTERS, HANDLER_SECONDS, MESSAGES, extract_trace, tracer
+from .observability import DEAD_LETTERS, HANDLER_SECONDS, MESSAGES, extract_trace
 from .outbox import Outbox
 from .steps import Step
 from .streams import DEAD_LETTER_PREFIX
 from .unit_of_work import UnitOfWork
 
 log = structlog.get_logger()
+_TRACER = trace.get_tracer("tessera")   # resolves to the provider the runtime sets at start
 
 
 def _header_safe(text: str, limit: int = 1000) -> str:
@@ -103,6 +104,10 @@ def refusal_reason(exc: BaseException, limit: int = 1000) -> str:
     return text_safe(" ".join(text.split()), limit)
 
 
+class _HandlerFailed(Exception):
+    """A handler failed in a batch run without savepoints: roll the batch back, run it again with them."""
+
+
 @dataclass(eq=False)
 class _Item:
     """One message of a batch and what became of it."""
@@ -118,10 +123,11 @@ class _Subscription:
     """One durable pull consumer: what it consumes, how, and (while it runs) its fetch loop."""
 
     def __init__(self, name: str, subject: str, stream: str, msg: Message, handler: Handler,
-                 on_refused: Refusal | None, batch: int, workers: int, config: Callable[[], ConsumerConfig]):
+                 on_refused: Refusal | None, batch: int, workers: int, config: Callable[[], ConsumerConfig],
+                 exclusive: bool = False):
         self.name, self.subject, self.stream, self.msg = name, subject, stream, msg
         self.handler, self.on_refused = handler, on_refused
-        self.batch, self.workers, self.config = batch, workers, config
+        self.batch, self.workers, self.config, self.exclusive = batch, workers, config, exclusive
         self.pull: Any = None                       # the nats-py pull subscription while running
         self.pump: asyncio.Task | None = None
         self.inflight: set[asyncio.Task] = set()
@@ -133,6 +139,11 @@ class Consumers:
     A ``leader_only`` subscriber does not start with the others: ``start_leader_only`` starts it once the
     bus is connected, ``stop_leader_only`` stops it (messages in flight finish first); a replica calls them
     as it gains and loses leadership, as often as it does.
+
+    ``exclusive`` subscribers run one batch at a time between them, holding ``self.exclusive`` (a service's
+    own loops may take it too): for a service whose handlers keep state in memory that must follow the
+    database one transaction at a time (the scheduler's index), and whose batches would otherwise lock the
+    same rows in different orders.
     """
 
     def __init__(self, service: str, broker: NatsBroker, catalog: Catalog, outbox: Outbox,
@@ -144,10 +155,11 @@ class Consumers:
         self._always: list[_Subscription] = []
         self._leader_only: list[_Subscription] = []
         self._running: list[_Subscription] = []
+        self.exclusive = asyncio.Lock()
 
     def subscribe(self, type_: str, handler: Handler, *, subject_params: dict[str, str] | None = None,
                   durable: str | None = None, max_workers: int | None = None, batch_size: int | None = None,
-                  leader_only: bool = False, on_refused: Refusal | None = None) -> str:
+                  leader_only: bool = False, on_refused: Refusal | None = None, exclusive: bool = False) -> str:
         """Consume ``type_`` with ``handler``. ``on_refused(ctx, data, reason)`` publishes the service's refusal
         when the handler fails for a reason no retry can fix (``permanent``): it runs in a new unit of work
         (the handler's rolled back) that also records the inbox row, then the message is acknowledged.
@@ -167,7 +179,7 @@ class Consumers:
 
         sub = _Subscription(name, subject, self.catalog.owner(type_).stream, msg, handler, on_refused,
                             batch=batch_size or self.settings.batch_size,
-                            workers=max_workers or self.settings.max_workers, config=config)
+                            workers=max_workers or self.settings.max_workers, config=config, exclusive=exclusive)
         (self._leader_only if leader_only else self._always).append(sub)
         self.names.append(name)
         return name
@@ -175,7 +187,7 @@ class Consumers:
     def participate(self, step: Step, *, invoke: Handler, undo: Handler | None = None,
                     subject_params: dict[str, str] | None = None, durable: str | None = None,
                     max_workers: int | None = None, batch_size: int | None = None,
-                    leader_only: bool = False) -> list[str]:
+                    leader_only: bool = False, exclusive: bool = False) -> list[str]:
         """Subscribe a participant to a declared saga step: ``invoke`` handles its command, ``undo`` its undo
         command (given exactly when the step has one). ``durable``, if given, prefixes the consumer names
         (``<durable>__<command name>``)."""
@@ -183,7 +195,7 @@ class Consumers:
             raise ContractViolation(f"{step.command.type}: an undo handler goes with an undo command, and only then")
         return [self.subscribe(msg.type, handler, subject_params=subject_params, max_workers=max_workers,
                                batch_size=batch_size, durable=durable and f"{durable}__{msg.name}",
-                               leader_only=leader_only)
+                               leader_only=leader_only, exclusive=exclusive)
                 for msg, handler in ((step.command, invoke), (step.undo, undo)) if msg is not None]
 
     # --- running ----------------------------------------------------------------------------------------
@@ -237,14 +249,15 @@ class Consumers:
         sub.pump, sub.pull = None, None
 
     async def _pump(self, sub: _Subscription) -> None:
-        """Fetch what is there (up to a batch; waiting at most a second when nothing is) whenever a worker is
-        free, and hand each batch to a worker."""
+        """Fetch what is there (up to a batch; a long poll of ``fetch_wait_s`` when nothing is) whenever a
+        worker is free, and hand each batch to a worker. A message arriving during the poll is delivered at
+        once; the poll's length only sets how often an idle consumer asks."""
         free = asyncio.Semaphore(sub.workers)
         while True:
             await free.acquire()
             try:
-                batch = await sub.pull.fetch(sub.batch, timeout=1.0)
-            except NatsTimeoutError:
+                batch = await self._fetch(sub)
+            except TimeoutError:   # nothing arrived (nats-py raises its own subclass, or asyncio's)
                 free.release()
                 continue
             except asyncio.CancelledError:
@@ -259,6 +272,20 @@ class Consumers:
             sub.inflight.add(task)
             task.add_done_callback(lambda t: (sub.inflight.discard(t), free.release()))
 
+    async def _fetch(self, sub: _Subscription) -> list[Msg]:
+        """One message, waiting for it at most ``fetch_wait_s``; then, without waiting, up to a batch of those
+        the server already holds for this consumer (the message's ``num_pending`` says how many).
+
+        Not one ``fetch(batch)``: a pull request for a batch that finds fewer messages stays open on the server
+        until it expires, and nats-py's fetch waits for the rest of the batch until then, so a lone message
+        could wait the whole poll."""
+        first = await sub.pull.fetch(1, timeout=self.settings.fetch_wait_s)
+        more = min(sub.batch - len(first), first[-1].metadata.num_pending or 0) if first else 0
+        if more > 0:
+            with contextlib.suppress(TimeoutError):   # another replica took them meanwhile
+                first += await sub.pull.fetch(more, timeout=0.05)
+        return first
+
     # --- one batch --------------------------------------------------------------------------------------
 
     async def _handle(self, sub: _Subscription, raws: list[Msg]) -> None:
@@ -268,7 +295,11 @@ class Consumers:
                 return
             heartbeat = asyncio.create_task(self._heartbeat([i.raw for i in items]))
             try:
-                await self._run_batch(sub, items)
+                if sub.exclusive:
+                    async with self.exclusive:
+                        await self._run_batch(sub, items)
+                else:
+                    await self._run_batch(sub, items)
             except Exception as exc:   # the batch's own transaction failed (connection lost, commit refused)
                 log.warning("consumer.batch_failed", consumer=sub.name, messages=len(items), error=repr(exc))
                 for item in items:
@@ -293,46 +324,53 @@ class Consumers:
             return None
 
     async def _run_batch(self, sub: _Subscription, items: list[_Item]) -> None:
-        """One transaction for the batch: one inbox insert for every message, each new message's handler
-        under a savepoint (a failing one rolls back only itself, and its inbox row is removed), commit;
-        then the after-commit callbacks of those that succeeded. A batch of one needs no savepoint."""
-        alone = len(items) == 1
+        """One transaction for the batch: one inbox insert for every message, each new message's handler,
+        commit; then the after-commit callbacks of those that succeeded.
+
+        The first attempt runs the handlers without savepoints (the usual batch, where every handler
+        succeeds, pays for none). When a handler fails, that transaction is rolled back whole, and a batch
+        of several is run again with each handler under a savepoint: a failing one rolls back only itself
+        (its inbox row is removed), its neighbours' work commits. (A handler must therefore keep state
+        outside the database to its after-commit callbacks, or be able to find it stale: it may run twice
+        before anything commits.)"""
+        try:
+            await self._attempt(sub, items, isolated=False)
+        except _HandlerFailed:
+            if len(items) > 1:
+                await self._attempt(sub, items, isolated=True)
+
+    async def _attempt(self, sub: _Subscription, items: list[_Item], *, isolated: bool) -> None:
         done: list[UnitOfWork] = []
         async with self._pool().acquire() as conn:
-            try:
-                async with conn.transaction():
-                    fresh = {r[0] for r in await conn.fetch(
-                        "INSERT INTO inbox (consumer, event_id) SELECT $1, unnest($2::uuid[]) "
-                        "ON CONFLICT DO NOTHING RETURNING event_id", sub.name, [i.env.id for i in items])}
-                    failed = []
-                    for item in items:
-                        if item.env.id not in fresh:
-                            item.outcome = "duplicate"    # handled before (or earlier in this batch)
-                            continue
-                        fresh.discard(item.env.id)
-                        uow = UnitOfWork(conn, self.outbox, name=sub.name, causation=item.env)
-                        try:
-                            if alone:
+            async with conn.transaction():
+                fresh = {r[0] for r in await conn.fetch(
+                    "INSERT INTO inbox (consumer, event_id) SELECT $1, unnest($2::uuid[]) "
+                    "ON CONFLICT DO NOTHING RETURNING event_id", sub.name, [i.env.id for i in items])}
+                failed = []
+                for item in items:
+                    item.outcome = None
+                    if item.env.id not in fresh:
+                        item.outcome = "duplicate"    # handled before (or earlier in this batch)
+                        continue
+                    fresh.discard(item.env.id)
+                    uow = UnitOfWork(conn, self.outbox, name=sub.name, causation=item.env)
+                    try:
+                        if isolated:
+                            async with conn.transaction():     # a savepoint
                                 await self._call(sub, item, uow)
-                            else:
-                                async with conn.transaction():
-                                    await self._call(sub, item, uow)
-                        except Exception as exc:
-                            if alone:
-                                raise
-                            item.outcome = exc
-                            failed.append(item.env.id)
-                            continue
-                        item.outcome = "ok"
-                        done.append(uow)
-                    if failed:
-                        await conn.execute("DELETE FROM inbox WHERE consumer=$1 AND event_id = ANY($2::uuid[])",
-                                           sub.name, failed)
-            except Exception as exc:
-                if not alone:
-                    raise
-                items[0].outcome = exc     # rolled back, inbox row included
-                return
+                        else:
+                            await self._call(sub, item, uow)
+                    except Exception as exc:
+                        item.outcome = exc
+                        if not isolated:
+                            raise _HandlerFailed from exc   # rolls the whole transaction back
+                        failed.append(item.env.id)
+                        continue
+                    item.outcome = "ok"
+                    done.append(uow)
+                if failed:
+                    await conn.execute("DELETE FROM inbox WHERE consumer=$1 AND event_id = ANY($2::uuid[])",
+                                       sub.name, failed)
             for item in items:
                 item.committed = True
         for uow in done:
@@ -345,7 +383,7 @@ class Consumers:
                                                tenant_id=str(env.tenant_id) if env.tenant_id else None)
         started = time.perf_counter()
         try:
-            with tracer().start_as_current_span(f"{self.service} handle {sub.msg.type}",
+            with _TRACER.start_as_current_span(f"{self.service} handle {sub.msg.type}",
                                                 context=extract_trace(item.raw.headers),
                                                 kind=trace.SpanKind.CONSUMER) as span:
                 if span.is_recording():

@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from collections.abc import Callable
+from typing import NamedTuple
 
 import asyncpg
 import structlog
@@ -27,6 +29,15 @@ log = structlog.get_logger()
 INBOX_RETENTION_DAYS = 8   # > the streams' max_age (shared.streams): no redelivery can be older
 
 
+class Row(NamedTuple):
+    """An outbox row as the relay publishes it."""
+
+    id: uuid.UUID
+    subject: str
+    headers: dict[str, str]
+    body: bytes
+
+
 class Outbox:
     """Writes events and commands to the service's outbox table in the caller's transaction."""
 
@@ -34,6 +45,8 @@ class Outbox:
         self.service = service
         self.catalog = catalog
         self.channel = f"outbox_{service}"
+        # the runtime points this at its relay: rows a unit of work committed, to publish at once
+        self.hand_over: Callable[[list[Row]], None] = lambda rows: None
 
     def envelope(self, type_: str, data: BaseModel, *, correlation_id: str, tenant_id: uuid.UUID | None,
                  causation: Envelope | None) -> Envelope:
@@ -51,31 +64,44 @@ class Outbox:
 
     async def add(self, conn: asyncpg.Connection, type_: str, data: BaseModel, *, correlation_id: str,
                   tenant_id: uuid.UUID | None = None, causation: Envelope | None = None,
-                  subject_params: dict[str, str] | None = None) -> Envelope:
+                  subject_params: dict[str, str] | None = None, notify: bool = True) -> Envelope:
         """Queue one message; it is published only if the caller's transaction commits."""
         [env] = await self.add_many(conn, [(type_, data, subject_params)], correlation_id=correlation_id,
-                                    tenant_id=tenant_id, causation=causation)
+                                    tenant_id=tenant_id, causation=causation, notify=notify)
         return env
 
     async def add_many(self, conn: asyncpg.Connection, items: list[tuple[str, BaseModel, dict[str, str] | None]], *,
                        correlation_id: str, tenant_id: uuid.UUID | None = None,
-                       causation: Envelope | None = None) -> list[Envelope]:
+                       causation: Envelope | None = None, notify: bool = True,
+                       sink: list[Row] | None = None) -> list[Envelope]:
         """Queue several messages (type, payload, subject params) in one statement, in order.
-        Every one is checked against the contracts before anything is written."""
+        Every one is checked against the contracts before anything is written.
+
+        ``notify``: the statement also NOTIFYs the relay, delivered when the transaction commits. A unit of
+        work hands the rows (collected in ``sink``) to its own process's relay after the commit instead
+        (``hand_over``), which publishes them without reading them back: PostgreSQL signals every listening
+        backend of the database on each NOTIFY, whatever its channel, and with every service's and
+        node-agent's relay listening that costs more than the rest of a small transaction."""
         rows, envelopes = [], []
         for type_, data, params in items:
             subject = self.catalog.message(type_).render_subject(**(params or {}))
             self.catalog.check_send(self.service, type_, subject)
             env = self.envelope(type_, data, correlation_id=correlation_id, tenant_id=tenant_id, causation=causation)
             envelopes.append(env)
-            rows.append((env.id, subject, type_, json.dumps(env.headers()), env.model_dump_json().encode()))
+            headers = env.headers()
+            rows.append((env.id, subject, type_, json.dumps(headers), env.model_dump_json().encode()))
+            if sink is not None:
+                sink.append(Row(env.id, subject, headers, rows[-1][4]))
         if rows:
             # the rows, in order, and the wake-up the relay receives when the transaction commits: one statement
             ids, subjects, types, headers, bodies = (list(c) for c in zip(*rows))
-            await conn.execute(
-                "WITH added AS (INSERT INTO outbox (id, subject, type, headers, body) "
-                "SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::bytea[])) "
-                "SELECT pg_notify($6, '')", ids, subjects, types, headers, bodies, self.channel)
+            insert = ("INSERT INTO outbox (id, subject, type, headers, body) "
+                      "SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::bytea[])")
+            if notify:
+                await conn.execute(f"WITH added AS ({insert}) SELECT pg_notify($6, '')",
+                                   ids, subjects, types, headers, bodies, self.channel)
+            else:
+                await conn.execute(insert, ids, subjects, types, headers, bodies)
         return envelopes
 
 
@@ -83,31 +109,50 @@ class OutboxRelay:
     """Publishes committed outbox rows to JetStream; woken by NOTIFY, with a polling fallback."""
 
     def __init__(self, pool: asyncpg.Pool, js: JetStreamContext, service: str, *, batch: int = 256,
-                 poll_s: float = 1.0, retention_s: float = 3600.0):
-        self.pool, self.js, self.service = pool, js, service
+                 poll_s: float = 1.0, retention_s: float = 3600.0, listen: bool = True):
+        self.pool, self.js, self.service, self.listen = pool, js, service, listen
         self.batch, self.poll_s, self.retention_s = batch, poll_s, retention_s
         self.channel = f"outbox_{service}"
         self._wake = asyncio.Event()
+        self._handed: list[Row] = []
+        self._look = True
         self.published = 0
 
     def _notified(self, *_args) -> None:
+        self._look = True
+        self._wake.set()
+
+    def take(self, rows: list[Row]) -> None:
+        """Rows this process committed: publish them at once, without reading them back."""
+        self._handed.extend(rows)
         self._wake.set()
 
     async def run(self) -> None:
-        listener = await self.pool.acquire()
+        """Publish what is handed over as soon as it is; look in the table at start, on NOTIFY (a writer
+        outside a unit of work) and every ``poll_s`` (rows a crashed replica or a failed publish left)."""
+        listener = await self.pool.acquire() if self.listen else None
         try:
-            await listener.add_listener(self.channel, self._notified)
+            if listener is not None:
+                await listener.add_listener(self.channel, self._notified)
             cycles = 0
+            self._look = True
             while True:
                 self._wake.clear()
+                handed, self._handed = self._handed, []
+                look, self._look = self._look, False
                 try:
-                    while await self.drain_once() == self.batch:
-                        pass   # a full batch: there may be more; a partial one drained the table
+                    if handed:
+                        await self.publish_handed(handed)
+                    if look:
+                        while await self.drain_once() == self.batch:
+                            pass   # a full batch: there may be more; a partial one drained the table
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # NATS or PG unavailable: keep the rows, try again
                     log.warning("outbox.publish_failed", error=repr(exc))
+                    self._look = True
                     await asyncio.sleep(self.poll_s)
+                    continue
                 cycles += 1
                 if cycles % 600 == 0:
                     await self.purge()
@@ -117,12 +162,27 @@ class OutboxRelay:
                     async with asyncio.timeout(self.poll_s):
                         await self._wake.wait()
                 except TimeoutError:
-                    pass
+                    self._look = True
         finally:
-            try:
-                await listener.remove_listener(self.channel, self._notified)
-            finally:
-                await self.pool.release(listener)
+            if listener is not None:
+                try:
+                    await listener.remove_listener(self.channel, self._notified)
+                finally:
+                    await self.pool.release(listener)
+
+    async def publish_handed(self, rows: list[Row]) -> None:
+        """Publish rows handed over after their commit, without reading them back: one statement marks
+        those still unpublished and locks them (a row a handler's savepoint rolled back does not exist, one
+        another replica's relay published is already marked: neither is sent), then the publishes (acks
+        awaited together) and the commit. A crash before the commit leaves them unmarked for the poll."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            ids = {r[0] for r in await conn.fetch(
+                "UPDATE outbox SET published_at = now() WHERE id = ANY($1::uuid[]) AND published_at IS NULL "
+                "RETURNING id", [r.id for r in rows])}
+            todo = [r for r in rows if r.id in ids]
+            await asyncio.gather(*(self.js.publish(r.subject, r.body, headers=r.headers, timeout=10) for r in todo))
+        PUBLISHED.labels(self.service).inc(len(todo))
+        self.published += len(todo)
 
     async def drain_once(self) -> int:
         """Publish one batch; returns how many rows were published."""

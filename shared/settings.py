@@ -180,6 +180,8 @@ class BusSettings:
                                doc="batches (transactions) one consumer handles at once")
     batch_size: int = setting("TESSERA_CONSUMER_BATCH", 32, integer(1, 256),
                               doc="messages one consumer handles in one transaction at most")
+    fetch_wait_s: float = setting("TESSERA_FETCH_WAIT_S", 5.0, number(positive=True),
+                                  doc="seconds an idle consumer's fetch waits for a message (a long poll)")
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import structlog
 from pydantic import BaseModel
 
 from .envelope import Envelope
-from .outbox import Outbox
+from .outbox import Outbox, Row
 
 log = structlog.get_logger()
 
@@ -30,6 +30,8 @@ class UnitOfWork:
     def __init__(self, conn: asyncpg.Connection, outbox: Outbox, *, name: str, causation: Envelope | None = None):
         self.conn, self.outbox, self.name, self.causation = conn, outbox, name, causation
         self._after_commit: list[Callable[[], Awaitable[None]]] = []
+        self._queued: list[Row] = []   # the outbox rows it wrote, handed to the relay once committed
+        self._handing_over = False
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -67,11 +69,27 @@ class UnitOfWork:
                    tenant_id: uuid.UUID | None = None, subject_params: dict[str, str] | None = None) -> Envelope:
         """Queue one message in this transaction (published only if it commits); correlation and causation
         come from the causing message unless given."""
-        return await self.outbox.add(self.conn, type_, data, correlation_id=self._correlation(correlation_id),
-                                     tenant_id=tenant_id, causation=self.causation, subject_params=subject_params)
+        [env] = await self.emit_many([(type_, data, subject_params)], correlation_id=correlation_id,
+                                     tenant_id=tenant_id)
+        return env
 
     async def emit_many(self, items: list[tuple[str, BaseModel, dict[str, str] | None]], *,
                         correlation_id: str | None = None, tenant_id: uuid.UUID | None = None) -> list[Envelope]:
         """Queue several messages (type, payload, subject params) in one round trip, in order."""
+        self._hand_over_on_commit()
         return await self.outbox.add_many(self.conn, items, correlation_id=self._correlation(correlation_id),
-                                          tenant_id=tenant_id, causation=self.causation)
+                                          tenant_id=tenant_id, causation=self.causation, notify=False,
+                                          sink=self._queued)
+
+    def _hand_over_on_commit(self) -> None:
+        """Once committed, this process's relay publishes the rows at once, without reading them back (and
+        without a NOTIFY: see ``Outbox.add_many``); should this process die first, a relay finds them in
+        the table on its next poll."""
+        if not self._handing_over:
+            self._handing_over = True
+
+            async def hand_over() -> None:
+                rows, self._queued = self._queued, []
+                if rows:
+                    self.outbox.hand_over(rows)
+            self.on_commit(hand_over)

@@ -181,11 +181,10 @@ async def reconcile_network(node: Node, pool: asyncpg.Pool, outbox: Outbox) -> l
     repairs = await node.plumbing(node.dataplane.reconcile)
     if repairs:
         correlation = f"reconcile:{node.id}:{uuid.uuid4()}"
-        async with pool.acquire() as conn, conn.transaction():
-            for r in repairs:
-                await outbox.add(conn, "node_agent.network_repaired", c.NetworkRepaired(
-                    node_id=node.id, action=r.action, object=f"{r.kind}:{r.name}", detail=r.detail),
-                    correlation_id=correlation, subject_params=node.subject_params)
+        async with UnitOfWork.begin(pool, outbox, name="node_agent.reconcile") as uow:
+            await uow.emit_many([("node_agent.network_repaired", c.NetworkRepaired(
+                node_id=node.id, action=r.action, object=f"{r.kind}:{r.name}", detail=r.detail), node.subject_params)
+                for r in repairs], correlation_id=correlation)
         for r in repairs:
             log.warning("node_agent.network_repaired", node_id=str(node.id), action=r.action, kind=r.kind,
                         name=r.name, detail=r.detail)

@@ -3,8 +3,19 @@ latency) at a fixed concurrency and prints allocations/s and create→ACTIVE p50
 measures the substrate (JetStream acknowledged publishes/s with sync_interval always and 2m,
 single-row PostgreSQL transactions/s, both at the same concurrency), counts the publishes and
 transactions one allocation takes, and prints the ratio of saga throughput to the ceiling they
-imply, plus CPU seconds per allocation for every process (where the time goes).
-The last line is one JSON object with every figure."""
+imply, plus CPU milliseconds per allocation for every process and in all (where the time goes).
+
+Phases, in order, on one platform (nodes are added for every allocation of every phase; none is released):
+  warm-up     min(2c, n) allocations at concurrency c; the CPU each process spends on them picks the
+              service py-spy samples next (``--profile busiest``, the default; ``--profile <name>`` picks one);
+  measured    n allocations, closed loop at concurrency c: allocations/s R, p50/p99, messages, transactions
+              and CPU per allocation, the py-spy profile;
+  c1          ``--n1`` allocations one at a time: create→ACTIVE p50/p99 of an unloaded platform;
+  half rate   ``--n-half`` allocations, open loop: one started every 2/R seconds whatever is in flight, each
+              timed from its POST to its ``allocation.evt.activated``: p50/p99 at half the measured maximum;
+  baselines   JetStream and PostgreSQL at concurrency c (then JetStream with ``sync_interval: 2m``).
+The figures are checked against the targets (``targets``, ``met``). The last line is one JSON object
+with every figure."""
 from __future__ import annotations
 
 import argparse
@@ -72,7 +83,16 @@ async def pg_txn_rate(dsn: str, concurrency: int, total: int) -> float:
     return rate
 
 
-def cpu_seconds(platform: Platform) -> dict[str, float]:
+TARGETS = {   # figure: (direction, value)
+    "allocations_per_s": (">=", 60), "cpu_ms_per_allocation_total": ("<=", 30), "ratio_to_ceiling": (">=", 0.5),
+    "c1_p50_ms": ("<=", 150), "half_p99_ms": ("<=", 1000),
+}
+NOT_SERVICES = ("nats-server", "postgres")
+
+
+def cpu_seconds(platform: Platform, per_process: bool = False) -> dict[str, float]:
+    """CPU seconds of every process (with its children); node-agents summed as ``node_agent`` unless
+    ``per_process``."""
     out: dict[str, float] = {}
     procs = {name: p.proc.pid for name, p in platform.procs.items() if p.proc}
     if platform.nats and platform.nats.proc:
@@ -83,7 +103,7 @@ def cpu_seconds(platform: Platform) -> dict[str, float]:
         try:
             proc = psutil.Process(pid)
             family = [proc, *proc.children(recursive=True)]
-            key = "node_agent" if name.startswith("node_agent:") else name
+            key = "node_agent" if name.startswith("node_agent:") and not per_process else name
             out[key] = out.get(key, 0.0) + sum(p.cpu_times().user + p.cpu_times().system for p in family)
         except psutil.NoSuchProcess:
             pass
@@ -104,19 +124,45 @@ async def counters(platform: Platform) -> tuple[int, int]:
     return msgs, xacts
 
 
-async def drive(platform: Platform, api_key: str, n: int, concurrency: int) -> dict:
-    nc = await nats.connect(platform.nats_url)
-    activated: dict[str, float] = {}
-    waiters: dict[str, asyncio.Future] = {}
+class Outcomes:
+    """Sees every allocation's ``allocation.activated`` / ``allocation.failed`` event (core subscription)."""
 
-    async def on_event(msg):
+    def __init__(self):
+        self.at: dict[str, tuple[float, str]] = {}
+        self.waiters: dict[str, asyncio.Future] = {}
+        self.nc = None
+
+    async def start(self, url: str) -> "Outcomes":
+        self.nc = await nats.connect(url)
+        await self.nc.subscribe("allocation.evt.*", cb=self._on_event)
+        return self
+
+    async def _on_event(self, msg) -> None:
         env = json.loads(msg.data)
         if env["type"] in ("allocation.activated", "allocation.failed"):
             aid = env["data"]["allocation_id"]
-            activated[aid] = time.perf_counter()
-            if aid in waiters and not waiters[aid].done():
-                waiters[aid].set_result(env["type"])
-    await nc.subscribe("allocation.evt.*", cb=on_event)
+            self.at.setdefault(aid, (time.perf_counter(), env["type"]))
+            fut = self.waiters.pop(aid, None)
+            if fut is not None and not fut.done():
+                fut.set_result(None)
+
+    async def create(self, client: TesseraClient, timeout: float = 120) -> tuple[float, bool]:
+        """POST one allocation and wait for its outcome: (seconds from the POST to the event, failed?)."""
+        t0 = time.perf_counter()
+        a = await client.create_allocation(f"bench-{uuid.uuid4().hex[:6]}", shape="vm.1gpu")
+        if a["id"] not in self.at:
+            fut = self.waiters[a["id"]] = asyncio.get_running_loop().create_future()
+            await asyncio.wait_for(fut, timeout)
+        at, kind = self.at[a["id"]]
+        return at - t0, kind == "allocation.failed"
+
+    async def close(self) -> None:
+        await self.nc.close()
+
+
+async def drive(platform: Platform, api_key: str, n: int, concurrency: int) -> dict:
+    """Closed loop: ``concurrency`` allocations in flight, the next POSTed when one is ACTIVE."""
+    seen = await Outcomes().start(platform.nats_url)
     latencies: list[float] = []
     failures = 0
     queue = list(range(n))
@@ -127,21 +173,61 @@ async def drive(platform: Platform, api_key: str, n: int, concurrency: int) -> d
             nonlocal failures
             while queue:
                 queue.pop()
-                t0 = time.perf_counter()
-                a = await client.create_allocation(f"bench-{uuid.uuid4().hex[:6]}", shape="vm.1gpu")
-                fut = asyncio.get_running_loop().create_future()
-                waiters[a["id"]] = fut
-                if a["id"] in activated:
-                    fut.set_result("seen")
-                outcome = await asyncio.wait_for(fut, 120)
-                if outcome == "allocation.failed":
-                    failures += 1
-                latencies.append(activated[a["id"]] - t0)
+                latency, failed = await seen.create(client)
+                failures += failed
+                latencies.append(latency)
         t0 = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         wall = time.perf_counter() - t0
-    await nc.close()
+    await seen.close()
     return {"wall_s": wall, "latencies": latencies, "failures": failures}
+
+
+async def open_loop(platform: Platform, api_key: str, n: int, rate: float) -> dict:
+    """Open loop: one allocation POSTed every 1/rate seconds whatever is in flight; each timed from its POST
+    to its event."""
+    seen = await Outcomes().start(platform.nats_url)
+    interval = 1.0 / rate
+    async with TesseraClient(platform.gateway_url, api_key) as client:
+        await client.token()
+        tasks = []
+        t0 = time.perf_counter()
+        for i in range(n):
+            delay = t0 + i * interval - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(seen.create(client)))
+        started = time.perf_counter() - t0
+        results = await asyncio.gather(*tasks)
+        wall = time.perf_counter() - t0
+    await seen.close()
+    return {"wall_s": wall, "start_rate": (n - 1) / started if n > 1 and started > 0 else float("nan"),
+            "latencies": [lat for lat, _ in results], "failures": sum(failed for _, failed in results)}
+
+
+def busiest(before: dict[str, float], after: dict[str, float]) -> tuple[str, float]:
+    """The service process (not nats-server or postgres) that spent the most CPU between two readings."""
+    spent = {k: after[k] - before.get(k, 0.0) for k in after if k not in NOT_SERVICES}
+    name = max(spent, key=spent.get)
+    return name, spent[name]
+
+
+def log_problems(logs: list[Path]) -> dict[str, dict[str, int]]:
+    """Per log file: how many lines of each (level, event) the services logged (they log at WARNING and
+    above, as JSON lines); a line that is not JSON and looks like trouble counts as ``other``."""
+    out: dict[str, dict[str, int]] = {}
+    for log in sorted(logs):
+        seen: collections.Counter = collections.Counter()
+        for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
+            try:
+                rec = json.loads(line)
+                seen[f"{rec.get('level', '?')}:{rec.get('event', '?')}"] += 1
+            except (ValueError, AttributeError):
+                if any(w in line.lower() for w in ("error", "traceback", "exception", "critical")):
+                    seen["other"] += 1
+        if seen:
+            out[log.stem] = dict(seen.most_common())
+    return out
 
 
 def start_profile(platform: Platform, service: str, out: Path) -> subprocess.Popen | None:
@@ -179,30 +265,57 @@ def summarise_profile(path: Path, top: int = 12) -> dict:
     return {"samples": total, "self_pct": pct_of(self_t), "inclusive_pct_project_code": pct_of(incl)}
 
 
-async def main(n: int, concurrency: int, nodes: int, profile: str) -> dict:
+async def main(n: int, concurrency: int, nodes: int, profile: str, n1: int, n_half: int) -> dict:
     work = Path(tempfile.mkdtemp(prefix="tessera-bench-"))
+    print(f"work dir (service logs: logs/): {work}", file=sys.stderr)
     platform = Platform(work, env={"TESSERA_LOG_LEVEL": "WARNING"}, durable=True)
+    phases: dict[str, float] = {}
+    clock = time.perf_counter()
+
+    def phase(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        phases[name] = round(now - clock, 1)
+        clock = now
     await platform.start()
+    phase("platform_start")
     try:
         gpus_per_node = 16
         warmup = min(concurrency * 2, n)
-        nodes = max(nodes, -(-(n + warmup) // gpus_per_node))   # room for the warm-up and the measured run
+        total = warmup + n + n1 + n_half            # none is released: room for every allocation of every phase
+        nodes = max(nodes, -(-total // gpus_per_node))
         for i in range(nodes):
             await platform.add_node(f"bench-{i:03d}", "V100", gpus_per_node, env={"TESSERA_SIM_TOPOLOGY": "dgx2-v100-16"})
+        # a tenant per phase: none is released, and each tenant's default network has room for ~250 addresses
+        keys = {}
         async with platform.admin() as admin:
-            t = await admin.create_tenant("bench")
-            await admin.set_quota(t["id"], "shared", "V100", n + warmup)
-            u = await admin.create_user(t["id"], "bench", "tenant_user")
+            for name, size in (("measured", warmup + n), ("c1", n1), ("half", n_half)):
+                t = await admin.create_tenant(f"bench-{name}")
+                await admin.set_quota(t["id"], "shared", "V100", max(size, 1))
+                keys[name] = (await admin.create_user(t["id"], "bench", "tenant_user"))["api_key"]
+        u = {"api_key": keys["measured"]}
+        phase("nodes")
+        w0 = cpu_seconds(platform, per_process=True)
         await drive(platform, u["api_key"], warmup, concurrency)  # warm-up: connections, consumers, caches
+        hottest, hottest_s = busiest(w0, cpu_seconds(platform, per_process=True))
+        profiled = hottest if profile == "busiest" else profile
+        phase("warmup")
         msgs0, x0 = await counters(platform)
         cpu0 = cpu_seconds(platform)
-        spy = start_profile(platform, profile, work / "profile.txt")
+        spy = start_profile(platform, profiled, work / "profile.txt")
         run = await drive(platform, u["api_key"], n, concurrency)
         if spy:
             spy.send_signal(signal.SIGINT)
             spy.wait(30)
         cpu1 = cpu_seconds(platform)
         msgs1, x1 = await counters(platform)
+        phase("measured")
+        rate = n / run["wall_s"]
+        c1 = await drive(platform, keys["c1"], n1, 1) if n1 else {"latencies": [], "failures": 0}
+        phase("c1")
+        half = (await open_loop(platform, keys["half"], n_half, rate / 2) if n_half
+                else {"latencies": [], "failures": 0, "start_rate": float("nan")})
+        phase("half_rate")
         js_sync = await js_publish_rate(platform.nats_url, concurrency, 4000)
         pg_rate = await pg_txn_rate(platform.database_url, concurrency, 4000)
     finally:
@@ -212,19 +325,25 @@ async def main(n: int, concurrency: int, nodes: int, profile: str) -> dict:
         js_relaxed = await js_publish_rate(relaxed.url, concurrency, 4000)
     finally:
         relaxed.stop()
+    phase("baselines")
     lat = run["latencies"]
-    rate = n / run["wall_s"]
     pubs = (msgs1 - msgs0) / n
     txns = (x1 - x0) / n
     ceiling = min(js_sync / pubs, pg_rate / txns)
     cpu = {k: round((cpu1.get(k, 0) - cpu0.get(k, 0)) / n * 1000, 2) for k in sorted(cpu1)}
-    slowest = max((k for k in cpu if k not in ("nats-server", "postgres")), key=lambda k: cpu[k])
-    return {
+    slowest = max((k for k in cpu if k not in NOT_SERVICES), key=lambda k: cpu[k])
+    ms = lambda values, q: round(pct(values, q) * 1000, 1)
+    result = {
         "allocations": n, "concurrency": concurrency, "nodes": nodes, "failed": run["failures"],
         "allocations_per_s": round(rate, 1),
-        "create_to_active_p50_ms": round(pct(lat, 0.50) * 1000, 1),
-        "create_to_active_p99_ms": round(pct(lat, 0.99) * 1000, 1),
+        "create_to_active_p50_ms": ms(lat, 0.50),
+        "create_to_active_p99_ms": ms(lat, 0.99),
         "create_to_active_mean_ms": round(statistics.fmean(lat) * 1000, 1),
+        "c1_allocations": n1, "c1_failed": c1["failures"],
+        "c1_p50_ms": ms(c1["latencies"], 0.50), "c1_p99_ms": ms(c1["latencies"], 0.99),
+        "half_allocations": n_half, "half_failed": half["failures"],
+        "half_rate_per_s": round(rate / 2, 2), "half_start_rate_achieved_per_s": round(half["start_rate"], 2),
+        "half_p50_ms": ms(half["latencies"], 0.50), "half_p99_ms": ms(half["latencies"], 0.99),
         "jetstream_publishes_per_allocation": round(pubs, 1),
         "pg_transactions_per_allocation": round(txns, 1),
         "jetstream_acked_publish_per_s_sync_always": round(js_sync),
@@ -234,10 +353,20 @@ async def main(n: int, concurrency: int, nodes: int, profile: str) -> dict:
         "substrate_ceiling_allocations_per_s": round(ceiling, 1),
         "ratio_to_ceiling": round(rate / ceiling, 3),
         "cpu_ms_per_allocation": cpu,
+        "cpu_ms_per_allocation_total": round(sum(cpu.values()), 1),
         "slowest_service": slowest,
-        "profile_of": profile,
+        "busiest_in_warmup": hottest, "busiest_in_warmup_cpu_ms_per_allocation": round(hottest_s / warmup * 1000, 1),
+        "profile_of": profiled,
         "profile": summarise_profile(work / "profile.txt"),
+        "service_log_lines": log_problems(list((work / "logs").glob("*.log"))),
+        "phase_wall_s": phases,
     }
+    result["targets"] = {k: v for k, (_, v) in TARGETS.items()}
+    result["target_direction"] = {k: op for k, (op, _) in TARGETS.items()}
+    result = {k: (None if isinstance(v, float) and v != v else v) for k, v in result.items()}   # NaN: not JSON
+    result["met"] = {k: result[k] is not None and (result[k] >= v if op == ">=" else result[k] <= v)
+                     for k, (op, v) in TARGETS.items()}
+    return result
 
 
 if __name__ == "__main__":
@@ -245,9 +374,15 @@ if __name__ == "__main__":
     ap.add_argument("-n", type=int, default=200)
     ap.add_argument("-c", "--concurrency", type=int, default=16)
     ap.add_argument("--nodes", type=int, default=1)
-    ap.add_argument("--profile", default="saga", help="service to sample with py-spy during the run")
+    ap.add_argument("--n1", type=int, default=30, help="allocations of the concurrency-1 phase")
+    ap.add_argument("--n-half", type=int, default=100, help="allocations of the open-loop phase at half the measured rate")
+    ap.add_argument("--profile", default="busiest",
+                    help="service to sample with py-spy during the measured run; 'busiest': the one with the most "
+                         "CPU per allocation in the warm-up")
     args = ap.parse_args()
-    result = asyncio.run(main(args.n, args.concurrency, args.nodes, args.profile))
+    t0 = time.perf_counter()
+    result = asyncio.run(main(args.n, args.concurrency, args.nodes, args.profile, args.n1, args.n_half))
+    result["bench_wall_s"] = round(time.perf_counter() - t0, 1)
     for k, v in result.items():
         print(f"{k:45s} {v}")
     print(json.dumps(result))

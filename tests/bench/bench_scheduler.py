@@ -181,14 +181,15 @@ async def xacts(dsn: str) -> int:
         await conn.close()
 
 
-async def provisioned_dsn(pg: EmbeddedPostgres) -> str:
+async def provisioned_dsn(pg: EmbeddedPostgres, service: str = "scheduler") -> str:
+    """A role and schema for ``service`` on the embedded server; its DSN."""
     secret = secrets.token_hex(8)
     admin = await asyncpg.connect(pg.admin_dsn)
     try:
-        await provision_service(admin, "scheduler", secret)
+        await provision_service(admin, service, secret)
     finally:
         await admin.close()
-    return service_dsn(pg.admin_dsn, "scheduler", secret)
+    return service_dsn(pg.admin_dsn, service, secret)
 
 
 async def measure(args, work: Path, nats_srv: EmbeddedNats, pg: EmbeddedPostgres, svc, port: int, tenants) -> dict:

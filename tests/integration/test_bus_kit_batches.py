@@ -131,3 +131,21 @@ async def test_a_poison_message_in_a_batch_is_retried_and_dead_lettered_alone_wh
         assert inbox == {e.id for i, e in enumerate(envs) if i != 3}
     finally:
         await rt.stop()
+
+
+async def test_a_message_emitted_in_a_savepoint_the_handler_rolled_back_is_never_published(infra, probe_env, nc, watch):
+    js = nc.jetstream()
+    pinged = await watch("batchprobe.evt.pinged")
+    await publish_pings(js, [{"n": n, "retract": True} for n in range(1, 6)])
+    rt = kitprobe.build(infra.nats_url, probe_env)
+    await rt.start()
+    try:
+        await pinged.wait_for(lambda _i: len(pinged.items) >= 5, timeout=30)
+        async with rt.pool.acquire() as conn:   # every committed row is published; no other row exists
+            assert await conn.fetchval("SELECT count(*) FROM outbox WHERE published_at IS NULL") == 0
+        await rt.stop()
+        rt = None
+        assert sorted(i[1]["data"]["n"] for i in pinged.items) == [1, 2, 3, 4, 5]   # never a -n
+    finally:
+        if rt is not None:
+            await rt.stop()

@@ -5,7 +5,8 @@ SIGKILL); ``build()`` gives the same service in-process.
 Its handler records one ``effects`` row per ping (with the id of the transaction that wrote it) and emits one
 ``batchprobe.pinged``. A ping marked ``kill`` kills the process with SIGKILL once its transaction has
 committed, before any message of the batch is acknowledged; one marked ``poison`` writes its effect, then
-fails (its savepoint rolls the write back).
+fails (its savepoint rolls the write back); one marked ``retract`` first emits a ``pinged`` with ``-n`` inside a
+savepoint of its own that it rolls back.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ class Ping(BaseModel):
     n: int
     kill: bool = False
     poison: bool = False
+    retract: bool = False
 
 
 CONTRACT = ServiceContract(
@@ -46,7 +48,18 @@ def catalog() -> Catalog:
     return Catalog([*load_catalog().contracts.values(), CONTRACT])
 
 
+class _Retracted(Exception):
+    pass
+
+
 async def on_ping(ctx: UnitOfWork, ping: Ping) -> None:
+    if ping.retract:   # an emit inside a savepoint of the handler's own, rolled back: it must never be published
+        try:
+            async with ctx.conn.transaction():
+                await ctx.emit(PINGED, Ping(n=-ping.n))
+                raise _Retracted
+        except _Retracted:
+            pass
     await ctx.conn.execute("INSERT INTO effects (n, txid, pid) VALUES ($1, txid_current(), $2)", ping.n, os.getpid())
     await ctx.emit(PINGED, ping)
     if ping.poison:

@@ -9,6 +9,7 @@ import structlog
 
 from services.scheduler.contracts import ReportTopology
 from shared.runtime import Runtime
+from shared.unit_of_work import UnitOfWork
 
 from ..adapters.discovery import DiscoveryError
 from ..handlers import Node, load_network, reconcile_network, refresh_gauge
@@ -26,8 +27,8 @@ async def report_topology(rt: Runtime, node: Node, node_name: str, discovery_nam
     except DiscoveryError as exc:
         log.error("node_agent.discovery_failed", node_id=str(node.id), discovery=discovery_name, error=str(exc))
         return
-    async with rt.pool.acquire() as conn, conn.transaction():
-        await rt.outbox.add(conn, "scheduler.report_topology", ReportTopology(
+    async with UnitOfWork.begin(rt.pool, rt.outbox, name="node_agent.topology") as uow:
+        await uow.emit("scheduler.report_topology", ReportTopology(
             node_id=node.id, driver=discovery_name, topology=topology), correlation_id=str(node.id))
     log.info("node_agent.topology_reported", node_id=str(node.id), gpus=len(topology["gpus"]))
 

@@ -11,7 +11,7 @@ Every step change is logged in the outcome, but only those no other message stat
 """
 from __future__ import annotations
 
-import copy
+import dataclasses
 from datetime import datetime
 
 from shared.wire import step_key
@@ -75,7 +75,9 @@ def expired(saga: Saga, now: datetime) -> list[Expired]:
 
 class _Transition:
     def __init__(self, saga: Saga, policy: Policy, cause: Input):
-        self.saga = copy.deepcopy(saga)
+        # The machine never changes a step record or the input in place (it replaces records), so a copy of
+        # the saga with its own step table leaves the argument untouched (a deep copy cost a fifth of a reply).
+        self.saga = dataclasses.replace(saga, steps=dict(saga.steps))
         self.definition: SagaDefinition = DEFINITIONS[saga.kind]
         self.policy, self.cause, self.now = policy, cause, cause.now
         self.actions: list[Action] = []

@@ -23,9 +23,11 @@ ROUTES = {
 
 
 def wire(rt: Runtime, active: h.ActiveScheduler) -> None:
+    # exclusive: one batch at a time across every subscriber (and the loops that change placements), so the
+    # index follows the database transaction by transaction and no two batches lock rows in different orders
     for type_, handler in ROUTES.items():
-        rt.consumers.subscribe(type_, partial(handler, active=active), leader_only=True,
+        rt.consumers.subscribe(type_, partial(handler, active=active), leader_only=True, exclusive=True,
                                on_refused=h.refused(type_, active))
-    rt.consumers.participate(RESERVE_SLOTS, leader_only=True,
+    rt.consumers.participate(RESERVE_SLOTS, leader_only=True, exclusive=True,
                              invoke=partial(h.reserve_slots, active=active, sim_faults=rt.settings.sim_faults),
                              undo=partial(h.release_slots, active=active))

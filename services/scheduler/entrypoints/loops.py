@@ -141,18 +141,19 @@ async def tick(rt: Runtime, active: ActiveScheduler) -> int:
     """Re-evaluate the queue without an event: after a takeover (the placements a crashed leader had not
     claimed), and as time passes (a request that waited ``aging_s`` reserves a node). Returns how many
     requests it placed."""
-    sched = active.sched
-    if sched is None or not len(sched.queue):
-        return 0
-    placed = sched.tick()
-    if placed:
-        try:
-            async with UnitOfWork.begin(rt.pool, rt.outbox, name="scheduler.queue_tick") as uow:
-                await settle(uow, active, placed)
-        except Exception:
-            active.needs_reload = True
-            raise
-    return len(placed)
+    async with rt.consumers.exclusive:   # never between a batch's decisions and its commit
+        sched = active.sched
+        if sched is None or not len(sched.queue):
+            return 0
+        placed = sched.tick()
+        if placed:
+            try:
+                async with UnitOfWork.begin(rt.pool, rt.outbox, name="scheduler.queue_tick") as uow:
+                    await settle(uow, active, placed)
+            except Exception:
+                active.needs_reload = True
+                raise
+        return len(placed)
 
 
 async def tick_loop(rt: Runtime, active: ActiveScheduler, leadership: Leadership, every_s: float) -> None:
