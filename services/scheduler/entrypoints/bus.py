@@ -24,10 +24,11 @@ ROUTES = {
 
 def wire(rt: Runtime, active: h.ActiveScheduler) -> None:
     # exclusive: one batch at a time across every subscriber (and the loops that change placements), so the
-    # index follows the database transaction by transaction and no two batches lock rows in different orders
+    # index follows the database transaction by transaction and no two batches lock rows in different orders;
+    # one worker each: what arrives while a batch runs is the next batch (more workers would only split it)
     for type_, handler in ROUTES.items():
         rt.consumers.subscribe(type_, partial(handler, active=active), leader_only=True, exclusive=True,
-                               on_refused=h.refused(type_, active))
-    rt.consumers.participate(RESERVE_SLOTS, leader_only=True, exclusive=True,
+                               max_workers=1, on_refused=h.refused(type_, active))
+    rt.consumers.participate(RESERVE_SLOTS, leader_only=True, exclusive=True, max_workers=1,
                              invoke=partial(h.reserve_slots, active=active, sim_faults=rt.settings.sim_faults),
                              undo=partial(h.release_slots, active=active))
