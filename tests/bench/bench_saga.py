@@ -19,6 +19,7 @@ with every figure."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import asyncio
 import collections
 import json
@@ -39,6 +40,9 @@ from nats.js.api import StorageType, StreamConfig
 from tooling.client import TesseraClient
 from tooling.embedded import EmbeddedNats
 from tooling.platform import Platform
+
+
+TENANT_ALLOCATIONS = 200   # allocations per bench tenant (its default network holds ~250 addresses)
 
 
 def pct(values: list[float], q: float) -> float:
@@ -160,16 +164,19 @@ class Outcomes:
         await self.nc.close()
 
 
-async def drive(platform: Platform, api_key: str, n: int, concurrency: int) -> dict:
-    """Closed loop: ``concurrency`` allocations in flight, the next POSTed when one is ACTIVE."""
+async def drive(platform: Platform, api_keys: list[str], n: int, concurrency: int) -> dict:
+    """Closed loop: ``concurrency`` allocations in flight, the next POSTed when one is ACTIVE (worker i acts
+    for tenant i mod len(api_keys))."""
     seen = await Outcomes().start(platform.nats_url)
     latencies: list[float] = []
     failures = 0
     queue = list(range(n))
-    async with TesseraClient(platform.gateway_url, api_key) as client:
-        await client.token()
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [await stack.enter_async_context(TesseraClient(platform.gateway_url, k)) for k in api_keys]
+        for client in clients:
+            await client.token()
 
-        async def worker():
+        async def worker(client: TesseraClient):
             nonlocal failures
             while queue:
                 queue.pop()
@@ -177,26 +184,28 @@ async def drive(platform: Platform, api_key: str, n: int, concurrency: int) -> d
                 failures += failed
                 latencies.append(latency)
         t0 = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        await asyncio.gather(*(worker(clients[w % len(clients)]) for w in range(concurrency)))
         wall = time.perf_counter() - t0
     await seen.close()
     return {"wall_s": wall, "latencies": latencies, "failures": failures}
 
 
-async def open_loop(platform: Platform, api_key: str, n: int, rate: float) -> dict:
+async def open_loop(platform: Platform, api_keys: list[str], n: int, rate: float) -> dict:
     """Open loop: one allocation POSTed every 1/rate seconds whatever is in flight; each timed from its POST
-    to its event."""
+    to its event (the i-th for tenant i mod len(api_keys))."""
     seen = await Outcomes().start(platform.nats_url)
     interval = 1.0 / rate
-    async with TesseraClient(platform.gateway_url, api_key) as client:
-        await client.token()
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [await stack.enter_async_context(TesseraClient(platform.gateway_url, k)) for k in api_keys]
+        for client in clients:
+            await client.token()
         tasks = []
         t0 = time.perf_counter()
         for i in range(n):
             delay = t0 + i * interval - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(seen.create(client)))
+            tasks.append(asyncio.create_task(seen.create(clients[i % len(clients)])))
         started = time.perf_counter() - t0
         results = await asyncio.gather(*tasks)
         wall = time.perf_counter() - t0
@@ -286,24 +295,26 @@ async def main(n: int, concurrency: int, nodes: int, profile: str, n1: int, n_ha
         nodes = max(nodes, -(-total // gpus_per_node))
         for i in range(nodes):
             await platform.add_node(f"bench-{i:03d}", "V100", gpus_per_node, env={"TESSERA_SIM_TOPOLOGY": "dgx2-v100-16"})
-        # a tenant per phase: none is released, and each tenant's default network has room for ~250 addresses
-        keys = {}
+        # tenants of at most TENANT_ALLOCATIONS each: none is released, and a tenant's default network has
+        # room for ~250 addresses
+        keys: dict[str, list[str]] = {}
         async with platform.admin() as admin:
             for name, size in (("measured", warmup + n), ("c1", n1), ("half", n_half)):
-                t = await admin.create_tenant(f"bench-{name}")
-                await admin.set_quota(t["id"], "shared", "V100", max(size, 1))
-                keys[name] = (await admin.create_user(t["id"], "bench", "tenant_user"))["api_key"]
-        u = {"api_key": keys["measured"]}
+                keys[name] = []
+                for t_no in range(max(1, -(-size // TENANT_ALLOCATIONS))):
+                    t = await admin.create_tenant(f"bench-{name}-{t_no}")
+                    await admin.set_quota(t["id"], "shared", "V100", TENANT_ALLOCATIONS)
+                    keys[name].append((await admin.create_user(t["id"], "bench", "tenant_user"))["api_key"])
         phase("nodes")
         w0 = cpu_seconds(platform, per_process=True)
-        await drive(platform, u["api_key"], warmup, concurrency)  # warm-up: connections, consumers, caches
+        await drive(platform, keys["measured"], warmup, concurrency)  # warm-up: connections, consumers, caches
         hottest, hottest_s = busiest(w0, cpu_seconds(platform, per_process=True))
         profiled = hottest if profile == "busiest" else profile
         phase("warmup")
         msgs0, x0 = await counters(platform)
         cpu0 = cpu_seconds(platform)
         spy = start_profile(platform, profiled, work / "profile.txt")
-        run = await drive(platform, u["api_key"], n, concurrency)
+        run = await drive(platform, keys["measured"], n, concurrency)
         if spy:
             spy.send_signal(signal.SIGINT)
             spy.wait(30)
