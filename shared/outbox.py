@@ -1,6 +1,12 @@
 """Transactional outbox: the writer (inside the caller's transaction) and the relay.
 
-The relay never tracks "the last id seen": ids and sequence numbers are taken
+A unit of work hands the rows it committed to its own process's relay, which publishes them at once
+without reading them back. Nothing else wakes the relay (no LISTEN/NOTIFY: PostgreSQL signals every
+listening backend of the database on each NOTIFY, whatever its channel, and with a relay listening in
+every service and node-agent that cost more than the rest of a small transaction); once a second it also
+looks in the table, for rows written outside a unit of work and rows a crashed replica left.
+
+The table pass never tracks "the last id seen": ids and sequence numbers are taken
 before commit, so a row that commits late with a lower number would be skipped.
 It publishes every row not yet marked published, locks rows with SKIP LOCKED so
 several relays (replicas) never publish the same row concurrently, and uses
@@ -44,7 +50,6 @@ class Outbox:
     def __init__(self, service: str, catalog: Catalog):
         self.service = service
         self.catalog = catalog
-        self.channel = f"outbox_{service}"
         # the runtime points this at its relay: rows a unit of work committed, to publish at once
         self.hand_over: Callable[[list[Row]], None] = lambda rows: None
 
@@ -64,24 +69,19 @@ class Outbox:
 
     async def add(self, conn: asyncpg.Connection, type_: str, data: BaseModel, *, correlation_id: str,
                   tenant_id: uuid.UUID | None = None, causation: Envelope | None = None,
-                  subject_params: dict[str, str] | None = None, notify: bool = True) -> Envelope:
-        """Queue one message; it is published only if the caller's transaction commits."""
+                  subject_params: dict[str, str] | None = None) -> Envelope:
+        """Queue one message; it is published only if the caller's transaction commits (by the relay's next
+        look at the table: a unit of work's ``emit`` publishes at once)."""
         [env] = await self.add_many(conn, [(type_, data, subject_params)], correlation_id=correlation_id,
-                                    tenant_id=tenant_id, causation=causation, notify=notify)
+                                    tenant_id=tenant_id, causation=causation)
         return env
 
     async def add_many(self, conn: asyncpg.Connection, items: list[tuple[str, BaseModel, dict[str, str] | None]], *,
                        correlation_id: str, tenant_id: uuid.UUID | None = None,
-                       causation: Envelope | None = None, notify: bool = True,
-                       sink: list[Row] | None = None) -> list[Envelope]:
+                       causation: Envelope | None = None, sink: list[Row] | None = None) -> list[Envelope]:
         """Queue several messages (type, payload, subject params) in one statement, in order.
-        Every one is checked against the contracts before anything is written.
-
-        ``notify``: the statement also NOTIFYs the relay, delivered when the transaction commits. A unit of
-        work hands the rows (collected in ``sink``) to its own process's relay after the commit instead
-        (``hand_over``), which publishes them without reading them back: PostgreSQL signals every listening
-        backend of the database on each NOTIFY, whatever its channel, and with every service's and
-        node-agent's relay listening that costs more than the rest of a small transaction."""
+        Every one is checked against the contracts before anything is written. The rows are also appended
+        to ``sink`` (a unit of work hands them to its relay once committed)."""
         rows, envelopes = [], []
         for type_, data, params in items:
             subject = self.catalog.message(type_).render_subject(**(params or {}))
@@ -93,34 +93,23 @@ class Outbox:
             if sink is not None:
                 sink.append(Row(env.id, subject, headers, rows[-1][4]))
         if rows:
-            # the rows, in order, and the wake-up the relay receives when the transaction commits: one statement
             ids, subjects, types, headers, bodies = (list(c) for c in zip(*rows))
-            insert = ("INSERT INTO outbox (id, subject, type, headers, body) "
-                      "SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::bytea[])")
-            if notify:
-                await conn.execute(f"WITH added AS ({insert}) SELECT pg_notify($6, '')",
-                                   ids, subjects, types, headers, bodies, self.channel)
-            else:
-                await conn.execute(insert, ids, subjects, types, headers, bodies)
+            await conn.execute("INSERT INTO outbox (id, subject, type, headers, body) "
+                               "SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::bytea[])",
+                               ids, subjects, types, headers, bodies)
         return envelopes
 
 
 class OutboxRelay:
-    """Publishes committed outbox rows to JetStream; woken by NOTIFY, with a polling fallback."""
+    """Publishes committed outbox rows to JetStream: those handed over at once, the table every ``poll_s``."""
 
     def __init__(self, pool: asyncpg.Pool, js: JetStreamContext, service: str, *, batch: int = 256,
-                 poll_s: float = 1.0, retention_s: float = 3600.0, listen: bool = True):
-        self.pool, self.js, self.service, self.listen = pool, js, service, listen
+                 poll_s: float = 1.0, retention_s: float = 3600.0):
+        self.pool, self.js, self.service = pool, js, service
         self.batch, self.poll_s, self.retention_s = batch, poll_s, retention_s
-        self.channel = f"outbox_{service}"
         self._wake = asyncio.Event()
         self._handed: list[Row] = []
-        self._look = True
         self.published = 0
-
-    def _notified(self, *_args) -> None:
-        self._look = True
-        self._wake.set()
 
     def take(self, rows: list[Row]) -> None:
         """Rows this process committed: publish them at once, without reading them back."""
@@ -128,79 +117,70 @@ class OutboxRelay:
         self._wake.set()
 
     async def run(self) -> None:
-        """Publish what is handed over as soon as it is; look in the table at start, on NOTIFY (a writer
-        outside a unit of work) and every ``poll_s`` (rows a crashed replica or a failed publish left)."""
-        listener = await self.pool.acquire() if self.listen else None
-        try:
-            if listener is not None:
-                await listener.add_listener(self.channel, self._notified)
-            cycles = 0
-            self._look = True
-            while True:
-                self._wake.clear()
-                handed, self._handed = self._handed, []
-                look, self._look = self._look, False
-                try:
-                    if handed:
-                        await self.publish_handed(handed)
-                    if look:
-                        while await self.drain_once() == self.batch:
-                            pass   # a full batch: there may be more; a partial one drained the table
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:  # NATS or PG unavailable: keep the rows, try again
-                    log.warning("outbox.publish_failed", error=repr(exc))
-                    self._look = True
-                    await asyncio.sleep(self.poll_s)
-                    continue
-                cycles += 1
-                if cycles % 600 == 0:
-                    await self.purge()
-                # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancellation that
-                # arrives as the NOTIFY wakes us, and the relay (and Runtime.stop) would then run forever.
-                try:
-                    async with asyncio.timeout(self.poll_s):
-                        await self._wake.wait()
-                except TimeoutError:
-                    self._look = True
-        finally:
-            if listener is not None:
-                try:
-                    await listener.remove_listener(self.channel, self._notified)
-                finally:
-                    await self.pool.release(listener)
+        """Publish what is handed over as soon as it is; look in the table at start and every ``poll_s``,
+        however busy (rows written outside a unit of work, or left by a crash or a failed publish)."""
+        loop = asyncio.get_running_loop()
+        next_look = loop.time()
+        next_purge = next_look + 600 * self.poll_s   # every ten minutes at the default poll
+        while True:
+            self._wake.clear()
+            handed, self._handed = self._handed, []
+            try:
+                if handed:
+                    await self.publish_handed(handed)
+                if loop.time() >= next_look:
+                    await self.drain()
+                    next_look = loop.time() + self.poll_s
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # NATS or PG unavailable: keep the rows, try again
+                log.warning("outbox.publish_failed", error=repr(exc))
+                await asyncio.sleep(self.poll_s)
+                continue
+            if loop.time() >= next_purge:
+                await self.purge()
+                next_purge = loop.time() + 600 * self.poll_s
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancellation that
+            # arrives as a hand-over wakes us, and the relay (and Runtime.stop) would then run forever.
+            try:
+                async with asyncio.timeout(max(0.0, next_look - loop.time())):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
 
     async def publish_handed(self, rows: list[Row]) -> None:
         """Publish rows handed over after their commit, without reading them back: one statement marks
         those still unpublished and locks them (a row a handler's savepoint rolled back does not exist, one
-        another replica's relay published is already marked: neither is sent), then the publishes (acks
-        awaited together) and the commit. A crash before the commit leaves them unmarked for the poll."""
+        another replica's relay published is already marked: neither is sent), then the publishes and the
+        commit. A crash before the commit leaves them unmarked for the table pass."""
         async with self.pool.acquire() as conn, conn.transaction():
             ids = {r[0] for r in await conn.fetch(
                 "UPDATE outbox SET published_at = now() WHERE id = ANY($1::uuid[]) AND published_at IS NULL "
                 "RETURNING id", [r.id for r in rows])}
-            todo = [r for r in rows if r.id in ids]
-            await asyncio.gather(*(self.js.publish(r.subject, r.body, headers=r.headers, timeout=10) for r in todo))
-        PUBLISHED.labels(self.service).inc(len(todo))
-        self.published += len(todo)
+            await self._publish([r for r in rows if r.id in ids])
+
+    async def drain(self) -> None:
+        """Publish every unpublished row of the table, a batch at a time."""
+        while await self.drain_once() == self.batch:
+            pass   # a full batch: there may be more; a partial one drained the table
 
     async def drain_once(self) -> int:
-        """Publish one batch; returns how many rows were published."""
+        """Publish one batch from the table; returns how many rows were published."""
         async with self.pool.acquire() as conn, conn.transaction():
-            rows = await conn.fetch(
+            rows = [Row(r["id"], r["subject"], json.loads(r["headers"]), bytes(r["body"])) for r in await conn.fetch(
                 "SELECT id, subject, headers, body FROM outbox WHERE published_at IS NULL "
-                "ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED", self.batch)
+                "ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED", self.batch)]
             if not rows:
                 return 0
-            # One connection keeps send order; the acks are awaited together.
-            await asyncio.gather(*(
-                self.js.publish(r["subject"], bytes(r["body"]), headers=json.loads(r["headers"]), timeout=10)
-                for r in rows
-            ))
-            await conn.execute("UPDATE outbox SET published_at = now() WHERE id = ANY($1::uuid[])", [r["id"] for r in rows])
+            await self._publish(rows)
+            await conn.execute("UPDATE outbox SET published_at = now() WHERE id = ANY($1::uuid[])", [r.id for r in rows])
+        return len(rows)
+
+    async def _publish(self, rows: list[Row]) -> None:
+        """Publish in order on one connection; the acks are awaited together."""
+        await asyncio.gather(*(self.js.publish(r.subject, r.body, headers=r.headers, timeout=10) for r in rows))
         PUBLISHED.labels(self.service).inc(len(rows))
         self.published += len(rows)
-        return len(rows)
 
     async def purge(self) -> None:
         """Forget published outbox rows after ``retention_s``, and inbox rows once JetStream can no

@@ -31,7 +31,7 @@ from typing import Any, Literal
 import asyncpg
 import structlog
 
-from .consumer import permanent, refusal_reason, text_safe
+from .refusals import permanent, refusal_reason, text_safe
 from .steps import Step
 from .unit_of_work import UnitOfWork
 from .wire import StepCommand, UndoCommand
@@ -145,7 +145,7 @@ async def invoke(ctx: UnitOfWork, cmd: StepCommand, action: Callable[[asyncpg.Co
                  *, step: Step, sim_faults: bool = False, subject_params: dict[str, str] | None = None) -> None:
     """Run ``action`` (returns the reply's extra fields, or raises StepRejected) once per idempotency key;
     a repeat gets the recorded reply (``step``'s ok or failed). An error no retry can fix raised by the
-    action (``shared.consumer.permanent``: invalid data, an unknown reference, PermanentError) is the step's
+    action (``shared.refusals.permanent``: invalid data, an unknown reference, PermanentError) is the step's
     failure too, with its reason: the saga compensates at once instead of waiting out its deadline."""
     conn = ctx.conn
     outcome = await recorded(ctx, cmd.idempotency_key)

@@ -36,16 +36,12 @@ log = structlog.get_logger()
 
 class Runtime:
     def __init__(self, settings: ServiceSettings, *, schema: str | None = None, schema_dir: Path | None = None,
-                 catalog: Catalog | None = None, outbox_listen: bool = False):
+                 catalog: Catalog | None = None):
         self.settings = settings
         self.service = settings.service
         self.schema = schema or settings.service
         self.schema_dir = schema_dir
         self.catalog = catalog or load_catalog()
-        # Whether the relay LISTENs for the NOTIFY of outbox writes made outside a unit of work (the gateway's
-        # HTTP handlers). Units of work hand their rows to the relay themselves; a listener costs nothing
-        # itself, but PostgreSQL signals every listening backend of the database on every NOTIFY.
-        self.outbox_listen = outbox_listen
         self.outbox = Outbox(self.service, self.catalog)
         self.broker = NatsBroker(settings.nats_url, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
                                  logger=None)
@@ -95,7 +91,7 @@ class Runtime:
         await self.broker.connect()
         await declare_streams(self.js, replicas=s.stream_replicas)
         await self.broker.start()
-        self.relay = OutboxRelay(self._pool, self.js, self.schema, listen=self.outbox_listen)
+        self.relay = OutboxRelay(self._pool, self.js, self.schema)
         self.outbox.hand_over = self.relay.take
         self._running = [asyncio.create_task(self._supervise(self.relay.run))]
         await self.consumers.start()
@@ -127,8 +123,7 @@ class Runtime:
         if self.relay is not None:   # publish what the last batches committed, rather than leave it to a replica
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(5):
-                    while await self.relay.drain_once() == self.relay.batch:
-                        pass
+                    await self.relay.drain()
         for hook in self.on_stop:
             with contextlib.suppress(Exception):
                 await hook()

@@ -168,7 +168,7 @@ def log_level(raw: str) -> str:
 @dataclass(frozen=True)
 class BusSettings:
     """JetStream consumer policy shared by every service. ack_wait must exceed the slowest handler;
-    handlers that may run longer send in-progress heartbeats (see shared.consumer)."""
+    handlers that may run longer send in-progress heartbeats (see shared.batches)."""
 
     ack_wait_s: float = setting("TESSERA_ACK_WAIT_S", 30.0, number(positive=True),
                                 doc="seconds a delivered message may stay unacknowledged before redelivery")

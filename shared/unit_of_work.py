@@ -31,7 +31,6 @@ class UnitOfWork:
         self.conn, self.outbox, self.name, self.causation = conn, outbox, name, causation
         self._after_commit: list[Callable[[], Awaitable[None]]] = []
         self._queued: list[Row] = []   # the outbox rows it wrote, handed to the relay once committed
-        self._handing_over = False
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -51,6 +50,12 @@ class UnitOfWork:
         self._after_commit.append(callback)
 
     async def run_after_commit(self) -> None:
+        """Once committed: hand the outbox rows written to this process's relay (published at once, without
+        a NOTIFY or a read back; should this process die first, a relay finds them in the table), then the
+        callbacks."""
+        rows, self._queued = self._queued, []
+        if rows:
+            self.outbox.hand_over(rows)
         callbacks, self._after_commit = self._after_commit, []
         for callback in callbacks:
             try:
@@ -76,20 +81,5 @@ class UnitOfWork:
     async def emit_many(self, items: list[tuple[str, BaseModel, dict[str, str] | None]], *,
                         correlation_id: str | None = None, tenant_id: uuid.UUID | None = None) -> list[Envelope]:
         """Queue several messages (type, payload, subject params) in one round trip, in order."""
-        self._hand_over_on_commit()
         return await self.outbox.add_many(self.conn, items, correlation_id=self._correlation(correlation_id),
-                                          tenant_id=tenant_id, causation=self.causation, notify=False,
-                                          sink=self._queued)
-
-    def _hand_over_on_commit(self) -> None:
-        """Once committed, this process's relay publishes the rows at once, without reading them back (and
-        without a NOTIFY: see ``Outbox.add_many``); should this process die first, a relay finds them in
-        the table on its next poll."""
-        if not self._handing_over:
-            self._handing_over = True
-
-            async def hand_over() -> None:
-                rows, self._queued = self._queued, []
-                if rows:
-                    self.outbox.hand_over(rows)
-            self.on_commit(hand_over)
+                                          tenant_id=tenant_id, causation=self.causation, sink=self._queued)

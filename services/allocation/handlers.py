@@ -25,7 +25,7 @@ from typing import Any
 import asyncpg
 from pydantic import BaseModel
 
-from shared.consumer import PermanentError, Refusal, text_safe
+from shared.refusals import PermanentError, Refusal, text_safe
 from shared.envelope import utcnow
 from shared.participant import StepRejected, invoke, over
 from shared.unit_of_work import UnitOfWork

@@ -16,8 +16,7 @@ from .settings import GatewaySettings
 def build(settings: ServiceSettings | None = None, config: GatewaySettings | None = None) -> Runtime:
     settings = settings or ServiceSettings.from_env("gateway")
     config = load(GatewaySettings) if config is None else config
-    # its HTTP handlers write commands to the outbox in their own transactions: the relay hears their NOTIFY
-    rt = Runtime(settings, schema_dir=Path(__file__).parent / "schema", outbox_listen=True)
+    rt = Runtime(settings, schema_dir=Path(__file__).parent / "schema")
     bus.wire(rt)
     create_app(rt, config)
     rt.background(partial(loops.purge_idempotency_keys_forever, rt, config.idempotency_ttl_s))

@@ -22,7 +22,7 @@ import structlog
 from prometheus_client import Gauge
 
 from shared.unit_of_work import UnitOfWork
-from shared.consumer import PermanentError
+from shared.refusals import PermanentError
 from services.network.contracts import TenantNetworks
 from shared.outbox import Outbox
 from shared.participant import StepRejected, invoke, undo

@@ -38,7 +38,6 @@ import time
 import uuid
 from pathlib import Path
 
-import asyncpg
 import nats
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 from pydantic import BaseModel, ConfigDict
@@ -46,8 +45,7 @@ from pydantic import BaseModel, ConfigDict
 from shared.contract import Catalog, Message, ServiceContract, load_catalog
 from shared.envelope import Envelope, utcnow
 from shared.settings import BusSettings, ServiceSettings
-from tests.bench.bench_saga import js_publish_rate, log_problems
-from tests.bench.bench_scheduler import cpu_of, provisioned_dsn, xacts
+from tests.bench.common import cpu_of, js_publish_rate, log_problems, provisioned_dsn, xacts
 from tooling.embedded import EmbeddedNats, EmbeddedPostgres
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import asyncio
-import collections
 import json
 import signal
 import subprocess
@@ -34,57 +33,14 @@ from pathlib import Path
 
 import asyncpg
 import nats
-import psutil
-from nats.js.api import StorageType, StreamConfig
 
+from tests.bench.common import family_cpu_s, js_publish_rate, log_problems, pct, pg_txn_rate, summarise_profile
 from tooling.client import TesseraClient
 from tooling.embedded import EmbeddedNats
 from tooling.platform import Platform
 
 
 TENANT_ALLOCATIONS = 200   # allocations per bench tenant (its default network holds ~250 addresses)
-
-
-def pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))] if s else float("nan")
-
-
-async def js_publish_rate(url: str, concurrency: int, total: int) -> float:
-    nc = await nats.connect(url)
-    js = nc.jetstream()
-    name = f"BENCH_{uuid.uuid4().hex[:8].upper()}"
-    await js.add_stream(StreamConfig(name=name, subjects=[f"{name.lower()}.>"], storage=StorageType.FILE))
-    payload = b"x" * 600     # about one envelope
-    per = total // concurrency
-
-    async def worker(w: int):
-        for i in range(per):
-            await js.publish(f"{name.lower()}.{w}", payload, headers={"Nats-Msg-Id": f"{w}-{i}"})
-    t0 = time.perf_counter()
-    await asyncio.gather(*(worker(w) for w in range(concurrency)))
-    rate = per * concurrency / (time.perf_counter() - t0)
-    await js.delete_stream(name)
-    await nc.close()
-    return rate
-
-
-async def pg_txn_rate(dsn: str, concurrency: int, total: int) -> float:
-    pool = await asyncpg.create_pool(dsn, min_size=concurrency, max_size=concurrency)
-    table = f"bench_{uuid.uuid4().hex[:8]}"
-    await pool.execute(f"CREATE TABLE {table} (id uuid PRIMARY KEY, v int)")
-    per = total // concurrency
-
-    async def worker():
-        for i in range(per):
-            async with pool.acquire() as c, c.transaction():
-                await c.execute(f"INSERT INTO {table} VALUES ($1, $2)", uuid.uuid4(), i)
-    t0 = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    rate = per * concurrency / (time.perf_counter() - t0)
-    await pool.execute(f"DROP TABLE {table}")
-    await pool.close()
-    return rate
 
 
 TARGETS = {   # figure: (direction, value)
@@ -104,13 +60,9 @@ def cpu_seconds(platform: Platform, per_process: bool = False) -> dict[str, floa
     if platform.pg and platform.pg.proc:
         procs["postgres"] = platform.pg.proc.pid
     for name, pid in procs.items():
-        try:
-            proc = psutil.Process(pid)
-            family = [proc, *proc.children(recursive=True)]
+        if (spent := family_cpu_s(pid)) is not None:
             key = "node_agent" if name.startswith("node_agent:") and not per_process else name
-            out[key] = out.get(key, 0.0) + sum(p.cpu_times().user + p.cpu_times().system for p in family)
-        except psutil.NoSuchProcess:
-            pass
+            out[key] = out.get(key, 0.0) + spent
     return out
 
 
@@ -221,24 +173,6 @@ def busiest(before: dict[str, float], after: dict[str, float]) -> tuple[str, flo
     return name, spent[name]
 
 
-def log_problems(logs: list[Path]) -> dict[str, dict[str, int]]:
-    """Per log file: how many lines of each (level, event) the services logged (they log at WARNING and
-    above, as JSON lines); a line that is not JSON and looks like trouble counts as ``other``."""
-    out: dict[str, dict[str, int]] = {}
-    for log in sorted(logs):
-        seen: collections.Counter = collections.Counter()
-        for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
-            try:
-                rec = json.loads(line)
-                seen[f"{rec.get('level', '?')}:{rec.get('event', '?')}"] += 1
-            except (ValueError, AttributeError):
-                if any(w in line.lower() for w in ("error", "traceback", "exception", "critical")):
-                    seen["other"] += 1
-        if seen:
-            out[log.stem] = dict(seen.most_common())
-    return out
-
-
 def start_profile(platform: Platform, service: str, out: Path) -> subprocess.Popen | None:
     """py-spy (sampling, from outside the process) on one service for the measured run."""
     spy = Path(sys.executable).parent / "py-spy"
@@ -247,31 +181,6 @@ def start_profile(platform: Platform, service: str, out: Path) -> subprocess.Pop
         return None
     return subprocess.Popen([str(spy), "record", "--pid", str(proc.proc.pid), "--format", "raw", "--rate", "250",
                              "--nonblocking", "--output", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def summarise_profile(path: Path, top: int = 12) -> dict:
-    """Share of samples per function: self (leaf frame) and inclusive (anywhere on the stack, our code only)."""
-    if not path.exists():
-        return {}
-    self_t: collections.Counter = collections.Counter()
-    incl: collections.Counter = collections.Counter()
-    total = 0
-    for line in path.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
-            continue
-        n = int(count)
-        total += n
-        frames = stack.split(";")
-        self_t[frames[-1]] += n
-        for f in set(frames):
-            if "__main__.py" not in f and ("services/" in f or "shared/" in f):
-                incl[f] += n
-    if not total:
-        return {}
-    pct_of = lambda c: {k.replace(str(Path(__file__).resolve().parents[2]) + "/", ""): round(100 * v / total, 1)
-                        for k, v in c.most_common(top)}
-    return {"samples": total, "self_pct": pct_of(self_t), "inclusive_pct_project_code": pct_of(incl)}
 
 
 async def main(n: int, concurrency: int, nodes: int, profile: str, n1: int, n_half: int) -> dict:

@@ -18,7 +18,6 @@ import asyncio
 import json
 import os
 import random
-import secrets
 import signal
 import subprocess
 import sys
@@ -30,14 +29,13 @@ from pathlib import Path
 import aiohttp
 import asyncpg
 import nats
-import psutil
 
 from services.node_agent.adapters.discovery.sim import sim_topology
 from services.scheduler.domain.topology import derive_slot_map
-from shared.db import migrate, provision_service, service_dsn
+from shared.db import migrate
 from tooling.embedded import EmbeddedNats, EmbeddedPostgres
 from shared.envelope import Envelope, utcnow
-from tests.bench.bench_saga import js_publish_rate, pct, pg_txn_rate, summarise_profile
+from tests.bench.common import cpu_of, js_publish_rate, pct, pg_txn_rate, provisioned_dsn, summarise_profile, xacts
 from tests.support.polling import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -157,39 +155,6 @@ async def drive(nats_url: str, tenants: list[uuid.UUID], n: int, concurrency: in
     wall = time.perf_counter() - t0
     await nc.close()
     return {"wall_s": wall, "latencies": latencies, "outcomes": outcomes}
-
-
-def cpu_of(pids: dict[str, int]) -> dict[str, float]:
-    """CPU seconds per process (with its children), and of this load generator alone."""
-    out = {}
-    for name, pid in pids.items():
-        try:
-            p = psutil.Process(pid)
-            out[name] = sum(q.cpu_times().user + q.cpu_times().system for q in [p, *p.children(recursive=True)])
-        except psutil.NoSuchProcess:
-            pass
-    me = psutil.Process().cpu_times()
-    out["load-generator"] = me.user + me.system
-    return out
-
-
-async def xacts(dsn: str) -> int:
-    conn = await asyncpg.connect(dsn)
-    try:
-        return await conn.fetchval("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
-    finally:
-        await conn.close()
-
-
-async def provisioned_dsn(pg: EmbeddedPostgres, service: str = "scheduler") -> str:
-    """A role and schema for ``service`` on the embedded server; its DSN."""
-    secret = secrets.token_hex(8)
-    admin = await asyncpg.connect(pg.admin_dsn)
-    try:
-        await provision_service(admin, service, secret)
-    finally:
-        await admin.close()
-    return service_dsn(pg.admin_dsn, service, secret)
 
 
 async def measure(args, work: Path, nats_srv: EmbeddedNats, pg: EmbeddedPostgres, svc, port: int, tenants) -> dict:

@@ -11,10 +11,8 @@ import pytest
 from nats.js.api import DeliverPolicy, StreamConfig
 from pydantic import BaseModel, ConfigDict
 
-from shared.settings import BusSettings, ServiceSettings
-from shared.contract import Catalog, ContractViolation, Message, ServiceContract, load_catalog
-from shared.runtime import Runtime
-from tests.support.bus import make_envelope, publish_envelope
+from shared.contract import ContractViolation, Message, ServiceContract
+from tests.support.bus import make_envelope, probe_runtime, publish_envelope
 from tests.support.polling import eventually
 
 
@@ -32,20 +30,13 @@ PROBE = ServiceContract(
 )
 
 
-def probe_catalog() -> Catalog:
-    real = load_catalog()
-    return Catalog([*real.contracts.values(), PROBE])
-
-
 @pytest.fixture
 async def probe(infra, provision, nc):
     js = nc.jetstream()
     await js.add_stream(StreamConfig(name="TESSERA_PROBE", subjects=["probe.>"], duplicate_window=120))
     handled: list[int] = []
     attempts: dict[int, int] = {}
-    settings = ServiceSettings(service="probe", nats_url=infra.nats_url, db_dsn=await provision("probe"),
-                               bus=BusSettings(ack_wait_s=5, max_deliver=3, retry_backoff_s=[0.05, 0.1], max_workers=4))
-    rt = Runtime(settings, catalog=probe_catalog())
+    rt = probe_runtime(PROBE, infra.nats_url, await provision("probe"), max_workers=4)
 
     async def on_ping(ctx, ping: Ping):
         attempts[ping.n] = attempts.get(ping.n, 0) + 1

@@ -2,7 +2,7 @@
 a crash between the batch's commit and its acks has no second effect when the batch is redelivered; a poison
 message in a batch is retried and dead-lettered alone while its neighbours' effects commit.
 
-The probe (tests/support/kitprobe.py) has its own contract, stream and schema; messages are published before
+The probe (tests/support/batchprobe.py) has its own contract, stream and schema; messages are published before
 it starts, so its first fetch takes them all as one batch.
 """
 from __future__ import annotations
@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import asyncpg
@@ -19,7 +18,7 @@ import pytest
 from nats.js.api import StreamConfig
 from nats.js.errors import NotFoundError
 
-from tests.support import kitprobe
+from tests.support import batchprobe
 from tests.support.bus import make_envelope, publish_envelope
 from tests.support.polling import eventually
 
@@ -31,20 +30,20 @@ async def probe_env(infra, provision, nc):
     """A fresh stream and consumer, an effects table, and the probe's DSN."""
     js = nc.jetstream()
     try:
-        await js.delete_stream(kitprobe.STREAM)
+        await js.delete_stream(batchprobe.STREAM)
     except NotFoundError:
         pass
-    await js.add_stream(StreamConfig(name=kitprobe.STREAM, subjects=["batchprobe.>"], duplicate_window=120))
-    dsn = await provision(kitprobe.SERVICE)
+    await js.add_stream(StreamConfig(name=batchprobe.STREAM, subjects=["batchprobe.>"], duplicate_window=120))
+    dsn = await provision(batchprobe.SERVICE)
     conn = await asyncpg.connect(dsn)
-    await conn.execute(kitprobe.EFFECTS)
+    await conn.execute(batchprobe.EFFECTS)
     await conn.execute("TRUNCATE effects")
     await conn.close()
     return dsn
 
 
 async def publish_pings(js, pings: list[dict]) -> list:
-    envs = [make_envelope(kitprobe.PING, p) for p in pings]
+    envs = [make_envelope(batchprobe.PING, p) for p in pings]
     for env in envs:
         await publish_envelope(js, "batchprobe.cmd.ping", env)
     return envs
@@ -60,7 +59,7 @@ async def effects(dsn: str) -> list[asyncpg.Record]:
 
 def spawn_probe(infra, dsn: str, log: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO), "TESSERA_NATS_URL": infra.nats_url, "TESSERA_DB_DSN": dsn}
-    return subprocess.Popen([sys.executable, "-m", "tests.support.kitprobe"], cwd=REPO, env=env,
+    return subprocess.Popen([sys.executable, "-m", "tests.support.batchprobe"], cwd=REPO, env=env,
                             stdout=subprocess.DEVNULL, stderr=open(log, "ab"), start_new_session=True)
 
 
@@ -81,13 +80,13 @@ async def test_a_kill_between_the_commit_and_the_acks_of_a_batch_has_no_second_e
     committed = await effects(probe_env)
     assert [r["n"] for r in committed] == list(range(20))                 # every effect, once
     assert len({r["txid"] for r in committed}) == 1                      # one transaction: one batch
-    info = await js.consumer_info(kitprobe.STREAM, kitprobe.CONSUMER)
+    info = await js.consumer_info(batchprobe.STREAM, batchprobe.CONSUMER)
     assert info.num_ack_pending == 20                                    # and not one of them acknowledged
 
     second = spawn_probe(infra, probe_env, tmp_path / "probe.log")
     try:
         async def settled() -> bool:
-            i = await js.consumer_info(kitprobe.STREAM, kitprobe.CONSUMER)
+            i = await js.consumer_info(batchprobe.STREAM, batchprobe.CONSUMER)
             return i.num_ack_pending == 0 and i.num_pending == 0 and i.delivered.consumer_seq >= 40
         await eventually(settled, timeout=60, fail_if=lambda _v: second.poll() is not None)
         # the redelivered batch found its inbox rows: no handler ran again
@@ -109,7 +108,7 @@ async def test_a_poison_message_in_a_batch_is_retried_and_dead_lettered_alone_wh
     dlq = await watch("deadletter.batchprobe.>")
     pinged = await watch("batchprobe.evt.pinged")
     envs = await publish_pings(js, [{"n": n, "poison": n == 3} for n in range(8)])
-    rt = kitprobe.build(infra.nats_url, probe_env, ack_wait_s=5)
+    rt = batchprobe.build(infra.nats_url, probe_env, ack_wait_s=5)
     await rt.start()
     try:
         dead = await dlq.wait_for(lambda i: i[1]["id"] == str(envs[3].id), timeout=30)
@@ -127,7 +126,7 @@ async def test_a_poison_message_in_a_batch_is_retried_and_dead_lettered_alone_wh
         async with rt.pool.acquire() as conn:
             inbox = {r["event_id"] for r in await conn.fetch(
                 "SELECT event_id FROM inbox WHERE consumer=$1 AND event_id = ANY($2::uuid[])",
-                kitprobe.CONSUMER, [e.id for e in envs])}
+                batchprobe.CONSUMER, [e.id for e in envs])}
         assert inbox == {e.id for i, e in enumerate(envs) if i != 3}
     finally:
         await rt.stop()
@@ -137,7 +136,7 @@ async def test_a_message_emitted_in_a_savepoint_the_handler_rolled_back_is_never
     js = nc.jetstream()
     pinged = await watch("batchprobe.evt.pinged")
     await publish_pings(js, [{"n": n, "retract": True} for n in range(1, 6)])
-    rt = kitprobe.build(infra.nats_url, probe_env)
+    rt = batchprobe.build(infra.nats_url, probe_env)
     await rt.start()
     try:
         await pinged.wait_for(lambda _i: len(pinged.items) >= 5, timeout=30)

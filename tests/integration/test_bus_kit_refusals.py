@@ -15,14 +15,12 @@ from nats.js.api import StreamConfig
 from pydantic import BaseModel, ConfigDict, Field
 
 from shared import participant
-from shared.consumer import PermanentError
-from shared.contract import Catalog, Message, ServiceContract, load_catalog
-from shared.runtime import Runtime
-from shared.settings import BusSettings, ServiceSettings
+from shared.refusals import PermanentError
+from shared.contract import Message, ServiceContract
 from shared.steps import Step
 from shared.wire import StepCommand, StepFailure, StepReply, step_key
 from shared.envelope import Envelope
-from tests.support.bus import caused_by, make_envelope, wait_acked
+from tests.support.bus import caused_by, make_envelope, probe_runtime, wait_acked
 
 STREAM = "TESSERA_KITPROBE"
 
@@ -81,19 +79,13 @@ FAILING = {
 }
 
 
-def catalog() -> Catalog:
-    return Catalog([*load_catalog().contracts.values(), KITPROBE])
-
-
 @pytest.fixture
 async def kitprobe(infra, provision, nc):
     js = nc.jetstream()
     await js.add_stream(StreamConfig(name=STREAM, subjects=["kitprobe.>"], duplicate_window=120))
     await js.purge_stream(STREAM)
     attempts: dict[int, int] = {}
-    settings = ServiceSettings(service="kitprobe", nats_url=infra.nats_url, db_dsn=await provision("kitprobe"),
-                               bus=BusSettings(ack_wait_s=5, max_deliver=3, retry_backoff_s=[0.05, 0.1], max_workers=2))
-    rt = Runtime(settings, catalog=catalog())
+    rt = probe_runtime(KITPROBE, infra.nats_url, await provision("kitprobe"), max_workers=2)
 
     async def store(ctx, cmd: Store):
         attempts[cmd.n] = attempts.get(cmd.n, 0) + 1

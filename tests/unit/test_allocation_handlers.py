@@ -10,7 +10,7 @@ import pytest
 from services.allocation import contracts as c
 from services.allocation import handlers
 from services.allocation.domain.model import ACTIVE, FAILED, PROVISIONING, RELEASED, RELEASING, REQUESTED, Allocation
-from shared.consumer import PermanentError
+from shared.refusals import PermanentError
 from shared.participant import StepRejected
 from shared.wire import step_key
 from tests.support.fakes import FakeAllocationRepository, FakeUnitOfWork, factory

@@ -6,7 +6,7 @@ import asyncpg
 import pytest
 from pydantic import BaseModel, Field, ValidationError
 
-from shared.consumer import PermanentError, permanent, refusal_reason, text_safe
+from shared.refusals import PermanentError, permanent, refusal_reason, text_safe
 
 
 class Item(BaseModel):

@@ -13,6 +13,7 @@ from aiohttp import web
 from services.allocation.contracts import ReleaseAllocation, RequestAllocation
 from services.scheduler.contracts import CancelRequest
 from shared.envelope import utcnow
+from shared.unit_of_work import UnitOfWork
 
 from ..adapters import allocations as repo
 from ..adapters.inventory import plain
@@ -69,7 +70,8 @@ async def create_allocation(request: web.Request) -> web.Response:
     body = await read_body(request, AllocationCreate)
     gw = gateway_of(request)
     request_hash = fingerprint(body.model_dump(mode="json"))
-    async with gw.pool.acquire() as conn, conn.transaction():
+    async with gw.unit_of_work("gateway.create_allocation") as uow:
+        conn = uow.conn
         shape = await resolve_shape(conn, body.shape)
         alloc = _new_allocation(p, body, shape)
         out = allocation_out(alloc)
@@ -84,7 +86,7 @@ async def create_allocation(request: web.Request) -> web.Response:
                 return _accepted(held["response"], held["allocation_id"], replayed=True)
         await check_quota(conn, p, shape, body.pool)   # raising rolls the key claim back too
         await repo.insert(conn, alloc)
-        await gw.outbox.add(conn, "allocation.request", RequestAllocation(
+        await uow.emit("allocation.request", RequestAllocation(
             allocation_id=alloc["id"], tenant_id=p.tenant_id, user_id=p.user_id, name=body.name, shape=body.shape,
             gpu_count=alloc["gpu_count"], volume_gb=body.volume_gb, labels=body.labels, priority=alloc["priority"],
             spot=body.spot, pool=body.pool, tolerations=body.tolerations, fail_fast=body.fail_fast,
@@ -123,14 +125,14 @@ async def get_allocation(request: web.Request) -> web.Response:
     return respond(allocation_out(row))
 
 
-async def _cancel_queued(gw, conn, row: asyncpg.Record, p: Principal) -> asyncpg.Record:
+async def _cancel_queued(uow: UnitOfWork, row: asyncpg.Record, p: Principal) -> asyncpg.Record:
     """A QUEUED allocation is cancelled, once: the scheduler drops the request and the saga fails it (cancelled)."""
     if row["cancel_requested_at"] is None:
-        await repo.update(conn, row["id"], cancel_requested_at=utcnow())
-        await gw.outbox.add(conn, "scheduler.cancel_request", CancelRequest(
+        await repo.update(uow.conn, row["id"], cancel_requested_at=utcnow())
+        await uow.emit("scheduler.cancel_request", CancelRequest(
             allocation_id=row["id"], tenant_id=p.tenant_id, requested_by=p.user_id),
             correlation_id=str(row["id"]), tenant_id=p.tenant_id)
-    return await repo.get(conn, row["id"])
+    return await repo.get(uow.conn, row["id"])
 
 
 async def release_allocation(request: web.Request) -> web.Response:
@@ -139,19 +141,20 @@ async def release_allocation(request: web.Request) -> web.Response:
     p = require_tenant_member(request)
     allocation_id = path_uuid(request, "allocation_id", "allocation")
     gw = gateway_of(request)
-    async with gw.pool.acquire() as conn, conn.transaction():
+    async with gw.unit_of_work("gateway.release_allocation") as uow:
+        conn = uow.conn
         row = await repo.get(conn, allocation_id, p.tenant_id, for_update=True)
         if row is None:
             raise not_found("allocation")
         if row["state"] == "QUEUED":
-            row = await _cancel_queued(gw, conn, row, p)
+            row = await _cancel_queued(uow, row, p)
         elif row["state"] not in RELEASE_ALREADY_REQUESTED:
             if row["state"] != "ACTIVE":
                 raise ProblemError(409, f"the allocation is {row['state']}; only an ACTIVE allocation can be released",
                                    slug="allocation-not-active")
             # optimistic: the real state is never behind the view, so an ACTIVE view means release applies
             await repo.update(conn, allocation_id, state="RELEASING", release_requested_at=utcnow())
-            await gw.outbox.add(conn, "allocation.release", ReleaseAllocation(
+            await uow.emit("allocation.release", ReleaseAllocation(
                 allocation_id=allocation_id, tenant_id=p.tenant_id, requested_by=p.user_id),
                 correlation_id=str(allocation_id), tenant_id=p.tenant_id)
             row = await repo.get(conn, allocation_id)

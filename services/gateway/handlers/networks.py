@@ -45,7 +45,8 @@ async def create_network(request: web.Request) -> web.Response:
     p = require_tenant_member(request)
     body = await read_body(request, NetworkCreate)
     gw, network_id = gateway_of(request), uuid.uuid4()
-    async with gw.pool.acquire() as conn, conn.transaction():
+    async with gw.unit_of_work("gateway.create_network") as uow:
+        conn = uow.conn
         clash = await repo.overlapping(conn, p.tenant_id, body.cidr)
         if clash is not None:   # like a taken name, a conflict with the tenant's other networks (409)
             message = f"overlaps {clash['cidr']} of network {clash['name']!r}; a tenant's networks must not overlap"
@@ -54,7 +55,7 @@ async def create_network(request: web.Request) -> web.Response:
         row = await repo.request_network(conn, network_id, p.tenant_id, body.name, body.cidr, p.user_id)
         if row is None:
             raise ProblemError(409, f"a network named {body.name!r} already exists", slug="name-taken")
-        await gw.outbox.add(conn, "network.create_network", CreateNetwork(
+        await uow.emit("network.create_network", CreateNetwork(
             network_id=network_id, tenant_id=p.tenant_id, name=body.name, cidr=body.cidr),
             correlation_id=str(network_id), tenant_id=p.tenant_id)
     return respond(network_out(row, []), 202, headers={"Location": f"/v1/networks/{network_id}"})
@@ -80,7 +81,8 @@ async def delete_network(request: web.Request) -> web.Response:
     """202 and one delete_network for an active network; 202 again (nothing sent) once deleting."""
     p = require_tenant_member(request)
     gw = gateway_of(request)
-    async with gw.pool.acquire() as conn, conn.transaction():
+    async with gw.unit_of_work("gateway.delete_network") as uow:
+        conn = uow.conn
         row = await _network(conn, request, p.tenant_id, for_update=True)
         if row["state"] in ("creating", "rejected"):
             raise ProblemError(409, f"the network is {row['state']}; only an active network can be deleted",
@@ -90,8 +92,8 @@ async def delete_network(request: web.Request) -> web.Response:
                 raise ProblemError(409, "the network still has attachments; release their allocations first",
                                    slug="network-in-use")
             row = await repo.set_state(conn, row["id"], "deleting")
-            await gw.outbox.add(conn, "network.delete_network", DeleteNetwork(network_id=row["id"], tenant_id=p.tenant_id),
-                                correlation_id=str(row["id"]), tenant_id=p.tenant_id)
+            await uow.emit("network.delete_network", DeleteNetwork(network_id=row["id"], tenant_id=p.tenant_id),
+                           correlation_id=str(row["id"]), tenant_id=p.tenant_id)
         rules = await repo.rules_of(conn, [row["id"]])
     return respond(network_out(row, rules), 202)
 
@@ -121,7 +123,8 @@ async def add_rule(request: web.Request) -> web.Response:
     if problems:
         raise _rule_problem(problems)
     gw = gateway_of(request)
-    async with gw.pool.acquire() as conn, conn.transaction():
+    async with gw.unit_of_work("gateway.add_rule") as uow:
+        conn = uow.conn
         net = await _network(conn, request, p.tenant_id, for_update=True)
         if net["state"] != "active":
             raise ProblemError(409, f"the network is {net['state']}; rules can be added to an active network",
@@ -129,7 +132,7 @@ async def add_rule(request: web.Request) -> web.Response:
         await _check_remote(conn, p.tenant_id, net["id"], body)
         rule = SecurityRule(id=uuid.uuid4(), **body.model_dump())
         row = await repo.request_rule(conn, p.tenant_id, net["id"], rule.model_dump())
-        await gw.outbox.add(conn, "network.add_security_rule", AddSecurityRule(
+        await uow.emit("network.add_security_rule", AddSecurityRule(
             network_id=net["id"], tenant_id=p.tenant_id, rule=rule), correlation_id=str(rule.id), tenant_id=p.tenant_id)
     return respond(RuleOut(**dict(row)), 202)
 
@@ -138,7 +141,8 @@ async def remove_rule(request: web.Request) -> web.Response:
     """202 and one remove_security_rule for an active rule; 202 again (nothing sent) while removing."""
     p = require_tenant_member(request)
     gw = gateway_of(request)
-    async with gw.pool.acquire() as conn, conn.transaction():
+    async with gw.unit_of_work("gateway.remove_rule") as uow:
+        conn = uow.conn
         net = await _network(conn, request, p.tenant_id)
         row = await repo.get_rule(conn, path_uuid(request, "rule_id", "rule"), net["id"], p.tenant_id, for_update=True)
         if row is None or row["state"] == "rejected":
@@ -147,7 +151,7 @@ async def remove_rule(request: web.Request) -> web.Response:
             raise ProblemError(409, "the rule is still being added; try again shortly", slug="rule-not-active")
         if row["state"] == "active":
             row = await repo.set_rule_state(conn, row["id"], "removing")
-            await gw.outbox.add(conn, "network.remove_security_rule", RemoveSecurityRule(
+            await uow.emit("network.remove_security_rule", RemoveSecurityRule(
                 network_id=net["id"], tenant_id=p.tenant_id, rule_id=row["id"]),
                 correlation_id=str(row["id"]), tenant_id=p.tenant_id)
     return respond(RuleOut(**dict(row)), 202)

@@ -46,13 +46,14 @@ async def register_node(request: web.Request) -> web.Response:
     admin = require_provider_admin(request)
     body = await read_body(request, NodeCreate)
     gw, node_id = gateway_of(request), uuid.uuid4()
-    async with gw.pool.acquire() as conn, conn.transaction():
+    async with gw.unit_of_work("gateway.register_node") as uow:
+        conn = uow.conn
         row = await nodes.request_node(conn, node_id, body.name, body.gpu_model, body.gpu_count, body.labels, admin.user_id)
         if row is None:
             raise ProblemError(409, f"a node named {body.name!r} already exists", slug="name-taken")
         # where the node is (pool, region, site, rack): only what was given, the scheduler defaults the rest
         location = body.model_dump(include={"pool", "region", "site", "rack"}, exclude_none=True)
-        await gw.outbox.add(conn, "scheduler.register_node", RegisterNode(
+        await uow.emit("scheduler.register_node", RegisterNode(
             node_id=node_id, name=body.name, gpu_model=body.gpu_model, gpu_count=body.gpu_count, labels=body.labels,
             **location), correlation_id=str(node_id))
     return respond(node_out(row), 202)
@@ -85,7 +86,8 @@ async def approve_slot_map(request: web.Request) -> web.Response:
     node_id = path_uuid(request, "node_id", "node")
     body = await read_body(request, SlotMapApproval)
     gw = gateway_of(request)
-    async with gw.pool.acquire() as conn, conn.transaction():
+    async with gw.unit_of_work("gateway.approve_slot_map") as uow:
+        conn = uow.conn
         row = await inventory.get_node(conn, node_id, for_update=True)
         if row is None:
             raise not_found("node")
@@ -95,7 +97,7 @@ async def approve_slot_map(request: web.Request) -> web.Response:
         if row["proposal"] != body.proposal:
             raise ProposalConflict(f"proposal {body.proposal} is not the node's current proposal {row['proposal']}",
                                    row["proposal"], row["status"])
-        await gw.outbox.add(conn, "scheduler.approve_slot_map", ApproveSlotMap(
+        await uow.emit("scheduler.approve_slot_map", ApproveSlotMap(
             node_id=node_id, proposal=body.proposal, approved_by=admin.user_id, wipe_policy=body.wipe_policy),
             correlation_id=str(node_id))
     return respond(node_detail(row), 202)
@@ -103,12 +105,13 @@ async def approve_slot_map(request: web.Request) -> web.Response:
 
 async def _update(gw: Gateway, node_id: uuid.UUID, changes: dict, requested_by: uuid.UUID) -> dict:
     """Send one update_node; returns the node document with the requested changes (as requested)."""
-    async with gw.pool.acquire() as conn, conn.transaction():
+    async with gw.unit_of_work("gateway._update") as uow:
+        conn = uow.conn
         row = await inventory.get_node(conn, node_id)
         if row is None:
             raise not_found("node")
-        await gw.outbox.add(conn, "scheduler.update_node", UpdateNode(node_id=node_id, requested_by=requested_by,
-                                                                      **changes), correlation_id=str(node_id))
+        await uow.emit("scheduler.update_node", UpdateNode(node_id=node_id, requested_by=requested_by, **changes),
+                       correlation_id=str(node_id))
     return {**row, **{k: v for k, v in changes.items() if k != "reason"}}
 
 

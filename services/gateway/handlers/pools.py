@@ -21,9 +21,10 @@ async def define_pool(request: web.Request) -> web.Response:
     name = path_value(request, POOL_NAME)
     body = await read_body(request, PoolDefinition)
     gw = gateway_of(request)
-    async with gw.pool.acquire() as conn, conn.transaction():
+    async with gw.unit_of_work("gateway.define_pool") as uow:
+        conn = uow.conn
         current = await inventory.get_pool(conn, name)
-        await gw.outbox.add(conn, "scheduler.define_pool", DefinePool(name=name, **body.model_dump()),
+        await uow.emit("scheduler.define_pool", DefinePool(name=name, **body.model_dump()),
                             correlation_id=f"pool:{name}")
     version = current["version"] if current else None
     return respond(PoolOut(name=name, **body.model_dump(), version=version), 202)

@@ -13,7 +13,7 @@ from aiohttp import web
 
 from services.scheduler.contracts import SetQuota
 
-from ..adapters import identity, inventory
+from ..adapters import inventory
 from ..domain.model import Principal
 from ..domain.scheduling import DEFAULT_POOL, NIL, QuotaBreach, ShapeInfo, quota_breach
 from ..http.auth import principal_of, require_provider_admin
@@ -65,10 +65,11 @@ async def set_tenant_quota(request: web.Request) -> web.Response:
     pool, model = path_value(request, POOL), path_value(request, GPU_MODEL)
     body = await read_body(request, TenantQuotaSet)   # guaranteed <= limit: the model says so
     gw = gateway_of(request)
-    async with gw.pool.acquire() as conn, conn.transaction():
+    async with gw.unit_of_work("gateway.set_tenant_quota") as uow:
+        conn = uow.conn
         await require_tenant(conn, tenant_id)
         current = await inventory.get_quota(conn, tenant_id, pool, model)
-        await gw.outbox.add(conn, "scheduler.set_quota", SetQuota(
+        await uow.emit("scheduler.set_quota", SetQuota(
             tenant_id=tenant_id, gpu_model=model, pool=pool, limit=body.limit, guaranteed=body.guaranteed,
             set_by=admin.user_id), correlation_id=f"quota:{tenant_id}", tenant_id=tenant_id)
     return respond(QuotaOut(tenant_id=tenant_id, pool=pool, gpu_model=model, limit=body.limit, guaranteed=body.guaranteed,
@@ -115,7 +116,8 @@ async def set_user_quota(request: web.Request) -> web.Response:
     pool, model = path_value(request, POOL), path_value(request, GPU_MODEL)
     body = await read_body(request, UserQuotaSet)
     gw = gateway_of(request)
-    async with gw.pool.acquire() as conn, conn.transaction():
+    async with gw.unit_of_work("gateway.set_user_quota") as uow:
+        conn = uow.conn
         if not await inventory.user_in_tenant(conn, user_id, tenant_id):
             raise not_found("user")
         own = await inventory.get_quota(conn, tenant_id, pool, model)
@@ -123,7 +125,7 @@ async def set_user_quota(request: web.Request) -> web.Response:
             raise validation_problem([FieldError(field="limit", message=f"must not exceed the tenant's limit {own['limit']}",
                                                  code="quota_rule")])
         current = await inventory.get_quota(conn, tenant_id, pool, model, user_id)
-        await gw.outbox.add(conn, "scheduler.set_quota", SetQuota(
+        await uow.emit("scheduler.set_quota", SetQuota(
             tenant_id=tenant_id, gpu_model=model, pool=pool, limit=body.limit, user_id=user_id, set_by=caller.user_id),
             correlation_id=f"quota:{tenant_id}", tenant_id=tenant_id)
     return respond(UserQuotaSetOut(tenant_id=tenant_id, user_id=user_id, pool=pool, gpu_model=model, limit=body.limit,

@@ -54,8 +54,8 @@ async def define_shape(request: web.Request) -> web.Response:
         raise validation_problem([FieldError(field=f, message=m, code="shape_rule") for f, m in errors])
     command = DefineShape(name=name, **body.model_dump())
     gw = gateway_of(request)
-    async with gw.pool.acquire() as conn, conn.transaction():
-        await gw.outbox.add(conn, "scheduler.define_shape", command, correlation_id=f"shape:{name}")
+    async with gw.unit_of_work("gateway.define_shape") as uow:
+        await uow.emit("scheduler.define_shape", command, correlation_id=f"shape:{name}")
     return respond(shape_out(ShapeInfo(name, body.kind, body.gpu_count, body.gpu_model, body.mig_profile)), 202)
 
 
@@ -94,7 +94,8 @@ async def delete_shape(request: web.Request) -> web.Response:
     require_provider_admin(request)
     name = path_value(request, SHAPE_NAME)
     gw = gateway_of(request)
-    async with gw.pool.acquire() as conn, conn.transaction():
+    async with gw.unit_of_work("gateway.delete_shape") as uow:
+        conn = uow.conn
         known = await known_shapes(conn)
         shape = known.get(name)
         if shape is None:
@@ -102,7 +103,7 @@ async def delete_shape(request: web.Request) -> web.Response:
         conflict = deletion_conflict(name, set(known), await inventory.shape_users(conn, name))
         if conflict is not None:
             raise conflict
-        await gw.outbox.add(conn, "scheduler.define_shape", DefineShape(
+        await uow.emit("scheduler.define_shape", DefineShape(
             name=name, kind=shape.kind, gpu_count=shape.gpu_count, gpu_model=shape.gpu_model,
             mig_profile=shape.mig_profile, deleted=True), correlation_id=f"shape:{name}")
     return respond(shape_out(ShapeInfo(name, shape.kind, shape.gpu_count, shape.gpu_model, shape.mig_profile,

@@ -28,11 +28,12 @@ async def create_tenant(request: web.Request) -> web.Response:
     admin = require_provider_admin(request)
     body = await read_body(request, TenantCreate)
     gw, tenant_id = gateway_of(request), uuid.uuid4()
-    async with gw.pool.acquire() as conn, conn.transaction():
+    async with gw.unit_of_work("gateway.create_tenant") as uow:
+        conn = uow.conn
         row = await identity.create_tenant(conn, tenant_id, body.name, admin.user_id)
         if row is None:
             raise ProblemError(409, f"a tenant named {body.name!r} already exists", slug="name-taken")
-        await gw.outbox.add(conn, "gateway.tenant_created", TenantCreated(tenant_id=tenant_id, name=body.name,
+        await uow.emit("gateway.tenant_created", TenantCreated(tenant_id=tenant_id, name=body.name,
                             created_by=admin.user_id), correlation_id=str(tenant_id), tenant_id=tenant_id)
     return respond(TenantOut(**dict(row)), 201)
 
@@ -57,13 +58,14 @@ async def create_user(request: web.Request) -> web.Response:
     body = await read_body(request, UserCreate)
     gw, caller = gateway_of(request), principal_of(request)
     user_id, key = uuid.uuid4(), new_api_key()
-    async with gw.pool.acquire() as conn, conn.transaction():
+    async with gw.unit_of_work("gateway.create_user") as uow:
+        conn = uow.conn
         await require_tenant(conn, tenant_id)
         row = await identity.create_user(conn, user_id, tenant_id, body.name, body.role, caller.user_id)
         if row is None:
             raise ProblemError(409, f"the tenant already has a user named {body.name!r}", slug="name-taken")
         await identity.add_api_key(conn, user_id, hash_api_key(key))
-        await gw.outbox.add(conn, "gateway.user_created", UserCreated(
+        await uow.emit("gateway.user_created", UserCreated(
             user_id=user_id, tenant_id=tenant_id, name=body.name, role=body.role, created_by=caller.user_id),
             correlation_id=str(user_id), tenant_id=tenant_id)
     return respond(UserCreatedOut(**dict(row), api_key=key), 201)

@@ -9,6 +9,7 @@ from nats.js import JetStreamContext
 
 from shared.outbox import Outbox
 from shared.runtime import Runtime
+from shared.unit_of_work import UnitOfWork
 
 from ..adapters.allocations import EVENTS_CHANNEL
 from ..settings import GatewaySettings
@@ -38,6 +39,10 @@ class Gateway:
     @property
     def js(self) -> JetStreamContext:
         return self.rt.js
+
+    def unit_of_work(self, name: str):
+        """A transaction whose outbox messages this process's relay publishes as soon as it commits."""
+        return UnitOfWork.begin(self.pool, self.outbox, name=name)
 
 
 GATEWAY = web.AppKey("gateway", Gateway)

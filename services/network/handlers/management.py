@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import uuid
 
-from shared.consumer import Refusal, text_safe
+from shared.refusals import Refusal, text_safe
 from shared.unit_of_work import UnitOfWork
 
 from .. import contracts as c

@@ -3,7 +3,7 @@
 An admin command is refused in one of two ways, both answered with ``scheduler.admin_command_rejected``
 (naming the command, its target and the target's kind) and acknowledged, never retried:
 - ``Rejected``: the scheduler decides it cannot apply (``admin`` rolls back what the command wrote);
-- an error no retry can fix (``shared.consumer.permanent``: data PostgreSQL refuses, an unknown
+- an error no retry can fix (``shared.refusals.permanent``: data PostgreSQL refuses, an unknown
   reference): the kit rolls the handler back and calls ``refused``, the subscription's ``on_refused``.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import structlog
 
-from shared.consumer import Refusal, text_safe
+from shared.refusals import Refusal, text_safe
 from shared.unit_of_work import UnitOfWork
 
 from .. import contracts as c

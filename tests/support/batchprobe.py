@@ -1,5 +1,5 @@
 """A probe service for the kit's batch and crash tests: its own contract, stream and schema, nothing of any
-real service. ``python -m tests.support.kitprobe`` runs it as its own process (so a test can kill it with
+real service. ``python -m tests.support.batchprobe`` runs it as its own process (so a test can kill it with
 SIGKILL); ``build()`` gives the same service in-process.
 
 Its handler records one ``effects`` row per ping (with the id of the transaction that wrote it) and emits one
@@ -16,10 +16,10 @@ import signal
 
 from pydantic import BaseModel, ConfigDict
 
-from shared.contract import Catalog, Message, ServiceContract, load_catalog
+from shared.contract import Message, ServiceContract
 from shared.runtime import Runtime
-from shared.settings import BusSettings, ServiceSettings
 from shared.unit_of_work import UnitOfWork
+from tests.support.bus import probe_runtime
 
 SERVICE = "batchprobe"
 STREAM = "TESSERA_BATCHPROBE"
@@ -42,10 +42,6 @@ CONTRACT = ServiceContract(
               Message(PINGED, "batchprobe.evt.pinged", Ping, "event", "pinged")],
     receives=[PING],
 )
-
-
-def catalog() -> Catalog:
-    return Catalog([*load_catalog().contracts.values(), CONTRACT])
 
 
 class _Retracted(Exception):
@@ -71,10 +67,8 @@ async def on_ping(ctx: UnitOfWork, ping: Ping) -> None:
 
 
 def build(nats_url: str, db_dsn: str, *, ack_wait_s: float = 2.0, batch_size: int = 64, max_workers: int = 1) -> Runtime:
-    settings = ServiceSettings(service=SERVICE, nats_url=nats_url, db_dsn=db_dsn, log_level="WARNING",
-                               bus=BusSettings(ack_wait_s=ack_wait_s, max_deliver=3, retry_backoff_s=(0.05, 0.1),
-                                               max_workers=max_workers, batch_size=batch_size))
-    rt = Runtime(settings, catalog=catalog())
+    rt = probe_runtime(CONTRACT, nats_url, db_dsn, ack_wait_s=ack_wait_s, max_workers=max_workers,
+                       batch_size=batch_size)
     rt.consumers.subscribe(PING, on_ping)
     return rt
 
