@@ -32,9 +32,13 @@ class Message:
     type: str                      # "<service>.<name>", unique
     subject: str                   # may hold {params}, e.g. node_agent.cmd.provision.{node_id}
     model: type[BaseModel]
-    kind: Literal["command", "event"]
+    kind: Literal["command", "event", "request"]
     summary: str
     version: int = 1
+    # kind "request" only: the answer's model. A request is core NATS request/reply (shared.rpc): never stored
+    # in a stream (its subject is <service>.rpc.*, outside the streams' cmd/evt subjects), answered at once or
+    # not at all; for reads that must be live (a console's tail), never for a change of state.
+    reply: type[BaseModel] | None = None
 
     @property
     def name(self) -> str:
@@ -99,6 +103,11 @@ class Catalog:
                     raise ContractViolation(f"duplicate message type {m.type}")
                 if not m.subject.startswith(c.service + "."):
                     raise ContractViolation(f"{m.type}: subject {m.subject} outside {c.service}.>")
+                infix = {"command": "cmd", "event": "evt", "request": "rpc"}[m.kind]
+                if not m.subject.startswith(f"{c.service}.{infix}."):
+                    raise ContractViolation(f"{m.type}: a {m.kind}'s subject starts {c.service}.{infix}.")
+                if (m.kind == "request") != (m.reply is not None):
+                    raise ContractViolation(f"{m.type}: a request, and only a request, has a reply model")
                 self.by_type[m.type] = (c, m)
 
     def message(self, type_: str) -> Message:
@@ -113,7 +122,7 @@ class Catalog:
 
     def check_send(self, service: str, type_: str, subject: str) -> Message:
         owner, msg = self.owner(type_), self.message(type_)
-        allowed = owner.service == service if msg.kind == "event" else (
+        allowed = owner.service == service if msg.kind == "event" else (   # a command or a request
             owner.service == service or type_ in self.contracts[service].sends)
         if not allowed:
             raise ContractViolation(f"{service} may not send {type_}: not in its contract")

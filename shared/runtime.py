@@ -30,6 +30,7 @@ from .health import add_health_routes
 from .observability import configure_logging, configure_tracing
 from .outbox import Outbox, OutboxRelay
 from .streams import declare_streams
+from . import rpc
 
 log = structlog.get_logger()
 
@@ -50,6 +51,8 @@ class Runtime:
         self.tasks: list[Callable[[], Awaitable[None]]] = []
         self.on_stop: list[Callable[[], Awaitable[None]]] = []
         self.readiness: list[tuple[str, Callable[[], Awaitable[bool]]]] = []
+        self.responders: list[tuple[str, Callable, dict[str, str]]] = []
+        self._answering: list = []
         self._pool: asyncpg.Pool | None = None
         self._running: list[asyncio.Task] = []
         self._runner: web.AppRunner | None = None
@@ -65,6 +68,10 @@ class Runtime:
     @property
     def js(self) -> JetStreamContext:
         return self.broker.connection.jetstream()
+
+    def answer(self, type_: str, handler: Callable, **params: str) -> None:
+        """Answer the request ``type_`` (one this service owns, see shared.rpc) with ``handler`` once started."""
+        self.responders.append((type_, handler, params))
 
     def background(self, loop: Callable[[], Awaitable[None]]) -> None:
         """Run ``loop`` for the life of the process (restarted after an unexpected error)."""
@@ -95,6 +102,8 @@ class Runtime:
         self.outbox.hand_over = self.relay.take
         self._running = [asyncio.create_task(self._supervise(self.relay.run))]
         await self.consumers.start()
+        self._answering = [await rpc.serve(self.broker.connection, self.catalog, self.service, t, h, **p)
+                           for t, h, p in self.responders]
         self._running += [asyncio.create_task(self._supervise(t)) for t in self.tasks]
         self.readiness += [("database", self._db_ready), ("nats", self._nats_ready)]
         add_health_routes(self.http, self.readiness)
@@ -113,6 +122,9 @@ class Runtime:
         return self.broker.connection.is_connected
 
     async def stop(self) -> None:
+        for sub in self._answering:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
         for t in self._running:
             t.cancel()
         for t in self._running:

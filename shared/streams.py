@@ -1,4 +1,5 @@
-"""The JetStream streams the project declares: one per service, plus the dead-letter stream.
+"""The JetStream streams the project declares: one per service (its commands and events; its requests,
+<service>.rpc.*, are core NATS request/reply and never stored), plus the dead-letter stream.
 
 Every service declares all of them at start (idempotently, with one config), so
 no service depends on another having started first.
@@ -19,7 +20,7 @@ DUPLICATE_WINDOW_S = 120.0
 def stream_configs(replicas: int = 1) -> list[StreamConfig]:
     configs = [
         StreamConfig(
-            name=stream_name(s), subjects=[f"{s}.>"], storage=StorageType.FILE,
+            name=stream_name(s), subjects=[f"{s}.cmd.>", f"{s}.evt.>"], storage=StorageType.FILE,
             retention=RetentionPolicy.LIMITS, discard=DiscardPolicy.OLD,
             max_age=7 * 24 * 3600.0, max_bytes=1 << 30, duplicate_window=DUPLICATE_WINDOW_S,
             num_replicas=replicas,

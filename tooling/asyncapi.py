@@ -66,16 +66,23 @@ def headers_schema(msg: Message) -> dict[str, Any]:
     }
 
 
-def payload_schema(msg: Message, schemas: dict[str, Any]) -> dict[str, Any]:
-    """The envelope schema with ``data`` = the model's schema; the model's $defs are added to ``schemas``.
-
-    Raises ContractViolation when two models in one document define different schemas under one name.
-    """
-    data = msg.model.model_json_schema(ref_template="#/components/schemas/{model}")
+def model_schema(msg: Message, model, schemas: dict[str, Any]) -> dict[str, Any]:
+    """``model``'s schema; its $defs are added to ``schemas``. Raises ContractViolation when two models in one
+    document define different schemas under one name."""
+    data = model.model_json_schema(ref_template="#/components/schemas/{model}")
     for name, schema in data.pop("$defs", {}).items():
         if name in schemas and schemas[name] != schema:
             raise ContractViolation(f"{msg.type}: schema name {name!r} defined twice with different content")
         schemas[name] = schema
+    return data
+
+
+def payload_schema(msg: Message, schemas: dict[str, Any]) -> dict[str, Any]:
+    """The envelope schema with ``data`` = the model's schema (a request and its reply: the bare model, no
+    envelope: they are never stored); the model's $defs are added to ``schemas``."""
+    data = model_schema(msg, msg.model, schemas)
+    if msg.kind == "request":
+        return data
     envelope = copy.deepcopy(Envelope.model_json_schema())
     props = envelope["properties"]
     props["type"] = {**props["type"], "const": msg.type}
@@ -86,7 +93,17 @@ def payload_schema(msg: Message, schemas: dict[str, Any]) -> dict[str, Any]:
     return envelope
 
 
+def reply_message(msg: Message, owner: ServiceContract, schemas: dict[str, Any]) -> dict[str, Any]:
+    return {"name": f"{msg.type}.reply", "title": msg.reply.__name__, "summary": f"The answer to {msg.type}.",
+            "contentType": "application/json", "payload": model_schema(msg, msg.reply, schemas),
+            "x-tessera-kind": "reply", "x-tessera-owner": owner.service}
+
+
 def component_message(msg: Message, owner: ServiceContract, schemas: dict[str, Any]) -> dict[str, Any]:
+    if msg.kind == "request":
+        return {"name": msg.type, "title": msg.model.__name__, "summary": msg.summary,
+                "contentType": "application/json", "payload": payload_schema(msg, schemas),
+                "x-tessera-kind": msg.kind, "x-tessera-owner": owner.service}
     return {
         "name": msg.type,
         "title": msg.model.__name__,
@@ -101,10 +118,12 @@ def component_message(msg: Message, owner: ServiceContract, schemas: dict[str, A
 
 
 def channel(msg: Message, owner: ServiceContract) -> dict[str, Any]:
+    stored = (f"answered over core NATS request/reply by {owner.service}, never stored" if msg.kind == "request"
+              else f"stored in stream {owner.stream}")
     ch: dict[str, Any] = {
         "address": msg.subject,
         "title": msg.type,
-        "description": f"{msg.kind.capitalize()} owned by {owner.service}; stored in stream {owner.stream}.",
+        "description": f"{msg.kind.capitalize()} owned by {owner.service}; {stored}.",
         "messages": {msg.type: _ref("components", "messages", msg.type)},
     }
     if msg.params:
@@ -129,6 +148,9 @@ def operations(contract: ServiceContract, catalog: Catalog) -> dict[str, Any]:
             "summary": f"{'Publishes' if action == 'send' else 'Consumes'} {type_}: {msg.summary}",
             "messages": [_ref("channels", type_, "messages", type_)],
         }
+        if msg.kind == "request":
+            ops[op_id]["reply"] = {"channel": _ref("channels", f"{type_}.reply"),
+                                   "messages": [_ref("channels", f"{type_}.reply", "messages", f"{type_}.reply")]}
     return ops
 
 
@@ -143,9 +165,14 @@ def build_document(catalog: Catalog, service: str) -> dict[str, Any]:
         owner, msg = catalog.owner(type_), catalog.message(type_)
         channels[type_] = channel(msg, owner)
         messages[type_] = component_message(msg, owner, schemas)
+        if msg.kind == "request":   # the answer goes to the requester's inbox: a channel without an address
+            channels[f"{type_}.reply"] = {"address": None, "title": f"{type_}.reply",
+                                          "description": "The requester's inbox (the NATS reply subject).",
+                                          "messages": {f"{type_}.reply": _ref("components", "messages", f"{type_}.reply")}}
+            messages[f"{type_}.reply"] = reply_message(msg, owner, schemas)
     description = (f"{contract.description}\n\nEvery message travels in the Tessera envelope (JSON); its `data` "
                    f"is the payload described per message. This service publishes to stream {contract.stream} "
-                   f"(subjects `{service}.>`).")
+                   f"(subjects `{service}.cmd.>` and `{service}.evt.>`).")
     return {
         "asyncapi": ASYNCAPI_VERSION,
         "info": {"title": contract.title, "version": project_version(), "description": description},

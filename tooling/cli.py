@@ -20,16 +20,51 @@ import tempfile
 from pathlib import Path
 
 from .client import ApiError, TesseraClient
+from .demo_lab import DemoLab
 from .embedded import REPO
 from .platform import Platform
 
 
+async def demo_lab(platform: Platform, seeded: dict | None) -> DemoLab | None:
+    """The demo nodes' lab when it can run (TESSERA_DEMO_NODES: auto [default], lab, sim), else None after one line
+    saying why; a data folder seeded with sim nodes keeps them. Its teardown runs when the platform stops."""
+    wanted = os.environ.get("TESSERA_DEMO_NODES", "auto")
+    if wanted not in ("auto", "lab", "sim"):
+        raise SystemExit(f"TESSERA_DEMO_NODES={wanted!r}: expected auto, lab or sim")
+    if wanted == "sim" or (seeded is not None and seeded.get("demo_nodes", "sim") == "sim"):
+        print("demo nodes: sim driver, no dataplane (allocations boot nothing)", flush=True)
+        return None
+    lab = DemoLab(platform.workdir)
+    why = await asyncio.to_thread(lab.prepare)   # pyroute2's sync API runs an event loop of its own
+    if why is not None:
+        if wanted == "lab" or seeded is not None:
+            raise SystemExit(f"demo nodes: the lab cannot run: {why}")
+        print(f"demo nodes: sim driver, no dataplane: the real lab cannot run here: {why}", flush=True)
+        return None
+    platform.on_stop.append(lab.stop)
+    print(f"demo nodes: a real lab: libvirt (QEMU, TCG) guests from {lab.image.name}, kernel dataplane in "
+          f"namespaces {lab.lab.fabric[:-4]}-*", flush=True)
+    return lab
+
+
+async def _register_image(platform: Platform, lab: DemoLab) -> None:
+    async with platform.admin() as admin:
+        status, body, _ = await admin.request("POST", "/v1/images", json_body=lab.catalog_entry(), expect=(201, 409))
+    if status == 201:
+        print(f"guest image {body['name']} registered (public, default)", flush=True)
+
+
 async def seed(platform: Platform) -> dict:
-    """Demo tenant with a tenant admin and a tenant user, its quota, and two nodes; idempotent across restarts
-    of the same data folder (the nodes' agents are started again, as the same nodes)."""
+    """Demo tenant with a tenant admin and a tenant user, its quota, and two nodes (a real lab when it can run,
+    see ``demo_lab``); idempotent across restarts of the same data folder (the nodes' agents are started again,
+    as the same nodes)."""
     path = platform.workdir / "seed.json"
-    if path.exists():
-        data = json.loads(path.read_text())
+    seeded = json.loads(path.read_text()) if path.exists() else None
+    lab = await demo_lab(platform, seeded)
+    if lab is not None:
+        await _register_image(platform, lab)
+    if seeded is not None:
+        data = seeded
         for node_id in data["nodes"]:
             await platform.start_node_agent(node_id)
         if "admin_api_key" not in data:   # a data folder seeded before the demo tenant had an admin
@@ -43,9 +78,15 @@ async def seed(platform: Platform) -> dict:
         user = await admin.create_user(tenant["id"], "demo-user", "tenant_user")
         # quotas are explicit: a tenant may use what the provider granted it, per GPU model and pool
         await admin.set_quota(tenant["id"], "shared", "H100", 16)
-    nodes = [await platform.add_node(f"demo-node-{i}", "H100", 8) for i in ("a", "b")]
+    nodes = []
+    for index, letter in enumerate("ab"):
+        nodes.append(await platform.add_node(f"demo-node-{letter}", "H100", 8,
+                                             env=lab.node_env(index) if lab else None))
+        if lab is not None:
+            lab.add_node(nodes[-1])
     data = {"tenant_id": tenant["id"], "user_id": user["id"], "api_key": user["api_key"],
-            "admin_id": tenant_admin["id"], "admin_api_key": tenant_admin["api_key"], "nodes": nodes}
+            "admin_id": tenant_admin["id"], "admin_api_key": tenant_admin["api_key"], "nodes": nodes,
+            "demo_nodes": "lab" if lab else "sim"}
     _write_seed(path, data)
     return data
 

@@ -95,6 +95,7 @@ class Platform:
         self.pg: EmbeddedPostgres | None = None
         self.procs: dict[str, ServiceProcess] = {}
         self.secrets = self._load_secrets()
+        self.on_stop: list = []   # blocking callables run last by stop() (e.g. the demo lab's teardown)
 
     def _load_secrets(self) -> dict[str, str]:
         path = self.workdir / "secrets.json"
@@ -245,8 +246,12 @@ class Platform:
                 if self.nats:
                     self.nats.stop()
             finally:
-                if self.pg:
-                    self.pg.stop()
+                try:
+                    if self.pg:
+                        self.pg.stop()
+                finally:
+                    for hook in self.on_stop:
+                        hook()
 
 
 async def _all_ready(waits) -> None:

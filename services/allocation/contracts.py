@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from services.node_agent.contracts import Guest, InstanceInfo
 from shared.contract import Message, ServiceContract
 from shared.steps import Step
 from shared.wire import StepCommand, StepFailure, Wire
@@ -15,13 +16,14 @@ State = Literal["REQUESTED", "PROVISIONING", "ACTIVE", "RELEASING", "RELEASED", 
 
 
 class Scheduling(Wire):
-    """What the tenant asked about placement and networking (passed on by the saga)."""
+    """What the tenant asked about placement, networking and its guest (passed on by the saga)."""
     priority: int = Field(default=0, ge=-1000, le=1000)
     spot: bool = False
     pool: str | None = Field(default=None, max_length=63)
     tolerations: list[str] = Field(default_factory=list, max_length=16)
     fail_fast: bool = False
     network_id: uuid.UUID | None = None
+    guest: Guest | None = Field(default=None, description="The image and first-boot data (VM slices and bare metal).")
 
 
 class RequestAllocation(Scheduling):
@@ -56,6 +58,7 @@ class MarkProvisioning(Wire):
 
 class ActivateAllocation(StepCommand):
     node_id: uuid.UUID
+    instance: InstanceInfo | None = None
 
 
 class FailAllocation(Wire):
@@ -94,6 +97,7 @@ class AllocationActivated(AllocationEvent):
     step: str
     idempotency_key: str
     node_id: uuid.UUID
+    instance: InstanceInfo | None = Field(default=None, description="What runs on the node (absent before VM slices).")
 
 
 class AllocationActivationFailed(StepFailure):

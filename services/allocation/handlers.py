@@ -169,11 +169,12 @@ async def activate_step(allocations: AllocationRepository, cmd: c.ActivateAlloca
     if alloc is None:
         raise StepRejected(f"no allocation {cmd.allocation_id}")
     try:
-        alloc.activate(cmd.node_id, utcnow())
+        alloc.activate(cmd.node_id, utcnow(), cmd.instance.model_dump(mode="json") if cmd.instance else None)
     except IllegalTransition as exc:
         raise StepRejected(str(exc)) from None
     await allocations.save(alloc)
-    return _as_reply(alloc, node_id=alloc.node_id)
+    return _as_reply(alloc, node_id=alloc.node_id,
+                     instance=cmd.instance.model_dump(mode="json") if cmd.instance else None)
 
 
 async def mark_released_step(allocations: AllocationRepository, cmd: c.MarkReleased) -> dict:

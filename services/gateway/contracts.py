@@ -24,7 +24,7 @@ class UserCreated(Wire):
 CONTRACT = ServiceContract(
     service="gateway",
     title="Tessera API gateway",
-    description="The only HTTP entry for tenants and provider admins; records identity changes and projects allocation events for reads.",
+    description="The only HTTP entry for tenants and provider admins; records identity changes and projects allocation events for reads; sends tenants' power actions to the nodes and reads their consoles live.",
     messages=[
         Message("gateway.tenant_created", "gateway.evt.tenant_created", TenantCreated, "event", "A provider admin created a tenant (audit)."),
         Message("gateway.user_created", "gateway.evt.user_created", UserCreated, "event", "A user was created (audit)."),
@@ -38,11 +38,11 @@ CONTRACT = ServiceContract(
         "scheduler.slots_released", "scheduler.slot_reservation_failed", "scheduler.preemption_notice",
         "network.network_created", "network.network_deleted", "network.security_rule_added",
         "network.security_rule_removed", "network.command_rejected", "network.network_attached",
-        "network.network_detached",
+        "network.network_detached", "node_agent.power_changed", "node_agent.instance_problem",
     ],
     sends=["allocation.request", "allocation.release", "scheduler.register_node",
            "scheduler.approve_slot_map", "scheduler.update_node", "scheduler.define_shape", "scheduler.define_pool",
            "scheduler.set_quota", "scheduler.cancel_request",
            "network.create_network", "network.delete_network", "network.add_security_rule",
-           "network.remove_security_rule"],
+           "network.remove_security_rule", "node_agent.power", "node_agent.read_console"],
 )

@@ -3,6 +3,7 @@
   TESSERA_TOKEN_SECRET         required, at least 32 characters: the HS256 key of access tokens
   TESSERA_TOKEN_TTL_S          [900]  seconds an access token lives
   TESSERA_BOOTSTRAP_ADMIN_KEY  optional: the API key of the provider admin ``admin``
+  TESSERA_CONSOLE_FOLLOW_MAX_S [3600] seconds a followed console stream lasts at most
 
 A missing or short secret, or a TTL that is not a positive integer, raises SettingError naming the variable
 (the secret's value is never repeated in the message).
@@ -23,9 +24,13 @@ class GatewaySettings:
     token_ttl_s: int = setting("TESSERA_TOKEN_TTL_S", 900, integer(1), doc="seconds an access token lives")
     bootstrap_admin_key: str | None = setting("TESSERA_BOOTSTRAP_ADMIN_KEY", None,
                                               doc="the API key of the provider admin `admin` (optional)")
+    console_follow_max_s: int = setting("TESSERA_CONSOLE_FOLLOW_MAX_S", 3600, integer(1),
+                                        doc="seconds a followed console stream (GET .../console?follow=true) lasts at most")
     # not read from the environment
     idempotency_ttl_s: float = 24 * 3600.0   # how long an Idempotency-Key is remembered
     stream_poll_s: float = 5.0               # an event stream re-reads (or sends a keepalive) this often
+    console_poll_s: float = 0.5              # a followed console asks the node for more this often
+    node_rpc_timeout_s: float = 5.0          # how long a live read waits for the node-agent's answer
 
     def __post_init__(self) -> None:
         if not self.token_secret or len(self.token_secret) < MIN_SECRET_CHARS:

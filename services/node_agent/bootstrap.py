@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from functools import partial
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -26,11 +27,12 @@ def build_driver(name: str, environ: Mapping[str, str]) -> ProvisioningDriver:
         raise SettingError(f"driver {name!r}: {exc}") from None
 
 
-def build_dataplane(settings: NodeAgentSettings, node_id: uuid.UUID) -> Dataplane:
-    """The dataplane the settings name; connects to nothing (the kernel is first touched on use)."""
+def build_dataplane(settings: NodeAgentSettings, node_id: uuid.UUID, guest_ports: bool = False) -> Dataplane:
+    """The dataplane the settings name; connects to nothing (the kernel is first touched on use). ``guest_ports``:
+    the driver's instances bring their own taps (VMs), plugged rather than made."""
     if settings.dataplane == "none":
         return NullDataplane()
-    return KernelDataplane(Kernel(node_tag(node_id), settings.netns, settings.underlay_dev))
+    return KernelDataplane(Kernel(node_tag(node_id), settings.netns, settings.underlay_dev), guest_ports)
 
 
 def build_discovery(environ: Mapping[str, str]) -> tuple[str, Discovery]:
@@ -53,12 +55,15 @@ def build(settings: ServiceSettings | None = None, *, driver: ProvisioningDriver
     settings = settings or service_settings(environ)
     node_id = parse_node_id(settings.instance)
     own = load_settings(environ)
-    node = Node(node_id, driver or build_driver(own.driver, environ), settings.sim_faults,
-                build_dataplane(own, node_id))
+    driver = driver or build_driver(own.driver, environ)
+    node = Node(node_id, driver, settings.sim_faults, build_dataplane(own, node_id, driver.guest_ports))
     discovery = build_discovery(environ)
+    node_name = own.node_name or str(node_id)
+    driver.bind(node_id, partial(discovery[1], node_name))
+    driver.started = node.plug
     rt = Runtime(settings, schema_dir=Path(__file__).parent / "schema")
     bus.wire(rt, node)
-    loops.wire(rt, node, node_name=own.node_name or str(node_id), discovery=discovery, reconcile_s=own.reconcile_s)
+    loops.wire(rt, node, node_name=node_name, discovery=discovery, reconcile_s=own.reconcile_s)
     rt.readiness.append(("driver", node.driver_ready))
     rt.on_stop.append(node.close)
     return rt

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Literal
 
 from pydantic import Field
@@ -9,7 +10,37 @@ from pydantic import Field
 from shared.contract import Message, ServiceContract
 from shared.steps import Step
 from services.network.contracts import SlotAttachment, TenantNetworks
+from services.scheduler.contracts import SlotDetail
 from shared.wire import StepCommand, StepFailure, StepReply, StepUndone, UndoCommand, Wire
+
+Sha256 = Field(pattern=r"^[0-9a-f]{64}$", description="Lower-case hex SHA-256.", examples=["0" * 64])
+PowerAction = Literal["reboot", "stop", "start"]
+PowerState = Literal["running", "stopped", "unknown"]
+
+
+class ImageRef(Wire):
+    """The image an instance boots, as the catalog held it when the allocation was requested (a snapshot:
+    a later change to the catalog does not change a running or provisioning instance)."""
+
+    image_id: uuid.UUID
+    name: str = Field(max_length=63)
+    os: str = Field(max_length=63)
+    format: Literal["qcow2", "raw"]
+    source: str = Field(max_length=1024, description="Absolute path or http(s) URL the nodes can read.")
+    sha256: str = Sha256
+    min_disk_gb: int = Field(default=1, ge=1, le=65536)
+    kernel: str | None = Field(default=None, max_length=1024, description="Direct kernel boot: the kernel's path or URL.")
+    initrd: str | None = Field(default=None, max_length=1024, description="Direct kernel boot: the initramfs.")
+    kernel_args: str | None = Field(default=None, max_length=1024)
+
+
+class Guest(Wire):
+    """What the guest is told at first boot (cloud-init NoCloud seed)."""
+
+    image: ImageRef
+    hostname: str = Field(max_length=63)
+    ssh_keys: list[str] = Field(default_factory=list, max_length=32)
+    dns: list[str] = Field(default_factory=list, max_length=4)
 
 
 class ProvisionNode(StepCommand):
@@ -20,11 +51,33 @@ class ProvisionNode(StepCommand):
     mac_address: str | None = None
     attachment: SlotAttachment | None = Field(default=None, description="The allocation's interface to plumb on the node.")
     tenant_networks: TenantNetworks | None = Field(default=None, description="The tenant's networks and rules (with attachment).")
+    slot_details: list[SlotDetail] = Field(default_factory=list, description="The reserved slots' devices (from the slot map).")
+    guest: Guest | None = Field(default=None, description="The image and first-boot data (absent: the driver's default).")
+
+
+class InstanceInfo(Wire):
+    """An instance as the tenant sees it on the allocation."""
+
+    instance_id: str = Field(description="The driver's name for it (libvirt: the domain name).")
+    driver: str = Field(description="The driver that made it: sim, libvirt, ...")
+    dataplane: str = Field(description="none (no network plumbed) or kernel.")
+    node_id: uuid.UUID
+    image: str | None = None
+    hostname: str | None = None
+    passthrough: Literal["real", "simulated", "none"] = Field(
+        description="real: GPUs, NVMe and the IB VF were passed through; simulated: the host lacks them, the "
+                    "domain ran without (TESSERA_LIBVIRT_PASSTHROUGH=off); none: the driver has no devices.")
+    booted_at: datetime | None = None
+    prepare_s: float | None = Field(default=None, description="Seconds to verify the image and make the overlay and seed.")
+    start_s: float | None = Field(default=None, description="Seconds the hypervisor took to define and start it.")
+    boot_s: float | None = Field(default=None, description="Seconds from start to the guest's ready line.")
+    power_state: PowerState = "running"
 
 
 class NodeProvisioned(StepReply):
     node_id: uuid.UUID
     instance_id: str
+    instance: InstanceInfo | None = None
 
 
 class NodeProvisionFailed(StepFailure):
@@ -58,14 +111,70 @@ class NetworkRepaired(Wire):
     detail: str = ""
 
 
+class RequestPower(Wire):
+    """A tenant's power action on its instance (sent by the gateway, which checked the allocation is ACTIVE and
+    the tenant's). Idempotent per request_id."""
+
+    request_id: uuid.UUID
+    allocation_id: uuid.UUID
+    tenant_id: uuid.UUID
+    node_id: uuid.UUID
+    action: PowerAction
+    requested_by: uuid.UUID
+
+
+class PowerChanged(Wire):
+    """The outcome of a power action (ok or not), and the instance's power state after it."""
+
+    request_id: uuid.UUID
+    allocation_id: uuid.UUID
+    tenant_id: uuid.UUID
+    node_id: uuid.UUID
+    action: PowerAction
+    requested_by: uuid.UUID
+    ok: bool
+    power_state: PowerState
+    reason: str | None = Field(default=None, max_length=2000)
+    at: datetime
+
+
+class InstanceProblem(Wire):
+    """Reconcile found an instance and the node's records disagreeing, and what it did about it."""
+
+    node_id: uuid.UUID
+    allocation_id: uuid.UUID | None = None
+    instance_id: str
+    problem: Literal["orphan_removed", "instance_missing", "instance_restarted"]
+    detail: str = Field(default="", max_length=2000)
+
+
+class ReadConsole(Wire):
+    allocation_id: uuid.UUID
+    tenant_id: uuid.UUID
+    offset: int = Field(default=-1, ge=-1, description="Byte offset to read from; -1: the last `limit` bytes.")
+    limit: int = Field(default=65536, ge=1, le=1 << 20)
+
+
+class ConsoleChunk(Wire):
+    found: bool = Field(description="False: no console of this allocation (and tenant) on the node.")
+    offset: int = Field(ge=0, description="Where `text` starts in the console log.")
+    next_offset: int = Field(ge=0, description="Where the next read should start (follow).")
+    text: str = ""
+    running: bool = False
+
+
 CONTRACT = ServiceContract(
     service="node_agent",
     title="Tessera node-agent",
     description="Runs on each node; provisions and deprovisions allocations through its driver and plumbs their tenant networks.",
     messages=[
         Message("node_agent.network_repaired", "node_agent.evt.network_repaired.{node_id}", NetworkRepaired, "event", "Reconcile found the node's network drifted and repaired one object."),
+        Message("node_agent.power", "node_agent.cmd.power.{node_id}", RequestPower, "command", "A tenant's power action (reboot, stop, start) on its instance."),
+        Message("node_agent.power_changed", "node_agent.evt.power_changed.{node_id}", PowerChanged, "event", "A power action was carried out, or failed (reason)."),
+        Message("node_agent.instance_problem", "node_agent.evt.instance_problem.{node_id}", InstanceProblem, "event", "Reconcile found an orphan instance (removed) or an allocation whose instance vanished."),
+        Message("node_agent.read_console", "node_agent.rpc.console.{node_id}", ReadConsole, "request", "Read the serial console of an instance on this node (tail, or from an offset to follow).", reply=ConsoleChunk),
     ],
-    receives=["network.tenant_networks_changed"],
+    receives=["network.tenant_networks_changed", "node_agent.power"],
     sends=["scheduler.report_topology"],
     steps=[PROVISION_NODE],
 )

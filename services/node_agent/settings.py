@@ -5,7 +5,9 @@ raises ``SettingError`` naming the variable. Variables (defaults in brackets):
   TESSERA_NODE_ID, or TESSERA_INSTANCE  this node's UUID, the kit's ``instance`` (required; when both are set
                                         they must agree)
   TESSERA_NODE_NAME                     [the node id] the node's name in its topology report
-  TESSERA_NODE_DRIVER                   [sim] the driver's name in ``adapters.drivers.DRIVERS``
+  TESSERA_NODE_DRIVER                   [sim] the driver's name in ``adapters.drivers.DRIVERS``: sim (in memory, no
+                                        guest), libvirt (a QEMU domain per slot allocation; see
+                                        ``adapters.drivers.libvirt.config`` for its TESSERA_LIBVIRT_* variables)
   TESSERA_NODE_DATAPLANE                [none] none: tenant networks are not plumbed; kernel: bridges, VXLAN,
                                         namespaces and nftables made real (needs root)
   TESSERA_NODE_NETNS                    [this process's] the network namespace the node's kernel objects live in
@@ -14,7 +16,8 @@ raises ``SettingError`` naming the variable. Variables (defaults in brackets):
   TESSERA_NODE_RECONCILE_S              [30] seconds between reconciles of the kernel state
 
 The driver and the discovery read their own variables when bootstrap builds them: the sim driver
-TESSERA_SIM_LATENCY_S and TESSERA_SIM_FAIL (``adapters.drivers.sim``), the discovery
+TESSERA_SIM_LATENCY_S and TESSERA_SIM_FAIL (``adapters.drivers.sim``), the libvirt driver TESSERA_LIBVIRT_*
+(``adapters.drivers.libvirt.config``), the discovery
 TESSERA_NODE_DISCOVERY and TESSERA_SIM_TOPOLOGY (``adapters.discovery``).
 """
 from __future__ import annotations

@@ -14,6 +14,22 @@ from shared.settings import SettingError, integer, load, number, numbers, settin
 from .domain.model import Policy
 
 
+def _step_timeouts(raw: str) -> tuple[tuple[str, float], ...]:
+    """'provision_node=600,attach_network=60' (only steps the sagas have)."""
+    from .domain.definitions import DEFINITIONS
+    known = {n for d in DEFINITIONS.values() for n in d.names}
+    pairs = []
+    for part in (p.strip() for p in raw.split(",") if p.strip()):
+        step, _, seconds = part.partition("=")
+        if step.strip() not in known or float(seconds) <= 0:
+            raise ValueError(part)
+        pairs.append((step.strip(), float(seconds)))
+    return tuple({**dict(Policy.step_timeouts), **dict(pairs)}.items())   # the defaults, overridden
+
+
+_step_timeouts.what = "step=seconds pairs, comma separated, of the sagas' steps (seconds positive)"   # type: ignore[attr-defined]
+
+
 @dataclass(frozen=True)
 class PolicySettings:
     """The variables of the saga policy (``Policy`` checks that the values make sense together)."""
@@ -31,6 +47,9 @@ class PolicySettings:
                                            doc="waits between attempts; the last repeats")
     queue_timeout_s: float = setting("TESSERA_SAGA_QUEUE_TIMEOUT_S", Policy.queue_timeout_s, number(positive=True),
                                      doc="how long a queued reservation may wait for capacity")
+    step_timeouts: tuple[tuple[str, float], ...] = setting(
+        "TESSERA_SAGA_STEP_TIMEOUTS", Policy.step_timeouts, _step_timeouts,
+        doc="per-step timeouts overriding TESSERA_SAGA_STEP_TIMEOUT_S, e.g. 'provision_node=600'")
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,8 @@ def _value(annotation: Any, metadata: list[Any]) -> Any:
 
 def example(model: type[BaseModel]) -> BaseModel:
     """A valid instance of ``model`` with every field (optional ones too) set."""
-    values = {name: _value(f.annotation, f.metadata) for name, f in model.model_fields.items()}
+    values = {name: f.examples[0] if f.examples else _value(f.annotation, f.metadata)
+              for name, f in model.model_fields.items()}
     return model.model_validate(values)
 
 

@@ -17,7 +17,7 @@ from tooling import asyncapi
 from shared.contract import SERVICES, load_catalog
 
 from .code_scan import scan_services, scan_source
-from .examples import example_envelope
+from .examples import example, example_envelope
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "contracts" / "asyncapi"
@@ -56,12 +56,16 @@ def test_document_has_a_channel_and_operation_for_everything_the_service_owns_re
     for service, doc in _documents().items():
         contract = CATALOG.contracts[service]
         expected = {m.type for m in contract.messages} | set(contract.receives) | set(contract.sends)
-        assert set(doc["channels"]) == expected
-        assert set(doc["components"]["messages"]) == expected
+        replies = {f"{t}.reply" for t in expected if CATALOG.message(t).kind == "request"}   # the requester's inbox
+        assert set(doc["channels"]) == expected | replies
+        assert set(doc["components"]["messages"]) == expected | replies
         ops = {(op["action"], op["channel"]["$ref"].rsplit("/", 1)[1]) for op in doc["operations"].values()}
         owned_events = {("send", m.type) for m in contract.messages if m.kind == "event"}
         assert ops == owned_events | {("send", t) for t in contract.sends} | {("receive", t) for t in contract.receives}
         for type_, ch in doc["channels"].items():
+            if type_ in replies:
+                assert ch["address"] is None
+                continue
             msg = CATALOG.message(type_)
             assert ch["address"] == msg.subject
             assert sorted(ch.get("parameters", {})) == sorted(msg.params)
@@ -127,6 +131,12 @@ def documents() -> dict[str, dict]:
 
 @pytest.mark.parametrize(("service", "type_"), CASES, ids=[f"{s}:{t}" for s, t in CASES])
 def test_message_schema_accepts_the_envelope_the_outbox_builds(documents, service, type_):
+    msg = CATALOG.message(type_)
+    if msg.kind == "request":   # no envelope: the bare request, and its reply
+        for part, model, suffix in (("payload", msg.model, ""), ("payload", msg.reply, ".reply")):
+            validator = _payload_validator(service, documents[service], type_ + suffix, part)
+            assert not list(validator.iter_errors(example(model).model_dump(mode="json")))
+        return
     env = example_envelope(CATALOG, type_)
     payload = _payload_validator(service, documents[service], type_)
     errors = [e.message for e in payload.iter_errors(env.model_dump(mode="json"))]
@@ -137,6 +147,12 @@ def test_message_schema_accepts_the_envelope_the_outbox_builds(documents, servic
 
 @pytest.mark.parametrize(("service", "type_"), CASES, ids=[f"{s}:{t}" for s, t in CASES])
 def test_message_schema_rejects_a_broken_envelope(documents, service, type_):
+    if CATALOG.message(type_).kind == "request":
+        good = example(CATALOG.message(type_).model).model_dump(mode="json")
+        payload = _payload_validator(service, documents[service], type_)
+        assert not payload.is_valid({**good, "unexpected_field": 1})
+        assert not payload.is_valid({k: v for k, v in good.items() if k != "allocation_id"})
+        return
     good = example_envelope(CATALOG, type_).model_dump(mode="json")
     payload = _payload_validator(service, documents[service], type_)
     first_required = documents[service]["components"]["messages"][type_]["payload"]["properties"]["data"]["required"][0]
@@ -213,11 +229,12 @@ def test_contract_declares_only_its_own_subjects_and_known_receives_and_sends(se
     for m in contract.messages:
         assert m.type.startswith(f"{service}."), f"{m.type} is declared by {service}"
         assert m.subject.startswith(f"{service}."), f"{m.type}: subject {m.subject} is outside {service}.>"
-        cmd_or_evt = ".cmd." if m.kind == "command" else ".evt."
-        assert cmd_or_evt in m.subject, f"{m.type}: a {m.kind} subject should contain {cmd_or_evt!r}"
+        infix = {"command": ".cmd.", "event": ".evt.", "request": ".rpc."}[m.kind]
+        assert m.subject.startswith(service + infix), f"{m.type}: a {m.kind} subject should start {service}{infix}"
     unknown = [t for t in contract.receives + contract.sends if t not in CATALOG.by_type]
     assert not unknown, f"{service} names undefined message types: {unknown}"
-    foreign_sends = [t for t in contract.sends if CATALOG.message(t).kind != "command" or CATALOG.owner(t).service == service]
-    assert not foreign_sends, f"{service}.sends must list other services' commands only: {foreign_sends}"
+    foreign_sends = [t for t in contract.sends
+                     if CATALOG.message(t).kind not in ("command", "request") or CATALOG.owner(t).service == service]
+    assert not foreign_sends, f"{service}.sends must list other services' commands and requests only: {foreign_sends}"
     assert len(set(contract.receives)) == len(contract.receives) and len(set(contract.sends)) == len(contract.sends)
 

@@ -29,7 +29,11 @@ def test_every_system_package_names_the_command_that_proves_it_is_installed():
 def test_after_set_up_every_listed_command_is_on_the_path():
     """./taskw ran before this suite, so what it promises to install is there (as root, nothing may skip)."""
     path = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
-    assert [cmd for _, cmd in listed_packages() if shutil.which(cmd, path=path) is None] == []
+    assert [cmd for _, cmd in listed_packages() if cmd != "-" and shutil.which(cmd, path=path) is None] == []
+    without_command = [pkg for pkg, cmd in listed_packages() if cmd == "-"]
+    installed = subprocess.run(["dpkg-query", "-W", "-f", "${Package} ${Status}\\n", *without_command],
+                               capture_output=True, text=True, check=False).stdout
+    assert [p for p in without_command if f"{p} install ok installed" not in installed] == []
 
 
 def test_ci_runs_the_readme_test_command_and_installs_nothing_itself():

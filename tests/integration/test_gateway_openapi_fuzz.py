@@ -109,6 +109,10 @@ def _seed(world: World, operation, case, use_live_ids: bool) -> None:
         return
     if operation.definition.raw["operationId"] == "createAllocation" and isinstance(body.get("shape"), str):
         body["shape"] = world.shapes[zlib.crc32(body["shape"].encode()) % len(world.shapes)]
+    if operation.definition.raw["operationId"] == "createAllocation":
+        # the catalog's images and the caller's stored keys are live data the fuzzer cannot list (a documented 422)
+        body.pop("image", None)
+        body.pop("key_names", None)
     for rule in schema.get("x-constraints", []):
         low, high = _CONSTRAINT.match(rule).groups()
         a, b = body.get(low), body.get(high)

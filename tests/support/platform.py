@@ -9,6 +9,7 @@ import asyncpg
 E2E_ENV = {
     "TESSERA_SIM_FAULTS": "1",                 # honour the sim fault label (never set in production)
     "TESSERA_SAGA_STEP_TIMEOUT_S": "4",
+    "TESSERA_SAGA_STEP_TIMEOUTS": "provision_node=4",   # sim nodes: no VM boots here (tests/e2e/test_vm_slices.py)
     "TESSERA_SAGA_COMPENSATION_TIMEOUT_S": "3",
     "TESSERA_SAGA_BACKOFF_S": "0.2,0.5,1",
     "TESSERA_ACK_WAIT_S": "10",

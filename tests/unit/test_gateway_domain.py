@@ -85,7 +85,8 @@ def test_subject_filter_validation():
 
 
 def test_ops_plan_maps_filters_onto_streams_without_nested_duplicates():
-    assert subscription_plan(["allocation.>", "allocation.cmd.>"]) == [("TESSERA_ALLOCATION", "allocation.>")]
+    assert subscription_plan(["allocation.>", "allocation.cmd.>"]) == [("TESSERA_ALLOCATION", "allocation.cmd.>"),
+                                                                     ("TESSERA_ALLOCATION", "allocation.evt.>")]
     plan = subscription_plan(["*.evt.>"])
     assert ("TESSERA_SAGA", "saga.evt.>") in plan and all(f.split(".")[1] == "evt" for _, f in plan)
     assert ("TESSERA_DEADLETTER", "deadletter.>") in subscription_plan([">"])

@@ -18,17 +18,22 @@ from services.gateway.http.problems import ProblemError, field_errors
 from services.gateway.http.schemas.allocations import AllocationCreate
 from services.gateway.http.schemas.base import MULTI_LINE, Body, integer
 from services.gateway.http.schemas.identity import TenantCreate, UserCreate
+from services.gateway.http.schemas.images import ImageCreate
 from services.gateway.http.schemas.networks import SUBNET_PATTERN, NetworkCreate, RuleCreate, ipv4_network_pattern
 from services.gateway.http.schemas.nodes import NodeCreate, NodePatch, SlotMapApproval
 from services.gateway.http.schemas.pools import PoolDefinition
 from services.gateway.http.schemas.quotas import TenantQuotaSet, UserQuotaSet
 from services.gateway.http.schemas.shapes import ShapeDefinition
+from services.gateway.http.schemas.ssh_keys import SshKeyCreate
+
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE2ZZdnE/RtlHeGDHHC2CVZeBzgkzYhgCfhP2TXh3PAj ada@example"
 
 # One valid body per request model, naming every field it has.
 VALID = {
     AllocationCreate: {"name": "train-1", "shape": "vm.1gpu", "volume_gb": 10, "labels": {"team": "ml"},
                        "priority_class": "high", "spot": True, "pool": "shared", "tolerations": ["gpu=h100:NoSchedule"],
-                       "fail_fast": True, "network_id": str(uuid.uuid4())},
+                       "fail_fast": True, "network_id": str(uuid.uuid4()), "image": "ubuntu-24.04", "ssh_keys": [KEY],
+                       "key_names": ["laptop"]},
     NetworkCreate: {"name": "web", "cidr": "10.1.0.0/24"},
     RuleCreate: {"direction": "egress", "protocol": "tcp", "port_from": 80, "port_to": 443,
                  "remote_network_id": str(uuid.uuid4()), "remote_cidr": "203.0.113.0/24"},
@@ -43,6 +48,11 @@ VALID = {
     UserQuotaSet: {"limit": 4},
     TenantCreate: {"name": "Acme Corp"},
     UserCreate: {"name": "ada@acme", "role": "tenant_user"},
+    ImageCreate: {"name": "ubuntu-24.04", "os": "Ubuntu 24.04", "format": "qcow2", "source": "/images/u.qcow2",
+                  "sha256": "0" * 64, "min_disk_gb": 10, "visibility": "private", "tenant_id": str(uuid.uuid4()),
+                  "kernel": "/boot/vmlinuz", "initrd": "/boot/initrd.img", "kernel_args": "console=ttyS0",
+                  "default": False},
+    SshKeyCreate: {"name": "laptop", "public_key": KEY},
 }
 MULTI_LINE_FIELDS = {(NodePatch, "reason"), (PoolDefinition, "description")}
 REFUSED = ["\x00", "\x01", "\x1b", "\x1f", "\x7f", "\x85", "\x9f", "\ud800", "\udfff"]

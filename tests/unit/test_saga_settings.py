@@ -36,3 +36,21 @@ def test_an_unusable_value_is_refused_with_a_clear_error(name, value):
 def test_backoff_grows_per_attempt_and_then_repeats_its_last_delay():
     p = Policy(backoff_s=(0.5, 1, 2))
     assert [p.backoff(n) for n in (1, 2, 3, 4, 9)] == [timedelta(seconds=x) for x in (0.5, 1, 2, 2, 2)]
+
+
+def test_a_step_may_have_its_own_timeout_and_provision_node_has_a_long_one_by_default():
+    from services.saga.settings import SagaSettings
+    default = SagaSettings.from_env({}).policy
+    assert default.step_timeout_of("provision_node") == 600 and default.step_timeout_of("attach_network") == 30
+    tuned = SagaSettings.from_env({"TESSERA_SAGA_STEP_TIMEOUTS": "attach_network=7, provision_node=90",
+                                   "TESSERA_SAGA_STEP_TIMEOUT_S": "4"}).policy
+    assert (tuned.step_timeout_of("attach_network"), tuned.step_timeout_of("provision_node"),
+            tuned.step_timeout_of("reserve_slots")) == (7, 90, 4)
+
+
+def test_a_timeout_for_a_step_no_saga_has_is_refused_naming_the_variable():
+    import pytest
+    from services.saga.settings import SagaSettings
+    from shared.settings import SettingError
+    with pytest.raises(SettingError, match="TESSERA_SAGA_STEP_TIMEOUTS"):
+        SagaSettings.from_env({"TESSERA_SAGA_STEP_TIMEOUTS": "boot_rocket=5"})

@@ -33,6 +33,7 @@ class Requested(AllocationEvent):
     tolerations: list[str] = field(default_factory=list)
     fail_fast: bool = False
     network_id: uuid.UUID | None = None
+    guest: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class Provisioning(AllocationEvent):
 @dataclass(frozen=True)
 class Activated(AllocationEvent):
     node_id: uuid.UUID
+    instance: dict | None = None
 
 
 @dataclass(frozen=True)

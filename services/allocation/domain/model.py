@@ -90,7 +90,7 @@ class Allocation:
         self._move(PROVISIONING, "mark provisioning", at)
         self._record(events.Provisioning, saga_id=saga_id)
 
-    def activate(self, node_id: uuid.UUID, at: datetime) -> None:
+    def activate(self, node_id: uuid.UUID, at: datetime, instance: Mapping | None = None) -> None:
         """REQUESTED/PROVISIONING → ACTIVE on ``node_id``; no-op if already ACTIVE on that node.
 
         Raises IllegalTransition otherwise (e.g. FAILED, or ACTIVE on another node)."""
@@ -98,7 +98,7 @@ class Allocation:
             return
         self._move(ACTIVE, "activate", at)
         self.node_id = node_id
-        self._record(events.Activated, node_id=node_id)
+        self._record(events.Activated, node_id=node_id, instance=dict(instance) if instance is not None else None)
 
     def fail(self, failed_step: str, reason: str, at: datetime) -> None:
         """Any non-terminal state → FAILED; no-op if already FAILED. Raises IllegalTransition from RELEASED."""

@@ -20,7 +20,7 @@ NODE_COLS = (", ".join(f"n.{c.strip()}" for c in _NODE_VIEW_COLS.split(",")) +
              ", CASE WHEN c.node_id IS NULL THEN n.free_slots WHEN n.status = 'schedulable' THEN c.free_slots "
              "ELSE 0 END AS free_slots, coalesce(c.seq, 0) AS capacity_version")
 _JSON_COLS = ("labels", "taints", "proposed_slot_map", "approved_slot_map", "review", "last_rejection", "tolerations",
-              "preemption", "problem")
+              "preemption", "problem", "instance")
 
 
 def plain(row: asyncpg.Record | None) -> dict[str, Any] | None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from shared.runtime import Runtime
 
-from ..projections import allocations, inventory, networks, rejections
+from ..projections import allocations, instances, inventory, networks, rejections
 
 
 def wire(rt: Runtime) -> None:
@@ -34,3 +34,5 @@ def wire(rt: Runtime) -> None:
     subscribe("network.command_rejected", networks.on_command_rejected)
     subscribe("network.network_attached", networks.on_network_attached)
     subscribe("network.network_detached", networks.on_network_detached)
+    subscribe("node_agent.power_changed", instances.on_power_changed)
+    subscribe("node_agent.instance_problem", instances.on_instance_problem)

@@ -17,18 +17,21 @@ from shared.unit_of_work import UnitOfWork
 
 from ..adapters import allocations as repo
 from ..adapters.inventory import plain
-from ..domain.keys import CURSOR_PATTERN, BadCursor, decode_cursor, encode_cursor, fingerprint
+from ..domain.keys import fingerprint
 from ..domain.model import RELEASE_ALREADY_REQUESTED, Principal, allocation_links
 from ..domain.scheduling import PRIORITY_CLASSES, ShapeInfo, priority_class_of
 from ..http.auth import require_tenant_member
 from ..http.endpoint import Endpoint, Param, respond
 from ..http.inputs import header_value, path_uuid, query_value, read_body
-from ..http.problems import ProblemError, not_found, validation_problem
+from ..http.paging import CURSOR, LIMIT, page, position
+from ..http.problems import ProblemError, not_found
 from ..http.schemas.allocations import AllocationCreate, AllocationOut, AllocationPage
-from ..http.schemas.base import FieldError, Problem, integer, text
+from ..http.schemas.base import FieldError, Problem, text
+from ..http.schemas.instances import InstanceOut
 from ..http.schemas.quotas import QuotaProblem
 from ..http.state import gateway_of
 from .allocation_events import ALLOCATION_ID, ENDPOINTS as EVENT_ENDPOINTS
+from .guests import guest_for
 from .quotas import check_quota
 from .shapes import resolve_shape
 
@@ -36,7 +39,10 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 
 _SCHEDULING = ("priority", "spot", "pool", "tolerations", "fail_fast", "network_id", "queue_position", "queued_reason",
-               "preemption", "problem")
+               "preemption", "problem", "image", "instance")
+# fields that came after requests were first fingerprinted: left out of the fingerprint when not sent, so a
+# retry across an upgrade still matches its Idempotency-Key
+_LATER_FIELDS = ("image", "ssh_keys", "key_names")
 
 
 def allocation_out(row: asyncpg.Record | dict) -> AllocationOut:
@@ -44,17 +50,33 @@ def allocation_out(row: asyncpg.Record | dict) -> AllocationOut:
                                   "failed_step", "reason", "created_at", "updated_at")}
     decoded = plain(row) if isinstance(row, asyncpg.Record) else row
     scheduling = {k: decoded[k] for k in _SCHEDULING if decoded.get(k) is not None}
+    if "instance" in scheduling:
+        scheduling["instance"] = InstanceOut.shown(scheduling["instance"])
     return AllocationOut(**fields, **scheduling, priority_class=priority_class_of(scheduling.get("priority", 0)),
                          labels=repo.labels_of(row), links=allocation_links(row["id"]))
 
 
-def _new_allocation(p: Principal, body: AllocationCreate, shape: ShapeInfo) -> dict:
+def _new_allocation(p: Principal, body: AllocationCreate, shape: ShapeInfo, allocation_id: uuid.UUID) -> dict:
     now = utcnow()
-    return {"id": uuid.uuid4(), "tenant_id": p.tenant_id, "user_id": p.user_id, "name": body.name, "shape": body.shape,
+    return {"id": allocation_id, "tenant_id": p.tenant_id, "user_id": p.user_id, "name": body.name, "shape": body.shape,
             "gpu_count": shape.gpu_count, "volume_gb": body.volume_gb, "labels": body.labels, "state": "REQUESTED",
             "node_id": None, "failed_step": None, "reason": None, "created_at": now, "updated_at": now,
             "priority": PRIORITY_CLASSES[body.priority_class], "spot": body.spot, "pool": body.pool,
             "tolerations": body.tolerations, "fail_fast": body.fail_fast, "network_id": body.network_id}
+
+
+def _request_hash(body: AllocationCreate) -> str:
+    sent = body.model_dump(mode="json")
+    return fingerprint({k: v for k, v in sent.items() if k not in _LATER_FIELDS or k in body.model_fields_set})
+
+
+def _replay(held: asyncpg.Record, request_hash: str) -> web.Response:
+    """The stored answer to the request that holds the key; a 422 when this request's body differs."""
+    if held["request_hash"] != request_hash:
+        raise ProblemError(422, "this Idempotency-Key was already used with a different body",
+                           slug="idempotency-key-reused", errors=[FieldError(
+                               field=IDEMPOTENCY_HEADER, message="reused with a different body", code="reused")])
+    return _accepted(held["response"], held["allocation_id"], replayed=True)
 
 
 def _accepted(body: str, allocation_id, replayed: bool = False) -> web.Response:
@@ -69,49 +91,40 @@ async def create_allocation(request: web.Request) -> web.Response:
     key = header_value(request, IDEMPOTENCY)
     body = await read_body(request, AllocationCreate)
     gw = gateway_of(request)
-    request_hash = fingerprint(body.model_dump(mode="json"))
+    request_hash = _request_hash(body)
     async with gw.unit_of_work("gateway.create_allocation") as uow:
         conn = uow.conn
+        # a retry is answered as the first request was, whatever changed since (an image or shape deleted)
+        held = await repo.held_idempotency_key(conn, p.tenant_id, key) if key is not None else None
+        if held is not None:
+            return _replay(held, request_hash)
         shape = await resolve_shape(conn, body.shape)
-        alloc = _new_allocation(p, body, shape)
+        allocation_id = uuid.uuid4()
+        guest = await guest_for(conn, p, body, allocation_id)
+        alloc = _new_allocation(p, body, shape, allocation_id)
+        alloc["image"] = guest.image.name if guest else None
         out = allocation_out(alloc)
         if key is not None:
             held = await repo.claim_idempotency_key(conn, p.tenant_id, key, request_hash, alloc["id"],
                                                     out.model_dump(mode="json"))
             if held is not None:
-                if held["request_hash"] != request_hash:
-                    raise ProblemError(422, "this Idempotency-Key was already used with a different body",
-                                       slug="idempotency-key-reused", errors=[FieldError(
-                                           field=IDEMPOTENCY_HEADER, message="reused with a different body", code="reused")])
-                return _accepted(held["response"], held["allocation_id"], replayed=True)
+                return _replay(held, request_hash)
         await check_quota(conn, p, shape, body.pool)   # raising rolls the key claim back too
         await repo.insert(conn, alloc)
         await uow.emit("allocation.request", RequestAllocation(
             allocation_id=alloc["id"], tenant_id=p.tenant_id, user_id=p.user_id, name=body.name, shape=body.shape,
             gpu_count=alloc["gpu_count"], volume_gb=body.volume_gb, labels=body.labels, priority=alloc["priority"],
             spot=body.spot, pool=body.pool, tolerations=body.tolerations, fail_fast=body.fail_fast,
-            network_id=body.network_id), correlation_id=str(alloc["id"]), tenant_id=p.tenant_id)
+            network_id=body.network_id, guest=guest), correlation_id=str(alloc["id"]), tenant_id=p.tenant_id)
     return _accepted(out.model_dump_json(), alloc["id"])
-
-
-def _cursor(request: web.Request):
-    raw = query_value(request, CURSOR)
-    if raw is None:
-        return None
-    try:
-        return decode_cursor(raw)
-    except BadCursor:
-        raise validation_problem([FieldError(field="cursor", message="not a cursor this API returned", code="query")]) from None
 
 
 async def list_allocations(request: web.Request) -> web.Response:
     p = require_tenant_member(request)
-    limit, after = query_value(request, LIMIT), _cursor(request)
+    limit, after = query_value(request, LIMIT), position(request)
     async with gateway_of(request).pool.acquire() as conn:
         rows = await repo.page(conn, p.tenant_id, limit + 1, after)
-    items = rows[:limit]
-    more = len(rows) > limit
-    next_cursor = encode_cursor(items[-1]["created_at"], items[-1]["id"]) if more else None
+    items, next_cursor = page(rows, limit)
     return respond(AllocationPage(items=[allocation_out(r) for r in items], next_cursor=next_cursor))
 
 
@@ -165,8 +178,6 @@ async def release_allocation(request: web.Request) -> web.Response:
 IdempotencyKey = text(255, min_length=1, pattern=r"^[!-~]([ -~]*[!-~])?$")
 IDEMPOTENCY = Param(IDEMPOTENCY_HEADER, "header", "Retry-safe creation: the same key and body answer the same 202, "
                     "creating one allocation; the same key with another body is a 422.", IdempotencyKey)
-LIMIT = Param("limit", "query", "Page size.", integer(1, 100), default=20)
-CURSOR = Param("cursor", "query", "The next_cursor of the previous page.", text(49, min_length=34, pattern=CURSOR_PATTERN))
 _CREATED = {"Location": "The allocation (/v1/allocations/{id})."}
 _BODY_ERRORS = (400, 401, 403, 413, 415, 422)
 
@@ -177,7 +188,14 @@ ENDPOINTS = [
              description="Accepted as REQUESTED; the saga provisions it. Provider admins (no tenant) get 403. A request "
                          "the tenant's (or the user's) quota certainly cannot admit is refused at once with 403 "
                          "`quota-exceeded` and the members quota, limit, used and requested; an unknown shape is a 422. "
-                         "When nothing fits the allocation waits as QUEUED (unless fail_fast)."),
+                         "When nothing fits the allocation waits as QUEUED (unless fail_fast). The guest boots "
+                         "`image` (a name or id GET /v1/images lists; an unknown one is a 422 on `image`), or the "
+                         "catalog's default image when it names none; with neither, no image is sent (the driver "
+                         "boots its own). Its hostname is made from the allocation's name. It authorises `ssh_keys` "
+                         "and the caller's stored keys named in `key_names` (an unknown name is a 422), or, when "
+                         "the request sends neither, every key the caller stored (at most 32 in all). The response "
+                         "shows the image's name; once ACTIVE, `instance` shows what runs (on a host without GPUs "
+                         "the libvirt driver runs the guest with passthrough `simulated`)."),
     Endpoint("GET", "/v1/allocations", list_allocations, "listAllocations", "List the tenant's allocations, newest first",
              "allocations", {200: AllocationPage}, params=(LIMIT, CURSOR), errors=(401, 403, 422)),
     Endpoint("GET", "/v1/allocations/{allocation_id}", get_allocation, "getAllocation", "Read an allocation",

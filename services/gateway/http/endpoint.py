@@ -12,6 +12,7 @@ from .schemas.base import ApiJsonSchema, Problem
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 EVENT_STREAM = "text/event-stream"
+TEXT_PLAIN = "text/plain"
 
 
 @dataclass(frozen=True, eq=False)
@@ -44,7 +45,8 @@ class Param:
 
 @dataclass(frozen=True)
 class Endpoint:
-    """One operation. ``responses`` maps a status to a model, or to EVENT_STREAM, or to None (no body).
+    """One operation. ``responses`` maps a status to a model, or to a media type (EVENT_STREAM, TEXT_PLAIN), or to
+    None (no body).
 
     Error responses (problem+json) are added by the generator from ``errors``: a ``Problem`` unless ``problems``
     names the problem models (with extension members) that status may carry. ``headers``: status -> the response

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from ..handlers import ENDPOINTS as API_ENDPOINTS
-from .endpoint import EVENT_STREAM, Endpoint, Param
+from .endpoint import EVENT_STREAM, TEXT_PLAIN, Endpoint, Param
 from .problems import _TITLES, PROBLEM_JSON
 from .schemas.base import ApiJsonSchema, Problem
 
@@ -52,8 +52,9 @@ def _response(target, ref) -> dict:
     if target is None:
         return {"description": "No content"}
     if isinstance(target, str):
-        return {"description": "Server-sent events" if target == EVENT_STREAM else "Document",
-                "content": {target: {"schema": {"type": "string"} if target == EVENT_STREAM else {"type": "object"}}}}
+        described = {EVENT_STREAM: "Server-sent events", TEXT_PLAIN: "Text"}
+        return {"description": described.get(target, "Document"),
+                "content": {target: {"schema": {"type": "string"} if target in described else {"type": "object"}}}}
     return {"description": target.__doc__.strip().splitlines()[0] if target.__doc__ else target.__name__,
             "content": {"application/json": {"schema": ref(target)}}}
 

@@ -82,7 +82,8 @@ async def on_requested(ctx: UnitOfWork, data: ac.AllocationRequested) -> None:
         "id": data.allocation_id, "tenant_id": data.tenant_id, "user_id": data.user_id, "name": data.name,
         "shape": data.shape, "gpu_count": data.gpu_count, "volume_gb": data.volume_gb, "labels": data.labels,
         "state": "REQUESTED", "created_at": data.at, "priority": data.priority, "spot": data.spot, "pool": data.pool,
-        "tolerations": data.tolerations, "fail_fast": data.fail_fast, "network_id": data.network_id})
+        "tolerations": data.tolerations, "fail_fast": data.fail_fast, "network_id": data.network_id,
+        "image": data.guest.image.name if data.guest else None})
     await _record(ctx, data.allocation_id)
 
 
@@ -91,7 +92,8 @@ async def on_provisioning(ctx: UnitOfWork, data: ac.AllocationProvisioning) -> N
 
 
 async def on_activated(ctx: UnitOfWork, data: ac.AllocationActivated) -> None:
-    await _record(ctx, data.allocation_id, "ACTIVE", node_id=data.node_id)
+    instance = data.instance.model_dump_json() if data.instance else None   # what runs on the node (jsonb)
+    await _record(ctx, data.allocation_id, "ACTIVE", node_id=data.node_id, instance=instance)
 
 
 async def on_release_requested(ctx: UnitOfWork, data: ac.AllocationReleaseRequested) -> None:

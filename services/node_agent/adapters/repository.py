@@ -4,6 +4,7 @@ from __future__ import annotations
 import uuid
 
 import asyncpg
+from pydantic import BaseModel
 
 from ..domain.model import Instance
 
@@ -18,12 +19,27 @@ async def lock_allocation(conn: asyncpg.Connection, node_id: uuid.UUID, allocati
     await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", f"node_agent:{node_id}:{allocation_id}")
 
 
-async def record(conn: asyncpg.Connection, node_id: uuid.UUID, instance: Instance) -> None:
-    """Insert or refresh the instance row of the allocation (idempotent)."""
+async def record(conn: asyncpg.Connection, node_id: uuid.UUID, instance: Instance, command: BaseModel | None = None) -> None:
+    """Insert or refresh the instance row of the allocation (idempotent); ``command``: the provision command, kept
+    so a reconcile can make the instance again when it vanished."""
     await conn.execute(
-        "INSERT INTO instances (node_id, allocation_id, instance_id, slots, state) VALUES ($1, $2, $3, $4, 'running') "
-        "ON CONFLICT (node_id, allocation_id) DO UPDATE SET instance_id = EXCLUDED.instance_id, slots = EXCLUDED.slots",
-        node_id, instance.allocation_id, instance.instance_id, list(instance.slots))
+        "INSERT INTO instances (node_id, allocation_id, instance_id, slots, state, command) "
+        "VALUES ($1, $2, $3, $4, 'running', $5::jsonb) ON CONFLICT (node_id, allocation_id) DO UPDATE "
+        "SET instance_id = EXCLUDED.instance_id, slots = EXCLUDED.slots, command = EXCLUDED.command",
+        node_id, instance.allocation_id, instance.instance_id, list(instance.slots),
+        command.model_dump_json() if command is not None else None)
+
+
+async def try_lock_allocation(conn: asyncpg.Connection, node_id: uuid.UUID, allocation_id: uuid.UUID) -> bool:
+    """``lock_allocation`` without waiting: False when a command for the allocation is being handled."""
+    return await conn.fetchval("SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))",
+                               f"node_agent:{node_id}:{allocation_id}")
+
+
+async def rows(conn: asyncpg.Connection, node_id: uuid.UUID) -> dict[uuid.UUID, asyncpg.Record]:
+    """The node's instance rows by allocation (with the provision command each was made from)."""
+    found = await conn.fetch("SELECT allocation_id, instance_id, slots, command FROM instances WHERE node_id=$1", node_id)
+    return {r["allocation_id"]: r for r in found}
 
 
 async def forget(conn: asyncpg.Connection, node_id: uuid.UUID, allocation_id: uuid.UUID) -> str | None:

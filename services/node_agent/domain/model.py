@@ -5,9 +5,46 @@ import uuid
 from dataclasses import dataclass
 from typing import Iterable
 
+from .vm.domain_xml import SlotDevices
+
 
 class InvalidRequest(ValueError):
     """A provisioning request that can never be carried out as given (e.g. no slots)."""
+
+
+@dataclass(frozen=True)
+class BootImage:
+    """The image an instance boots (the catalog's snapshot): a disk, and optionally a kernel and initramfs."""
+
+    name: str
+    format: str
+    source: str
+    sha256: str
+    min_disk_gb: int = 1
+    kernel: str | None = None
+    initrd: str | None = None
+    kernel_args: str | None = None
+
+
+@dataclass(frozen=True)
+class GuestConfig:
+    """What the guest is told at first boot."""
+
+    image: BootImage
+    hostname: str
+    ssh_keys: tuple[str, ...] = ()
+    dns: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class NicConfig:
+    """The instance's interface on its tenant network: the port (tap) name the dataplane plugs, its addresses."""
+
+    port: str
+    mac: str
+    ip_address: str
+    prefix_len: int
+    gateway: str | None
 
 
 @dataclass(frozen=True)
@@ -21,6 +58,9 @@ class InstanceSpec:
     volume_id: uuid.UUID | None = None
     ip_address: str | None = None
     mac_address: str | None = None
+    resources: tuple[SlotDevices, ...] = ()   # the reserved slots' devices, from the approved slot map
+    guest: GuestConfig | None = None
+    nic: NicConfig | None = None
 
 
 @dataclass(frozen=True)

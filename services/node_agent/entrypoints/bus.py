@@ -16,6 +16,10 @@ def wire(rt: Runtime, node: handlers.Node) -> None:
     rt.consumers.participate(PROVISION_NODE, invoke=partial(handlers.provision_node, node=node),
                              undo=partial(handlers.deprovision_node, node=node), subject_params=params, durable=durable,
                              batch_size=1, max_workers=8)
+    # a power action waits for the hypervisor (a stop up to its shutdown timeout): one per transaction too
+    rt.consumers.subscribe("node_agent.power", partial(handlers.power, node=node), subject_params=params,
+                           durable=f"{durable}__power", batch_size=1, max_workers=4)
+    rt.answer("node_agent.read_console", lambda req: handlers.read_console(node, rt.pool, req), **params)
     if node.dataplane.kind == "none":
         return   # nothing plumbed, nothing to keep up to date
     # every node sees every tenant's changes (one durable per node); the dataplane ignores tenants not here

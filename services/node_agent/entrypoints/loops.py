@@ -12,7 +12,7 @@ from shared.runtime import Runtime
 from shared.unit_of_work import UnitOfWork
 
 from ..adapters.discovery import DiscoveryError
-from ..handlers import Node, load_network, reconcile_network, refresh_gauge
+from ..handlers import Node, load_network, reconcile_instances, reconcile_network, refresh_gauge
 
 log = structlog.get_logger()
 
@@ -41,10 +41,23 @@ async def reconcile_forever(rt: Runtime, node: Node, every_s: float) -> None:
         await asyncio.sleep(every_s)
 
 
+async def reconcile_instances_forever(rt: Runtime, node: Node, every_s: float) -> None:
+    """At start and every ``every_s`` seconds: the driver's instances against the node's records."""
+    await node.loaded.wait()   # an orphan's network is detached through the loaded dataplane
+    while True:
+        await reconcile_instances(node, rt.pool, rt.outbox)
+        await asyncio.sleep(every_s)
+
+
 def wire(rt: Runtime, node: Node, *, node_name: str, discovery: tuple[str, Callable[[str], dict]],
          reconcile_s: float) -> None:
-    """Register the background work; the reconcile only when the node plumbs networks."""
+    """Register the background work; the network reconcile only when the node plumbs networks, the instance
+    reconcile only when its instances outlive the agent."""
     rt.background(partial(refresh_gauge, node))   # runs once at start, so the gauge exists before any command
     rt.background(partial(report_topology, rt, node, node_name, *discovery))
     if node.dataplane.kind != "none":
         rt.background(partial(reconcile_forever, rt, node, reconcile_s))
+    else:
+        node.loaded.set()
+    if node.driver.persistent:
+        rt.background(partial(reconcile_instances_forever, rt, node, reconcile_s))

@@ -124,7 +124,7 @@ class _Transition:
             self.saga.steps[(step.name, COMPENSATE)] = StepRecord("armed")   # armed before the command goes out
         data = {**self._base(step.name, step_key(self.saga.id, step.name)), **step.fields(ctx)}
         self._command(step.invoke, data, self._subject(step, ctx))
-        self._set(step.name, INVOKE, "invoked", attempt=attempt, deadline=self.now + self.policy.step_timeout)
+        self._set(step.name, INVOKE, "invoked", attempt=attempt, deadline=self.now + self.policy.step_timeout(step.name))
 
     def _invoke_progressed(self, step: SagaStep, r: Reply) -> None:
         """The participant accepted the step but cannot finish it yet (queued for capacity): wait longer."""
@@ -152,7 +152,7 @@ class _Transition:
         if rec.status == "retrying":
             return self._invoke(step, rec.attempt + 1)
         reason = (f"still queued after {self.policy.queue_timeout_s:g}s" if rec.status == "waiting"
-                  else f"timed out after {self.policy.step_timeout_s:g}s")
+                  else f"timed out after {self.policy.step_timeout_of(step.name):g}s")
         if self.definition.recovery == "compensate":
             # The outcome is unknown: the step is compensated too (first), its undo being safe either way.
             self._set(step.name, INVOKE, "timed_out", attempt=rec.attempt, error=reason, detail=reason)

@@ -36,10 +36,15 @@ class Policy:
     release_attempts: int = 8
     backoff_s: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0)
     queue_timeout_s: float = 86_400.0   # how long a step that reported "queued" may wait for capacity
+    # (step name, seconds): steps that take longer than a message round trip by nature. provision_node boots a
+    # VM (a cloud image's first boot with cloud-init takes a minute or more) or a bare-metal server.
+    step_timeouts: tuple[tuple[str, float], ...] = (("provision_node", 600.0),)
 
     def __post_init__(self) -> None:
         if self.step_timeout_s <= 0 or self.compensation_timeout_s <= 0 or self.queue_timeout_s <= 0:
             raise ValueError("saga timeouts must be positive")
+        if any(seconds <= 0 for _, seconds in self.step_timeouts):
+            raise ValueError("saga step timeouts must be positive")
         if self.compensation_attempts < 1 or self.release_attempts < 1:
             raise ValueError("saga attempts must be at least 1")
         if not self.backoff_s or any(b < 0 for b in self.backoff_s):
@@ -49,9 +54,12 @@ class Policy:
         """Wait after the ``attempt``-th unanswered attempt (1-based); the last delay repeats."""
         return timedelta(seconds=self.backoff_s[min(attempt, len(self.backoff_s)) - 1])
 
-    @property
-    def step_timeout(self) -> timedelta:
-        return timedelta(seconds=self.step_timeout_s)
+    def step_timeout_of(self, step: str) -> float:
+        """Seconds the step ``step`` may take (its own timeout, else the default)."""
+        return dict(self.step_timeouts).get(step, self.step_timeout_s)
+
+    def step_timeout(self, step: str) -> timedelta:
+        return timedelta(seconds=self.step_timeout_of(step))
 
     @property
     def queue_timeout(self) -> timedelta:

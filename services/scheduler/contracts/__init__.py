@@ -199,6 +199,8 @@ class SlotDetail(Wire):
     ib_guid: str
     numa: int
     nvlink_domain: int
+    cpu_cores: int = Field(default=0, ge=0, description="The slot's share of its NUMA node's cores (0: unknown).")
+    memory_gb: int = Field(default=0, ge=0, description="The slot's share of its NUMA node's memory (0: unknown).")
 
 
 class SlotsReserved(StepReply):

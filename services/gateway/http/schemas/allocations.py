@@ -9,15 +9,19 @@ from pydantic import Field
 
 from ...domain.model import State
 from ...domain.scheduling import TOLERATION
-from .base import Body, Int, Labels, Out, ResourceName, ShapeName, Uuid, text
+from .base import UUID_PATTERN, Body, Int, Labels, Out, ResourceName, ShapeName, Uuid, omittable, text
+from .instances import InstanceOut
+from .ssh_keys import MAX_INLINE_KEY_CHARS, InlinePublicKey, KeyName
 
 Toleration = text(200, pattern=TOLERATION)
+# an image's name (services.scheduler.contracts.NAME) or its id
+ImageRef = text(63, min_length=1, pattern=r"^(?:[a-z0-9]([a-z0-9.\-]{0,61}[a-z0-9])?|" + UUID_PATTERN[1:-1] + ")$")
 
 
 class AllocationCreate(Body):
     server_owned: ClassVar[frozenset[str]] = frozenset(
         {"id", "tenant_id", "user_id", "state", "price", "gpu_count", "node_id", "saga_id", "created_at",
-         "updated_at", "failed_step", "reason", "links"})
+         "updated_at", "failed_step", "reason", "links", "instance"})
     name: ResourceName
     shape: ShapeName = Field(description="One of the shapes GET /v1/shapes lists; fixes gpu_count. An unknown or "
                                          "deleted shape is a 422 naming the known ones.")
@@ -33,6 +37,14 @@ class AllocationCreate(Body):
                                           description="'key=value:NoSchedule' entries: taints this request tolerates.")
     fail_fast: bool = Field(default=False, description="Fail at once instead of waiting in the queue when nothing fits.")
     network_id: Uuid | None = Field(default=None, description="A tenant network to attach to.")
+    image: ImageRef = omittable(description="The image to boot: the name or id of an image GET /v1/images lists "
+                                            "(an unknown one is a 422). Left out: the catalog's default image, if "
+                                            "there is one; else no image (the driver's own).")
+    ssh_keys: list[InlinePublicKey] = omittable(
+        max_length=32, description=f"OpenSSH public keys the guest authorises (each at most {MAX_INLINE_KEY_CHARS} "
+                                   "characters here: store a longer one with POST /v1/ssh-keys and name it).")
+    key_names: list[KeyName] = omittable(max_length=32, description="Names of the caller's stored keys (GET "
+                                                                     "/v1/ssh-keys) the guest authorises.")
 
 
 class AllocationLinks(Out):
@@ -89,6 +101,9 @@ class AllocationOut(Out):
     queued_reason: str | None = Field(default=None, description="While QUEUED: why nothing fits now.")
     preemption: AllocationPreemption | None = None
     problem: AllocationProblem | None = None
+    image: str | None = Field(default=None, description="The name of the image it boots (as the catalog held it "
+                                                        "when requested); null: no image of the catalog.")
+    instance: InstanceOut | None = Field(default=None, description="Once ACTIVE: what runs on the node.")
 
 
 class AllocationPage(Out):

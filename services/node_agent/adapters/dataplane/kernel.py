@@ -229,6 +229,41 @@ class Kernel:
             self.remove_slot(slot.netns, slot.port)
             raise
 
+    def plug_tap(self, slot: SlotPort) -> bool:
+        """Put a VM's tap (made by the hypervisor, in its namespace: this process's) into the node's namespace
+        when they differ, mark it owned and plug it into the slot's bridge; False when no such tap exists (the VM
+        is not running: nothing to plug yet). Raises KernelError."""
+        if self.index(slot.port) is None:
+            if not self.node_netns:
+                return False
+            with IPRoute(groups=0) as here:
+                found = here.link_lookup(ifname=slot.port)
+                if not found:
+                    return False
+                try:
+                    here.link("set", index=found[0], net_ns_fd=self.node_netns)
+                except NetlinkError as exc:
+                    raise KernelError(f"move {slot.port} into {self.node_netns}: {exc}") from exc
+        idx = self.index(slot.port)
+        if idx is None:
+            return False
+        self._nl(f"mark {slot.port} owned", self.ipr.link, "set", index=idx, ifalias=alias("slot", slot.attachment_id))
+        self._enslave(slot.port, bridge_name(slot.vni))
+        return True
+
+    def unplug_tap(self, name: str) -> None:
+        """Take a VM's tap off its bridge and down (never delete it: its VM holds it; removing the VM removes
+        it). Idempotent; a tap that is not tessera's is left alone."""
+        idx = self.index(name)
+        if idx is not None and self._owned(idx)[0]:
+            self._nl(f"unplug {name}", self.ipr.link, "set", index=idx, master=0, state="down")
+
+    def tap_plugged_before(self, name: str) -> bool:
+        """A tap of that name in the node's namespace that the node has plugged before (marked owned): the
+        reconcile's to keep plugged. A fresh one (its VM just started) is its provision's or start's to plug."""
+        idx = self.index(name)
+        return idx is not None and self._owned(idx)[0]
+
     def _configure_peer(self, ns: str, ifname: str, ip: str, prefix: int, gateway: str | None,
                         extra: list[str] = ()) -> None:
         commands = [*extra, f"addr replace {ip}/{prefix} dev {ifname}", f"link set {ifname} up"]

@@ -30,13 +30,16 @@ class Lab:
     """``dataplanes=False``: only the namespaces, for node-agent processes that drive the nodes themselves
     (set ``node_ids`` to theirs so ``destroy`` also removes what their dataplanes made)."""
 
-    def __init__(self, nodes: int, *, dataplanes: bool = True):
+    def __init__(self, nodes: int, *, dataplanes: bool = True, suffix: str | None = None):
         self.with_dataplanes = dataplanes
-        self.suffix = uuid.uuid4().hex[:6]
+        self.suffix = suffix or uuid.uuid4().hex[:6]   # given: the same lab again (./taskw up on its data folder)
         self.fabric = f"tl{self.suffix}-fab"
         self.node_ids = [uuid.uuid4() for _ in range(nodes)]
         self.node_ns = [f"tl{self.suffix}-n{i}" for i in range(nodes)]
         self.dataplanes: list[KernelDataplane] = []
+
+    def exists(self) -> bool:
+        return self.fabric in netns.listnetns()
 
     def build(self) -> Lab:
         try:

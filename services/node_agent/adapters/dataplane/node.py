@@ -52,6 +52,10 @@ class Dataplane(abc.ABC):
     def reconcile(self) -> list[Repair]:
         """Repair the kernel towards the desired state; returns what it repaired."""
 
+    def plug(self, allocation_id: uuid.UUID) -> bool:
+        """Plug the allocation's VM tap (made when its VM started) into its network; False: nothing to plug."""
+        return False
+
     def close(self) -> None:
         """Release kernel sockets (the kernel objects stay: they outlive the agent)."""
 
@@ -79,8 +83,9 @@ class KernelDataplane(Dataplane):
 
     kind = "kernel"
 
-    def __init__(self, kernel: Kernel):
+    def __init__(self, kernel: Kernel, guest_ports: bool = False):
         self.kernel = kernel
+        self.guest_ports = guest_ports   # slots are VM taps (libvirt driver), plugged once their VM runs
         self.tenants: dict[uuid.UUID, TenantNetworks] = {}
         self.attachments: dict[uuid.UUID, tuple[uuid.UUID, SlotAttachment]] = {}
         self._lock = threading.RLock()
@@ -99,7 +104,7 @@ class KernelDataplane(Dataplane):
         return True
 
     def desired(self) -> DesiredNode:
-        return desired_state(self.kernel.tag, self.tenants, self.attachments.values())
+        return desired_state(self.kernel.tag, self.tenants, self.attachments.values(), self.guest_ports)
 
     def _transition(self, change) -> None:
         """Apply ``change`` (mutates the inputs) and converge the kernel from the old desired state to the new;
@@ -150,9 +155,18 @@ class KernelDataplane(Dataplane):
         with self._lock:
             return observe(self.kernel)
 
+    def plug(self, allocation_id: uuid.UUID) -> bool:
+        """Plug the allocation's VM tap into its bridge (guest ports only; the VM has just started). False when
+        the allocation has no attachment here or its tap does not exist."""
+        with self._lock:
+            slot = self.desired().slots.get(allocation_id)
+            return bool(self.guest_ports and slot is not None and self.kernel.plug_tap(slot))
+
     def reconcile(self) -> list[Repair]:
         with self._lock:
             desired = self.desired()
+            if self.guest_ports:   # a VM that is not running has no tap, a VM just started is being plugged:
+                desired.slots = {a: s for a, s in desired.slots.items() if self.kernel.tap_plugged_before(s.port)}
             repairs = plan(observe(self.kernel), desired)
             repair.apply(self.kernel, desired, repairs)
             return repairs

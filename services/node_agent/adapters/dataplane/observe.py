@@ -14,7 +14,7 @@ import uuid
 
 from pyroute2 import netns
 
-from ...domain.dataplane.model import slot_fp
+from ...domain.dataplane.model import slot_fp, tap_fp
 from ...domain.dataplane.names import ALIAS_PREFIX, SLOT_IFNAME, slot_netns
 from .kernel import Kernel, KernelError
 
@@ -53,6 +53,8 @@ def owned_links(kernel: Kernel) -> dict[tuple[str, str], str]:
                                    f"master={master}")
         elif kind == "leg":
             found[(kind, name)] = f"master={master}"
+        elif kind == "slot" and link.get(("IFLA_LINKINFO", "IFLA_INFO_KIND")) == "tun":   # a VM's tap
+            found[(kind, name)] = tap_fp(master)
         elif kind == "slot":
             ns = slot_netns(kernel.tag, uuid.UUID(ident))
             found[(kind, ns)] = slot_fp(master, *_slot_peer(ns))

@@ -18,6 +18,8 @@ def remove(kernel: Kernel, kind: str, name: str) -> None:
         kernel.remove_netns(name)
     elif kind in ("bridge", "vxlan", "leg"):
         kernel.remove_link(name)
+    elif kind == "slot" and not name.startswith("ts-"):   # a VM's tap, named by its port: its VM holds it
+        kernel.unplug_tap(name)
     elif kind == "slot":
         kernel.remove_slot(name, port_of_slot_netns(name))
     elif kind == "nft_node":
@@ -34,6 +36,8 @@ def create(kernel: Kernel, desired: DesiredNode, kind: str, name: str) -> None:
         namer = {"bridge": bridge_name, "vxlan": vxlan_name, "leg": leg_name}[kind]
         seg = next(s for s in desired.segments.values() if namer(s.vni) == name)
         {"bridge": kernel.ensure_bridge, "vxlan": kernel.ensure_vxlan, "leg": kernel.ensure_leg}[kind](seg)
+    elif kind == "slot" and desired.guest_ports:
+        kernel.plug_tap(next(s for s in desired.slots.values() if s.port == name))
     elif kind == "slot":
         kernel.ensure_slot(next(s for s in desired.slots.values() if s.netns == name))
     elif kind == "nft_node":

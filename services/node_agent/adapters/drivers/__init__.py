@@ -2,9 +2,11 @@
 bootstrap builds it from its own variables (``from_env``). Adapters: a real driver acts on the node."""
 from __future__ import annotations
 
-from .base import DriverConfigError, DriverError, ProvisioningDriver
+from .base import Console, DriverConfigError, DriverError, PowerAction, ProvisioningDriver
+from .libvirt.driver import LibvirtDriver
 from .sim import SimDriver
 
-DRIVERS: dict[str, type[ProvisioningDriver]] = {"sim": SimDriver}
+DRIVERS: dict[str, type[ProvisioningDriver]] = {"sim": SimDriver, "libvirt": LibvirtDriver}
 
-__all__ = ["DRIVERS", "DriverConfigError", "DriverError", "ProvisioningDriver", "SimDriver"]
+__all__ = ["DRIVERS", "Console", "DriverConfigError", "DriverError", "LibvirtDriver", "PowerAction",
+           "ProvisioningDriver", "SimDriver"]

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import abc
 import uuid
-from typing import Mapping
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Literal, Mapping
 
 from ...domain.model import Instance, InstanceSpec
 
@@ -24,10 +26,32 @@ class DriverConfigError(ValueError):
     """The driver's configuration (environment) is invalid; raised at start, before anything connects."""
 
 
+PowerAction = Literal["reboot", "stop", "start"]
+
+
+@dataclass(frozen=True)
+class Console:
+    """A piece of an instance's serial console log: ``text`` starts at byte ``offset``; read on from ``next_offset``."""
+
+    offset: int
+    next_offset: int
+    text: str
+    running: bool
+
+
 class ProvisioningDriver(abc.ABC):
     """Creates and removes one instance per allocation on this node."""
 
     name: str = "abstract"
+    # True: instances outlive the agent (a hypervisor keeps them), so the node reconciles them against its
+    # records; False (sim): a restarted agent starts empty by design
+    persistent: bool = False
+    # True: an instance's network port is a tap its hypervisor makes (the dataplane plugs it, no veth stand-in)
+    guest_ports: bool = False
+    # Called with the allocation id once the hypervisor started the instance, before the driver waits for the
+    # guest: the node plugs the instance's network port (a tap exists only once its instance runs). Set by the
+    # node; None: nothing to plug.
+    started: Callable[[uuid.UUID], Awaitable[None]] | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> "ProvisioningDriver":
@@ -56,3 +80,24 @@ class ProvisioningDriver(abc.ABC):
     @abc.abstractmethod
     async def list_instances(self) -> list[Instance]:
         """Every instance on the node, one per allocation, in no particular order. Raises DriverError."""
+
+    async def instance_info(self, allocation_id: uuid.UUID) -> dict:
+        """What the tenant sees of the instance besides its id (contracts.InstanceInfo's fields: passthrough,
+        booted_at, boot_s, image, hostname, power_state). Raises DriverError."""
+        return {"passthrough": "none"}
+
+    async def power(self, allocation_id: uuid.UUID, action: PowerAction) -> str:
+        """Carry out a power action and return the power state after it ("running" or "stopped"). Idempotent
+        (start of a running instance, stop of a stopped one: nothing to do). Raises DriverError, also when the
+        allocation has no instance here."""
+        raise DriverError(f"the {self.name} driver has no power actions")
+
+    async def console(self, allocation_id: uuid.UUID, offset: int, limit: int) -> Console | None:
+        """Up to ``limit`` bytes of the serial console from ``offset`` (-1: the last ``limit`` bytes); None when
+        the allocation has no instance (or no console) here."""
+        return None
+
+
+    def bind(self, node_id: uuid.UUID, topology: Callable[[], dict]) -> None:
+        """Tell the driver which node it serves and how to read the node's topology (a blocking call); the
+        bootstrap calls it once, before anything runs. Drivers that need neither ignore it."""

@@ -14,7 +14,7 @@ import uuid
 from typing import Iterable, Mapping
 
 from ...domain.model import Instance, InstanceSpec
-from .base import DriverConfigError, DriverError, ProvisioningDriver
+from .base import Console, DriverConfigError, DriverError, PowerAction, ProvisioningDriver
 
 OPERATIONS = ("provision", "deprovision", "list_instances")
 CHANGING = ("provision", "deprovision")   # what a bare latency figure applies to
@@ -53,6 +53,7 @@ class SimDriver(ProvisioningDriver):
         _check_operations(self.fail, "TESSERA_SIM_FAIL")
         self.latency = {op: float(latency.get(op, 0.0)) for op in OPERATIONS}
         self._instances: dict[uuid.UUID, Instance] = {}
+        self._stopped: set[uuid.UUID] = set()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> "SimDriver":
@@ -79,6 +80,23 @@ class SimDriver(ProvisioningDriver):
     async def deprovision(self, allocation_id: uuid.UUID) -> None:
         await self._operate("deprovision")
         self._instances.pop(allocation_id, None)
+        self._stopped.discard(allocation_id)
+
+    async def power(self, allocation_id: uuid.UUID, action: PowerAction) -> str:
+        if allocation_id not in self._instances:
+            raise DriverError(f"sim driver: no instance of allocation {allocation_id} on this node")
+        (self._stopped.add if action == "stop" else self._stopped.discard)(allocation_id)
+        return "stopped" if allocation_id in self._stopped else "running"
+
+    async def console(self, allocation_id: uuid.UUID, offset: int, limit: int) -> Console | None:
+        """A sim instance's console: one line saying what it is (there is no guest)."""
+        instance = self._instances.get(allocation_id)
+        if instance is None:
+            return None
+        text = f"sim instance {instance.instance_id}: no guest runs under the sim driver\n".encode()
+        start = max(0, len(text) - limit) if offset < 0 else min(offset, len(text))
+        chunk = text[start:start + limit]
+        return Console(start, start + len(chunk), chunk.decode(), allocation_id not in self._stopped)
 
     async def list_instances(self) -> list[Instance]:
         await self._operate("list_instances")

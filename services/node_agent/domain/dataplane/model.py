@@ -19,6 +19,8 @@ node owns, each with a fingerprint the kernel adapter can read back:
 - per attachment: namespace ``ts-<node>-<attachment>`` (the VM's stand-in) and a
   veth ``tv<attachment 8 hex>`` on the bridge whose peer ``eth0`` in that
   namespace holds the slot's MAC, IP/prefix and default route via the gateway;
+  or, with ``guest_ports`` (the libvirt driver), the VM's own tap ``tv<attachment 8 hex>``
+  on the bridge: the hypervisor makes it when the VM starts, the node only plugs it;
 - per node: an nft ``bridge tessera`` table dropping frames a slot port sends
   with a source MAC or IP (ARP included) that is not its own.
 
@@ -113,6 +115,7 @@ class DesiredNode:
     slots: dict[uuid.UUID, SlotPort] = field(default_factory=dict)       # allocation -> port
     node_nft: str | None = None
     router_nft: dict[str, str] = field(default_factory=dict)            # router namespace -> nft text
+    guest_ports: bool = False   # True: a slot's port is its VM's tap (the hypervisor makes it), not a veth
 
     def objects(self) -> dict[tuple[str, str], Obj]:
         """Every owned object with its fingerprint (the reconcile's unit of comparison)."""
@@ -121,12 +124,20 @@ class DesiredNode:
             objs += [Obj("bridge", bridge_name(seg.vni), ""),
                      Obj("vxlan", vxlan_name(seg.vni), f"vni={seg.vni} group={vxlan_group(seg.vni)} master={bridge_name(seg.vni)}"),
                      Obj("leg", leg_name(seg.vni), f"master={bridge_name(seg.vni)}")]
-        objs += [Obj("slot", s.netns, slot_fp(bridge_name(s.vni), s.mac_address, f"{s.ip_address}/{s.prefix_len}"))
-                 for s in self.slots.values()]
+        if self.guest_ports:
+            objs += [Obj("slot", s.port, tap_fp(bridge_name(s.vni))) for s in self.slots.values()]
+        else:
+            objs += [Obj("slot", s.netns, slot_fp(bridge_name(s.vni), s.mac_address, f"{s.ip_address}/{s.prefix_len}"))
+                     for s in self.slots.values()]
         if self.node_nft is not None:
             objs.append(Obj("nft_node", "node", fingerprint(self.node_nft)))
         objs += [Obj("nft_router", ns, fingerprint(text)) for ns, text in self.router_nft.items()]
         return {o.key: o for o in objs}
+
+
+def tap_fp(master: str | None) -> str:
+    """A VM's tap: only its bridge is the node's (its MAC and IP are the guest's own, set inside the guest)."""
+    return f"tap master={master}"
 
 
 def slot_fp(master: str | None, mac: str | None, cidr: str | None) -> str:
@@ -154,12 +165,13 @@ def network_of(tenant: TenantNetworks, network_id: uuid.UUID) -> NetworkSnapshot
 
 
 def desired_state(tag: str, tenants: Mapping[uuid.UUID, TenantNetworks],
-                  attachments: Iterable[tuple[uuid.UUID, SlotAttachment]]) -> DesiredNode:
-    """The node's desired objects; ``attachments`` are (tenant_id, attachment) pairs.
+                  attachments: Iterable[tuple[uuid.UUID, SlotAttachment]], guest_ports: bool = False) -> DesiredNode:
+    """The node's desired objects; ``attachments`` are (tenant_id, attachment) pairs. ``guest_ports``: each slot's
+    port is the tap of its VM (named like the veth it replaces, so the same rules guard it).
 
     Raises InvalidAttachment when an attachment does not fit its tenant's snapshot.
     """
-    state = DesiredNode()
+    state = DesiredNode(guest_ports=guest_ports)
     for tenant_id, att in attachments:
         if tenant_id not in tenants:
             raise InvalidAttachment(f"attachment {att.attachment_id}: no network snapshot of tenant {tenant_id}")

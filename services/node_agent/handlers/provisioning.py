@@ -27,14 +27,16 @@ from services.network.contracts import TenantNetworks
 from shared.outbox import Outbox
 from shared.participant import StepRejected, invoke, undo
 
-from . import contracts as c
-from .adapters import network as netrepo
-from .adapters import repository
-from .adapters.dataplane import Dataplane, KernelError, NullDataplane
-from .adapters.drivers import DriverError, ProvisioningDriver
-from .domain.dataplane.model import InvalidAttachment
-from .domain.dataplane.reconcile import Repair
-from .domain.model import Instance, InstanceSpec, InvalidRequest, checked_slots
+from .. import contracts as c
+from ..adapters import network as netrepo
+from ..adapters import repository
+from ..adapters.dataplane import Dataplane, KernelError, NullDataplane
+from ..adapters.drivers import DriverError, ProvisioningDriver
+from ..domain.dataplane.model import InvalidAttachment
+from ..domain.dataplane.reconcile import Repair
+from ..domain.dataplane.names import slot_port_name
+from ..domain.model import BootImage, GuestConfig, Instance, InstanceSpec, InvalidRequest, NicConfig, checked_slots
+from ..domain.vm.domain_xml import SlotDevices
 
 log = structlog.get_logger()
 
@@ -53,6 +55,11 @@ class Node:
     kernel_thread: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "dataplane"), repr=False)
     # set once the stored desired state is loaded: a command handled before that would be undone by the load
     loaded: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+
+    async def plug(self, allocation_id: uuid.UUID) -> None:
+        """The driver started the allocation's VM: plug its tap into the tenant network (guest ports only)."""
+        if self.dataplane.kind != "none":
+            await self.plumbing(self.dataplane.plug, allocation_id)
 
     async def plumbing(self, fn, *args):
         """Run a blocking dataplane call on the node's kernel thread, once the stored state is loaded."""
@@ -88,9 +95,38 @@ def _addressed_here(node: Node, cmd: c.ProvisionNode | c.DeprovisionNode) -> Non
         raise PermanentError(f"command for node {cmd.node_id} arrived at node {node.id}")
 
 
+def _guest(guest: c.Guest | None) -> GuestConfig | None:
+    if guest is None:
+        return None
+    i = guest.image
+    return GuestConfig(BootImage(i.name, i.format, i.source, i.sha256, i.min_disk_gb, i.kernel, i.initrd, i.kernel_args),
+                       guest.hostname, tuple(guest.ssh_keys), tuple(guest.dns))
+
+
+def _nic(cmd: c.ProvisionNode) -> NicConfig | None:
+    att, tenant = cmd.attachment, cmd.tenant_networks
+    if att is None:
+        return None
+    gateway = next((n.gateway_ip for n in (tenant.networks if tenant else []) if n.network_id == att.network_id), None)
+    return NicConfig(slot_port_name(att.attachment_id), att.mac_address.lower(), att.ip_address, att.prefix_len, gateway)
+
+
 def _spec(cmd: c.ProvisionNode) -> InstanceSpec:
+    """The driver's view of the command; raises InvalidRequest (the step fails) for a detail no driver can use."""
+    try:
+        devices = tuple(SlotDevices(d.index, d.gpu_pci, d.nvme_pci, d.ib_vf_pci, d.ib_guid, d.numa, d.cpu_cores,
+                                    d.memory_gb) for d in cmd.slot_details)
+    except ValueError as exc:
+        raise InvalidRequest(f"slot details: {exc}") from None
     return InstanceSpec(cmd.allocation_id, cmd.tenant_id, cmd.node_id, checked_slots(cmd.slots),
-                        cmd.volume_id, cmd.ip_address, cmd.mac_address)
+                        cmd.volume_id, cmd.ip_address, cmd.mac_address, devices, _guest(cmd.guest), _nic(cmd))
+
+
+async def instance_info(node: Node, allocation_id: uuid.UUID, instance_id: str) -> c.InstanceInfo:
+    """What the tenant sees of the instance (driver, dataplane, passthrough, boot time ...)."""
+    details = await node.driver.instance_info(allocation_id)
+    return c.InstanceInfo(instance_id=instance_id, driver=node.driver.name, dataplane=node.dataplane.kind,
+                          node_id=node.id, **details)
 
 
 async def _plumb(node: Node, conn: asyncpg.Connection, cmd: c.ProvisionNode) -> bool:
@@ -122,9 +158,11 @@ async def _provision(node: Node, conn: asyncpg.Connection, cmd: c.ProvisionNode)
             raise
     except (InvalidRequest, DriverError) as exc:
         raise StepRejected(str(exc)) from exc
-    await repository.record(conn, node.id, Instance(cmd.allocation_id, instance_id, spec.slots))
-    log.info("node_agent.provisioned", allocation_id=str(cmd.allocation_id), instance_id=instance_id)
-    return {"node_id": node.id, "instance_id": instance_id}
+    await repository.record(conn, node.id, Instance(cmd.allocation_id, instance_id, spec.slots), cmd)
+    info = await instance_info(node, cmd.allocation_id, instance_id)
+    log.info("node_agent.provisioned", allocation_id=str(cmd.allocation_id), instance_id=instance_id,
+             driver=node.driver.name, passthrough=info.passthrough, boot_s=info.boot_s)
+    return {"node_id": node.id, "instance_id": instance_id, "instance": info.model_dump(mode="json")}
 
 
 async def _deprovision(node: Node, conn: asyncpg.Connection, cmd: c.DeprovisionNode) -> dict:
@@ -143,7 +181,7 @@ async def provision_node(ctx: UnitOfWork, cmd: c.ProvisionNode, *, node: Node) -
     await repository.lock_allocation(ctx.conn, node.id, cmd.allocation_id)
     await invoke(ctx, cmd, partial(_provision, node), step=c.PROVISION_NODE,
                  sim_faults=node.sim_faults, subject_params=node.subject_params)
-    await refresh_gauge(node)
+    ctx.on_commit(partial(refresh_gauge, node))   # after the reply is handed over: listing may wait on libvirt
 
 
 async def deprovision_node(ctx: UnitOfWork, cmd: c.DeprovisionNode, *, node: Node) -> None:
@@ -152,7 +190,7 @@ async def deprovision_node(ctx: UnitOfWork, cmd: c.DeprovisionNode, *, node: Nod
     await repository.lock_allocation(ctx.conn, node.id, cmd.allocation_id)
     await undo(ctx, cmd, partial(_deprovision, node), step=c.PROVISION_NODE,
                subject_params=node.subject_params)
-    await refresh_gauge(node)
+    ctx.on_commit(partial(refresh_gauge, node))
 
 
 async def tenant_networks_changed(ctx: UnitOfWork, tenant: TenantNetworks, *, node: Node) -> None:

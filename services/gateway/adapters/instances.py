@@ -1,0 +1,62 @@
+"""instance_actions and the instance columns of allocations_view (asyncpg; the caller owns the transaction).
+
+An action row is the audit record of a tenant's power action: who asked what of which allocation on which
+node, and what came of it (``projections.instances`` records the outcome).
+"""
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime
+
+import asyncpg
+
+_COLS = ("id, allocation_id, tenant_id, user_id, node_id, action, state, reason, power_state, requested_at, "
+         "finished_at")
+
+
+async def insert_action(conn: asyncpg.Connection, action_id: uuid.UUID, allocation_id: uuid.UUID,
+                        tenant_id: uuid.UUID, user_id: uuid.UUID, node_id: uuid.UUID, action: str) -> asyncpg.Record:
+    return await conn.fetchrow(
+        f"INSERT INTO instance_actions (id, allocation_id, tenant_id, user_id, node_id, action) "
+        f"VALUES ($1, $2, $3, $4, $5, $6) RETURNING {_COLS}", action_id, allocation_id, tenant_id, user_id, node_id,
+        action)
+
+
+async def get_action(conn: asyncpg.Connection, action_id: uuid.UUID, allocation_id: uuid.UUID) -> asyncpg.Record | None:
+    return await conn.fetchrow(f"SELECT {_COLS} FROM instance_actions WHERE id=$1 AND allocation_id=$2",
+                               action_id, allocation_id)
+
+
+async def actions_page(conn: asyncpg.Connection, allocation_id: uuid.UUID, limit: int,
+                       after: tuple[datetime, uuid.UUID] | None) -> list[asyncpg.Record]:
+    """Up to ``limit`` actions of the allocation, newest first, strictly older than the ``after`` position."""
+    if after is None:
+        return await conn.fetch(f"SELECT {_COLS} FROM instance_actions WHERE allocation_id=$1 "
+                                "ORDER BY requested_at DESC, id DESC LIMIT $2", allocation_id, limit)
+    return await conn.fetch(f"SELECT {_COLS} FROM instance_actions WHERE allocation_id=$1 AND (requested_at, id) < "
+                            "($2, $3) ORDER BY requested_at DESC, id DESC LIMIT $4", allocation_id, after[0], after[1],
+                            limit)
+
+
+async def finish_action(conn: asyncpg.Connection, action_id: uuid.UUID, allocation_id: uuid.UUID, *, ok: bool,
+                        reason: str | None, power_state: str, at: datetime) -> bool:
+    """Record the outcome of a pending action (once: a redelivered outcome changes nothing)."""
+    return await conn.fetchval(
+        "UPDATE instance_actions SET state=$3, reason=$4, power_state=$5, finished_at=$6 "
+        "WHERE id=$1 AND allocation_id=$2 AND state='pending' RETURNING 1",
+        action_id, allocation_id, "succeeded" if ok else "failed", reason, power_state, at) is not None
+
+
+async def set_instance(conn: asyncpg.Connection, allocation_id: uuid.UUID, instance: dict) -> None:
+    await conn.execute("UPDATE allocations_view SET instance=$2::jsonb, updated_at=now() WHERE id=$1",
+                       allocation_id, json.dumps(instance))
+
+
+async def set_power_state(conn: asyncpg.Connection, allocation_id: uuid.UUID, power_state: str, at: datetime) -> bool:
+    """Show ``power_state`` on the allocation's instance, unless a later change was shown already."""
+    return await conn.fetchval(
+        "UPDATE allocations_view SET instance = jsonb_set(instance, '{power_state}', to_jsonb($2::text)), "
+        "power_changed_at=$3, updated_at=now() WHERE id=$1 AND instance IS NOT NULL "
+        "AND (power_changed_at IS NULL OR power_changed_at < $3) RETURNING 1", allocation_id, power_state,
+        at) is not None

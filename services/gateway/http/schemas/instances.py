@@ -1,0 +1,68 @@
+"""HTTP models of what runs for an allocation: its instance, and the power actions asked of it."""
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Literal
+
+from pydantic import Field
+
+from .base import Out
+
+PowerAction = Literal["reboot", "stop", "start"]
+PowerState = Literal["running", "stopped", "unknown"]
+
+
+class InstanceOut(Out):
+    """The instance the node made for the allocation, as allocation.activated described it; power_state follows
+    the power actions. On a host without GPUs the libvirt driver boots the guest without passthrough and says
+    so: passthrough `simulated`."""
+
+    @classmethod
+    def shown(cls, stored: dict) -> "InstanceOut":
+        """From the stored InstanceInfo (node_agent.contracts): what this API shows of it (a field the wire
+        model gained since is left out, not an error)."""
+        return cls(**{k: v for k, v in stored.items() if k in cls.model_fields})
+
+    instance_id: str = Field(description="The driver's name for it (libvirt: the domain name).")
+    driver: str = Field(description="The driver that made it: sim, libvirt, ...")
+    dataplane: str = Field(description="none (no network plumbed) or kernel.")
+    node_id: uuid.UUID
+    image: str | None = None
+    hostname: str | None = None
+    passthrough: Literal["real", "simulated", "none"] = Field(
+        description="real: the GPUs, NVMe and InfiniBand VF were passed through; simulated: the host lacks them "
+                    "(no GPUs), the guest runs without; none: the driver has no devices.")
+    booted_at: datetime | None = None
+    prepare_s: float | None = Field(default=None, description="Seconds to verify the image and make the overlay and seed.")
+    start_s: float | None = Field(default=None, description="Seconds the hypervisor took to define and start it.")
+    boot_s: float | None = Field(default=None, description="Seconds from start to the guest's ready line.")
+    power_state: PowerState = "running"
+
+
+class PowerActionLinks(Out):
+    self: str
+    allocation: str
+
+
+class PowerActionOut(Out):
+    """A power action asked of an allocation's instance: pending until the node answers, then succeeded or
+    failed (with the reason)."""
+
+    id: uuid.UUID
+    allocation_id: uuid.UUID
+    action: PowerAction
+    state: Literal["pending", "succeeded", "failed"]
+    reason: str | None = None
+    power_state: PowerState | None = Field(default=None, description="The instance's power state after the action.")
+    requested_by: uuid.UUID
+    requested_at: datetime
+    finished_at: datetime | None = None
+    links: PowerActionLinks
+
+
+class PowerActionPage(Out):
+    """One page of the allocation's power actions, newest first."""
+
+    items: list[PowerActionOut]
+    next_cursor: str | None = Field(description="Pass as ?cursor= for the next (older) page; null on the last page.")

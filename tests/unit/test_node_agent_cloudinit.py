@@ -1,0 +1,129 @@
+"""The NoCloud seed documents: what cloud-init reads as YAML (checked with PyYAML, as a stand-in for the
+parser cloud-init uses), one value per line for the busybox guest, and the boot-outcome console lines."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import yaml
+
+from services.node_agent.domain.vm.cloudinit import (
+    CLOUD_INIT_MARKERS,
+    FAILED_MARKER,
+    READY_MARKER,
+    Seed,
+    meta_data,
+    network_config,
+    parse_failed_line,
+    parse_ready_line,
+    user_data,
+)
+
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPkwkc3pKUFf7lcLJsuO6Ogbe0QVUwr7GdtMusmCb17o alice@example"
+
+
+def seed(**over) -> Seed:
+    base = dict(instance_id="i-0a1b2c", hostname="gpu-node-1", ssh_keys=(KEY,), mac="52:54:00:12:34:56",
+                ip_address="10.254.3.10", prefix_len=24, gateway="10.254.3.1", dns=("10.254.3.1", "1.1.1.1"))
+    return Seed(**{**base, **over})
+
+
+def test_meta_data_names_the_instance_and_its_hostname():
+    assert yaml.safe_load(meta_data(seed())) == {"instance-id": "i-0a1b2c", "local-hostname": "gpu-node-1"}
+
+
+def test_user_data_is_a_cloud_config_with_hostname_and_keys_only():
+    text = user_data(seed(ssh_keys=(KEY, KEY + "2")))
+    assert text.splitlines()[0] == "#cloud-config"
+    assert yaml.safe_load(text) == {"hostname": "gpu-node-1", "ssh_authorized_keys": [KEY, KEY + "2"]}
+
+
+def test_user_data_without_keys_has_no_key_list():
+    assert yaml.safe_load(user_data(seed(ssh_keys=()))) == {"hostname": "gpu-node-1"}
+
+
+@pytest.mark.parametrize("comment", ['say "hi"', "back\\slash", "it's # not: a [comment] {x} & *y !z | >",
+                                     "  spaced  ", "ünïcødé ☃", "- dash", "%percent @at `tick`"])
+def test_any_printable_key_comment_survives_yaml(comment):
+    key = f"{KEY} {comment}"
+    assert yaml.safe_load(user_data(seed(ssh_keys=(key,))))["ssh_authorized_keys"] == [key]
+
+
+@pytest.mark.parametrize("bad", ["a\nb", "a\rb", "a\tb", "a\x00b", "a\x1bb", "a\x7fb", "a\x85b", "a\u2028b",
+                                 "a\u2029b", "a\ufeffb", "", "   "])
+def test_a_key_with_a_line_break_or_control_character_is_refused(bad):
+    with pytest.raises(ValueError):
+        seed(ssh_keys=(KEY, bad))
+
+
+def test_network_config_is_version_2_with_a_default_route_not_gateway4():
+    cfg = yaml.safe_load(network_config(seed(ifname="ens3")))
+    assert cfg == {"version": 2, "ethernets": {"ens3": {
+        "match": {"macaddress": "52:54:00:12:34:56"}, "set-name": "ens3", "addresses": ["10.254.3.10/24"],
+        "routes": [{"to": "default", "via": "10.254.3.1"}],
+        "nameservers": {"addresses": ["10.254.3.1", "1.1.1.1"]}}}}
+    assert "gateway4" not in network_config(seed())
+
+
+def test_network_config_without_gateway_or_dns_has_no_routes_or_nameservers():
+    cfg = yaml.safe_load(network_config(seed(gateway=None, dns=())))
+    assert set(cfg["ethernets"]["eth0"]) == {"match", "set-name", "addresses"}
+
+
+def test_every_document_has_one_value_per_line():
+    for text in (meta_data(seed()), user_data(seed()), network_config(seed())):
+        for line in text.splitlines():
+            if line.startswith("#") or line == "version: 2":
+                continue
+            value = line.split(": ", 1)[1] if ": " in line else line.strip().removeprefix("- ")
+            assert value.endswith(":") or (value.startswith('"') and value.endswith('"')), line
+
+
+def test_mac_is_normalised_to_lower_case():
+    assert seed(mac="52:54:00:AB:CD:EF").mac == "52:54:00:ab:cd:ef"
+
+
+@pytest.mark.parametrize("over", [
+    {"instance_id": ""}, {"instance_id": "has space"}, {"instance_id": "-leading"}, {"instance_id": "a\nb"},
+    {"instance_id": "x" * 129}, {"hostname": "bad_host"}, {"hostname": "-x"}, {"hostname": "a..b"},
+    {"hostname": "x" * 64}, {"hostname": ""}, {"mac": "52:54:00:12:34"}, {"mac": "52-54-00-12-34-56"},
+    {"ip_address": "10.254.3.300"}, {"ip_address": "fe80::1"}, {"prefix_len": 0}, {"prefix_len": 33},
+    {"gateway": "10.9.9.1"}, {"gateway": "nope"}, {"dns": ("8.8.8.8", "x")}, {"ifname": "a" * 16},
+    {"ifname": "eth 0"}, {"ifname": 'eth"0'}, {"ssh_keys": KEY},
+])
+def test_invalid_seed_fields_are_refused(over):
+    with pytest.raises(ValueError):
+        seed(**over)
+
+
+def test_seed_is_frozen():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        seed().hostname = "other"
+
+
+def test_ready_line_is_parsed_even_behind_console_noise():
+    line = "\r[   8.1] TESSERA-READY instance=i-0a1b2c hostname=gpu-node-1 ip=10.254.3.10/24 mac=52:54:00:12:34:56"
+    assert parse_ready_line(line) == {"instance": "i-0a1b2c", "hostname": "gpu-node-1", "ip": "10.254.3.10/24",
+                                      "mac": "52:54:00:12:34:56"}
+    assert line.find(READY_MARKER) > 0
+
+
+@pytest.mark.parametrize("line", ["", "random kernel line", "TESSERA-READY instance=i-1 hostname=h ip=1.2.3.4/24",
+                                  "TESSERA-READY", "TESSERA-FAILED reason=no-seed-cdrom",
+                                  "Cloud-init v. 23.1 running 'modules:final' at Tue, 25 Apr 2017. Up 22.15 seconds."])
+def test_other_lines_are_not_ready(line):
+    assert parse_ready_line(line) is None
+
+
+def test_cloud_init_final_message_counts_as_ready():
+    line = ("[  22.3] cloud-init[812]: Cloud-init v. 23.1.2-0ubuntu0~22.04.1 finished at Tue, 25 Apr 2017 13:42:42 "
+            "+0000. Datasource DataSourceNoCloud [seed=/dev/sr0][dsmode=net].  Up 22.27 seconds")
+    assert any(p.search(line) for p in CLOUD_INIT_MARKERS)
+    assert parse_ready_line(line) == {"cloud_init": "23.1.2-0ubuntu0~22.04.1",
+                                      "datasource": "DataSourceNoCloud [seed=/dev/sr0][dsmode=net]"}
+
+
+def test_failed_line_gives_its_reason():
+    assert parse_failed_line(f"{FAILED_MARKER} reason=no-nic-with-mac-52:54:00:12:34:56") == "no-nic-with-mac-52:54:00:12:34:56"
+    assert parse_failed_line(FAILED_MARKER) == "unknown"
+    assert parse_failed_line("TESSERA-READY instance=a hostname=b ip=c mac=d") is None
