@@ -35,13 +35,13 @@ async def demo_lab(platform: Platform, seeded: dict | None) -> DemoLab | None:
         print("demo nodes: sim driver, no dataplane (allocations boot nothing)", flush=True)
         return None
     lab = DemoLab(platform.workdir)
+    platform.on_stop.append(lab.stop)   # first: a signal during the preparation still removes what it made
     why = await asyncio.to_thread(lab.prepare)   # pyroute2's sync API runs an event loop of its own
     if why is not None:
         if wanted == "lab" or seeded is not None:
             raise SystemExit(f"demo nodes: the lab cannot run: {why}")
         print(f"demo nodes: sim driver, no dataplane: the real lab cannot run here: {why}", flush=True)
         return None
-    platform.on_stop.append(lab.stop)
     print(f"demo nodes: a real lab: libvirt (QEMU, TCG) guests from {lab.image.name}, kernel dataplane in "
           f"namespaces {lab.lab.fabric[:-4]}-*", flush=True)
     return lab

@@ -9,6 +9,7 @@ is defined as written, with no variant.
 """
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import uuid
 import xml.etree.ElementTree as ET
@@ -17,6 +18,7 @@ import libvirt
 import pytest
 
 from services.node_agent.adapters.discovery.sim import sim_topology
+from tooling.libvirt_host import ensure_libvirtd
 from services.node_agent.adapters.drivers.libvirt.host import sim_numa_cpus
 from services.node_agent.domain.vm.domain_xml import (
     BootFiles,
@@ -121,6 +123,7 @@ async def test_a_fitted_slice_starts_under_tcg_on_the_real_libvirtd(tmp_path):
     subprocess.run(["qemu-img", "create", "-f", "qcow2", str(disk), "16M"], check=True, capture_output=True, timeout=60)
     full = slice_spec(ONE_GPU_NUMA1, tmp_path, domain_type="qemu", nic=None, seed_iso=None, boot=None, disk=str(disk))
     spec = fit_to_host(full, memory_mib=128, vcpus=1)
+    await asyncio.to_thread(ensure_libvirtd, "qemu:///system")   # the suite starts libvirtd when it is not running
     conn = libvirt.open("qemu:///system")
     dom = None
     try:
