@@ -10,11 +10,10 @@ import uuid
 
 import pytest
 
-from services.node_agent.adapters.discovery.sim import discover_sim, sim_topology
+from services.node_agent.adapters.discovery.sim import discover_sim
 from services.node_agent.adapters.drivers import DriverError
-from services.node_agent.domain.model import GuestConfig, InstanceSpec, NicConfig
-from services.node_agent.domain.vm.domain_xml import SlotDevices, domain_name, parse_metadata
-from services.scheduler.domain.topology import derive_slot_map
+from services.node_agent.domain.model import InstanceSpec
+from services.node_agent.domain.vm.domain_xml import domain_name, parse_metadata
 from tests.support import vm
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(600),
@@ -44,18 +43,8 @@ def driver(tmp_path, node_id):
     return vm.driver(tmp_path / "instances", node_id, discover_sim(NODE_NAME))
 
 
-def slot_devices(*indexes: int) -> tuple[SlotDevices, ...]:
-    slot_map, _ = derive_slot_map(sim_topology(NODE_NAME))
-    return tuple(SlotDevices.from_slot(s) for s in slot_map.slots if s.index in indexes)
-
-
 def spec(image, node_id, *, slots=(0,), ip="10.77.0.5", **image_changes) -> InstanceSpec:
-    allocation = uuid.uuid4()
-    mac = "52:54:00:" + ":".join(f"{b:02x}" for b in allocation.bytes[:3])
-    return InstanceSpec(allocation, uuid.uuid4(), node_id, tuple(slots), resources=slot_devices(*slots),
-                        guest=GuestConfig(vm.boot_image(image, **image_changes), f"vm-{allocation.hex[:6]}",
-                                          ("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDk test@tessera",)),
-                        nic=NicConfig(f"tv{allocation.hex[:8]}", mac, ip, 24, "10.77.0.1"))
+    return vm.instance_spec(image, node_id, NODE_NAME, slots=slots, ip=ip, **image_changes)
 
 
 async def test_an_instance_boots_from_the_image_and_reports_ready_with_its_seed(driver, image, node_id, tmp_path):

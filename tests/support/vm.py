@@ -8,11 +8,13 @@ from pathlib import Path
 
 from services.node_agent.adapters.drivers.libvirt.config import LibvirtConfig
 from services.node_agent.adapters.drivers.libvirt.driver import LibvirtDriver
-from services.node_agent.domain.model import BootImage
-from services.node_agent.domain.vm.domain_xml import domain_name
+from services.node_agent.adapters.discovery.sim import sim_topology
+from services.node_agent.domain.model import BootImage, GuestConfig, InstanceSpec, NicConfig
+from services.node_agent.domain.vm.domain_xml import SlotDevices, domain_name
+from services.scheduler.domain.topology import derive_slot_map
 
 __all__ = ["URI", "VM_ENV", "boot_image", "catalog_entry", "console_socket", "domain_name", "domains", "driver",
-           "host_ready", "leftovers"]
+           "host_ready", "instance_spec", "leftovers"]
 from tooling.guest_image.build import GuestImage, ensure_image
 from tooling.libvirt_host import ensure_libvirtd
 
@@ -34,6 +36,19 @@ def boot_image(image: GuestImage, **changes) -> BootImage:
               "min_disk_gb": image.min_disk_gb, "kernel": str(image.kernel), "initrd": str(image.initrd),
               "kernel_args": image.kernel_args}
     return BootImage(**{**fields, **changes})
+
+
+def instance_spec(image: GuestImage, node_id: uuid.UUID, node_name: str, *, slots=(0,), ip: str = "10.77.0.5",
+                  **image_changes) -> InstanceSpec:
+    """What the node-agent hands its driver for a new allocation on a sim-topology node named ``node_name``."""
+    slot_map, _ = derive_slot_map(sim_topology(node_name))
+    allocation = uuid.uuid4()
+    mac = "52:54:00:" + ":".join(f"{b:02x}" for b in allocation.bytes[:3])
+    return InstanceSpec(allocation, uuid.uuid4(), node_id, tuple(slots),
+                        resources=tuple(SlotDevices.from_slot(s) for s in slot_map.slots if s.index in slots),
+                        guest=GuestConfig(boot_image(image, **image_changes), f"vm-{allocation.hex[:6]}",
+                                          ("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDk test@tessera",)),
+                        nic=NicConfig(f"tv{allocation.hex[:8]}", mac, ip, 24, "10.77.0.1"))
 
 
 def catalog_entry(image: GuestImage, name: str | None = None, **changes) -> dict:

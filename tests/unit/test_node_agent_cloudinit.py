@@ -127,3 +127,13 @@ def test_failed_line_gives_its_reason():
     assert parse_failed_line(f"{FAILED_MARKER} reason=no-nic-with-mac-52:54:00:12:34:56") == "no-nic-with-mac-52:54:00:12:34:56"
     assert parse_failed_line(FAILED_MARKER) == "unknown"
     assert parse_failed_line("TESSERA-READY instance=a hostname=b ip=c mac=d") is None
+
+
+def test_the_network_config_carries_the_tenant_networks_mtu_when_given():
+    from services.node_agent.domain.vm.cloudinit import Seed, network_config
+    base = dict(instance_id="i-1", hostname="h", ssh_keys=(), mac="52:54:00:00:00:01", ip_address="10.0.0.5",
+                prefix_len=24, gateway="10.0.0.1")
+    assert "    mtu: 1450\n" in network_config(Seed(**base, mtu=1450))
+    assert "mtu" not in network_config(Seed(**base))
+    with pytest.raises(ValueError, match="mtu"):
+        Seed(**base, mtu=100)

@@ -45,6 +45,7 @@ class NicConfig:
     ip_address: str
     prefix_len: int
     gateway: str | None
+    mtu: int | None = None   # the tenant network's MTU on this node (None: the guest's default)
 
 
 @dataclass(frozen=True)

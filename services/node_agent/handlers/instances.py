@@ -106,7 +106,7 @@ async def _remake(node: Node, allocation_id: uuid.UUID, row) -> c.InstanceProble
         return c.InstanceProblem(node_id=node.id, allocation_id=allocation_id, instance_id=row["instance_id"],
                                  problem="instance_missing", detail=f"{detail}; no command kept to make it again")
     try:
-        await node.driver.provision(_spec(c.ProvisionNode.model_validate_json(row["command"])))
+        await node.driver.provision(_spec(c.ProvisionNode.model_validate_json(row["command"]), await node.guest_mtu()))
     except Exception as exc:   # noqa: BLE001 -- reported: an operator (or the next reconcile) takes it from here
         return c.InstanceProblem(node_id=node.id, allocation_id=allocation_id, instance_id=row["instance_id"],
                                  problem="instance_missing", detail=f"{detail}; making it again failed: {exc}"[:2000])

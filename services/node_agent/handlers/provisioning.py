@@ -56,6 +56,15 @@ class Node:
     # set once the stored desired state is loaded: a command handled before that would be undone by the load
     loaded: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
+    async def guest_mtu(self) -> int | None:
+        """The MTU of the node's tenant networks for a guest NIC (None without a dataplane)."""
+        if self.dataplane.kind == "none":
+            return None
+        try:
+            return await self.plumbing(self.dataplane.guest_mtu)
+        except KernelError as exc:
+            raise InvalidRequest(f"network: {exc}") from exc
+
     async def plug(self, allocation_id: uuid.UUID) -> None:
         """The driver started the allocation's VM: plug its tap into the tenant network (guest ports only)."""
         if self.dataplane.kind != "none":
@@ -103,15 +112,16 @@ def _guest(guest: c.Guest | None) -> GuestConfig | None:
                        guest.hostname, tuple(guest.ssh_keys), tuple(guest.dns))
 
 
-def _nic(cmd: c.ProvisionNode) -> NicConfig | None:
+def _nic(cmd: c.ProvisionNode, mtu: int | None) -> NicConfig | None:
     att, tenant = cmd.attachment, cmd.tenant_networks
     if att is None:
         return None
     gateway = next((n.gateway_ip for n in (tenant.networks if tenant else []) if n.network_id == att.network_id), None)
-    return NicConfig(slot_port_name(att.attachment_id), att.mac_address.lower(), att.ip_address, att.prefix_len, gateway)
+    return NicConfig(slot_port_name(att.attachment_id), att.mac_address.lower(), att.ip_address, att.prefix_len, gateway,
+                     mtu)
 
 
-def _spec(cmd: c.ProvisionNode) -> InstanceSpec:
+def _spec(cmd: c.ProvisionNode, mtu: int | None = None) -> InstanceSpec:
     """The driver's view of the command; raises InvalidRequest (the step fails) for a detail no driver can use."""
     try:
         devices = tuple(SlotDevices(d.index, d.gpu_pci, d.nvme_pci, d.ib_vf_pci, d.ib_guid, d.numa, d.cpu_cores,
@@ -119,7 +129,7 @@ def _spec(cmd: c.ProvisionNode) -> InstanceSpec:
     except ValueError as exc:
         raise InvalidRequest(f"slot details: {exc}") from None
     return InstanceSpec(cmd.allocation_id, cmd.tenant_id, cmd.node_id, checked_slots(cmd.slots),
-                        cmd.volume_id, cmd.ip_address, cmd.mac_address, devices, _guest(cmd.guest), _nic(cmd))
+                        cmd.volume_id, cmd.ip_address, cmd.mac_address, devices, _guest(cmd.guest), _nic(cmd, mtu))
 
 
 async def instance_info(node: Node, allocation_id: uuid.UUID, instance_id: str) -> c.InstanceInfo:
@@ -148,7 +158,7 @@ async def _plumb(node: Node, conn: asyncpg.Connection, cmd: c.ProvisionNode) -> 
 
 async def _provision(node: Node, conn: asyncpg.Connection, cmd: c.ProvisionNode) -> dict:
     try:
-        spec = _spec(cmd)
+        spec = _spec(cmd, await node.guest_mtu())
         plumbed = await _plumb(node, conn, cmd)
         try:
             instance_id = await node.driver.provision(spec)

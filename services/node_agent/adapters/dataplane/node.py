@@ -56,6 +56,10 @@ class Dataplane(abc.ABC):
         """Plug the allocation's VM tap (made when its VM started) into its network; False: nothing to plug."""
         return False
 
+    def guest_mtu(self) -> int | None:
+        """The MTU a guest's NIC must use on this node's tenant networks (None: nothing plumbed, its default)."""
+        return None
+
     def close(self) -> None:
         """Release kernel sockets (the kernel objects stay: they outlive the agent)."""
 
@@ -154,6 +158,11 @@ class KernelDataplane(Dataplane):
     def observe(self) -> dict[tuple[str, str], str]:
         with self._lock:
             return observe(self.kernel)
+
+    def guest_mtu(self) -> int | None:
+        with self._lock:
+            self.kernel.ipr   # opened on first use: it reads the underlay's MTU
+            return self.kernel.mtu
 
     def plug(self, allocation_id: uuid.UUID) -> bool:
         """Plug the allocation's VM tap into its bridge (guest ports only; the VM has just started). False when

@@ -42,6 +42,7 @@ class Seed:
     gateway: str | None
     dns: tuple[str, ...] = ()
     ifname: str = "eth0"
+    mtu: int | None = None   # the tenant network's MTU (VXLAN takes 50 bytes of the underlay's)
 
     def __post_init__(self) -> None:
         if not _INSTANCE_ID.fullmatch(self.instance_id):
@@ -66,6 +67,8 @@ class Seed:
                 raise ValueError(f"gateway {gw} is outside {addr}/{self.prefix_len}")
             object.__setattr__(self, "gateway", str(gw))
         object.__setattr__(self, "dns", tuple(str(_ipv4("dns", d)) for d in self.dns))
+        if self.mtu is not None and (not isinstance(self.mtu, int) or not 576 <= self.mtu <= 9216):
+            raise ValueError(f"mtu {self.mtu!r} is not 576-9216")
         if not _IFNAME.fullmatch(self.ifname):
             raise ValueError(f"ifname {self.ifname!r} is not a Linux interface name (1-15 of A-Z a-z 0-9 _ . -)")
 
@@ -94,6 +97,7 @@ def network_config(seed: Seed) -> str:
         "    match:",
         f"      macaddress: {_q(seed.mac)}",
         f"    set-name: {_q(seed.ifname)}",
+        *([f"    mtu: {seed.mtu}"] if seed.mtu is not None else []),
         "    addresses:",
         f"      - {_q(f'{seed.ip_address}/{seed.prefix_len}')}",
     ]

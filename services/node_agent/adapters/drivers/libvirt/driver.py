@@ -191,7 +191,7 @@ class LibvirtDriver(ProvisioningDriver):
                 write_seed_iso(files / "seed.iso", cloudinit.Seed(
                     instance_id=str(spec.allocation_id), hostname=spec.guest.hostname, ssh_keys=spec.guest.ssh_keys,
                     mac=spec.nic.mac, ip_address=spec.nic.ip_address, prefix_len=spec.nic.prefix_len,
-                    gateway=spec.nic.gateway, dns=spec.guest.dns or self.config.dns))
+                    gateway=spec.nic.gateway, dns=spec.guest.dns or self.config.dns, mtu=spec.nic.mtu))
             else:
                 raise DriverError("no network attachment: a VM slice needs its tenant network")
             prepared = time.time()
