@@ -20,4 +20,5 @@ def build(settings: ServiceSettings | None = None, config: GatewaySettings | Non
     bus.wire(rt)
     create_app(rt, config)
     rt.background(partial(loops.purge_idempotency_keys_forever, rt, config.idempotency_ttl_s))
+    rt.background(partial(loops.expire_power_actions_forever, rt, config.power_action_grace_s, config.power_sweep_s))
     return rt

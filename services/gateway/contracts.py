@@ -2,7 +2,11 @@
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 
+from pydantic import Field
+
+from services.node_agent.contracts import PowerAction
 from shared.contract import Message, ServiceContract
 from shared.wire import Wire
 
@@ -21,6 +25,22 @@ class UserCreated(Wire):
     created_by: uuid.UUID
 
 
+class PowerActionExpired(Wire):
+    """The gateway gave up on a power action: no answer from its node by the command's deadline plus a grace.
+    The node refuses the command should it get it later; an answer it sent before still counts if it comes
+    (the action then shows it)."""
+
+    request_id: uuid.UUID = Field(description="The action's id (node_agent.power's request_id).")
+    allocation_id: uuid.UUID
+    tenant_id: uuid.UUID
+    node_id: uuid.UUID
+    action: PowerAction
+    requested_by: uuid.UUID
+    expires_at: datetime
+    reason: str = Field(max_length=2000)
+    at: datetime
+
+
 CONTRACT = ServiceContract(
     service="gateway",
     title="Tessera API gateway",
@@ -28,6 +48,7 @@ CONTRACT = ServiceContract(
     messages=[
         Message("gateway.tenant_created", "gateway.evt.tenant_created", TenantCreated, "event", "A provider admin created a tenant (audit)."),
         Message("gateway.user_created", "gateway.evt.user_created", UserCreated, "event", "A user was created (audit)."),
+        Message("gateway.power_action_expired", "gateway.evt.power_action_expired", PowerActionExpired, "event", "No node answered a power action by its deadline (plus a grace): the action failed."),
     ],
     receives=[
         "allocation.requested", "allocation.provisioning", "allocation.activated", "allocation.release_requested",

@@ -4,6 +4,7 @@
   TESSERA_TOKEN_TTL_S          [900]  seconds an access token lives
   TESSERA_BOOTSTRAP_ADMIN_KEY  optional: the API key of the provider admin ``admin``
   TESSERA_CONSOLE_FOLLOW_MAX_S [3600] seconds a followed console stream lasts at most
+  TESSERA_POWER_ACTION_TTL_S   [300]  seconds a power action may wait for its node: the command's deadline
 
 A missing or short secret, or a TTL that is not a positive integer, raises SettingError naming the variable
 (the secret's value is never repeated in the message).
@@ -26,14 +27,21 @@ class GatewaySettings:
                                               doc="the API key of the provider admin `admin` (optional)")
     console_follow_max_s: int = setting("TESSERA_CONSOLE_FOLLOW_MAX_S", 3600, integer(1),
                                         doc="seconds a followed console stream (GET .../console?follow=true) lasts at most")
+    power_action_ttl_s: int = setting("TESSERA_POWER_ACTION_TTL_S", 300, integer(1),
+                                      doc="seconds a power action may wait for its node: the command's deadline "
+                                          "(a node refuses it later; the gateway then fails the action)")
     # not read from the environment
     idempotency_ttl_s: float = 24 * 3600.0   # how long an Idempotency-Key is remembered
     stream_poll_s: float = 5.0               # an event stream re-reads (or sends a keepalive) this often
     console_poll_s: float = 0.5              # a followed console asks the node for more this often
     node_rpc_timeout_s: float = 5.0          # how long a live read waits for the node-agent's answer
+    power_action_grace_s: float = 30.0       # past a deadline, an answer in flight still wins this long
+    power_sweep_s: float = 10.0              # actions past deadline and grace are failed this often
 
     def __post_init__(self) -> None:
         if not self.token_secret or len(self.token_secret) < MIN_SECRET_CHARS:
             raise SettingError(f"TESSERA_TOKEN_SECRET is required and must have at least {MIN_SECRET_CHARS} characters")
         if self.token_ttl_s <= 0:
             raise SettingError("TESSERA_TOKEN_TTL_S must be a positive number of seconds")
+        if self.power_action_ttl_s <= 0:
+            raise SettingError("TESSERA_POWER_ACTION_TTL_S must be a positive number of seconds")

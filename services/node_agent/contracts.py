@@ -5,7 +5,7 @@ import uuid
 from datetime import datetime
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from shared.contract import Message, ServiceContract
 from shared.steps import Step
@@ -113,7 +113,11 @@ class NetworkRepaired(Wire):
 
 class RequestPower(Wire):
     """A tenant's power action on its instance (sent by the gateway, which checked the allocation is ACTIVE and
-    the tenant's). Idempotent per request_id."""
+    the tenant's). Idempotent per request_id. Carried out only until ``expires_at``: a node that handles it
+    later refuses it (power_changed, ok false), so a node back after hours never reboots a VM whose tenant
+    gave up long ago. ``expires_at`` has no default: a command without one (sent before deadlines existed) fails
+    validation and is dead-lettered, and the gateway's sweep fails its action (its migration gave the actions
+    asked before then the default deadline)."""
 
     request_id: uuid.UUID
     allocation_id: uuid.UUID
@@ -121,6 +125,16 @@ class RequestPower(Wire):
     node_id: uuid.UUID
     action: PowerAction
     requested_by: uuid.UUID
+    expires_at: datetime = Field(description="The deadline (with its UTC offset): the node refuses the command "
+                                             "after it, without acting.")
+
+    @field_validator("expires_at")
+    @classmethod
+    def _with_offset(cls, value: datetime) -> datetime:
+        # a naive time could not be compared with the node's clock: refused as invalid, never retried
+        if value.utcoffset() is None:
+            raise ValueError("a deadline needs its UTC offset")
+        return value
 
 
 class PowerChanged(Wire):

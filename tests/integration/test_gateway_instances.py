@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -36,6 +37,11 @@ async def publish_from_node(nc, type_: str, node_id: uuid.UUID, data: dict, tena
                         correlation_id=str(data.get("allocation_id") or node_id))
     await publish_envelope(nc.jetstream(), subject, env)
     return env
+
+
+def answering(command: dict) -> dict:
+    """What node_agent.power_changed repeats of the node_agent.power it answers (all but the deadline)."""
+    return {k: v for k, v in command.items() if k != "expires_at"}
 
 
 async def active(api, nc, client, tenant_id: str, node_id: uuid.UUID, with_instance: bool = True) -> dict:
@@ -121,10 +127,16 @@ async def test_a_power_action_is_recorded_sent_to_the_node_and_finished_by_its_a
     assert r.body["requested_by"] == user["id"] and r.headers["Location"] == r.body["links"]["self"]
     [(_, env, _)] = await commands.wait_for(lambda i: i[1]["data"]["request_id"] == r.body["id"])
     assert env["type"] == "node_agent.power" and env["tenant_id"] == tenant_id and env["correlation_id"] == a["id"]
-    assert env["data"] == {"request_id": r.body["id"], "allocation_id": a["id"], "tenant_id": tenant_id,
-                           "node_id": str(node), "action": "stop", "requested_by": user["id"]}
+    sent = dict(env["data"])
+    expires_at = datetime.fromisoformat(sent.pop("expires_at"))
+    assert sent == {"request_id": r.body["id"], "allocation_id": a["id"], "tenant_id": tenant_id,
+                    "node_id": str(node), "action": "stop", "requested_by": user["id"]}
+    # the deadline: the request's time plus TESSERA_POWER_ACTION_TTL_S (300 s by default), shown on the action
+    assert expires_at == datetime.fromisoformat(r.body["expires_at"])
+    requested = datetime.fromisoformat(r.body["requested_at"])
+    assert timedelta(seconds=299) < expires_at - requested < timedelta(seconds=301)
     done = await publish_from_node(nc, "node_agent.power_changed", node, {
-        **env["data"], "ok": True, "power_state": "stopped", "at": utcnow()}, tenant_id)
+        **answering(env["data"]), "ok": True, "power_state": "stopped", "at": utcnow()}, tenant_id)
 
     async def finished():
         return (await client.get(r.headers["Location"])).body
@@ -149,11 +161,11 @@ async def test_a_failed_action_keeps_its_reason_and_an_older_outcome_does_not_mo
     await eventually(lambda: len(commands.items), timeout=PROJECTED_WITHIN_S, until=lambda n: n == 2)
     sent = {i[1]["data"]["action"]: i[1]["data"] for i in commands.items}
     newer = await publish_from_node(nc, "node_agent.power_changed", node, {
-        **sent["reboot"], "ok": False, "power_state": "unknown", "reason": "the domain did not come back",
+        **answering(sent["reboot"]), "ok": False, "power_state": "unknown", "reason": "the domain did not come back",
         "at": utcnow()}, tenant_id)
     await eventually(lambda: api.handled(newer), timeout=PROJECTED_WITHIN_S)
     older = await publish_from_node(nc, "node_agent.power_changed", node, {
-        **sent["stop"], "ok": True, "power_state": "stopped", "at": "2020-01-01T00:00:00Z"}, tenant_id)
+        **answering(sent["stop"]), "ok": True, "power_state": "stopped", "at": "2020-01-01T00:00:00Z"}, tenant_id)
     await eventually(lambda: api.handled(older), timeout=PROJECTED_WITHIN_S)
     page = (await client.get(f"/v1/allocations/{a['id']}/actions")).body
     assert [i["id"] for i in page["items"]] == [reboot["id"], stop["id"]] and page["next_cursor"] is None
@@ -162,6 +174,64 @@ async def test_a_failed_action_keeps_its_reason_and_an_older_outcome_does_not_mo
     one = (await client.get(f"/v1/allocations/{a['id']}/actions?limit=1")).body
     assert [i["id"] for i in one["items"]] == [reboot["id"]] and one["next_cursor"]
     assert (await client.get(f"/v1/allocations/{a['id']}")).body["instance"]["power_state"] == "unknown"
+
+
+async def test_an_action_no_node_answers_fails_after_its_deadline_and_a_late_answer_still_shows(gateway, nc, watch):
+    api = await gateway(power_action_ttl_s=1, power_action_grace_s=0.2, power_sweep_s=0.2)
+    client, tenant_id = await api.tenant_user()
+    node = uuid.uuid4()
+    a = await active(api, nc, client, tenant_id, node)
+    commands = await watch(f"node_agent.cmd.power.{node}")
+    expired_events = await watch("gateway.evt.power_action_expired")
+    silent = (await client.post(f"/v1/allocations/{a['id']}/actions/stop")).body
+    assert silent["state"] == "pending" and silent["expires_at"]
+    [(_, cmd, _)] = await commands.wait_for(lambda i: i[1]["data"]["request_id"] == silent["id"])
+    assert datetime.fromisoformat(cmd["data"]["expires_at"]) == datetime.fromisoformat(silent["expires_at"])
+    # nobody answers the stop: once its deadline and the grace have passed, the gateway fails it
+    action = await eventually(lambda: client.get(silent["links"]["self"]), timeout=PROJECTED_WITHIN_S,
+                              until=lambda r: r.body["state"] != "pending", what="the unanswered action to end")
+    failed = action.body
+    assert failed["state"] == "failed" and failed["power_state"] is None
+    assert datetime.fromisoformat(failed["finished_at"]) > datetime.fromisoformat(silent["expires_at"])
+    assert str(node) in failed["reason"] and datetime.fromisoformat(silent["expires_at"]).isoformat() in failed["reason"]
+    [(_, expired, _)] = await expired_events.wait_for(lambda i: i[1]["data"]["request_id"] == silent["id"])
+    assert expired["data"]["node_id"] == str(node) and expired["data"]["reason"] == failed["reason"]
+    assert await api.scalar("SELECT type FROM allocation_events WHERE event_id=$1 AND allocation_id=$2",
+                            uuid.UUID(expired["id"]), uuid.UUID(a["id"])) == "gateway.power_action_expired"
+    # the node did stop the VM after all (it had it in time; the answer was slow): the outcome wins, saying so
+    late = await publish_from_node(nc, "node_agent.power_changed", node, {
+        **answering(cmd["data"]), "ok": True, "power_state": "stopped", "at": utcnow()}, tenant_id)
+    await eventually(lambda: api.handled(late), timeout=PROJECTED_WITHIN_S)
+    shown = (await client.get(silent["links"]["self"])).body
+    assert shown["state"] == "succeeded" and shown["power_state"] == "stopped"
+    assert shown["reason"].startswith("the node carried it out, answering after the gateway had given up on it")
+    assert failed["reason"] in shown["reason"]
+    assert (await client.get(f"/v1/allocations/{a['id']}")).body["instance"]["power_state"] == "stopped"
+    # a second answer to it changes nothing
+    again = await publish_from_node(nc, "node_agent.power_changed", node, {
+        **answering(cmd["data"]), "ok": False, "power_state": "unknown", "reason": "twice", "at": utcnow()}, tenant_id)
+    await eventually(lambda: api.handled(again), timeout=PROJECTED_WITHIN_S)
+    assert (await client.get(silent["links"]["self"])).body == shown
+
+
+async def test_a_late_refusal_keeps_the_action_failed_with_both_reasons(gateway, nc, watch):
+    api = await gateway(power_action_ttl_s=1, power_action_grace_s=0.2, power_sweep_s=0.2)
+    client, tenant_id = await api.tenant_user()
+    node = uuid.uuid4()
+    a = await active(api, nc, client, tenant_id, node)
+    commands = await watch(f"node_agent.cmd.power.{node}")
+    reboot = (await client.post(f"/v1/allocations/{a['id']}/actions/reboot")).body
+    [(_, cmd, _)] = await commands.wait_for(lambda i: i[1]["data"]["request_id"] == reboot["id"])
+    expired = await eventually(lambda: client.get(reboot["links"]["self"]), timeout=PROJECTED_WITHIN_S,
+                               until=lambda r: r.body["state"] == "failed")
+    refusal = "expired: the node received it at 2030-01-01T00:00:00+00:00, after its deadline ..."
+    late = await publish_from_node(nc, "node_agent.power_changed", node, {
+        **answering(cmd["data"]), "ok": False, "power_state": "running", "reason": refusal, "at": utcnow()}, tenant_id)
+    await eventually(lambda: api.handled(late), timeout=PROJECTED_WITHIN_S)
+    shown = (await client.get(reboot["links"]["self"])).body
+    assert shown["state"] == "failed" and shown["power_state"] == "running"
+    assert shown["reason"] == (f"the node answered after the gateway had given up on it: {refusal} "
+                               f"({expired.body['reason']})")
 
 
 async def test_a_power_action_needs_an_active_allocation_and_a_known_action(api, nc):

@@ -1,7 +1,8 @@
 """instance_actions and the instance columns of allocations_view (asyncpg; the caller owns the transaction).
 
 An action row is the audit record of a tenant's power action: who asked what of which allocation on which
-node, and what came of it (``projections.instances`` records the outcome).
+node, and what came of it (``projections.instances`` records the node's answer; the sweep,
+``entrypoints.loops``, fails an action no node answered by its deadline plus a grace).
 """
 from __future__ import annotations
 
@@ -12,15 +13,16 @@ from datetime import datetime
 import asyncpg
 
 _COLS = ("id, allocation_id, tenant_id, user_id, node_id, action, state, reason, power_state, requested_at, "
-         "finished_at")
+         "finished_at, expires_at")
 
 
 async def insert_action(conn: asyncpg.Connection, action_id: uuid.UUID, allocation_id: uuid.UUID,
-                        tenant_id: uuid.UUID, user_id: uuid.UUID, node_id: uuid.UUID, action: str) -> asyncpg.Record:
+                        tenant_id: uuid.UUID, user_id: uuid.UUID, node_id: uuid.UUID, action: str,
+                        expires_at: datetime) -> asyncpg.Record:
     return await conn.fetchrow(
-        f"INSERT INTO instance_actions (id, allocation_id, tenant_id, user_id, node_id, action) "
-        f"VALUES ($1, $2, $3, $4, $5, $6) RETURNING {_COLS}", action_id, allocation_id, tenant_id, user_id, node_id,
-        action)
+        f"INSERT INTO instance_actions (id, allocation_id, tenant_id, user_id, node_id, action, expires_at) "
+        f"VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING {_COLS}", action_id, allocation_id, tenant_id, user_id,
+        node_id, action, expires_at)
 
 
 async def get_action(conn: asyncpg.Connection, action_id: uuid.UUID, allocation_id: uuid.UUID) -> asyncpg.Record | None:
@@ -40,12 +42,34 @@ async def actions_page(conn: asyncpg.Connection, allocation_id: uuid.UUID, limit
 
 
 async def finish_action(conn: asyncpg.Connection, action_id: uuid.UUID, allocation_id: uuid.UUID, *, ok: bool,
-                        reason: str | None, power_state: str, at: datetime) -> bool:
-    """Record the outcome of a pending action (once: a redelivered outcome changes nothing)."""
+                        reason: str | None, late_reason: str, power_state: str, at: datetime) -> str | None:
+    """Record the node's answer, once (a redelivered answer changes nothing): ``"answered"`` for a pending
+    action; ``"late"`` for one the sweep failed before the answer came: the answer wins (the node did what it
+    says), its reason becoming ``late_reason`` followed by the sweep's; None for no such action or one answered
+    already. Every answer sets power_state and the sweep never does: that is what makes a late one once only."""
     return await conn.fetchval(
-        "UPDATE instance_actions SET state=$3, reason=$4, power_state=$5, finished_at=$6 "
-        "WHERE id=$1 AND allocation_id=$2 AND state='pending' RETURNING 1",
-        action_id, allocation_id, "succeeded" if ok else "failed", reason, power_state, at) is not None
+        "UPDATE instance_actions SET state=$3, power_state=$5, finished_at=$6, "
+        "reason = CASE WHEN expired_at IS NULL THEN $4 ELSE left($7 || ' (' || reason || ')', 2000) END "
+        "WHERE id=$1 AND allocation_id=$2 AND (state='pending' OR (expired_at IS NOT NULL AND power_state IS NULL)) "
+        "RETURNING CASE WHEN expired_at IS NULL THEN 'answered' ELSE 'late' END",
+        action_id, allocation_id, "succeeded" if ok else "failed", reason, power_state, at, late_reason)
+
+
+async def overdue_actions(conn: asyncpg.Connection, grace_s: float, limit: int) -> list[asyncpg.Record]:
+    """Pending actions whose deadline passed more than ``grace_s`` ago, oldest deadline first (no lock taken)."""
+    return await conn.fetch(f"SELECT {_COLS} FROM instance_actions WHERE state='pending' "
+                            "AND expires_at < now() - make_interval(secs => $1) ORDER BY expires_at LIMIT $2",
+                            grace_s, limit)
+
+
+async def expire_action(conn: asyncpg.Connection, action_id: uuid.UUID, grace_s: float,
+                        reason: str) -> asyncpg.Record | None:
+    """Fail the action for want of an answer, if it is still pending and overdue (whichever gateway replica
+    comes first does it; the others, and a node's answer committed meanwhile, leave it alone)."""
+    return await conn.fetchrow(
+        "UPDATE instance_actions SET state='failed', reason=$2, expired_at=now(), finished_at=now() "
+        "WHERE id=$1 AND state='pending' AND expires_at < now() - make_interval(secs => $3) "
+        f"RETURNING {_COLS}", action_id, reason, grace_s)
 
 
 async def set_instance(conn: asyncpg.Connection, allocation_id: uuid.UUID, instance: dict) -> None:

@@ -5,18 +5,24 @@ of which allocation on which node) and sent to the node (``node_agent.power``) i
 logged with the user id. The node answers with ``node_agent.power_changed`` (``projections.instances``):
 the action ends succeeded or failed, and the instance shows its new power state.
 
+The command carries a deadline (``expires_at``: the request's time plus TESSERA_POWER_ACTION_TTL_S): a node
+that gets it later refuses it, and an action no node answered by then (plus a grace) is failed by the
+gateway's sweep (``entrypoints.loops``), so none stays pending for ever.
+
 Another tenant's allocation, or a malformed id, is a 404; an action other than reboot, stop and start is a
 422 naming ``action``.
 """
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 import asyncpg
 import structlog
 from aiohttp import web
 
 from services.node_agent.contracts import RequestPower
+from shared.envelope import utcnow
 
 from ..adapters import allocations as views
 from ..adapters import instances as repo
@@ -39,7 +45,7 @@ ACTION_ID = Param("action", "path", "The action's id (the `id` a power action an
 def action_out(row: asyncpg.Record) -> PowerActionOut:
     base = f"/v1/allocations/{row['allocation_id']}"
     return PowerActionOut(**{k: row[k] for k in ("id", "allocation_id", "action", "state", "reason", "power_state",
-                                                 "requested_at", "finished_at")},
+                                                 "requested_at", "finished_at", "expires_at")},
                           requested_by=row["user_id"], links={"self": f"{base}/actions/{row['id']}", "allocation": base})
 
 
@@ -69,13 +75,15 @@ async def request_action(request: web.Request) -> web.Response:
     p = require_tenant_member(request)
     action = path_value(request, ACTION)
     gw, action_id = gateway_of(request), uuid.uuid4()
+    expires_at = utcnow() + timedelta(seconds=gw.config.power_action_ttl_s)
     async with gw.unit_of_work("gateway.power_action") as uow:
         row = await _tenant_allocation(uow.conn, request, p, for_update=True)   # serialised with a release
         node_id = running_on_node(row, f"a {action}")
-        act = await repo.insert_action(uow.conn, action_id, row["id"], p.tenant_id, p.user_id, node_id, action)
+        act = await repo.insert_action(uow.conn, action_id, row["id"], p.tenant_id, p.user_id, node_id, action,
+                                       expires_at)
         await uow.emit("node_agent.power", RequestPower(
             request_id=action_id, allocation_id=row["id"], tenant_id=p.tenant_id, node_id=node_id, action=action,
-            requested_by=p.user_id), correlation_id=str(row["id"]), tenant_id=p.tenant_id,
+            requested_by=p.user_id, expires_at=expires_at), correlation_id=str(row["id"]), tenant_id=p.tenant_id,
             subject_params={"node_id": str(node_id)})
     log.info("audit.power_action_requested", user_id=str(p.user_id), tenant_id=str(p.tenant_id),
              allocation_id=str(row["id"]), node_id=str(node_id), action=action, action_id=str(action_id))
@@ -112,7 +120,11 @@ ENDPOINTS = [
              description="The allocation must be ACTIVE (else a 409 naming its state). Accepted as `pending` and sent "
                          "to the allocation's node; the action then ends `succeeded` or `failed` (with the reason) "
                          "and the allocation's `instance.power_state` follows; the outcome is also an event of the "
-                         "allocation's event stream (node_agent.power_changed). An action other than reboot, stop "
+                         "allocation's event stream (node_agent.power_changed). The node must act by `expires_at` "
+                         "(TESSERA_POWER_ACTION_TTL_S after the request) or refuse; an action no node answered by "
+                         "then (plus a grace) ends `failed`, naming the node and the deadline "
+                         "(gateway.power_action_expired in the stream); should the node's answer still come, the "
+                         "action shows it, its reason saying it came late. An action other than reboot, stop "
                          "or start is a 422 naming `action`. Each request is recorded with the caller's user id."),
     Endpoint("GET", _BASE, list_actions, "listPowerActions", "List the power actions asked of the allocation, newest "
              "first", "allocations", {200: PowerActionPage}, params=(ALLOCATION_ID, LIMIT, CURSOR),

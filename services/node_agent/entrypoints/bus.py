@@ -18,7 +18,8 @@ def wire(rt: Runtime, node: handlers.Node) -> None:
                              batch_size=1, max_workers=8)
     # a power action waits for the hypervisor (a stop up to its shutdown timeout): one per transaction too
     rt.consumers.subscribe("node_agent.power", partial(handlers.power, node=node), subject_params=params,
-                           durable=f"{durable}__power", batch_size=1, max_workers=4)
+                           durable=f"{durable}__power", batch_size=1, max_workers=4,
+                           on_refused=handlers.power_refused(node))
     rt.answer("node_agent.read_console", lambda req: handlers.read_console(node, rt.pool, req), **params)
     if node.dataplane.kind == "none":
         return   # nothing plumbed, nothing to keep up to date

@@ -3,7 +3,8 @@ reconcile (domains no allocation owns, allocations whose instance vanished).
 
 A power action runs in the consumer's transaction under the allocation's lock (never beside its provision or
 deprovision) and always answers ``node_agent.power_changed``, ok or not: a refusal (no instance here, another
-tenant's allocation, the driver's error) is visible on the allocation's action, never silent.
+tenant's allocation, a command past its deadline, the driver's error) is visible on the allocation's action,
+never silent.
 
 The reconcile compares what the driver runs on this node with the node's instance rows. It only touches an
 allocation whose lock it gets at once (a provision or deprovision in flight holds it), and only instances its
@@ -30,14 +31,22 @@ log = structlog.get_logger()
 
 
 async def power(ctx: UnitOfWork, cmd: c.RequestPower, *, node: Node) -> None:
-    """Carry out the action through the driver; answer power_changed with the outcome and the power state."""
+    """Carry out the action through the driver; answer power_changed with the outcome and the power state.
+
+    A command handled after its ``expires_at`` is refused without acting (the tenant, and the gateway, have
+    given up on it); the deadline is checked once the allocation's lock is held, right before acting, so a
+    wait behind a slow provision counts."""
     if cmd.node_id != node.id:
         raise PermanentError(f"power action for node {cmd.node_id} arrived at node {node.id}")
     await repository.lock_allocation(ctx.conn, node.id, cmd.allocation_id)
     row = (await repository.rows(ctx.conn, node.id)).get(cmd.allocation_id)
-    state, reason = "unknown", None
+    state, reason, received_at = "unknown", None, utcnow()
     if row is None or row["command"] is None or c.ProvisionNode.model_validate_json(row["command"]).tenant_id != cmd.tenant_id:
         reason = f"allocation {cmd.allocation_id} has no instance on node {node.id}"
+    elif received_at > cmd.expires_at:
+        reason = (f"expired: the node received it at {received_at.isoformat()}, after its deadline "
+                  f"{cmd.expires_at.isoformat()}")
+        state = await _power_state(node, cmd.allocation_id)
     else:
         try:
             state = await node.driver.power(cmd.allocation_id, cmd.action)
@@ -49,6 +58,14 @@ async def power(ctx: UnitOfWork, cmd: c.RequestPower, *, node: Node) -> None:
         request_id=cmd.request_id, allocation_id=cmd.allocation_id, tenant_id=cmd.tenant_id, node_id=node.id,
         action=cmd.action, requested_by=cmd.requested_by, ok=reason is None, power_state=state,
         reason=reason[:2000] if reason else None, at=utcnow()), subject_params=node.subject_params, tenant_id=cmd.tenant_id)
+
+
+async def _power_state(node: Node, allocation_id: uuid.UUID) -> str:
+    """The instance's power state as the driver tells it, changing nothing ("unknown" when it cannot say)."""
+    try:
+        return (await node.driver.instance_info(allocation_id)).get("power_state") or "unknown"
+    except DriverError:
+        return "unknown"
 
 
 async def read_console(node: Node, pool: asyncpg.Pool, req: c.ReadConsole) -> c.ConsoleChunk:
@@ -112,3 +129,16 @@ async def _remake(node: Node, allocation_id: uuid.UUID, row) -> c.InstanceProble
                                  problem="instance_missing", detail=f"{detail}; making it again failed: {exc}"[:2000])
     return c.InstanceProblem(node_id=node.id, allocation_id=allocation_id, instance_id=row["instance_id"],
                              problem="instance_restarted", detail=f"{detail}; made again from its image")
+
+
+def power_refused(node: Node):
+    """The power subscription's ``on_refused``: a command no retry can carry out (addressed to another node, data
+    PostgreSQL refuses) is answered power_changed ok=false with the reason at once, so its action does not wait
+    for the gateway's deadline."""
+    async def on_refused(ctx: UnitOfWork, cmd: c.RequestPower, reason: str) -> None:
+        await ctx.emit("node_agent.power_changed", c.PowerChanged(
+            request_id=cmd.request_id, allocation_id=cmd.allocation_id, tenant_id=cmd.tenant_id, node_id=node.id,
+            action=cmd.action, requested_by=cmd.requested_by, ok=False, power_state="unknown",
+            reason=reason[:2000], at=utcnow()), subject_params=node.subject_params, tenant_id=cmd.tenant_id)
+    return on_refused
+

@@ -47,7 +47,9 @@ class PowerActionLinks(Out):
 
 class PowerActionOut(Out):
     """A power action asked of an allocation's instance: pending until the node answers, then succeeded or
-    failed (with the reason)."""
+    failed (with the reason). No answer by `expires_at` (plus a grace): failed, naming the node and the
+    deadline; an answer the node sent in time that arrives after that still shows (its outcome wins, the
+    reason says it came late)."""
 
     id: uuid.UUID
     allocation_id: uuid.UUID
@@ -58,6 +60,7 @@ class PowerActionOut(Out):
     requested_by: uuid.UUID
     requested_at: datetime
     finished_at: datetime | None = None
+    expires_at: datetime = Field(description="The deadline: the node refuses the action after it, without acting.")
     links: PowerActionLinks
 
 

@@ -88,6 +88,11 @@ class SimDriver(ProvisioningDriver):
         (self._stopped.add if action == "stop" else self._stopped.discard)(allocation_id)
         return "stopped" if allocation_id in self._stopped else "running"
 
+    async def instance_info(self, allocation_id: uuid.UUID) -> dict:
+        if allocation_id not in self._instances:
+            return {"passthrough": "none"}
+        return {"passthrough": "none", "power_state": "stopped" if allocation_id in self._stopped else "running"}
+
     async def console(self, allocation_id: uuid.UUID, offset: int, limit: int) -> Console | None:
         """A sim instance's console: one line saying what it is (there is no guest)."""
         instance = self._instances.get(allocation_id)
