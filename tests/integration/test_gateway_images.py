@@ -159,6 +159,11 @@ async def test_the_default_image_is_what_an_allocation_naming_none_boots_and_the
     assert (await admin.get(first["links"]["self"])).body["default"] is False
     assert (await admin.get(second["links"]["self"])).body["default"] is True
     assert await api.scalar("SELECT count(*) FROM images WHERE is_default") == 1
+    # registering the default again under its taken name is a 409 that changes nothing (./taskw up does it at
+    # every start): the default keeps its mark
+    again = {k: v for k, v in second.items() if k in image_body()}
+    assert_problem(await admin.post("/v1/images", {**again, "default": True}), 409)
+    assert (await admin.get(second["links"]["self"])).body["default"] is True
     b = (await client.post("/v1/allocations", alloc_body())).body
     assert b["image"] == second["name"]
     # the default deleted, the catalog has none: an allocation naming no image gets no guest

@@ -17,6 +17,8 @@ async def insert(conn: asyncpg.Connection, image: dict, created_by: uuid.UUID) -
     one (serialised: two new defaults at once end with the later one as the only default)."""
     if image["default"]:
         await conn.execute("SELECT pg_advisory_xact_lock(hashtext('gateway.default_image'))")
+        if await conn.fetchval("SELECT true FROM images WHERE name=$1", image["name"]):
+            return None   # taken: the 409 must not have taken the mark from the current default either
         await conn.execute("UPDATE images SET is_default = false WHERE is_default")
     return await conn.fetchrow(
         f"INSERT INTO images (id, name, os, format, source, sha256, min_disk_gb, visibility, tenant_id, kernel, "
