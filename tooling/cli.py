@@ -152,8 +152,17 @@ async def up(workdir: Path, port: int | None) -> int:
             main.cancel()
 
     loop = asyncio.get_running_loop()
+    me = os.getpid()
+
+    # Not loop.add_signal_handler: it routes signals through a wakeup socket that a forked child inherits, and
+    # the demo lab's pyroute2 enters network namespaces in forked children it stops with SIGTERM: that signal
+    # would stop the platform while it starts (shared/runtime.py's run_forever does the same, for the same reason).
+    def handler(signum: int, _frame) -> None:
+        if os.getpid() != me:
+            os._exit(0)   # a forked child told to stop
+        loop.call_soon_threadsafe(on_signal, signum)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):   # SIGHUP: its terminal went away
-        loop.add_signal_handler(sig, on_signal, sig)
+        signal.signal(sig, handler)
     was_up = False
     try:
         await platform.start()

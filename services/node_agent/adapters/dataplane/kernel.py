@@ -14,6 +14,7 @@ from __future__ import annotations
 import socket
 import subprocess
 
+import pyroute2.config
 from pyroute2 import IPRoute, netns
 from pyroute2.netlink.exceptions import NetlinkError
 
@@ -29,6 +30,10 @@ from ...domain.dataplane.names import (
     vxlan_name,
 )
 from ...domain.dataplane.render import table_script
+
+# pyroute2 enters a namespace in a forked child and stops it with SIGTERM: the child must die of it, not run
+# the parent's inherited handlers (which would stop the parent: its wakeup socket is shared). A setting, not I/O.
+pyroute2.config.disable_mp_signal = True
 
 VXLAN_PORT = 4789
 VXLAN_OVERHEAD = 50
