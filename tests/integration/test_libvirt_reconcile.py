@@ -38,8 +38,15 @@ async def node(run_service, tmp_path, image):
     environ = {"TESSERA_NODE_RECONCILE_S": "0.5", "TESSERA_NODE_NAME": NODE_NAME, "TESSERA_NODE_DISCOVERY": "sim"}
     rt = await run_service("node_agent", partial(build, driver=driver, environ=environ), instance=str(node_id))
     yield rt, node_id, driver
-    for instance in await driver.list_instances():
-        await driver.deprovision(instance.allocation_id)
+    # no row left for the reconcile to make an instance again from, then nothing of the node's on the host
+    async with rt.pool.acquire() as conn:
+        await conn.execute("DELETE FROM instances WHERE node_id=$1", node_id)
+
+    async def remaining() -> list:
+        for instance in await driver.list_instances():
+            await driver.deprovision(instance.allocation_id)
+        return await driver.list_instances()
+    await eventually(remaining, until=lambda left: left == [], timeout=60, what=f"node {node_id}'s domains removed")
 
 
 async def test_a_domain_no_allocation_owns_on_the_node_is_removed_and_reported(node, image, watch):
