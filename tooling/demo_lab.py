@@ -77,16 +77,21 @@ class DemoLab:
 
     def stop(self) -> None:
         """Power off and undefine the lab nodes' guests, then remove its namespaces (never raises)."""
-        nodes = {str(n) for n in self.lab.node_ids}
-        try:
-            names = subprocess.run(["virsh", "-c", URI, "list", "--all", "--name"], capture_output=True, text=True,
-                                   timeout=30).stdout.split()
-            for name in names:
-                xml = subprocess.run(["virsh", "-c", URI, "dumpxml", name], capture_output=True, text=True, timeout=30).stdout
-                meta = parse_metadata(xml) if xml else None
-                if meta and meta.get("node_id") in nodes:
-                    subprocess.run(["virsh", "-c", URI, "destroy", name], capture_output=True, timeout=60)
-                    subprocess.run(["virsh", "-c", URI, "undefine", name], capture_output=True, timeout=60)
-        except (OSError, subprocess.SubprocessError, ValueError):
-            pass
+        remove_domains_of({str(n) for n in self.lab.node_ids})
         self.lab.destroy()
+
+
+def remove_domains_of(node_ids: set[str]) -> None:
+    """Power off and undefine every domain whose Tessera metadata names one of ``node_ids`` (blocking, never
+    raises): what a lab's nodes leave when their agents are gone."""
+    try:
+        names = subprocess.run(["virsh", "-c", URI, "list", "--all", "--name"], capture_output=True, text=True,
+                               timeout=30).stdout.split()
+        for name in names:
+            xml = subprocess.run(["virsh", "-c", URI, "dumpxml", name], capture_output=True, text=True, timeout=30).stdout
+            meta = parse_metadata(xml) if xml else None
+            if meta and meta.get("node_id") in node_ids:
+                subprocess.run(["virsh", "-c", URI, "destroy", name], capture_output=True, timeout=60)
+                subprocess.run(["virsh", "-c", URI, "undefine", name], capture_output=True, timeout=60)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        pass

@@ -23,6 +23,7 @@ from tests.support.guest import GuestShell
 from tests.support.platform import E2E_ENV
 from tests.support.polling import eventually
 from tooling.client import TesseraClient
+from tooling.demo_lab import remove_domains_of
 from tooling.platform import Platform
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(900),
@@ -68,17 +69,9 @@ async def platform(tmp_path_factory, image):
         try:
             await p.stop()
         finally:
-            await asyncio.to_thread(_remove_domains, p)
+            # no domain of its nodes may outlive the test (a failed test's included)
+            await asyncio.to_thread(remove_domains_of, set(getattr(p, "state_dirs", {})))
             await asyncio.to_thread(lab.destroy)
-
-
-def _remove_domains(p: Platform) -> None:
-    """After the platform stopped: no domain of its nodes may outlive the test (a failed test's included)."""
-    for name in vm.domains():
-        xml = subprocess.run(["virsh", "-c", vm.URI, "dumpxml", name], capture_output=True, text=True).stdout
-        if any(n in xml for n in getattr(p, "state_dirs", {})):
-            subprocess.run(["virsh", "-c", vm.URI, "destroy", name], capture_output=True)
-            subprocess.run(["virsh", "-c", vm.URI, "undefine", name], capture_output=True)
 
 
 async def tenant_client(p: Platform, admin) -> TesseraClient:

@@ -9,9 +9,10 @@ import shlex
 import socket
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .polling import eventually
+from .polling import eventually, eventually_blocking
 
 _LINE_MAX = 1000        # busybox ash's line editor keeps 1024 characters of a line
 
@@ -91,18 +92,21 @@ class GuestShell:
         """The connected socket; QEMU creates it when the domain starts, so wait for it (bounded)."""
         if self._sock is not None:
             return self._sock
-        deadline = min(deadline, time.monotonic() + self.connect_timeout)
-        while True:
+        timeout = max(0.0, min(deadline - time.monotonic(), self.connect_timeout))
+
+        def connected() -> socket.socket | None:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 sock.connect(str(self.socket_path))
-                self._sock = sock
                 return sock
-            except OSError as exc:
+            except OSError:
                 sock.close()
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(f"cannot connect to the guest shell at {self.socket_path}: {exc}") from exc
-                time.sleep(0.05)
+                return None
+        try:
+            self._sock = eventually_blocking(connected, timeout=timeout, what=f"the guest shell at {self.socket_path}")
+        except AssertionError as exc:
+            raise TimeoutError(f"cannot connect to the guest shell at {self.socket_path}: {exc}") from None
+        return self._sock
 
 
 def find_console_line(log_path: Path | str, marker: str) -> str | None:
@@ -129,20 +133,10 @@ def console_tail(log_path: Path | str, lines: int = 20) -> str:
 def wait_for_console_line(log_path: Path | str, marker: str, timeout: float, *, fail_on: str | None = None) -> str:
     """Poll the console log until a line holds ``marker`` and return it from the marker on. Raises
     AssertionError with the last 20 console lines after ``timeout`` seconds, or at once when a line holds
-    ``fail_on`` (say the guest's FAILED marker while waiting for READY)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = find_console_line(log_path, marker)
-        if found is not None:
-            return found
-        failed = find_console_line(log_path, fail_on) if fail_on else None
-        if failed is not None:
-            raise AssertionError(f"the guest reported {failed!r} while {marker!r} was awaited; console:\n"
-                                 f"{console_tail(log_path)}")
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"no console line with {marker!r} in {log_path} after {timeout}s; last lines:\n"
-                                 f"{console_tail(log_path)}")
-        time.sleep(0.1)
+    ``fail_on`` (say the guest's FAILED marker while waiting for READY). For synchronous tests: it polls with
+    ``eventually`` on a worker thread's loop, like ``await_console_line``."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, await_console_line(log_path, marker, timeout, fail_on=fail_on)).result()
 
 
 async def await_console_line(log_path: Path | str, marker: str, timeout: float, *, fail_on: str | None = None) -> str:

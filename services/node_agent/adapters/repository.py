@@ -36,6 +36,19 @@ async def try_lock_allocation(conn: asyncpg.Connection, node_id: uuid.UUID, allo
                                f"node_agent:{node_id}:{allocation_id}")
 
 
+async def command_of(conn: asyncpg.Connection, node_id: uuid.UUID, allocation_id: uuid.UUID) -> str | None:
+    """The provision command (JSON) the allocation's instance here was made from; None without a row (or an
+    instance recorded before commands were kept)."""
+    return await conn.fetchval("SELECT command FROM instances WHERE node_id=$1 AND allocation_id=$2",
+                               node_id, allocation_id)
+
+
+async def get_row(conn: asyncpg.Connection, node_id: uuid.UUID, allocation_id: uuid.UUID) -> asyncpg.Record | None:
+    """The allocation's instance row here (with its command), or None."""
+    return await conn.fetchrow("SELECT allocation_id, instance_id, slots, command FROM instances "
+                               "WHERE node_id=$1 AND allocation_id=$2", node_id, allocation_id)
+
+
 async def rows(conn: asyncpg.Connection, node_id: uuid.UUID) -> dict[uuid.UUID, asyncpg.Record]:
     """The node's instance rows by allocation (with the provision command each was made from)."""
     found = await conn.fetch("SELECT allocation_id, instance_id, slots, command FROM instances WHERE node_id=$1", node_id)

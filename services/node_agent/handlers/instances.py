@@ -30,6 +30,11 @@ from .provisioning import Node, _spec
 log = structlog.get_logger()
 
 
+def _tenants(command: str | None, tenant_id: uuid.UUID) -> bool:
+    """Whether the instance made from ``command`` (a row's) is ``tenant_id``'s: only its own tenant acts on it."""
+    return command is not None and c.ProvisionNode.model_validate_json(command).tenant_id == tenant_id
+
+
 async def power(ctx: UnitOfWork, cmd: c.RequestPower, *, node: Node) -> None:
     """Carry out the action through the driver; answer power_changed with the outcome and the power state.
 
@@ -39,9 +44,8 @@ async def power(ctx: UnitOfWork, cmd: c.RequestPower, *, node: Node) -> None:
     if cmd.node_id != node.id:
         raise PermanentError(f"power action for node {cmd.node_id} arrived at node {node.id}")
     await repository.lock_allocation(ctx.conn, node.id, cmd.allocation_id)
-    row = (await repository.rows(ctx.conn, node.id)).get(cmd.allocation_id)
     state, reason, received_at = "unknown", None, utcnow()
-    if row is None or row["command"] is None or c.ProvisionNode.model_validate_json(row["command"]).tenant_id != cmd.tenant_id:
+    if not _tenants(await repository.command_of(ctx.conn, node.id, cmd.allocation_id), cmd.tenant_id):
         reason = f"allocation {cmd.allocation_id} has no instance on node {node.id}"
     elif received_at > cmd.expires_at:
         reason = (f"expired: the node received it at {received_at.isoformat()}, after its deadline "
@@ -71,8 +75,8 @@ async def _power_state(node: Node, allocation_id: uuid.UUID) -> str:
 async def read_console(node: Node, pool: asyncpg.Pool, req: c.ReadConsole) -> c.ConsoleChunk:
     """The answer to node_agent.read_console: only the requesting tenant's own allocation has a console."""
     async with pool.acquire() as conn:
-        row = (await repository.rows(conn, node.id)).get(req.allocation_id)
-    if row is None or row["command"] is None or c.ProvisionNode.model_validate_json(row["command"]).tenant_id != req.tenant_id:
+        command = await repository.command_of(conn, node.id, req.allocation_id)
+    if not _tenants(command, req.tenant_id):
         return c.ConsoleChunk(found=False, offset=0, next_offset=0)
     chunk = await node.driver.console(req.allocation_id, req.offset, req.limit)
     if chunk is None:
@@ -101,15 +105,15 @@ async def reconcile_instances(node: Node, pool: asyncpg.Pool, outbox: Outbox) ->
         async with pool.acquire() as conn, conn.transaction():
             if not await repository.try_lock_allocation(conn, node.id, allocation_id):
                 continue   # a command for it is being handled: it decides
-            row = (await repository.rows(conn, node.id)).get(allocation_id)
-            present = {i.allocation_id for i in await node.driver.list_instances()}
-            if allocation_id in present and row is None:
+            row = await repository.get_row(conn, node.id, allocation_id)
+            found = await node.driver.instance_of(allocation_id)   # again, under the lock
+            if found is not None and row is None:
                 await node.driver.deprovision(allocation_id)
                 await node.plumbing(node.dataplane.detach, allocation_id)
                 problems.append(c.InstanceProblem(node_id=node.id, allocation_id=allocation_id,
-                                                  instance_id=running[allocation_id].instance_id, problem="orphan_removed",
+                                                  instance_id=found.instance_id, problem="orphan_removed",
                                                   detail="no allocation owns this instance on the node: removed"))
-            elif allocation_id not in present and row is not None:
+            elif found is None and row is not None:
                 problems.append(await _remake(node, allocation_id, row))
     for p in problems:
         await _problem(pool, outbox, node, p)

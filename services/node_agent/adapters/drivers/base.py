@@ -81,6 +81,10 @@ class ProvisioningDriver(abc.ABC):
     async def list_instances(self) -> list[Instance]:
         """Every instance on the node, one per allocation, in no particular order. Raises DriverError."""
 
+    async def instance_of(self, allocation_id: uuid.UUID) -> Instance | None:
+        """The allocation's instance on the node, or None; drivers that can look one up override the listing."""
+        return next((i for i in await self.list_instances() if i.allocation_id == allocation_id), None)
+
     async def instance_info(self, allocation_id: uuid.UUID) -> dict:
         """What the tenant sees of the instance besides its id (contracts.InstanceInfo's fields: passthrough,
         booted_at, boot_s, image, hostname, power_state). Raises DriverError."""

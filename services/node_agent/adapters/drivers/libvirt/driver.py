@@ -269,8 +269,15 @@ class LibvirtDriver(ProvisioningDriver):
             await asyncio.sleep(0.1)
 
     def _active(self, allocation_id: uuid.UUID) -> bool:
-        dom = self._lookup(allocation_id)
-        return bool(dom is not None and dom.isActive())
+        """Whether the allocation's domain runs: polled during a boot, so by name only (no XML read; the name is
+        the allocation's, made by this driver)."""
+        libvirt = self._libvirt()
+        try:
+            return bool(self.conn().lookupByName(domain_name(allocation_id)).isActive())
+        except libvirt.libvirtError as exc:
+            if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+                return False
+            raise DriverError(f"libvirt: {exc.get_error_message()}") from None
 
     # -- deprovision ------------------------------------------------------------------------------------
     def _remove(self, allocation_id: uuid.UUID) -> None:
@@ -317,6 +324,16 @@ class LibvirtDriver(ProvisioningDriver):
 
     async def list_instances(self) -> list[Instance]:
         return await self._call(self._list)
+
+    def _one(self, allocation_id: uuid.UUID) -> Instance | None:
+        dom = self._lookup(allocation_id)
+        if dom is None:
+            return None
+        slots = tuple(int(s) for s in parse_metadata(dom.XMLDesc(0)).get("slots", "").split(",") if s)
+        return Instance(allocation_id, dom.name(), slots)
+
+    async def instance_of(self, allocation_id: uuid.UUID) -> Instance | None:
+        return await self._call(self._one, allocation_id)
 
     def _info(self, allocation_id: uuid.UUID) -> dict:
         try:
