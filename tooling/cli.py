@@ -20,7 +20,8 @@ import tempfile
 from pathlib import Path
 
 from .client import ApiError, TesseraClient
-from .demo_lab import DemoLab
+from .demo_baremetal import POOL as BM_POOL, TAINT as BM_TAINT, TOLERATION as BM_TOLERATION, WIPE_POLICY, DemoBareMetal
+from .demo_lab import WIPE_POLICY as LAB_WIPE_POLICY, DemoLab
 from .embedded import REPO
 from .platform import Platform
 
@@ -54,6 +55,31 @@ async def _register_image(platform: Platform, lab: DemoLab) -> None:
         print(f"guest image {body['name']} registered (public, default)", flush=True)
 
 
+async def bare_metal(platform: Platform, data: dict, lab: DemoLab | None) -> None:
+    """The bare-metal demo node (with the VM lab only): made fresh at each start; its node and BMC registered once
+    and updated on later starts. One line says why when it cannot run."""
+    if lab is None:
+        return
+    bm = DemoBareMetal(platform.workdir)
+    platform.on_stop.insert(0, bm.stop)
+    try:
+        await asyncio.to_thread(bm.prepare)
+    except (OSError, RuntimeError) as exc:
+        print(f"bare-metal demo node: cannot run here: {str(exc).splitlines()[0][:300]}", flush=True)
+        return
+    async with platform.admin() as admin:
+        if data.get("bm_node") is None:
+            await admin.define_pool(BM_POOL, "pack", BM_TAINT)
+            await admin.set_quota(data["tenant_id"], BM_POOL, "H100", 8)
+            data["bm_node"] = await platform.add_node("demo-bm-a", "H100", 8, env=bm.node_env(), pool=BM_POOL,
+                                                      wipe_policy=WIPE_POLICY)
+        else:
+            await platform.start_node_agent(data["bm_node"], bm.node_env())
+        await admin.request("PUT", f"/v1/nodes/{data['bm_node']}/bmc", json_body=bm.bmc_body())
+    print(f"bare-metal demo node: a server behind a Redfish BMC (sushy-emulator) at {bm.lab.emulator.url}; "
+          f"pool {BM_POOL}, shape bm.8gpu, toleration {BM_TOLERATION}", flush=True)
+
+
 async def seed(platform: Platform) -> dict:
     """Demo tenant with a tenant admin and a tenant user, its quota, and two nodes (a real lab when it can run,
     see ``demo_lab``); idempotent across restarts of the same data folder (the nodes' agents are started again,
@@ -65,12 +91,15 @@ async def seed(platform: Platform) -> dict:
         await _register_image(platform, lab)
     if seeded is not None:
         data = seeded
-        for node_id in data["nodes"]:
-            await platform.start_node_agent(node_id)
+        for index, node_id in enumerate(data["nodes"]):   # the lab's devices are new at each start
+            # a folder seeded before the wipe approved its nodes with the default policy (NVMe format only): their
+            # wipes stay simulated rather than quarantine every slot of a loop device
+            await platform.start_node_agent(node_id, lab.node_env(index, data.get("wipe_disks", False)) if lab else None)
         if "admin_api_key" not in data:   # a data folder seeded before the demo tenant had an admin
             tenant_admin = await _new_tenant_admin(platform, data["tenant_id"])
             data.update(admin_id=tenant_admin["id"], admin_api_key=tenant_admin["api_key"])
-            _write_seed(path, data)
+        await bare_metal(platform, data, lab)
+        _write_seed(path, data)
         return data
     async with platform.admin() as admin:
         tenant = await admin.create_tenant("demo")
@@ -81,12 +110,14 @@ async def seed(platform: Platform) -> dict:
     nodes = []
     for index, letter in enumerate("ab"):
         nodes.append(await platform.add_node(f"demo-node-{letter}", "H100", 8,
-                                             env=lab.node_env(index) if lab else None))
+                                             env=lab.node_env(index) if lab else None,
+                                             wipe_policy=LAB_WIPE_POLICY if lab else None))
         if lab is not None:
             lab.add_node(nodes[-1])
     data = {"tenant_id": tenant["id"], "user_id": user["id"], "api_key": user["api_key"],
             "admin_id": tenant_admin["id"], "admin_api_key": tenant_admin["api_key"], "nodes": nodes,
-            "demo_nodes": "lab" if lab else "sim"}
+            "demo_nodes": "lab" if lab else "sim", "wipe_disks": lab is not None}
+    await bare_metal(platform, data, lab)
     _write_seed(path, data)
     return data
 
@@ -129,6 +160,9 @@ def banner(platform: Platform, data: dict) -> str:
         f"    curl -s {bearer} {url}/v1/tenants/{tenant}/quotas",
         f"    curl -s {bearer} {as_json} -d '{{\"name\": \"alice\", \"role\": \"tenant_user\"}}' {url}/v1/tenants/{tenant}/users",
         f"    curl -s {bearer} {as_json} -d '{{\"name\": \"train-1\", \"shape\": \"vm.1gpu\"}}' {url}/v1/allocations",
+        *([f"    curl -s {bearer} {as_json} -d '{{\"name\": \"server-1\", \"shape\": \"bm.8gpu\", \"pool\": "
+           f"\"{BM_POOL}\", \"tolerations\": [\"{BM_TOLERATION}\"]}}' {url}/v1/allocations   (bare metal)"]
+          if data.get("bm_node") else []),
         "Ctrl-C stops everything.",
     ])
 

@@ -170,11 +170,36 @@ class TesseraClient:
         body = {"proposal": proposal, **({"wipe_policy": wipe_policy} if wipe_policy is not None else {})}
         return (await self.request("POST", f"/v1/nodes/{node_id}/approve", json_body=body))[1]
 
-    async def onboard_node(self, node_id: str, timeout: float = 30.0) -> dict:
-        """Wait for the node-agent's discovery, approve the proposed slot map, wait until schedulable."""
+    async def onboard_node(self, node_id: str, timeout: float = 30.0, wipe_policy: str | None = None) -> dict:
+        """Wait for the node-agent's discovery, approve the proposed slot map (with ``wipe_policy`` for every slot,
+        when given), wait until schedulable (its burn-in passed)."""
         pending = await self.wait_node(node_id, "pending_approval", timeout)
-        await self.approve_node(node_id, pending["proposal"])
+        await self.approve_node(node_id, pending["proposal"], wipe_policy)
         return await self.wait_node(node_id, "schedulable", timeout)
+
+    async def set_bmc(self, node_id: str, url: str, system_id: str, username: str, password: str,
+                      verify_tls: bool = True, ca_bundle: str | None = None) -> dict:
+        """Register (or replace) the node's BMC; the answer never holds the password."""
+        body = {"url": url, "system_id": system_id, "username": username, "password": password,
+                "verify_tls": verify_tls, **({"ca_bundle": ca_bundle} if ca_bundle is not None else {})}
+        return (await self.request("PUT", f"/v1/nodes/{node_id}/bmc", json_body=body, expect=(200,)))[1]
+
+    async def bmc(self, node_id: str) -> dict:
+        return (await self.request("GET", f"/v1/nodes/{node_id}/bmc", expect=(200,)))[1]
+
+    async def delete_bmc(self, node_id: str) -> None:
+        await self.request("DELETE", f"/v1/nodes/{node_id}/bmc", expect=(204,))
+
+    async def validate_bmc(self, node_id: str) -> dict:
+        """The node-agent's check of the registered BMC: {ok, error_kind, error, power_state, model, ...}."""
+        return (await self.request("POST", f"/v1/nodes/{node_id}/bmc/validate", expect=(200,)))[1]
+
+    async def run_burn_in(self, node_id: str) -> dict:
+        return (await self.request("POST", f"/v1/nodes/{node_id}/burn-in", expect=(202,)))[1]
+
+    async def rewipe(self, node_id: str, slot: int) -> dict:
+        """Re-wipe a quarantined slot: {request_id, node_id, slot, requested_by}."""
+        return (await self.request("POST", f"/v1/nodes/{node_id}/slots/{slot}/rewipe", expect=(202,)))[1]
 
     async def define_pool(self, name: str, policy: str = "pack", taints: dict | None = None,
                           timeout: float = 30.0) -> dict:
@@ -217,6 +242,19 @@ class TesseraClient:
 
     async def release(self, allocation_id: str) -> dict:
         return (await self.request("DELETE", f"/v1/allocations/{allocation_id}", expect=(202,)))[1]
+
+    async def wipe(self, allocation_id: str) -> dict:
+        """The evidence of the allocation's slot wipes: {allocation_id, status, node_id, slots, wiped_at}."""
+        return (await self.request("GET", f"/v1/allocations/{allocation_id}/wipe", expect=(200,)))[1]
+
+    async def wait_wiped(self, allocation_id: str, timeout: float = 60.0) -> dict:
+        """Poll the allocation's wipe until it is ``wiped`` or ``quarantined`` and return it."""
+        async def done():
+            w = await self.wipe(allocation_id)
+            if w["status"] in ("wiped", "quarantined"):
+                return w
+            raise NotYet({"status": w["status"]})
+        return await _until(done, timeout, f"allocation {allocation_id} wiped")
 
     async def events(self, allocation_id: str) -> AsyncIterator[dict]:
         """Yield the allocation's events from its server-sent event stream (replay, then live)."""

@@ -21,11 +21,14 @@ from pathlib import Path
 from services.node_agent.adapters.dataplane.lab import UNDERLAY_DEV, Lab
 from services.node_agent.domain.vm.domain_xml import parse_metadata
 
+from .bmc_lab import make_loop_disk, remove_loop_disk
 from .guest_image.build import GuestImage, ImageBuildError, ensure_image
 from .libvirt_host import LibvirtUnavailable, ensure_libvirtd, libvirt_usable
 
 URI = "qemu:///system"
 NODES = 2
+SLOTS = 8                                   # the demo nodes' sim topology: an 8-GPU HGX
+WIPE_POLICY = "nvme-secure-erase+discard"   # NVMe format on an NVMe controller; the loop devices get blkdiscard
 
 
 class DemoLab:
@@ -36,6 +39,7 @@ class DemoLab:
         self.lab = Lab(NODES, dataplanes=False, suffix=saved.get("suffix"))
         self.lab.node_ids = [uuid.UUID(n) for n in saved.get("node_ids", [])]
         self.image: GuestImage | None = None
+        self.disks: list[list[str]] = []   # per node, its slots' NVMe stand-ins (loop devices), wiped on release
 
     def prepare(self) -> str | None:
         """Make the lab ready (namespaces, libvirtd, image); None when ready, else the reason it cannot run."""
@@ -50,19 +54,32 @@ class DemoLab:
             self.image = ensure_image(log=lambda line: print(f"guest image: {line}", flush=True))
             if not self.lab.exists():
                 self.lab.build()
+            self._make_disks()
         except (LibvirtUnavailable, ImageBuildError, OSError, RuntimeError) as exc:
             return str(exc).splitlines()[0][:300]
         self._save()
         return None
 
+    def _make_disks(self) -> None:
+        """Eight small loop devices per node (sparse files in the data folder), made fresh at each start."""
+        for i in range(NODES):
+            folder = self.workdir / f"disks-{i}"
+            folder.mkdir(exist_ok=True)
+            self.disks.append([])
+            for slot in range(SLOTS):
+                self.disks[i].append(make_loop_disk(folder / f"nvme{slot}.img", 16))
+
     def _save(self) -> None:
         self.record.write_text(json.dumps({"suffix": self.lab.suffix, "node_ids": [str(n) for n in self.lab.node_ids]}))
 
-    def node_env(self, index: int) -> dict[str, str]:
+    def node_env(self, index: int, disks: bool = True) -> dict[str, str]:
+        """The node-agent's settings; ``disks``: its slots' loop devices are wiped on release (a node approved with
+        WIPE_POLICY; without, passthrough off means the wipe is simulated and says so)."""
         return {"TESSERA_NODE_DRIVER": "libvirt", "TESSERA_LIBVIRT_URI": URI, "TESSERA_LIBVIRT_DOMAIN_TYPE": "qemu",
                 "TESSERA_LIBVIRT_PASSTHROUGH": "off", "TESSERA_LIBVIRT_STATE_DIR": str(self.workdir / "instances"),
                 "TESSERA_NODE_DATAPLANE": "kernel", "TESSERA_NODE_NETNS": self.lab.node_ns[index],
-                "TESSERA_NODE_UNDERLAY_DEV": UNDERLAY_DEV}
+                "TESSERA_NODE_UNDERLAY_DEV": UNDERLAY_DEV,
+                "TESSERA_WIPE_DEVICES": json.dumps({str(s): [d] for s, d in enumerate(self.disks[index])}) if disks else ""}
 
     def add_node(self, node_id: str) -> None:
         self.lab.node_ids.append(uuid.UUID(node_id))
@@ -79,6 +96,10 @@ class DemoLab:
         """Power off and undefine the lab nodes' guests, then remove its namespaces (never raises)."""
         remove_domains_of({str(n) for n in self.lab.node_ids})
         self.lab.destroy()
+        for devices in self.disks:
+            for device in devices:
+                remove_loop_disk(device)
+        self.disks.clear()
 
 
 def remove_domains_of(node_ids: set[str]) -> None:

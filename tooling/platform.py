@@ -18,6 +18,8 @@ from pathlib import Path
 
 import asyncpg
 
+from shared.secrets import ensure_key_file
+
 from .client import TesseraClient
 from shared.db import provision_service, service_dsn
 from .embedded import REPO, EmbeddedNats, EmbeddedPostgres
@@ -158,6 +160,8 @@ class Platform:
             "TESSERA_DB_DSN": service_dsn(self.database_url, service, self.secrets["db"]),
             "TESSERA_HTTP_PORT": str(self.gateway_port or 0) if service == "gateway" else "0",
         })
+        if service in ("gateway", "node_agent"):   # they seal and open the BMC passwords
+            env["TESSERA_SECRET_KEY_FILE"] = str(ensure_key_file(self.workdir / "secret.key"))
         if service == "gateway":
             env["TESSERA_TOKEN_SECRET"] = self.secrets["token"]
             env["TESSERA_BOOTSTRAP_ADMIN_KEY"] = self.admin_key
@@ -174,17 +178,19 @@ class Platform:
         return p
 
     async def add_node(self, name: str, gpu_model: str = "H100", gpu_count: int = 8,
-                       env: dict[str, str] | None = None, *, approve: bool = True, pool: str | None = None) -> str:
+                       env: dict[str, str] | None = None, *, approve: bool = True, pool: str | None = None,
+                       wipe_policy: str | None = None) -> str:
         """Register a node through the gateway, wait for the scheduler to confirm it, start its node-agent
         (``env`` adds settings for that node-agent only, e.g. the sim driver's latency or topology kind),
         which reports the hardware it discovers; with ``approve`` the proposed slot map is approved as a
-        provider admin would, and the node is schedulable when this returns."""
+        provider admin would (``wipe_policy`` for every slot, when given), and the node is schedulable (burnt in)
+        when this returns."""
         async with self.admin() as admin:
             node = await admin.register_node(name, gpu_model, gpu_count, pool=pool)
             await admin.wait_node_registered(node["id"])
             await self.start_node_agent(node["id"], {"TESSERA_NODE_NAME": name, **(env or {})})
             if approve:
-                await admin.onboard_node(node["id"])
+                await admin.onboard_node(node["id"], wipe_policy=wipe_policy)
         return node["id"]
 
     async def start_node_agent(self, node_id: str, env: dict[str, str] | None = None) -> None:

@@ -5,15 +5,21 @@
   TESSERA_BOOTSTRAP_ADMIN_KEY  optional: the API key of the provider admin ``admin``
   TESSERA_CONSOLE_FOLLOW_MAX_S [3600] seconds a followed console stream lasts at most
   TESSERA_POWER_ACTION_TTL_S   [300]  seconds a power action may wait for its node: the command's deadline
+  TESSERA_SECRET_KEY           optional: the platform's secret key (32 bytes, base64) that seals BMC passwords
+  TESSERA_SECRET_KEY_FILE      optional: a file holding that key (read once, at start); without either, a BMC
+                               cannot be registered (503)
+  TESSERA_BMC_VALIDATE_TIMEOUT_S [45] seconds POST /v1/nodes/{id}/bmc/validate waits for the node-agent
 
-A missing or short secret, or a TTL that is not a positive integer, raises SettingError naming the variable
-(the secret's value is never repeated in the message).
+A missing or short secret, a secret key that is not 32 bytes of base64 (or a key file that cannot be read), or a
+TTL that is not a positive integer, raises SettingError naming the variable (no secret's value is ever repeated
+in the message).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shared.settings import SettingError, integer, setting
+from shared.secrets import KEY_FILE_VAR, KEY_VAR, SecretError, key_from_env
+from shared.settings import SettingError, integer, number, setting
 
 MIN_SECRET_CHARS = 32
 
@@ -30,6 +36,12 @@ class GatewaySettings:
     power_action_ttl_s: int = setting("TESSERA_POWER_ACTION_TTL_S", 300, integer(1),
                                       doc="seconds a power action may wait for its node: the command's deadline "
                                           "(a node refuses it later; the gateway then fails the action)")
+    secret_key: str | None = setting(KEY_VAR, None, doc="the platform's secret key (32 bytes, base64 urlsafe) that "
+                                                        "seals BMC passwords (optional; see TESSERA_SECRET_KEY_FILE)")
+    secret_key_file: str | None = setting(KEY_FILE_VAR, None, doc="a file holding the platform's secret key (read "
+                                                                  "once, at start); without a key no BMC can be set")
+    bmc_validate_timeout_s: float = setting("TESSERA_BMC_VALIDATE_TIMEOUT_S", 45.0, number(positive=True),
+                                            doc="seconds a BMC validation waits for the node-agent's answer")
     # not read from the environment
     idempotency_ttl_s: float = 24 * 3600.0   # how long an Idempotency-Key is remembered
     stream_poll_s: float = 5.0               # an event stream re-reads (or sends a keepalive) this often
@@ -45,3 +57,14 @@ class GatewaySettings:
             raise SettingError("TESSERA_TOKEN_TTL_S must be a positive number of seconds")
         if self.power_action_ttl_s <= 0:
             raise SettingError("TESSERA_POWER_ACTION_TTL_S must be a positive number of seconds")
+        if self.bmc_validate_timeout_s <= 0:
+            raise SettingError("TESSERA_BMC_VALIDATE_TIMEOUT_S must be a positive number of seconds")
+        self.platform_key()   # a bad key, or a key file that cannot be read, stops the gateway at start
+
+    def platform_key(self) -> bytes | None:
+        """The key that seals BMC passwords (None: none configured); raises SettingError for a bad one. Read
+        once, in bootstrap (``http.state.Gateway``); the file is not read again per request."""
+        try:
+            return key_from_env({KEY_VAR: self.secret_key or "", KEY_FILE_VAR: self.secret_key_file or ""})
+        except SecretError as exc:
+            raise SettingError(str(exc)) from None

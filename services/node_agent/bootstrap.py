@@ -10,12 +10,16 @@ from pathlib import Path
 from shared.runtime import Runtime
 from shared.settings import ServiceSettings, SettingError
 
+from shared.secrets import SecretError, key_from_env
+
+from .adapters.burn_in import BurnInConfigError, burn_in_from_env
 from .adapters.dataplane import Dataplane, Kernel, KernelDataplane, NullDataplane
 from .adapters.discovery import Discovery, DiscoveryError, discovery_from_env
 from .adapters.drivers import DRIVERS, DriverConfigError, ProvisioningDriver
 from .domain.dataplane.names import node_tag
 from .entrypoints import bus, loops
-from .handlers import Node
+from .adapters.wipe import Wiper
+from .handlers import Node, stored_bmc
 from .settings import NodeAgentSettings, load_settings, parse_node_id, service_settings
 
 
@@ -56,14 +60,27 @@ def build(settings: ServiceSettings | None = None, *, driver: ProvisioningDriver
     node_id = parse_node_id(settings.instance)
     own = load_settings(environ)
     driver = driver or build_driver(own.driver, environ)
-    node = Node(node_id, driver, settings.sim_faults, build_dataplane(own, node_id, driver.guest_ports))
+    try:
+        # a node whose slots' devices are simulated (sim; passthrough off) has no disks to wipe unless
+        # TESSERA_WIPE_DEVICES names some: its wipes are simulated, and say so in their evidence
+        wiper = Wiper.from_env(environ, simulate=driver.devices_simulated and not environ.get("TESSERA_WIPE_DEVICES"))
+        burn_in = burn_in_from_env(environ)
+        secret_key = key_from_env(environ)
+    except (ValueError, SecretError, BurnInConfigError) as exc:
+        raise SettingError(str(exc)) from None
+    node = Node(node_id, driver, settings.sim_faults, build_dataplane(own, node_id, driver.guest_ports),
+                wiper=wiper, burn_in=burn_in, secret_key=secret_key)
     discovery = build_discovery(environ)
     node_name = own.node_name or str(node_id)
     driver.bind(node_id, partial(discovery[1], node_name))
     driver.started = node.plug
     rt = Runtime(settings, schema_dir=Path(__file__).parent / "schema")
+    if hasattr(driver, "bmc_source"):   # bare metal: the BMC the gateway registered for this node
+        driver.bmc_source = lambda: stored_bmc(node, rt.pool)
     bus.wire(rt, node)
     loops.wire(rt, node, node_name=node_name, discovery=discovery, reconcile_s=own.reconcile_s)
     rt.readiness.append(("driver", node.driver_ready))
     rt.on_stop.append(node.close)
+    if hasattr(driver, "close"):   # e.g. the redfish driver's media server
+        rt.on_stop.append(driver.close)
     return rt

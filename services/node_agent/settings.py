@@ -7,7 +7,9 @@ raises ``SettingError`` naming the variable. Variables (defaults in brackets):
   TESSERA_NODE_NAME                     [the node id] the node's name in its topology report
   TESSERA_NODE_DRIVER                   [sim] the driver's name in ``adapters.drivers.DRIVERS``: sim (in memory, no
                                         guest), libvirt (a QEMU domain per slot allocation; see
-                                        ``adapters.drivers.libvirt.config`` for its TESSERA_LIBVIRT_* variables)
+                                        ``adapters.drivers.libvirt.config`` for its TESSERA_LIBVIRT_* variables),
+                                        redfish (the node is one bare-metal server provisioned through its BMC;
+                                        see ``adapters.drivers.redfish.config`` for its TESSERA_REDFISH_* variables)
   TESSERA_NODE_DATAPLANE                [none] none: tenant networks are not plumbed; kernel: bridges, VXLAN,
                                         namespaces and nftables made real (needs root)
   TESSERA_NODE_NETNS                    [this process's] the network namespace the node's kernel objects live in

@@ -40,8 +40,11 @@ async def start_allocate(ctx: UnitOfWork, evt: AllocationRequested, *, policy: P
 async def start_release(ctx: UnitOfWork, evt: AllocationReleaseRequested, *, policy: Policy) -> None:
     """Create the release saga; the node comes from the event, else from the allocate saga's reservation."""
     data = evt.model_dump(mode="json")
-    node_id = data["node_id"] or await repository.reserved_node(ctx.conn, evt.allocation_id)
+    reserved = await repository.reservation(ctx.conn, evt.allocation_id)
+    node_id = data["node_id"] or reserved.get("node_id")
     saga_input = {k: data[k] for k in ("allocation_id", "tenant_id", "volume_gb", "labels")}
+    if reserved.get("node_id") == node_id:   # the slots to wipe: those the allocate saga reserved on that node
+        saga_input.update({k: reserved[k] for k in ("slots", "slot_details") if k in reserved})
     await _start(ctx, Saga(uuid.uuid4(), "release", evt.allocation_id, evt.tenant_id, {**saga_input, "node_id": node_id}),
                  policy)
 

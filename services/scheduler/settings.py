@@ -21,6 +21,9 @@ class SchedulerSettings:
                                         doc="preemption notice → `allocation.preempt`")
     stats_s: float = setting("TESSERA_SCHEDULER_STATS_S", 15.0, number(0.1),
                              doc="period of the `scheduler.scheduling_stats` event")
+    burn_in: bool = setting("TESSERA_SCHEDULER_BURN_IN", True, flag,
+                            doc="`1`: an approved node is burnt in by its node-agent before it is schedulable "
+                                "(and a provider admin can re-run it); `0`: approval makes it schedulable at once")
     leader_election: bool = setting("TESSERA_SCHEDULER_LEADER_ELECTION", True, flag,
                                     doc="`1`: one active replica (leader election); `0`: every replica decides, "
                                         "guarded by SQL alone")

@@ -9,6 +9,7 @@ isolation between tenants is the one issue 4 proved with namespaces, now with re
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import uuid
@@ -19,6 +20,7 @@ from services.node_agent.adapters.dataplane.lab import UNDERLAY_DEV, Lab
 from services.node_agent.domain.dataplane.names import slot_port_name
 from services.node_agent.domain.vm.domain_xml import domain_name
 from tests.support import vm
+from tests.support.disks import LoopDisks
 from tests.support.guest import GuestShell
 from tests.support.platform import E2E_ENV
 from tests.support.polling import eventually
@@ -29,6 +31,7 @@ from tooling.platform import Platform
 pytestmark = [pytest.mark.root, pytest.mark.timeout(900),
               pytest.mark.skipif(os.geteuid() != 0, reason="VMs and kernel networking need root")]
 
+WIPE_POLICY = "nvme-secure-erase+discard"   # NVMe format where the disk is an NVMe controller, else blkdiscard
 BOOT_S = 120   # request → ACTIVE, booting under TCG on a busy 2-core machine
 STEP_S = 60    # the platform's provision_node timeout: a boot takes seconds, a dead node-agent fails it in a minute
 
@@ -44,7 +47,7 @@ async def platform(tmp_path_factory, image):
     work = tmp_path_factory.mktemp("vm-platform")
     p = Platform(work, env={**E2E_ENV, "TESSERA_SAGA_STEP_TIMEOUTS": f"provision_node={STEP_S}"}, durable=False)
     lab = Lab(3, dataplanes=False)
-    p.lab, p.state_dirs = lab, {}
+    p.lab, p.state_dirs, p.disks = lab, {}, {}
     try:
         await p.start()
         await asyncio.to_thread(lab.build)
@@ -53,12 +56,14 @@ async def platform(tmp_path_factory, image):
             ids = []
             for i, ns in enumerate(lab.node_ns):
                 state = work / f"node{i}"
+                # each slot's NVMe: a loop device full of "tenant data", wiped on release (blkdiscard: no NVMe here)
+                disks = await asyncio.to_thread(LoopDisks(work / f"disks{i}", 8, mib=4).attach)
                 env = {**vm.VM_ENV, "TESSERA_NODE_DATAPLANE": "kernel", "TESSERA_NODE_NETNS": ns,
                        "TESSERA_NODE_UNDERLAY_DEV": UNDERLAY_DEV, "TESSERA_LIBVIRT_STATE_DIR": str(state),
-                       "TESSERA_NODE_RECONCILE_S": "2"}
-                node = await p.add_node(f"vm-{uuid.uuid4().hex[:6]}-{i}", env=env, pool="vm")
+                       "TESSERA_NODE_RECONCILE_S": "2", "TESSERA_WIPE_DEVICES": json.dumps(disks.device_map())}
+                node = await p.add_node(f"vm-{uuid.uuid4().hex[:6]}-{i}", env=env, pool="vm", wipe_policy=WIPE_POLICY)
                 ids.append(node)
-                p.state_dirs[node] = state
+                p.state_dirs[node], p.disks[node] = state, disks
             lab.node_ids = [uuid.UUID(i) for i in ids]
             status, body, _ = await admin.request("POST", "/v1/images", json_body=vm.catalog_entry(image, default=True))
             assert status == 201, body
@@ -72,6 +77,8 @@ async def platform(tmp_path_factory, image):
             # no domain of its nodes may outlive the test (a failed test's included)
             await asyncio.to_thread(remove_domains_of, set(getattr(p, "state_dirs", {})))
             await asyncio.to_thread(lab.destroy)
+            for disks in p.disks.values():
+                await asyncio.to_thread(disks.detach)
 
 
 async def tenant_client(p: Platform, admin) -> TesseraClient:
@@ -173,9 +180,22 @@ async def test_a_tenants_guests_boot_on_its_network_reach_each_other_and_no_othe
         await release_all(b, [b1])
         for key, alloc in (("a1", a1), ("a2", a2), ("b1", b1)):
             assert await asyncio.to_thread(host_leftovers, p, alloc, ports[key]) == [], key
+            await wiped(p, a if key != "b1" else b, alloc)
     finally:
         await a.__aexit__(None, None, None)
         await b.__aexit__(None, None, None)
+
+
+async def wiped(p: Platform, client: TesseraClient, alloc: dict) -> None:
+    """The slice's slot was wiped on release, with evidence the tenant reads; the node's other disks were not."""
+    wipe = (await client.request("GET", f"/v1/allocations/{alloc['id']}/wipe"))[1]
+    assert wipe["status"] == "wiped" and len(wipe["slots"]) == 1, wipe
+    slot, [device] = wipe["slots"][0]["slot"], wipe["slots"][0]["devices"]
+    disks = p.disks[alloc["node_id"]]
+    assert (device["device"], device["method"], device["verified"]) == (disks.devices[slot], "blkdiscard+wipefs", True)
+    assert not await asyncio.to_thread(disks.has_pattern, slot)
+    kept = [await asyncio.to_thread(disks.has_pattern, i) for i in range(8) if i != slot]
+    assert any(kept), "only the released slot's disk is wiped"
 
 
 async def failed(client: TesseraClient, name: str, opts: dict, **extra) -> dict:

@@ -89,7 +89,9 @@ async def test_the_demo_seed_has_a_tenant_admin_and_a_restart_keeps_its_nodes_sc
             users = (await tenant_admin.request("GET", f"/v1/tenants/{data['tenant_id']}/users"))[1]["items"]
             assert {made["id"], data["user_id"], data["admin_id"]} <= {u["id"] for u in users}
             quotas = (await tenant_admin.request("GET", f"/v1/tenants/{data['tenant_id']}/quotas"))[1]["items"]
-            assert [(q["pool"], q["gpu_model"], q["limit"]) for q in quotas] == [("shared", "H100", 16)]
+            # and, with the lab's bare-metal demo node, its own pool
+            expected = [("shared", "H100", 16)] + ([("baremetal", "H100", 8)] if data.get("bm_node") else [])
+            assert sorted((q["pool"], q["gpu_model"], q["limit"]) for q in quotas) == sorted(expected)
     finally:
         await first.stop()
 
@@ -108,13 +110,15 @@ async def test_the_demo_seed_has_a_tenant_admin_and_a_restart_keeps_its_nodes_sc
         assert {k: data2[k] for k in legacy} == legacy
         assert data2["admin_api_key"] and data2["admin_api_key"] != data["admin_api_key"]
 
-        # the scheduler has handled every topology report, this run's included: 2 nodes x 2 starts
+        # the scheduler has handled every topology report, this run's included: every node (the two demo nodes, and
+        # the lab's bare-metal node) x 2 starts
+        nodes = len(data["nodes"]) + (1 if data.get("bm_node") else 0)
         db = await asyncpg.connect(again.database_url)
         try:
             unhandled = ("SELECT count(*) FILTER (WHERE i.event_id IS NULL) AS unhandled, count(*) AS reports "
                          "FROM node_agent.outbox o LEFT JOIN scheduler.inbox i ON i.event_id = o.id "
                          "WHERE o.type = 'scheduler.report_topology'")
-            await eventually(lambda: db.fetchrow(unhandled), until=lambda r: r["reports"] == 4 and r["unhandled"] == 0,
+            await eventually(lambda: db.fetchrow(unhandled), until=lambda r: r["reports"] == 2 * nodes and r["unhandled"] == 0,
                              timeout=60, what="both restarted node-agents' reports handled by the scheduler")
         finally:
             await db.close()

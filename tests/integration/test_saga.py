@@ -29,6 +29,7 @@ REPLIES = {
     "network.detach_network": ("network.network_detached", None),
     "storage.delete_volume": ("storage.volume_deleted", None),
     "node_agent.deprovision": ("node_agent.node_deprovisioned", None),
+    "node_agent.wipe_slots": ("node_agent.slots_wiped", None),
     "billing.stop_meter": ("billing.meter_stopped", None),
     "allocation.mark_released": ("allocation.released", None),
 }
@@ -119,6 +120,7 @@ class Participants:
                                          "tenant_networks": {"tenant_id": self.tenant_id, "version": 1, "networks": []}},
             "storage.volume_provisioned": {"volume_id": uuid.uuid4(), "size_gb": 20},
             "node_agent.node_provisioned": {"node_id": self.node_id, "instance_id": "vm-7"},
+            "node_agent.slots_wiped": {"node_id": self.node_id},
             "node_agent.node_deprovisioned": {"node_id": self.node_id},
             "billing.meter_started": {"meter_id": uuid.uuid4(), "started_at": utcnow()},
             "allocation.activated": {"tenant_id": self.tenant_id, "state": "ACTIVE", "at": utcnow(), "node_id": self.node_id},
@@ -236,12 +238,13 @@ async def test_release_saga_runs_every_release_step_then_marks_the_allocation_re
     rt = await run_service("saga", build)
     p = await Participants.start(watch, nc)
     await p.request_release(p.node_id)
-    for type_ in ["billing.stop_meter", "node_agent.deprovision", "storage.delete_volume", "network.detach_network",
-                  "scheduler.release_slots", "allocation.mark_released"]:
+    for type_ in ["billing.stop_meter", "node_agent.deprovision", "node_agent.wipe_slots", "storage.delete_volume",
+                  "network.detach_network", "scheduler.release_slots", "allocation.mark_released"]:
         cmd = await p.command(type_)
         assert cmd["data"].get("compensates") is None
         await p.succeed(cmd)
     assert p.commands("node_agent.deprovision")[0]["data"]["node_id"] == str(p.node_id)
+    assert p.commands("node_agent.wipe_slots")[0]["data"]["node_id"] == str(p.node_id)
     await p.event("saga.completed")
     assert (await saga_row(rt, p.allocation_id, "release"))["status"] == "completed"
     assert not p.commands("allocation.mark_provisioning")

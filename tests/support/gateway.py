@@ -10,12 +10,15 @@ from dataclasses import dataclass
 import aiohttp
 
 from services.gateway.settings import GatewaySettings
-from tests.support.bus import publish_event
+from shared.contract import load_catalog
+from shared.secrets import new_key
+from tests.support.bus import make_envelope, publish_envelope, publish_event
 from tests.support.polling import eventually
 
 TOKEN_SECRET = "integration-test-secret-" + "s" * 40
 ADMIN_KEY = f"tsk_bootstrap_{uuid.uuid4().hex}"
 PROJECTED_WITHIN_S = 15.0          # how long a test waits for the gateway to show what it was told
+SECRET_KEY = new_key()             # the platform's key (TESSERA_SECRET_KEY) the suite's gateways seal BMC passwords with
 
 
 @dataclass
@@ -107,7 +110,7 @@ class Api:
 
 
 def gateway_config(**overrides) -> GatewaySettings:
-    values = dict(token_secret=TOKEN_SECRET, bootstrap_admin_key=ADMIN_KEY, stream_poll_s=30.0)
+    values = dict(token_secret=TOKEN_SECRET, bootstrap_admin_key=ADMIN_KEY, stream_poll_s=30.0, secret_key=SECRET_KEY)
     values.update(overrides)
     return GatewaySettings(**values)
 
@@ -121,6 +124,23 @@ async def publish(nc, type_: str, data: dict, tenant_id: str | None = None):
 async def project(api: Api, nc, type_: str, data: dict, tenant_id: str | None = None):
     """Play the event's owner: publish it, then wait until the gateway has handled it; returns the envelope."""
     env = await publish(nc, type_, data, tenant_id)
+    await eventually(lambda: api.handled(env), timeout=PROJECTED_WITHIN_S, what=f"the gateway to handle {type_} {env.id}")
+    return env
+
+
+async def publish_from_node(nc, type_: str, node_id, data: dict, tenant_id: str | None = None):
+    """Play a node-agent: publish its event on its node's subject (node_agent.evt.<name>.<node id>); returns the
+    envelope."""
+    subject = load_catalog().message(type_).render_subject(node_id=str(node_id))
+    env = make_envelope(type_, data, tenant_id=uuid.UUID(str(tenant_id)) if tenant_id else None,
+                        correlation_id=str(data.get("allocation_id") or node_id))
+    await publish_envelope(nc.jetstream(), subject, env)
+    return env
+
+
+async def project_from_node(api: Api, nc, type_: str, node_id, data: dict, tenant_id: str | None = None):
+    """``publish_from_node``, then wait until the gateway has handled it; returns the envelope."""
+    env = await publish_from_node(nc, type_, node_id, data, tenant_id)
     await eventually(lambda: api.handled(env), timeout=PROJECTED_WITHIN_S, what=f"the gateway to handle {type_} {env.id}")
     return env
 

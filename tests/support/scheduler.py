@@ -106,7 +106,7 @@ class Env:
 async def start(run_service, nc, watch, **overrides) -> Env:
     """A leader-elected scheduler that is consuming, its event watcher, and a fresh pool."""
     from services.scheduler.settings import SchedulerSettings
-    sched = overrides.pop("scheduler", SchedulerSettings(preemption_grace_s=0.5, stats_s=0.5))
+    sched = overrides.pop("scheduler", SchedulerSettings(preemption_grace_s=0.5, stats_s=0.5, burn_in=False))
     rt = await run_service("scheduler", lambda s: build(s, sched), **overrides)
     await asyncio.wait_for(rt.leadership.leading.wait(), 30)
     env = Env(rt, nc.jetstream(), await watch("scheduler.evt.>"))

@@ -17,6 +17,7 @@ from services.gateway.http.openapi import ENDPOINTS, document
 from services.gateway.http.problems import ProblemError, field_errors
 from services.gateway.http.schemas.allocations import AllocationCreate
 from services.gateway.http.schemas.base import MULTI_LINE, Body, integer
+from services.gateway.http.schemas.bmc import BmcSet
 from services.gateway.http.schemas.identity import TenantCreate, UserCreate
 from services.gateway.http.schemas.images import ImageCreate
 from services.gateway.http.schemas.networks import SUBNET_PATTERN, NetworkCreate, RuleCreate, ipv4_network_pattern
@@ -53,6 +54,8 @@ VALID = {
                   "kernel": "/boot/vmlinuz", "initrd": "/boot/initrd.img", "kernel_args": "console=ttyS0",
                   "default": False},
     SshKeyCreate: {"name": "laptop", "public_key": KEY},
+    BmcSet: {"url": "https://10.0.0.5", "system_id": "/redfish/v1/Systems/1", "username": "root", "password": "calvin",
+             "verify_tls": True, "ca_bundle": "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmg\n-----END CERTIFICATE-----\n"},
 }
 MULTI_LINE_FIELDS = {(NodePatch, "reason"), (PoolDefinition, "description")}
 REFUSED = ["\x00", "\x01", "\x1b", "\x1f", "\x7f", "\x85", "\x9f", "\ud800", "\udfff"]

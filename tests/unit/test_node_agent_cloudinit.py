@@ -137,3 +137,22 @@ def test_the_network_config_carries_the_tenant_networks_mtu_when_given():
     assert "mtu" not in network_config(Seed(**base))
     with pytest.raises(ValueError, match="mtu"):
         Seed(**base, mtu=100)
+
+
+def test_user_data_carries_cloud_inits_phone_home_when_given():
+    url = "http://172.30.9.1:8080/phone-home/Ab_c-1"
+    text = user_data(seed(phone_home=url))
+    assert yaml.safe_load(text)["phone_home"] == {"url": url, "post": ["instance_id", "hostname"], "tries": 10}
+    assert [line for line in text.splitlines() if line.startswith("  url:")] == [f'  url: "{url}"']
+
+
+def test_user_data_without_phone_home_has_none():
+    assert "phone_home" not in user_data(seed())
+    assert "phone_home" not in yaml.safe_load(user_data(seed(phone_home=None)))
+
+
+@pytest.mark.parametrize("bad", ["", "ftp://host/x", "http://", "/phone-home/x", "host:80/x", "http://h/a b",
+                                 "http://h/a\nb", "http://h/\x00", "http://h:99999/x", "javascript:alert(1)"])
+def test_a_phone_home_that_is_not_a_printable_http_url_is_refused(bad):
+    with pytest.raises(ValueError, match="phone_home"):
+        seed(phone_home=bad)

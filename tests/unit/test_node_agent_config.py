@@ -42,7 +42,7 @@ def test_driver_defaults_to_sim_and_receives_its_own_variables():
 
 
 def test_unknown_driver_name_is_a_config_error_listing_the_known_ones():
-    with pytest.raises(SettingError, match=r"TESSERA_NODE_DRIVER='ipmi'.*\['libvirt', 'sim'\]"):
+    with pytest.raises(SettingError, match=r"TESSERA_NODE_DRIVER='ipmi'.*\['libvirt', 'redfish', 'sim'\]"):
         load_settings({"TESSERA_NODE_DRIVER": "ipmi"})
 
 
@@ -60,6 +60,7 @@ def test_build_reads_the_node_id_from_tessera_node_id_without_connecting():
     node = uuid.uuid4()
     rt = build(environ={"TESSERA_NODE_ID": str(node)})
     assert rt.settings.instance == str(node)
-    assert rt.consumers.names == [f"node_agent_{node.hex}__provision", f"node_agent_{node.hex}__deprovision",
-                                  f"node_agent_{node.hex}__power"]
-    assert [(t, p) for t, _, p in rt.responders] == [("node_agent.read_console", {"node_id": str(node)})]
+    assert rt.consumers.names == [f"node_agent_{node.hex}__{n}" for n in (
+        "provision", "deprovision", "power", "wipe_slots", "rewipe", "burn_in", "set_bmc")]
+    assert [(t, p) for t, _, p in rt.responders] == [("node_agent.validate_bmc", {"node_id": str(node)}),
+                                                      ("node_agent.read_console", {"node_id": str(node)})]

@@ -7,7 +7,7 @@ from shared.wire import step_key
 from tests.support.saga import SagaScenario
 
 ORDER = [("billing.stop_meter", "stop_meter"), ("node_agent.deprovision", "deprovision_node"),
-         ("storage.delete_volume", "delete_volume"), ("network.detach_network", "detach_network"),
+         ("node_agent.wipe_slots", "wipe_slots"), ("storage.delete_volume", "delete_volume"), ("network.detach_network", "detach_network"),
          ("scheduler.release_slots", "release_slots"), ("allocation.mark_released", "mark_released")]
 
 
@@ -17,12 +17,17 @@ def test_release_runs_every_step_in_order_and_completes():
     for type_, step in ORDER:
         cmd = s.expect_command(type_, step=step, idempotency_key=step_key(s.saga.id, step), labels={"team": "ml"},
                                saga_id=s.saga.id, allocation_id=s.saga.allocation_id)
-        if type_ == "allocation.mark_released":
-            assert "compensates" not in cmd.data          # MarkReleased is a plain step command
+        if type_ in ("allocation.mark_released", "node_agent.wipe_slots"):
+            assert "compensates" not in cmd.data          # plain step commands: nothing of the allocate saga undone
         else:
             assert cmd.data["compensates"] is None        # release steps undo, but compensate nothing
-        if step == "deprovision_node":
+        if step in ("deprovision_node", "wipe_slots"):
             assert cmd.data["node_id"] == node and cmd.subject_params == {"node_id": node}
+        if step == "wipe_slots":   # a slot whose wipe failed goes to release_slots as quarantined
+            s.succeed(cmd, quarantine=[{"slot": 3, "reason": "blkdiscard failed"}])
+            continue
+        if step == "release_slots":
+            assert cmd.data["quarantine"] == [{"slot": 3, "reason": "blkdiscard failed"}]
         s.succeed(cmd)
     s.expect_no_command()
     assert s.saga.status == "completed" and len(s.events("saga.completed")) == 1
@@ -80,5 +85,7 @@ def test_release_without_a_node_skips_deprovisioning():
     s.succeed(s.expect_command("billing.stop_meter"))
     s.expect_command("storage.delete_volume")
     assert s.saga.record("deprovision_node").status == "succeeded"
+    assert s.saga.record("wipe_slots").status == "succeeded"   # nothing placed, nothing to wipe
     assert any(e["step"] == "deprovision_node" and "skipped" in (e["detail"] or "") for e in s.events("saga.step_changed"))
-    assert s.published_step_changes() == [("deprovision_node", "invoke", "succeeded")]   # no command says a skip
+    assert s.published_step_changes() == [("deprovision_node", "invoke", "succeeded"),   # no command says a skip
+                                          ("wipe_slots", "invoke", "succeeded")]

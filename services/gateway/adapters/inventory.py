@@ -13,14 +13,17 @@ from ..domain.scheduling import NIL, QuotaRow, ShapeInfo
 
 _NODE_VIEW_COLS = ("id, name, gpu_model, gpu_count, labels, status, pool, region, site, rack, taints, cordoned, "
                    "proposal, proposed_slot_map, approved_slot_map, review, version, last_rejection, requested_at, "
-                   "registered_at, changed_at")
+                   "registered_at, changed_at, quarantined, burn_in")
 # free_slots: the newest count (node_capacity_view) while the document says schedulable, else 0; the
 # document's own free_slots only when no count was ever carried (documents of an older scheduler)
 NODE_COLS = (", ".join(f"n.{c.strip()}" for c in _NODE_VIEW_COLS.split(",")) +
              ", CASE WHEN c.node_id IS NULL THEN n.free_slots WHEN n.status = 'schedulable' THEN c.free_slots "
-             "ELSE 0 END AS free_slots, coalesce(c.seq, 0) AS capacity_version")
+             "ELSE 0 END AS free_slots, coalesce(c.seq, 0) AS capacity_version, "
+             # the node's BMC as the document shows it: never its password, sealed or not
+             "CASE WHEN b.url IS NULL THEN NULL ELSE jsonb_build_object('url', b.url, 'system_id', b.system_id, "
+             "'username', b.username, 'password_set', true) END AS bmc")
 _JSON_COLS = ("labels", "taints", "proposed_slot_map", "approved_slot_map", "review", "last_rejection", "tolerations",
-              "preemption", "problem", "instance")
+              "preemption", "problem", "instance", "quarantined", "burn_in", "bmc")
 
 
 def plain(row: asyncpg.Record | None) -> dict[str, Any] | None:
@@ -37,10 +40,11 @@ def plain(row: asyncpg.Record | None) -> dict[str, Any] | None:
 # --- nodes ---------------------------------------------------------------------------------------
 
 async def get_node(conn: asyncpg.Connection, node_id: uuid.UUID, *, for_update: bool = False) -> dict | None:
-    """The node's document with its newest free-slot count (``for_update`` locks the nodes_view row)."""
+    """The node's document with its newest free-slot count and its BMC (``for_update`` locks the nodes_view row)."""
     lock = " FOR UPDATE OF n" if for_update else ""
     return plain(await conn.fetchrow(f"SELECT {NODE_COLS} FROM nodes_view n LEFT JOIN node_capacity_view c "
-                                     f"ON c.node_id = n.id WHERE n.id=$1{lock}", node_id))
+                                     f"ON c.node_id = n.id LEFT JOIN node_bmcs b ON b.node_id = n.id "
+                                     f"WHERE n.id=$1{lock}", node_id))
 
 
 async def pool_models(conn: asyncpg.Connection, pool: str) -> list[str]:

@@ -25,3 +25,8 @@ async def list_nodes(conn: asyncpg.Connection) -> list[asyncpg.Record]:
 def labels_of(row: asyncpg.Record) -> dict[str, str]:
     value = row["labels"]
     return json.loads(value) if isinstance(value, str) else dict(value or {})
+
+
+async def exists(conn: asyncpg.Connection, node_id: uuid.UUID, *, lock: bool = False) -> bool:
+    """The node is in nodes_view (``lock``: share-lock its row until the transaction ends)."""
+    return bool(await conn.fetchval(f"SELECT 1 FROM nodes_view WHERE id=$1{' FOR SHARE' if lock else ''}", node_id))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from shared.runtime import Runtime
 
-from ..projections import allocations, instances, inventory, networks, rejections
+from ..projections import allocations, instances, inventory, networks, rejections, wipes
 
 
 def wire(rt: Runtime) -> None:
@@ -36,3 +36,5 @@ def wire(rt: Runtime) -> None:
     subscribe("network.network_detached", networks.on_network_detached)
     subscribe("node_agent.power_changed", instances.on_power_changed)
     subscribe("node_agent.instance_problem", instances.on_instance_problem)
+    subscribe("node_agent.slots_wiped", wipes.on_slots_wiped)        # every node's (the subject's wildcard)
+    subscribe("node_agent.slot_rewiped", wipes.on_slot_rewiped)

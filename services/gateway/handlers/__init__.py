@@ -1,7 +1,8 @@
 """The HTTP route handlers, one module per resource. ``ENDPOINTS``: every /v1 endpoint, in the order the OpenAPI
 document lists them."""
-from . import allocations, auth, console, images, networks, nodes, ops, pools, power, quotas, shapes, ssh_keys, tenants
+from . import (allocations, auth, bmc, console, images, networks, nodes, ops, pools, power, quotas, shapes, ssh_keys,
+               tenants, wipes)
 
-ENDPOINTS = [*auth.ENDPOINTS, *tenants.ENDPOINTS, *ssh_keys.ENDPOINTS, *nodes.ENDPOINTS, *pools.ENDPOINTS,
-             *shapes.ENDPOINTS, *images.ENDPOINTS, *quotas.ENDPOINTS, *allocations.ENDPOINTS, *power.ENDPOINTS,
-             *console.ENDPOINTS, *ops.ENDPOINTS, *networks.ENDPOINTS]
+ENDPOINTS = [*auth.ENDPOINTS, *tenants.ENDPOINTS, *ssh_keys.ENDPOINTS, *nodes.ENDPOINTS, *bmc.ENDPOINTS,
+             *pools.ENDPOINTS, *shapes.ENDPOINTS, *images.ENDPOINTS, *quotas.ENDPOINTS, *allocations.ENDPOINTS,
+             *power.ENDPOINTS, *console.ENDPOINTS, *wipes.ENDPOINTS, *ops.ENDPOINTS, *networks.ENDPOINTS]

@@ -1,23 +1,26 @@
 """Nodes (provider admins): ask the scheduler to register one; list what was asked and what it confirmed; read a
-node's whole document, approve its slot map, change it and cordon it. Every write is a scheduler command sent
+node's whole document, approve its slot map, change it, cordon it and run its burn-in again. Every write is a scheduler command sent
 through the outbox; the views follow its events."""
 from __future__ import annotations
 
 import uuid
 
 import asyncpg
+import structlog
 from aiohttp import web
 
-from services.scheduler.contracts import ApproveSlotMap, RegisterNode, UpdateNode
+from services.scheduler.contracts import ApproveSlotMap, RegisterNode, RunBurnInRequest, UpdateNode
 
 from ..adapters import inventory, nodes
 from ..http.auth import require_provider_admin
 from ..http.endpoint import Endpoint, Param, respond
 from ..http.inputs import path_uuid, read_body
 from ..http.problems import ProblemError, not_found
-from ..http.schemas.nodes import NodeCreate, NodeDetail, NodeList, NodeOut, NodePatch, ProposalProblem, SlotMapApproval
+from ..http.schemas.nodes import (BurnIn, NodeCreate, NodeDetail, NodeList, NodeOut, NodePatch, ProposalProblem,
+                                  QuarantinedSlot, SlotMapApproval)
 from ..http.state import Gateway, gateway_of
 
+log = structlog.get_logger()
 NODE_ID = Param("node_id", "path", "The node's id.", uuid.UUID, required=True)
 _WRITE_ERRORS = (400, 401, 403, 404, 413, 415, 422)
 
@@ -39,7 +42,10 @@ def node_out(row: asyncpg.Record) -> NodeOut:
 
 
 def node_detail(row: dict) -> NodeDetail:
-    return NodeDetail(**row)
+    """The document as this API shows it (of the scheduler's quarantine and burn-in records, the members it names)."""
+    quarantined = [{k: q[k] for k in QuarantinedSlot.model_fields if k in q} for q in row.get("quarantined") or []]
+    burn_in = BurnIn.shown(row["burn_in"]) if row.get("burn_in") else None
+    return NodeDetail(**{**row, "quarantined": quarantined, "burn_in": burn_in})
 
 
 async def register_node(request: web.Request) -> web.Response:
@@ -133,6 +139,28 @@ def _cordon(value: bool):
     return handler
 
 
+BURN_IN_FROM = ("schedulable", "burn_in", "burn_in_failed")   # the scheduler's rule: an approved node, in these
+
+
+async def run_burn_in(request: web.Request) -> web.Response:
+    """202 and one scheduler.run_burn_in for an approved node the view shows schedulable, burning in or failed
+    burn-in; a 409 naming its status otherwise. The scheduler refuses it while allocations hold the node's slots
+    (the refusal shows in ``last_rejection``)."""
+    admin = require_provider_admin(request)
+    node_id = path_uuid(request, "node_id", "node")
+    async with gateway_of(request).unit_of_work("gateway.run_burn_in") as uow:
+        row = await inventory.get_node(uow.conn, node_id)
+        if row is None:
+            raise not_found("node")
+        if row["status"] not in BURN_IN_FROM or row["approved_slot_map"] is None:
+            raise ProblemError(409, f"the node is {row['status']}: a burn-in runs on an approved node "
+                                    f"({', '.join(BURN_IN_FROM)})", slug="burn-in-not-allowed")
+        await uow.emit("scheduler.run_burn_in", RunBurnInRequest(node_id=node_id, requested_by=admin.user_id),
+                       correlation_id=str(node_id))
+    log.info("audit.burn_in_requested", user_id=str(admin.user_id), node_id=str(node_id))
+    return respond(node_detail(row), 202)
+
+
 ENDPOINTS = [
     Endpoint("POST", "/v1/nodes", register_node, "registerNode", "Register a node (provider admin)", "nodes",
              {202: NodeOut}, body=NodeCreate, errors=(400, 401, 403, 409, 413, 415, 422),
@@ -157,4 +185,12 @@ ENDPOINTS = [
              errors=(401, 403, 404), description="Running allocations stay."),
     Endpoint("POST", "/v1/nodes/{node_id}/uncordon", _cordon(False), "uncordonNode",
              "Uncordon a node (provider admin)", "nodes", {202: NodeDetail}, params=(NODE_ID,), errors=(401, 403, 404)),
+    Endpoint("POST", "/v1/nodes/{node_id}/burn-in", run_burn_in, "runNodeBurnIn",
+             "Run a node's burn-in again (provider admin)", "nodes", {202: NodeDetail}, params=(NODE_ID,),
+             errors=(401, 403, 404, 409),
+             description="The node leaves service (`burn_in`) while its agent runs the checks; a pass makes it "
+                         "`schedulable`, a failure `burn_in_failed` with the failed checks in `review` (`burn_in` "
+                         "shows the run). Only an approved node that is schedulable, burning in or failed burn-in "
+                         "(else 409 naming its status); the scheduler refuses it while allocations run on the node "
+                         "(drain it first), shown in `last_rejection`."),
 ]

@@ -22,11 +22,14 @@ class Gateway:
     rt: Runtime
     config: GatewaySettings
     tokens: TokenIssuer = field(init=False)
+    # the platform's key that seals BMC passwords (read once, here; None: none configured, a BMC PUT is a 503)
+    secret_key: bytes | None = field(init=False, repr=False)
     hub: AllocationEventHub = field(default_factory=lambda: AllocationEventHub(EVENTS_CHANNEL))
     streams: StreamRegistry = field(default_factory=StreamRegistry)
 
     def __post_init__(self) -> None:
         self.tokens = TokenIssuer(self.config.token_secret, self.config.token_ttl_s)
+        self.secret_key = self.config.platform_key()
 
     @property
     def pool(self) -> asyncpg.Pool:

@@ -1,5 +1,5 @@
 """The scheduler's inventory documents into their views: nodes_view (with the scheduler's registration
-confirmation), shapes_view, pools_view and quotas_view.
+confirmation; the node's quarantined slots and its last burn-in run too), shapes_view, pools_view and quotas_view.
 
 Each handler runs in the consumer's transaction (inbox dedupe included). Every upsert of a
 scheduler document is version-guarded: it applies only when the document is newer than the row,
@@ -32,20 +32,25 @@ def _j(value) -> str | None:
 
 
 async def apply_node(conn: asyncpg.Connection, d: sc.NodeChanged) -> bool:
+    quarantined = [q.model_dump(mode="json") for q in d.quarantined]
+    burn_in = d.burn_in.model_dump(mode="json") if d.burn_in is not None else None
     applied = await conn.fetchval(
         "INSERT INTO nodes_view (id, name, gpu_model, gpu_count, labels, status, pool, region, site, rack, taints, "
-        "cordoned, proposal, proposed_slot_map, approved_slot_map, review, free_slots, version, registered_at, changed_at) "
+        "cordoned, proposal, proposed_slot_map, approved_slot_map, review, free_slots, version, quarantined, burn_in, "
+        "registered_at, changed_at) "
         "VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9, $10, $11::jsonb, $12, $13, $14::jsonb, $15::jsonb, $16::jsonb, "
-        "$17, $18, now(), now()) ON CONFLICT (id) DO UPDATE SET name=EXCLUDED.name, gpu_model=EXCLUDED.gpu_model, "
+        "$17, $18, $19::jsonb, $20::jsonb, now(), now()) ON CONFLICT (id) DO UPDATE SET name=EXCLUDED.name, "
+        "gpu_model=EXCLUDED.gpu_model, "
         "gpu_count=EXCLUDED.gpu_count, labels=EXCLUDED.labels, status=EXCLUDED.status, pool=EXCLUDED.pool, "
         "region=EXCLUDED.region, site=EXCLUDED.site, rack=EXCLUDED.rack, taints=EXCLUDED.taints, "
         "cordoned=EXCLUDED.cordoned, proposal=EXCLUDED.proposal, proposed_slot_map=EXCLUDED.proposed_slot_map, "
         "approved_slot_map=EXCLUDED.approved_slot_map, review=EXCLUDED.review, free_slots=EXCLUDED.free_slots, "
-        "version=EXCLUDED.version, registered_at=coalesce(nodes_view.registered_at, now()), changed_at=now() "
+        "version=EXCLUDED.version, quarantined=EXCLUDED.quarantined, burn_in=EXCLUDED.burn_in, "
+        "registered_at=coalesce(nodes_view.registered_at, now()), changed_at=now() "
         "WHERE nodes_view.version < EXCLUDED.version RETURNING 1",
         d.node_id, d.name, d.gpu_model, d.gpu_count, _j(d.labels), d.status, d.pool, d.region, d.site, d.rack,
         _j(d.taints), d.cordoned, d.proposal, _j(d.proposed_slot_map), _j(d.approved_slot_map), _j(d.review),
-        d.free_slots, d.version)
+        d.free_slots, d.version, _j(quarantined), _j(burn_in))
     return bool(applied)
 
 

@@ -6,7 +6,7 @@ from functools import partial
 from shared.runtime import Runtime
 
 from .. import handlers
-from ..contracts import PROVISION_NODE
+from ..contracts import PROVISION_NODE, WIPE_SLOTS
 
 
 def wire(rt: Runtime, node: handlers.Node) -> None:
@@ -20,6 +20,14 @@ def wire(rt: Runtime, node: handlers.Node) -> None:
     rt.consumers.subscribe("node_agent.power", partial(handlers.power, node=node), subject_params=params,
                            durable=f"{durable}__power", batch_size=1, max_workers=4,
                            on_refused=handlers.power_refused(node))
+    # a wipe reads and writes the slots' disks for seconds: one per transaction, a few at once
+    rt.consumers.participate(WIPE_SLOTS, invoke=partial(handlers.wipe_slots, node=node), subject_params=params,
+                             durable=durable, batch_size=1, max_workers=4)
+    for type_, handler in (("node_agent.rewipe", handlers.rewipe), ("node_agent.burn_in", handlers.burn_in),
+                           ("node_agent.set_bmc", handlers.set_bmc)):
+        rt.consumers.subscribe(type_, partial(handler, node=node), subject_params=params,
+                               durable=f"{durable}__{type_.split('.')[1]}", batch_size=1, max_workers=2)
+    rt.answer("node_agent.validate_bmc", lambda req: handlers.validate_bmc(node, req), **params)
     rt.answer("node_agent.read_console", lambda req: handlers.read_console(node, rt.pool, req), **params)
     if node.dataplane.kind == "none":
         return   # nothing plumbed, nothing to keep up to date

@@ -16,6 +16,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 import asyncpg
 import structlog
@@ -53,6 +54,10 @@ class Node:
     dataplane: Dataplane = field(default_factory=NullDataplane)
     # one thread for every kernel call: pyroute2's sync sockets stay on the thread that made them
     kernel_thread: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "dataplane"), repr=False)
+    # the wipe engine (release and re-wipe), the burn-in checks and the platform key that opens the BMC password
+    wiper: Any = None
+    burn_in: Any = None
+    secret_key: bytes | None = field(default=None, repr=False)
     # set once the stored desired state is loaded: a command handled before that would be undone by the load
     loaded: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 

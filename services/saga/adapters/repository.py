@@ -85,5 +85,15 @@ async def reserved_node(conn: asyncpg.Connection, allocation_id: uuid.UUID) -> s
         "AND st.status='succeeded'", allocation_id)
 
 
+async def reservation(conn: asyncpg.Connection, allocation_id: uuid.UUID) -> dict:
+    """What the allocation's allocate saga reserved: {node_id, slots, slot_details} ({} when nothing)."""
+    raw = await conn.fetchval(
+        "SELECT st.result FROM saga_steps st JOIN sagas s ON s.id = st.saga_id "
+        "WHERE s.allocation_id=$1 AND s.kind='allocate' AND st.step='reserve_slots' AND st.phase='invoke' "
+        "AND st.status='succeeded'", allocation_id)
+    result = (json.loads(raw) if isinstance(raw, str) else raw) or {}
+    return {k: result[k] for k in ("node_id", "slots", "slot_details") if result.get(k) is not None}
+
+
 async def find(conn: asyncpg.Connection, allocation_id: uuid.UUID, kind: str) -> uuid.UUID | None:
     return await conn.fetchval("SELECT id FROM sagas WHERE allocation_id=$1 AND kind=$2", allocation_id, kind)

@@ -24,7 +24,7 @@ from typing import Any, Callable, Literal, Mapping
 from services.allocation.contracts import ACTIVATE, FAIL_ALLOCATION, MARK_PROVISIONING, MARK_RELEASED
 from services.billing.contracts import START_METER
 from services.network.contracts import ATTACH_NETWORK
-from services.node_agent.contracts import PROVISION_NODE
+from services.node_agent.contracts import PROVISION_NODE, WIPE_SLOTS
 from services.scheduler.contracts import RESERVE_SLOTS
 from services.storage.contracts import PROVISION_VOLUME
 from shared.steps import Step
@@ -54,6 +54,13 @@ def _undo(*names: str) -> FieldBuilder:
     """Release steps are undo commands that compensate nothing (``compensates`` = None)."""
     def build(ctx: Context) -> dict:
         return {"compensates": None, **{n: ctx.get(n) for n in names}}
+    return build
+
+
+def _undo_keeping(*names: str) -> FieldBuilder:
+    """A release step's undo command with the context values that earlier release steps yielded."""
+    def build(ctx: Context) -> dict:
+        return {"compensates": None, **{n: ctx[n] for n in names if ctx.get(n) is not None}}
     return build
 
 
@@ -170,9 +177,13 @@ RELEASE = SagaDefinition(
         SagaStep("stop_meter", START_METER.undo_step, fields=_undo()),
         SagaStep("deprovision_node", PROVISION_NODE.undo_step, fields=_undo("node_id"), subject=("node_id",),
                  requires="node_id"),
+        # no slot returns to the pool unwiped: the slots stay the allocation's while they are wiped, and those
+        # whose wipe failed are quarantined instead of freed (release_slots' quarantine)
+        SagaStep("wipe_slots", WIPE_SLOTS, fields=_some("node_id", "slots", "slot_details"), subject=("node_id",),
+                 requires="node_id", yields=("quarantine",)),
         SagaStep("delete_volume", PROVISION_VOLUME.undo_step, fields=_undo()),
         SagaStep("detach_network", ATTACH_NETWORK.undo_step, fields=_undo()),
-        SagaStep("release_slots", RESERVE_SLOTS.undo_step, fields=_undo()),
+        SagaStep("release_slots", RESERVE_SLOTS.undo_step, fields=_undo_keeping("quarantine")),
         SagaStep("mark_released", MARK_RELEASED),
     ),
     on_failure=_FAILED,

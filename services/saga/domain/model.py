@@ -38,7 +38,7 @@ class Policy:
     queue_timeout_s: float = 86_400.0   # how long a step that reported "queued" may wait for capacity
     # (step name, seconds): steps that take longer than a message round trip by nature. provision_node boots a
     # VM (a cloud image's first boot with cloud-init takes a minute or more) or a bare-metal server.
-    step_timeouts: tuple[tuple[str, float], ...] = (("provision_node", 600.0),)
+    step_timeouts: tuple[tuple[str, float], ...] = (("provision_node", 600.0), ("wipe_slots", 600.0))
 
     def __post_init__(self) -> None:
         if self.step_timeout_s <= 0 or self.compensation_timeout_s <= 0 or self.queue_timeout_s <= 0:

@@ -15,8 +15,12 @@ import asyncpg
 
 _NODE_COLUMNS = ("name", "gpu_model", "gpu_count", "pool", "region", "site", "rack", "labels", "taints",
                  "cordoned", "declared", "status", "driver", "topology", "proposal", "proposed_slot_map",
-                 "approved_slot_map", "review")
-_JSON = {"labels", "taints", "topology", "proposed_slot_map", "approved_slot_map", "review"}
+                 "approved_slot_map", "review", "burn_in")
+_JSON = {"labels", "taints", "topology", "proposed_slot_map", "approved_slot_map", "review", "burn_in", "quarantined"}
+# a node row with its quarantined slots ([{slot, reason, since}], slot order)
+_SELECT = ("SELECT n.*, coalesce((SELECT jsonb_agg(jsonb_build_object('slot', s.idx, 'reason', s.quarantine_reason, "
+           "'since', s.quarantined_at) ORDER BY s.idx) FROM slots s WHERE s.node_id = n.id "
+           "AND s.quarantine_reason IS NOT NULL), '[]'::jsonb) AS quarantined FROM nodes n")
 
 
 def _decode(row: asyncpg.Record) -> dict[str, Any]:
@@ -32,7 +36,7 @@ async def get(conn: asyncpg.Connection, node_id: uuid.UUID, *, lock: bool = Fals
     until the transaction ends, even before the row exists (declare and discovery may race to create it)."""
     if lock:
         await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('scheduler.node:' || $1, 0))", str(node_id))
-    row = await conn.fetchrow("SELECT * FROM nodes WHERE id=$1" + (" FOR UPDATE" if lock else ""), node_id)
+    row = await conn.fetchrow(f"{_SELECT} WHERE n.id=$1" + (" FOR UPDATE OF n" if lock else ""), node_id)
     return _decode(row) if row else None
 
 
@@ -67,14 +71,15 @@ async def document(conn: asyncpg.Connection, node_id: uuid.UUID) -> dict[str, An
     0; capacity = that count whatever the status, with the capacity sequence it was counted at (one
     statement: a consistent pair)."""
     row = await conn.fetchrow(
-        "SELECT n.*, node_free_slots(n.id) AS free_slots, coalesce((SELECT c.seq FROM node_capacity c "
-        "WHERE c.node_id = n.id), 0) AS capacity_seq FROM nodes n WHERE n.id=$1", node_id)
+        f"SELECT q.*, node_free_slots(q.id) AS free_slots, coalesce((SELECT c.seq FROM node_capacity c "
+        f"WHERE c.node_id = q.id), 0) AS capacity_seq FROM ({_SELECT} WHERE n.id=$1) q", node_id)
     d = _decode(row)
     return {"node_id": d["id"], "name": d["name"], "status": d["status"], "pool": d["pool"], "region": d["region"],
             "site": d["site"], "rack": d["rack"], "gpu_model": d["gpu_model"], "gpu_count": d["gpu_count"],
             "labels": d["labels"], "taints": d["taints"], "cordoned": d["cordoned"],
             "proposal": d["proposal"] if d["proposed_slot_map"] is not None else None, "proposed_slot_map": d["proposed_slot_map"],
             "approved_slot_map": d["approved_slot_map"], "review": d["review"],
+            "quarantined": d["quarantined"], "burn_in": d["burn_in"],
             "free_slots": d["free_slots"] if d["status"] == "schedulable" else 0, "version": d["version"],
             "capacity": {"free_slots": d["free_slots"], "seq": d["capacity_seq"]}}
 
@@ -85,7 +90,8 @@ async def install_slots(conn: asyncpg.Connection, node_id: uuid.UUID, slots: lis
     Raises the node's capacity sequence (the free slots changed)."""
     await conn.executemany(
         "INSERT INTO slots (node_id, idx, detail, wipe_policy) VALUES ($1, $2, $3::jsonb, $4) "
-        "ON CONFLICT (node_id, idx) DO UPDATE SET detail = EXCLUDED.detail, wipe_policy = EXCLUDED.wipe_policy, "
+        "ON CONFLICT (node_id, idx) DO UPDATE SET detail = EXCLUDED.detail, "
+        "wipe_policy = CASE WHEN slots.quarantine_reason IS NULL THEN EXCLUDED.wipe_policy ELSE '' END, "
         "retired = false",
         [(node_id, s["index"], json.dumps(s), s.get("wipe_policy") or "") for s in slots])
     await conn.execute("DELETE FROM slots WHERE node_id=$1 AND NOT (idx = ANY($2::int[])) AND allocation_id IS NULL",
@@ -97,4 +103,29 @@ async def install_slots(conn: asyncpg.Connection, node_id: uuid.UUID, slots: lis
 
 async def all_nodes(conn: asyncpg.Connection) -> list[dict[str, Any]]:
     """Every node row (for loading the in-memory index)."""
-    return [_decode(r) for r in await conn.fetch("SELECT * FROM nodes ORDER BY name")]
+    return [_decode(r) for r in await conn.fetch(f"{_SELECT} ORDER BY n.name")]
+
+
+async def quarantine(conn: asyncpg.Connection, node_id: uuid.UUID, slots: dict[int, str]) -> list[int]:
+    """Take the slots out of service with their reasons (wipe failed); returns the slots newly quarantined.
+    Before the release frees them, so the count of free slots never includes them."""
+    rows = await conn.fetch(
+        "UPDATE slots s SET quarantine_reason = q.reason, quarantined_at = now(), wipe_policy = '' "
+        "FROM unnest($2::int[], $3::text[]) AS q(idx, reason) WHERE s.node_id = $1 AND s.idx = q.idx "
+        "AND s.quarantine_reason IS NULL RETURNING s.idx", node_id, list(slots), list(slots.values()))
+    if rows:   # the document changed (its quarantined slots)
+        await conn.execute("UPDATE nodes SET version = version + 1 WHERE id=$1", node_id)
+    return sorted(r["idx"] for r in rows)
+
+
+async def return_slot(conn: asyncpg.Connection, node_id: uuid.UUID, slot: int) -> bool:
+    """A quarantined slot back in service with its approved policy (a re-wipe passed); False if it was not
+    quarantined."""
+    done = await conn.fetchval(
+        "UPDATE slots SET quarantine_reason = NULL, quarantined_at = NULL, "
+        "wipe_policy = coalesce(detail->>'wipe_policy', '') WHERE node_id=$1 AND idx=$2 "
+        "AND quarantine_reason IS NOT NULL RETURNING true", node_id, slot)
+    if done:
+        await conn.execute("UPDATE nodes SET version = version + 1 WHERE id=$1", node_id)
+        await conn.execute("SELECT capacity_changed(ARRAY[$1]::uuid[])", node_id)
+    return bool(done)

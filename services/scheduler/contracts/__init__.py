@@ -20,7 +20,7 @@ from shared.wire import StepCommand, StepFailure, StepReply, StepUndone, UndoCom
 NAME = r"^[a-z0-9]([a-z0-9.\-]{0,61}[a-z0-9])?$"
 # The shapes the platform ships with, by GPU count (the scheduler seeds them; admins add or remove shapes later).
 SHAPES: dict[str, int] = {"vm.1gpu": 1, "vm.2gpu": 2, "vm.4gpu": 4, "vm.8gpu": 8, "bm.8gpu": 8}
-NodeStatus = Literal["registered", "pending_approval", "schedulable", "needs_review"]
+NodeStatus = Literal["registered", "pending_approval", "burn_in", "burn_in_failed", "schedulable", "needs_review"]
 TargetKind = Literal["node", "shape", "pool", "quota", "allocation"]   # what an admin command is about
 FailureCode = Literal["no-capacity", "quota-exceeded", "queue-full", "cancelled", "unknown-shape", "invalid-request",
                       "preempted"]
@@ -117,6 +117,36 @@ class NodeRegistered(Wire):
     gpu_count: int
 
 
+class QuarantinedSlotState(Wire):
+    slot: int
+    reason: str
+    since: datetime | None = None
+
+
+class BurnInState(Wire):
+    run_id: uuid.UUID
+    state: Literal["running", "passed", "failed"]
+    checks: list[dict[str, Any]] = Field(default_factory=list, description="name, ok, detail per check.")
+    requested_by: uuid.UUID | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+class RunBurnInRequest(Wire):
+    """A provider admin re-runs the node's burn-in (the node leaves service until it passes)."""
+    node_id: uuid.UUID
+    requested_by: uuid.UUID
+
+
+class SlotStateChanged(Wire):
+    """Operator event: a slot was quarantined (its wipe failed) or returned to service (a re-wipe passed)."""
+    node_id: uuid.UUID
+    slot: int
+    state: Literal["quarantined", "returned"]
+    reason: str = Field(default="", max_length=2000)
+    allocation_id: uuid.UUID | None = None
+
+
 class NodeChanged(Wire):
     node_id: uuid.UUID
     name: str
@@ -133,7 +163,11 @@ class NodeChanged(Wire):
     proposal: int | None = Field(default=None, description="Number of the slot-map proposal awaiting approval.")
     proposed_slot_map: dict[str, Any] | None = None
     approved_slot_map: dict[str, Any] | None = None
-    review: list[str] = Field(default_factory=list, description="Why the node needs review (discovery differs).")
+    review: list[str] = Field(default_factory=list, description="Why the node needs review (discovery differs), "
+                                                               "or which burn-in checks failed.")
+    quarantined: list[QuarantinedSlotState] = Field(default_factory=list, description="Slots out of service: their "
+                                                    "wipe failed; a provider admin's successful re-wipe returns them.")
+    burn_in: BurnInState | None = Field(default=None, description="The node's last burn-in run.")
     free_slots: int = Field(default=0, description="The node's free slots while it is schedulable, else 0.")
     version: int = Field(ge=1, description="The document's version: raised by each change of the node itself, not "
                                            "by slots taken or freed (those raise capacity.seq).")
@@ -201,6 +235,8 @@ class SlotDetail(Wire):
     nvlink_domain: int
     cpu_cores: int = Field(default=0, ge=0, description="The slot's share of its NUMA node's cores (0: unknown).")
     memory_gb: int = Field(default=0, ge=0, description="The slot's share of its NUMA node's memory (0: unknown).")
+    wipe_policy: str | None = Field(default=None, max_length=64,
+                                    description="How release wipes the slot (the approved map's policy).")
 
 
 class SlotsReserved(StepReply):
@@ -230,8 +266,15 @@ class SlotReservationFailed(StepFailure):
     requested: int | None = None
 
 
+class QuarantineSlot(Wire):
+    slot: int = Field(ge=0)
+    reason: str = Field(max_length=2000)
+
+
 class ReleaseSlots(UndoCommand):
-    pass
+    quarantine: list[QuarantineSlot] = Field(
+        default_factory=list, description="Slots whose wipe failed: kept out of service (quarantined) with the "
+                                          "reason instead of freed, until a provider admin's re-wipe succeeds.")
 
 
 class SlotsReleased(StepUndone):
@@ -279,6 +322,8 @@ CONTRACT = ServiceContract(
         _m("define_pool", DefinePool, "command", "A provider admin defines a node pool and its policy."),
         _m("set_quota", SetQuota, "command", "A tenant's (or one of its users') GPU quota for a model and pool."),
         _m("cancel_request", CancelRequest, "command", "Cancel a pending (queued) reservation."),
+        _m("run_burn_in", RunBurnInRequest, "command", "A provider admin re-runs a node's burn-in."),
+        _m("slot_state_changed", SlotStateChanged, "event", "A slot was quarantined (wipe failed) or returned."),
         _m("node_registered", NodeRegistered, "event", "A node exists."),
         _m("node_changed", NodeChanged, "event", "A node's whole document after any change."),
         _m("shape_changed", ShapeChanged, "event", "A shape's whole document after any change."),
@@ -290,7 +335,8 @@ CONTRACT = ServiceContract(
     ],
     receives=["scheduler.register_node", "scheduler.report_topology", "scheduler.approve_slot_map",
               "scheduler.update_node", "scheduler.define_shape", "scheduler.define_pool", "scheduler.set_quota",
-              "scheduler.cancel_request"],
-    sends=["allocation.preempt"],
+              "scheduler.cancel_request", "scheduler.run_burn_in", "node_agent.burn_in_finished",
+              "node_agent.slot_rewiped"],
+    sends=["allocation.preempt", "node_agent.burn_in"],
     steps=[RESERVE_SLOTS],
 )

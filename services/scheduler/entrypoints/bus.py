@@ -19,6 +19,12 @@ ROUTES = {
     "scheduler.define_pool": h.define_pool,
     "scheduler.set_quota": h.set_quota,
     "scheduler.cancel_request": h.cancel_request,
+    "scheduler.run_burn_in": h.run_burn_in,
+}
+# the node-agents' results: every node's (the subject's node id is a wildcard)
+NODE_EVENTS = {
+    "node_agent.burn_in_finished": h.burn_in_finished,
+    "node_agent.slot_rewiped": h.slot_rewiped,
 }
 
 
@@ -29,6 +35,9 @@ def wire(rt: Runtime, active: h.ActiveScheduler) -> None:
     for type_, handler in ROUTES.items():
         rt.consumers.subscribe(type_, partial(handler, active=active), leader_only=True, exclusive=True,
                                max_workers=1, on_refused=h.refused(type_, active))
+    for type_, handler in NODE_EVENTS.items():
+        rt.consumers.subscribe(type_, partial(handler, active=active), leader_only=True, exclusive=True,
+                               max_workers=1)
     rt.consumers.participate(RESERVE_SLOTS, leader_only=True, exclusive=True, max_workers=1,
                              invoke=partial(h.reserve_slots, active=active, sim_faults=rt.settings.sim_faults),
                              undo=partial(h.release_slots, active=active))

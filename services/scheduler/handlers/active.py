@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from dataclasses import replace
 from typing import Any
 
 import asyncpg
@@ -35,8 +36,12 @@ log = structlog.get_logger()
 
 
 def node_state(row: dict[str, Any]) -> NodeState:
-    """A node row as the domain sees it: schedulable only with an approved map and status schedulable."""
+    """A node row as the domain sees it: schedulable only with an approved map and status schedulable; a
+    quarantined slot is not schedulable (as a slot without a wipe policy)."""
     slot_map = SlotMap.from_dict(row["approved_slot_map"]) if row["approved_slot_map"] else SlotMap(())
+    out = {q["slot"] for q in row.get("quarantined") or ()}
+    if out:
+        slot_map = SlotMap(tuple(replace(s, wipe_policy=None) if s.index in out else s for s in slot_map.slots))
     return NodeState(row["id"], row["name"], row["pool"], row["gpu_model"], row["region"], row["site"], row["rack"],
                      row["labels"], row["taints"], row["cordoned"], slot_map, row["status"] == "schedulable")
 

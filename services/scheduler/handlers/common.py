@@ -47,6 +47,7 @@ TARGETS: dict[str, tuple[c.TargetKind, Callable[[Any], str]]] = {
     "scheduler.define_pool": ("pool", lambda cmd: cmd.name),
     "scheduler.set_quota": ("quota", quota_target),
     "scheduler.cancel_request": ("allocation", lambda cmd: str(cmd.allocation_id)),
+    "scheduler.run_burn_in": ("node", lambda cmd: str(cmd.node_id)),
 }
 
 

@@ -18,6 +18,7 @@ from ..adapters import catalog, nodes
 from ..domain.topology import NodeTopology, SlotMap, TopologyError, compare, derive_slot_map
 from .active import ActiveScheduler
 from .common import Rejected, admin, emit_node
+from .burn_in import send_burn_in, start_burn_in
 from .placing import place_waiting
 
 _DECLARED = ("name", "gpu_model", "gpu_count", "labels", "pool", "region", "site", "rack")
@@ -111,7 +112,8 @@ def _approved_map(node: dict, cmd: c.ApproveSlotMap) -> SlotMap:
 
 
 async def approve_slot_map(ctx: UnitOfWork, cmd: c.ApproveSlotMap, *, active: ActiveScheduler) -> None:
-    """Approve the node's current proposal: its slots become schedulable (those with a wipe policy).
+    """Approve the node's current proposal: its slots become schedulable (those with a wipe policy) once the
+    node passed its burn-in (sent here, when burn-in is on; see handlers/burn_in.py).
     Rejected: unknown node, no proposal, a proposal number that is not the current one."""
     await active.ensure_loaded()
     async def body() -> None:
@@ -127,14 +129,19 @@ async def approve_slot_map(ctx: UnitOfWork, cmd: c.ApproveSlotMap, *, active: Ac
         doc = slot_map.to_dict()
         await nodes.install_slots(ctx.conn, cmd.node_id, json.loads(json.dumps(doc["slots"])))
         # the approved hardware is what the node is from now on (the declaration was the admin's expectation)
+        burn_in = start_burn_in(cmd.node_id, cmd.approved_by) if active.settings.burn_in else None
         await nodes.update(ctx.conn, cmd.node_id, {"approved_slot_map": doc, "proposed_slot_map": None,
-                                                   "status": "schedulable", "review": [],
+                                                   "status": "burn_in" if burn_in else "schedulable", "review": [],
+                                                   **({"burn_in": burn_in} if burn_in else {}),
                                                    "gpu_model": slot_map.slots[0].gpu_model if slot_map.slots
                                                    else node["gpu_model"], "gpu_count": len(slot_map.slots) or
                                                    node["gpu_count"]})
         active.apply_node(await nodes.get(ctx.conn, cmd.node_id))
         await emit_node(ctx, cmd.node_id)
-        await place_waiting(ctx, active)
+        if burn_in:
+            await send_burn_in(ctx, cmd.node_id, burn_in)
+        else:
+            await place_waiting(ctx, active)
     await admin(ctx, "scheduler.approve_slot_map", str(cmd.node_id), body)
 
 

@@ -34,7 +34,8 @@ from .active import ActiveScheduler
 
 log = structlog.get_logger()
 
-_DETAIL = ("index", "gpu_pci", "nvme_pci", "ib_vf_pci", "ib_guid", "numa", "nvlink_domain", "cpu_cores", "memory_gb")
+_DETAIL = ("index", "gpu_pci", "nvme_pci", "ib_vf_pci", "ib_guid", "numa", "nvlink_domain", "cpu_cores", "memory_gb",
+           "wipe_policy")
 
 
 def claim_of(req: Request, p: Placement, cmd: dict[str, Any]) -> claims.Claim:

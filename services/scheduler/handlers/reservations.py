@@ -22,19 +22,20 @@ from functools import partial
 from typing import Any
 
 import asyncpg
+import structlog
 
 from shared import participant
 from shared.participant import Outcome, injected_fault
 from shared.unit_of_work import UnitOfWork
 
 from .. import contracts as c
-from ..adapters import claims
+from ..adapters import claims, nodes
 from ..adapters import queue as pending
 from ..adapters.metrics import LATENCY
 from ..domain.inventory import Placement
 from ..domain.scheduler import Decision
 from .active import ActiveScheduler, request_of
-from .common import Rejected, admin
+from .common import Rejected, admin, emit_node
 from .placing import (
     commit,
     conclude,
@@ -45,6 +46,8 @@ from .placing import (
     reserved_result,
     settle,
 )
+
+log = structlog.get_logger()
 
 _ATTEMPTS = 3   # decisions retried after the index proved stale; then the whole index is reloaded
 _CANCELLED = {"code": "cancelled"}   # the failure code a late reserve of a compensated key answers
@@ -164,8 +167,30 @@ async def release_slots(ctx: UnitOfWork, cmd: c.ReleaseSlots, *, active: ActiveS
     await participant.undo(ctx, cmd, partial(_release, ctx=ctx, active=active), step=c.RESERVE_SLOTS)
 
 
+async def _quarantine(ctx: UnitOfWork, cmd: c.ReleaseSlots, active: ActiveScheduler) -> uuid.UUID | None:
+    """Quarantine the slots whose wipe failed, before the release frees the rest (the held row names the node);
+    the operator event per slot and the node's document go out with the release. Returns the node."""
+    held = await claims.held(ctx.conn, cmd.allocation_id) if cmd.quarantine else None
+    if held is None:
+        return None
+    node_id = held["node_id"]
+    await nodes.get(ctx.conn, node_id, lock=True)
+    reasons = {q.slot: q.reason for q in cmd.quarantine if q.slot in held["slots"]}
+    for slot in await nodes.quarantine(ctx.conn, node_id, reasons):
+        await ctx.emit("scheduler.slot_state_changed", c.SlotStateChanged(
+            node_id=node_id, slot=slot, state="quarantined", reason=reasons[slot], allocation_id=cmd.allocation_id))
+        log.warning("scheduler.slot_quarantined", node_id=str(node_id), slot=slot, reason=reasons[slot])
+    return node_id
+
+
 async def _release(conn: asyncpg.Connection, cmd: c.ReleaseSlots, *, ctx: UnitOfWork, active: ActiveScheduler) -> dict:
+    quarantined_on = await _quarantine(ctx, cmd, active)
     row, capacity = await claims.release(conn, cmd.allocation_id)    # quota use: published by a loop
+    if quarantined_on is not None:
+        node_row = await nodes.get(conn, quarantined_on)
+        await emit_node(ctx, quarantined_on)
+        # the index learns of the quarantine before it frees the allocation's slots
+        ctx.on_commit(partial(_apply_node, active, node_row))
     queued = await pending.remove(conn, cmd.allocation_id)
     if queued is not None and queued["idempotency_key"] != cmd.compensates:
         await conclude(ctx, queued["request"], "failed", {"reason": "released while waiting", "code": "cancelled"},
@@ -176,6 +201,10 @@ async def _release(conn: asyncpg.Connection, cmd: c.ReleaseSlots, *, ctx: UnitOf
     if row is None:
         return {"slots_freed": 0}
     return {"slots_freed": len(row["slots"]), "node_id": row["node_id"], "capacity": capacity}
+
+
+async def _apply_node(active: ActiveScheduler, row: dict) -> None:
+    active.apply_node(row)
 
 
 async def cancel_request(ctx: UnitOfWork, cmd: c.CancelRequest, *, active: ActiveScheduler) -> None:

@@ -13,6 +13,13 @@ PowerAction = Literal["reboot", "stop", "start"]
 PowerState = Literal["running", "stopped", "unknown"]
 
 
+class Phase(Out):
+    """One provisioning phase of a bare-metal instance and how long it took."""
+
+    name: str
+    seconds: float
+
+
 class InstanceOut(Out):
     """The instance the node made for the allocation, as allocation.activated described it; power_state follows
     the power actions. On a host without GPUs the libvirt driver boots the guest without passthrough and says
@@ -22,7 +29,9 @@ class InstanceOut(Out):
     def shown(cls, stored: dict) -> "InstanceOut":
         """From the stored InstanceInfo (node_agent.contracts): what this API shows of it (a field the wire
         model gained since is left out, not an error)."""
-        return cls(**{k: v for k, v in stored.items() if k in cls.model_fields})
+        shown = {k: v for k, v in stored.items() if k in cls.model_fields}
+        shown["phases"] = [{k: p[k] for k in Phase.model_fields if k in p} for p in stored.get("phases") or []]
+        return cls(**shown)
 
     instance_id: str = Field(description="The driver's name for it (libvirt: the domain name).")
     driver: str = Field(description="The driver that made it: sim, libvirt, ...")
@@ -38,6 +47,9 @@ class InstanceOut(Out):
     start_s: float | None = Field(default=None, description="Seconds the hypervisor took to define and start it.")
     boot_s: float | None = Field(default=None, description="Seconds from start to the guest's ready line.")
     power_state: PowerState = "running"
+    phases: list[Phase] = Field(default_factory=list, description="Bare metal: each provisioning phase (power, "
+                                "virtual media, boot, ...) and its duration, in order.")
+    redfish_calls: int | None = Field(default=None, description="Bare metal: HTTP requests made to the node's BMC.")
 
 
 class PowerActionLinks(Out):

@@ -9,7 +9,8 @@ from pydantic import ConfigDict, Field, model_validator
 
 from .base import Body, GpuModel, Int, Labels, Out, Problem, Rejection, ResourceName, ShapeName, Taints, omittable, text
 
-NodeStatus = Literal["registering", "registered", "pending_approval", "schedulable", "needs_review", "rejected"]
+NodeStatus = Literal["registering", "registered", "pending_approval", "burn_in", "burn_in_failed", "schedulable",
+                     "needs_review", "rejected"]
 Location = text(63, min_length=1)
 WipePolicy = text(64)
 Reason = text(500, multiline=True)
@@ -84,6 +85,48 @@ class NodeList(Out):
     items: list[NodeOut]
 
 
+class QuarantinedSlot(Out):
+    """A slot out of service: its wipe failed at a release. A provider admin's successful re-wipe
+    (POST /v1/nodes/{node_id}/slots/{slot}/rewipe) returns it."""
+
+    slot: int
+    reason: str
+    since: datetime | None = None
+
+
+class BurnInCheck(Out):
+    name: str
+    ok: bool
+    detail: str = ""
+
+
+class BurnIn(Out):
+    """The node's last burn-in run: `running`, then `passed` (the node is schedulable) or `failed` (it is
+    `burn_in_failed`, the failed checks named in `review`)."""
+
+    run_id: uuid.UUID
+    state: Literal["running", "passed", "failed"]
+    checks: list[BurnInCheck] = Field(default_factory=list)
+    requested_by: uuid.UUID | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    @classmethod
+    def shown(cls, stored: dict) -> "BurnIn":
+        """From the stored document: only the members this API shows (the scheduler's may gain more)."""
+        checks = [{k: c[k] for k in BurnInCheck.model_fields if k in c} for c in stored.get("checks") or []]
+        return cls(**{k: v for k, v in stored.items() if k in cls.model_fields and k != "checks"}, checks=checks)
+
+
+class NodeBmc(Out):
+    """The node's BMC as its document shows it (GET /v1/nodes/{node_id}/bmc has the rest); never the password."""
+
+    url: str
+    system_id: str
+    username: str
+    password_set: bool
+
+
 class NodeDetail(_NodeFields):
     """A node's whole document as the scheduler last published it (and the gateway's registration times)."""
 
@@ -96,7 +139,8 @@ class NodeDetail(_NodeFields):
     proposal: int | None = Field(default=None, description="The slot-map proposal awaiting approval.")
     proposed_slot_map: dict[str, Any] | None = None
     approved_slot_map: dict[str, Any] | None = None
-    review: list[str] = Field(description="Why the node needs review (discovery differs from the approved map).")
+    review: list[str] = Field(description="Why the node needs review (discovery differs from the approved map), or "
+                                          "which burn-in checks failed (`burn_in_failed`).")
     free_slots: int = Field(description="Slots no allocation holds (whole GPUs with a wipe policy, not retired, no MIG "
                                         "instance) while the node is schedulable, else 0: the scheduler's count "
                                         "after its latest reservation or release on the node.")
@@ -107,6 +151,12 @@ class NodeDetail(_NodeFields):
                                   "raised by every reservation, release and slot-map approval on the node; 0 "
                                   "before the first count.")
     last_rejection: Rejection | None = None
+    quarantined: list[QuarantinedSlot] = Field(default_factory=list, description="Slots out of service because "
+                                               "their wipe failed; a successful re-wipe returns them.")
+    burn_in: BurnIn | None = Field(default=None, description="The node's last burn-in run (POST "
+                                   "/v1/nodes/{node_id}/burn-in runs it again).")
+    bmc: NodeBmc | None = Field(default=None, description="The node's BMC (bare metal through Redfish), if one is "
+                                "registered.")
     requested_at: datetime | None = None
     registered_at: datetime | None = None
     changed_at: datetime | None = None

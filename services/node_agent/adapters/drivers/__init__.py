@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from .base import Console, DriverConfigError, DriverError, PowerAction, ProvisioningDriver
 from .libvirt.driver import LibvirtDriver
+from .redfish.driver import RedfishDriver
 from .sim import SimDriver
 
-DRIVERS: dict[str, type[ProvisioningDriver]] = {"sim": SimDriver, "libvirt": LibvirtDriver}
+DRIVERS: dict[str, type[ProvisioningDriver]] = {"sim": SimDriver, "libvirt": LibvirtDriver, "redfish": RedfishDriver}
 
 __all__ = ["DRIVERS", "Console", "DriverConfigError", "DriverError", "LibvirtDriver", "PowerAction",
-           "ProvisioningDriver", "SimDriver"]
+           "ProvisioningDriver", "RedfishDriver", "SimDriver"]

@@ -48,6 +48,9 @@ class ProvisioningDriver(abc.ABC):
     persistent: bool = False
     # True: an instance's network port is a tap its hypervisor makes (the dataplane plugs it, no veth stand-in)
     guest_ports: bool = False
+    # True: the slots' devices are not on this host (sim; a VM host with passthrough off): with no disks named
+    # in TESSERA_WIPE_DEVICES, the wipe on release is simulated, and its evidence says so
+    devices_simulated: bool = False
     # Called with the allocation id once the hypervisor started the instance, before the driver waits for the
     # guest: the node plugs the instance's network port (a tap exists only once its instance runs). Set by the
     # node; None: nothing to plug.

@@ -43,6 +43,7 @@ class SimDriver(ProvisioningDriver):
     """Keeps instances in a dict; an operation sleeps its latency, then fails if told to, then acts."""
 
     name = "sim"
+    devices_simulated = True
 
     def __init__(self, latency_s: float | Mapping[str, float] = 0.0, fail: Iterable[str] = ()):
         latency = dict.fromkeys(CHANGING, latency_s) if isinstance(latency_s, (int, float)) else dict(latency_s)

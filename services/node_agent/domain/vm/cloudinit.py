@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 READY_MARKER = "TESSERA-READY"
 FAILED_MARKER = "TESSERA-FAILED"
@@ -28,6 +29,7 @@ _HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
 _MAC = re.compile(r"[0-9a-f]{2}(:[0-9a-f]{2}){5}")
 _IFNAME = re.compile(r"[A-Za-z0-9_.-]{1,15}")
 _READY_FIELDS = ("instance", "hostname", "ip", "mac")
+PHONE_HOME_TRIES = 10
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,9 @@ class Seed:
     dns: tuple[str, ...] = ()
     ifname: str = "eth0"
     mtu: int | None = None   # the tenant network's MTU (VXLAN takes 50 bytes of the underlay's)
+    # where the guest POSTs instance_id, hostname (and ip) once it is ready (cloud-init's phone_home module);
+    # bare-metal servers report this way, VMs leave it None (their ready line is on a console the node reads)
+    phone_home: str | None = None
 
     def __post_init__(self) -> None:
         if not _INSTANCE_ID.fullmatch(self.instance_id):
@@ -71,6 +76,8 @@ class Seed:
             raise ValueError(f"mtu {self.mtu!r} is not 576-9216")
         if not _IFNAME.fullmatch(self.ifname):
             raise ValueError(f"ifname {self.ifname!r} is not a Linux interface name (1-15 of A-Z a-z 0-9 _ . -)")
+        if self.phone_home is not None:
+            _check_url("phone_home", self.phone_home)
 
 
 def meta_data(seed: Seed) -> str:
@@ -79,11 +86,15 @@ def meta_data(seed: Seed) -> str:
 
 
 def user_data(seed: Seed) -> str:
-    """The ``user-data`` document: a ``#cloud-config`` with the hostname and the authorised SSH keys."""
+    """The ``user-data`` document: a ``#cloud-config`` with the hostname, the authorised SSH keys and, when
+    the seed has one, cloud-init's ``phone_home`` (url, the fields to post, the number of tries)."""
     lines = ["#cloud-config", f"hostname: {_q(seed.hostname)}"]
     if seed.ssh_keys:
         lines.append("ssh_authorized_keys:")
         lines += [f"  - {_q(key)}" for key in seed.ssh_keys]
+    if seed.phone_home is not None:
+        lines += ["phone_home:", f"  url: {_q(seed.phone_home)}", '  post: ["instance_id", "hostname"]',
+                  f"  tries: {PHONE_HOME_TRIES}"]
     return "\n".join(lines) + "\n"
 
 
@@ -150,6 +161,20 @@ def _check_text(what: str, text: str) -> None:
     bad = next((ch for ch in text if not ch.isprintable()), None)
     if bad is not None:
         raise ValueError(f"{what} contains the non-printable character {bad!r}")
+
+
+def _check_url(what: str, url: str) -> None:
+    """An absolute http(s) URL with a host, printable and without whitespace (it is one shell word in the guest)."""
+    _check_text(what, url)
+    if any(ch.isspace() for ch in url):
+        raise ValueError(f"{what} {url!r} contains whitespace")
+    try:
+        parts = urlsplit(url)
+        parts.port   # noqa: B018 - raises ValueError for a bad port
+    except ValueError as exc:
+        raise ValueError(f"{what} {url!r} is not a URL: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{what} {url!r} is not an http(s) URL with a host")
 
 
 def _check_hostname(name: str) -> None:

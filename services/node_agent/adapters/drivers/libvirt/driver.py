@@ -55,6 +55,10 @@ class LibvirtDriver(ProvisioningDriver):
         self._pool = ThreadPoolExecutor(4, "libvirt")
         self._locks: dict[uuid.UUID, asyncio.Lock] = {}   # one operation per allocation at a time (racing calls)
 
+    @property
+    def devices_simulated(self) -> bool:   # passthrough off: the slots' devices are not on this host
+        return not self.config.passthrough
+
     def _lock(self, allocation_id: uuid.UUID) -> asyncio.Lock:
         if len(self._locks) > 1024:   # forget idle ones
             self._locks = {a: lk for a, lk in self._locks.items() if lk.locked()}

@@ -1,4 +1,6 @@
 """Wire contract of the node-agent (one process per node; subjects carry the node id)."""
+# the hardware lifecycle models (BMC, wipe, burn-in) live in contracts/hardware.py and are re-exported here
+
 from __future__ import annotations
 
 import uuid
@@ -12,6 +14,9 @@ from shared.steps import Step
 from services.network.contracts import SlotAttachment, TenantNetworks
 from services.scheduler.contracts import SlotDetail
 from shared.wire import StepCommand, StepFailure, StepReply, StepUndone, UndoCommand, Wire
+
+from .hardware import (Bmc, BmcReport, BurnInCheck, BurnInFinished, DeviceWipe, QuarantinedSlot, Rewipe,
+                           RunBurnIn, SetBmc, SlotRewiped, SlotsWiped, SlotWipe, ValidateBmc, WipeSlots)
 
 Sha256 = Field(pattern=r"^[0-9a-f]{64}$", description="Lower-case hex SHA-256.", examples=["0" * 64])
 PowerAction = Literal["reboot", "stop", "start"]
@@ -55,6 +60,11 @@ class ProvisionNode(StepCommand):
     guest: Guest | None = Field(default=None, description="The image and first-boot data (absent: the driver's default).")
 
 
+class Phase(Wire):
+    name: str = Field(max_length=63)
+    seconds: float = Field(ge=0)
+
+
 class InstanceInfo(Wire):
     """An instance as the tenant sees it on the allocation."""
 
@@ -72,6 +82,9 @@ class InstanceInfo(Wire):
     start_s: float | None = Field(default=None, description="Seconds the hypervisor took to define and start it.")
     boot_s: float | None = Field(default=None, description="Seconds from start to the guest's ready line.")
     power_state: PowerState = "running"
+    phases: list[Phase] = Field(default_factory=list, description="Bare metal: each provisioning phase and its "
+                                                                  "duration, in order.")
+    redfish_calls: int | None = Field(default=None, description="Bare metal: HTTP requests made to the BMC.")
 
 
 class NodeProvisioned(StepReply):
@@ -99,6 +112,13 @@ PROVISION_NODE = Step.declare(
     failed=("node_provision_failed", NodeProvisionFailed, "Provisioning failed on the node."),
     undo=("deprovision", DeprovisionNode, "Saga step or compensation: remove the allocation from this node (idempotent)."),
     undone=("node_deprovisioned", NodeDeprovisioned, "Nothing of the allocation is left on the node."),
+)
+
+
+WIPE_SLOTS = Step.declare(
+    "node_agent", subject_params=("node_id",),
+    command=("wipe_slots", WipeSlots, "Release step: wipe the slots' disks, reset their GPUs, record the evidence."),
+    ok=("slots_wiped", SlotsWiped, "The wipe ran: evidence per slot; failed slots are to be quarantined."),
 )
 
 
@@ -186,9 +206,20 @@ CONTRACT = ServiceContract(
         Message("node_agent.power", "node_agent.cmd.power.{node_id}", RequestPower, "command", "A tenant's power action (reboot, stop, start) on its instance."),
         Message("node_agent.power_changed", "node_agent.evt.power_changed.{node_id}", PowerChanged, "event", "A power action was carried out, or failed (reason)."),
         Message("node_agent.instance_problem", "node_agent.evt.instance_problem.{node_id}", InstanceProblem, "event", "Reconcile found an orphan instance (removed) or an allocation whose instance vanished."),
+        Message("node_agent.set_bmc", "node_agent.cmd.set_bmc.{node_id}", SetBmc, "command", "Register (or remove) the node's BMC; the password is sealed."),
+        Message("node_agent.validate_bmc", "node_agent.rpc.bmc_validate.{node_id}", ValidateBmc, "request", "Check a BMC: reachable, credentials accepted; its power state, model and serial.", reply=BmcReport),
+        Message("node_agent.rewipe", "node_agent.cmd.rewipe.{node_id}", Rewipe, "command", "A provider admin re-wipes a quarantined slot."),
+        Message("node_agent.slot_rewiped", "node_agent.evt.slot_rewiped.{node_id}", SlotRewiped, "event", "A re-wipe ran (ok or not), with its evidence."),
+        Message("node_agent.burn_in", "node_agent.cmd.burn_in.{node_id}", RunBurnIn, "command", "Burn in the node before it becomes schedulable."),
+        Message("node_agent.burn_in_finished", "node_agent.evt.burn_in_finished.{node_id}", BurnInFinished, "event", "A burn-in run finished: passed or not, each check named."),
         Message("node_agent.read_console", "node_agent.rpc.console.{node_id}", ReadConsole, "request", "Read the serial console of an instance on this node (tail, or from an offset to follow).", reply=ConsoleChunk),
     ],
-    receives=["network.tenant_networks_changed", "node_agent.power"],
+    receives=["network.tenant_networks_changed", "node_agent.power", "node_agent.set_bmc", "node_agent.rewipe",
+              "node_agent.burn_in"],
     sends=["scheduler.report_topology"],
-    steps=[PROVISION_NODE],
+    steps=[PROVISION_NODE, WIPE_SLOTS],
 )
+
+__all__ = ["Bmc", "BmcReport", "BurnInCheck", "BurnInFinished", "DeviceWipe", "QuarantinedSlot", "Rewipe", "RunBurnIn",
+           "SetBmc", "SlotRewiped", "SlotsWiped", "SlotWipe", "ValidateBmc", "WipeSlots", "CONTRACT", "PROVISION_NODE",
+           "WIPE_SLOTS"]

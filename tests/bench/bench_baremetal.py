@@ -1,0 +1,165 @@
+"""`./taskw bench:baremetal` — not a test. Bare metal end to end: N allocations (default 5) of `bm.8gpu`, one after
+the other (the lab has one server), through the gateway, the saga and a node-agent running the redfish driver
+against a real sushy-emulator BMC whose server is a QEMU domain (TCG) booting the project's image from virtual
+media; each is released, which powers the server off, ejects the media and wipes its eight disks (loop devices
+of --disk-mib MiB, filled with data before each release). Needs root.
+
+Per allocation: request → ACTIVE (the allocation's ``updated_at`` at ACTIVE minus the time just before the POST),
+the driver's phases (power_off, insert_media, boot_override, power_on, deploy: the allocation's ``instance.phases``),
+the Redfish calls it made, release → RELEASED, and the wipe evidence (bytes and seconds per disk).
+
+Baselines in the same run, on the same loop devices with the same data written first and the server off:
+``blkdiscard <dev>`` and ``dd if=/dev/zero of=<dev> bs=4M oflag=direct`` — what an operator would run by hand —
+timed per device, one after the other. Ratios: per disk, the wipe's throughput (a disk's bytes over its seconds,
+verification included, while the node wipes its eight slots at once) over each baseline's; for the whole node
+(``wipe_all_*``), every disk's bytes over the step's wall time (the slowest slot) against every disk's bytes over
+the sum of the baseline's times.
+The last line is one JSON object with every figure.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from datetime import datetime
+
+from tests.bench.common import pct
+from tests.support import vm
+from tests.support.disks import fill_pattern
+from tests.support.platform import E2E_ENV
+from tooling.bmc_lab import BmcLab
+from tooling.client import TesseraClient
+from tooling.platform import Platform
+
+PHASES = ("power_off", "insert_media", "boot_override", "power_on", "deploy")
+POLICY = "nvme-secure-erase+discard"
+
+
+def say(*args) -> None:
+    print(*args, file=sys.stderr, flush=True)
+
+
+def epoch(iso: str) -> float:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+def timed(*argv: str) -> float:
+    started = time.perf_counter()
+    subprocess.run(argv, check=True, capture_output=True)
+    return time.perf_counter() - started
+
+
+def baselines(devices: list[str], size: int) -> dict:
+    """blkdiscard and dd of zeros on each device after the same data was written, one device after the other (as
+    an operator would by hand): MB/s per device, and all the devices' bytes over the sum of their times."""
+    discard, dd = [], []
+    for dev in devices:
+        fill_pattern(dev)
+        discard.append(size / timed("blkdiscard", dev) / 1e6)
+        fill_pattern(dev)
+        dd.append(size / timed("dd", "if=/dev/zero", f"of={dev}", "bs=4M", f"count={size // (4 << 20)}", "oflag=direct",
+                               "status=none") / 1e6)
+    total = size * len(devices) / 1e6
+    return {"blkdiscard_MBps_p50": round(pct(discard, 0.5), 1), "dd_MBps_p50": round(pct(dd, 0.5), 1),
+            "blkdiscard_all_MBps": round(total / sum(size / 1e6 / r for r in discard), 1),
+            "dd_all_MBps": round(total / sum(size / 1e6 / r for r in dd), 1)}
+
+
+async def until(fetch, done, timeout: float, interval: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await fetch()
+        if done(value):
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gave up after {timeout} s: {value}")
+        await asyncio.sleep(interval)   # a benchmark's poll of the API; its resolution bounds the figures' precision
+
+
+async def main(n: int, disk_mib: int) -> dict:
+    image = await asyncio.to_thread(vm.host_ready)
+    lab = BmcLab(disks=8, disk_mib=disk_mib)
+    work = tempfile.mkdtemp(prefix="tessera-bench-bm-")
+    p = Platform(work, env={**E2E_ENV, "TESSERA_SAGA_STEP_TIMEOUTS": "provision_node=300,wipe_slots=300"}, durable=False)
+    runs = []
+    try:
+        await asyncio.to_thread(lab.start)
+        await p.start()
+        env = {"TESSERA_NODE_DRIVER": "redfish", "TESSERA_NODE_DISCOVERY": "sim", "TESSERA_BURN_IN": "sim",
+               "TESSERA_REDFISH_STATE_DIR": f"{work}/redfish", "TESSERA_REDFISH_MEDIA_LISTEN": f"{lab.host_address}:0",
+               "TESSERA_REDFISH_SERVER_ADDRESS": lab.server_address,
+               "TESSERA_WIPE_DEVICES": json.dumps({str(i): [d] for i, d in enumerate(lab.loops)})}
+        async with p.admin() as admin:
+            await admin.define_pool("bm", "pack", {"dedicated": "bm:NoSchedule"})
+            node = await p.add_node(f"bm-{lab.tag}", env=env, pool="bm", wipe_policy=POLICY)
+            await admin.request("POST", "/v1/images", json_body=vm.catalog_entry(image, default=True), expect=(201,))
+            await admin.request("PUT", f"/v1/nodes/{node}/bmc", json_body={
+                "url": lab.emulator.url, "system_id": lab.server_system_id, "username": "admin",
+                "password": lab.password, "verify_tls": False})
+            t = await admin.create_tenant(f"bench-{uuid.uuid4().hex[:6]}")
+            await admin.set_quota(t["id"], "bm", "H100", 8 * n)   # the gateway sees released use with a lag
+            user = await admin.create_user(t["id"], "bench", "tenant_user")
+        async with TesseraClient(p.gateway_url, user["api_key"]) as client:
+            for i in range(n):
+                t0 = time.time()
+                a = await client.create_allocation(f"bm-{i}", "bm.8gpu", pool="bm", tolerations=["dedicated=bm:NoSchedule"])
+                a = await until(lambda: client.allocation(a["id"]), lambda x: x["state"] in ("ACTIVE", "FAILED"), 600)
+                if a["state"] != "ACTIVE":
+                    raise RuntimeError(f"allocation {i} failed: {a.get('reason')}")
+                for dev in lab.loops:
+                    await asyncio.to_thread(fill_pattern, dev)
+                r0 = time.time()
+                await client.release(a["id"])
+                done = await until(lambda: client.allocation(a["id"]), lambda x: x["state"] == "RELEASED", 600)
+                wipe = (await client.request("GET", f"/v1/allocations/{a['id']}/wipe"))[1]
+                devices = [d for s in wipe["slots"] for d in s["devices"]]
+                runs.append({"request_to_active_s": epoch(a["updated_at"]) - t0,
+                             "phases": {ph["name"]: ph["seconds"] for ph in a["instance"]["phases"]},
+                             "redfish_calls": a["instance"]["redfish_calls"],
+                             "release_s": epoch(done["updated_at"]) - r0, "wipe_status": wipe["status"],
+                             "wipe_MBps": [d["bytes"] / d["duration_s"] / 1e6 for d in devices if d["duration_s"] > 0],
+                             "wipe_slot_s": max(s["duration_s"] for s in wipe["slots"]),
+                             "wipe_bytes": sum(d["bytes"] for d in devices)})
+                say(f"allocation {i}: active in {runs[-1]['request_to_active_s']:.2f} s, phases {runs[-1]['phases']}, "
+                    f"released in {runs[-1]['release_s']:.2f} s, wipe {wipe['status']}")
+        base = await asyncio.to_thread(baselines, lab.loops, disk_mib << 20)
+    finally:
+        try:
+            await p.stop()
+        finally:
+            await asyncio.to_thread(lab.stop)
+    wipe_rate = pct([r for run in runs for r in run["wipe_MBps"]], 0.5)
+    # the node wipes its slots concurrently: every disk's bytes over the slowest slot's time (the step's wall time)
+    all_rate = pct([run["wipe_bytes"] / 1e6 / run["wipe_slot_s"] for run in runs], 0.5)
+    return {
+        "benchmark": "baremetal", "allocations": n, "disk_mib": disk_mib, "disks": 8,
+        "request_to_active_s": {"p50": round(pct([r["request_to_active_s"] for r in runs], 0.5), 2),
+                                "p99": round(pct([r["request_to_active_s"] for r in runs], 0.99), 2)},
+        "phases_p50_s": {ph: round(pct([r["phases"].get(ph, float("nan")) for r in runs], 0.5), 3) for ph in PHASES},
+        # request → ACTIVE less the driver's phases: gateway, saga, scheduler, network, volume, messages
+        "control_plane_s_p50": round(pct(cp := [r["request_to_active_s"] - sum(r["phases"].values()) for r in runs], 0.5), 3),
+        "control_plane_share_p50": round(pct([c / r["request_to_active_s"] for c, r in zip(cp, runs)], 0.5), 4),
+        "redfish_calls_per_provision": round(pct([r["redfish_calls"] for r in runs], 0.5)),
+        "release_s_p50": round(pct([r["release_s"] for r in runs], 0.5), 2),
+        "wipe_slot_s_p50": round(pct([r["wipe_slot_s"] for r in runs], 0.5), 3),
+        "wiped": sum(r["wipe_status"] == "wiped" for r in runs),
+        "wipe_MBps_p50": round(wipe_rate, 1), **base,
+        "wipe_ratio_to_blkdiscard": round(wipe_rate / base["blkdiscard_MBps_p50"], 3),
+        "wipe_ratio_to_dd": round(wipe_rate / base["dd_MBps_p50"], 3),
+        "wipe_all_MBps_p50": round(all_rate, 1),
+        "wipe_all_ratio_to_blkdiscard": round(all_rate / base["blkdiscard_all_MBps"], 3),
+        "wipe_all_ratio_to_dd": round(all_rate / base["dd_all_MBps"], 3),
+    }
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--allocations", type=int, default=5)
+    ap.add_argument("--disk-mib", type=int, default=256)
+    args = ap.parse_args()
+    print(json.dumps(asyncio.run(main(args.allocations, args.disk_mib))), flush=True)
