@@ -11,7 +11,10 @@ What the fuzzer is told beyond the document (and why that is not a weaker check)
     names GET /v1/shapes lists (an unknown shape is a documented 422), and an Idempotency-Key that is fresh (a key
     reused with another body is a documented 422);
   * the document's ``x-constraints`` (comparisons between two fields, which JSON Schema cannot state, e.g.
-    ``guaranteed <= limit``): a valid body that breaks one is mended by swapping the two values.
+    ``guaranteed <= limit``): a valid body that breaks one is mended by swapping the two values;
+  * that 413 refuses invalid data too: a field longer than its maxLength, generated from characters JSON escapes
+    as six bytes each, can make a body larger than the gateway reads (64 KiB), refused as the documented 413 before
+    its fields are read.
 Left out: the two server-sent-event operations (streamAllocationEvents, streamOpsEvents). Their 200 is an endless
 text/event-stream, so a valid request never completes and no check can read its answer; their refusals are tested in
 test_gateway_allocations.py and test_gateway_ops.py.
@@ -33,6 +36,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
+from schemathesis.config._checks import NEGATIVE_DATA_REJECTION_EXPECTED_STATUSES
 from schemathesis.specs.openapi.checks import (content_type_conformance, negative_data_rejection,
                                                positive_data_acceptance, response_headers_conformance,
                                                response_schema_conformance, status_code_conformance)
@@ -151,7 +155,9 @@ def _fuzz(world: World, session: requests.Session, schema, operation) -> None:
 
 
 def _run(world: World) -> None:
-    config = schemathesis.Config.from_dict({"seed": SEED, "generation": {"with-security-parameters": False}})
+    rejected = [*NEGATIVE_DATA_REJECTION_EXPECTED_STATUSES, "413"]
+    config = schemathesis.Config.from_dict({"seed": SEED, "generation": {"with-security-parameters": False},
+                                            "checks": {"negative_data_rejection": {"expected-statuses": rejected}}})
     schema = schemathesis.openapi.from_url(f"{world.base_url}/openapi.json", config=config)
     with requests.Session() as session:
         for result in schema.get_all_operations():

@@ -17,12 +17,13 @@ import pytest
 
 from services.node_agent import contracts as c
 from services.node_agent.adapters.drivers import DRIVERS, DriverConfigError, DriverError
-from services.node_agent.adapters.drivers.redfish.bmc import BmcConfig, BmcError
+from services.node_agent.adapters.drivers.redfish.bmc import BmcConfig, BmcError, validate as validate_bmc
 from services.node_agent.adapters.drivers.redfish.config import DEFAULT_TIMEOUTS, RedfishConfig
 from services.node_agent.adapters.drivers.redfish.driver import RedfishDriver
 from services.node_agent.adapters.drivers.redfish.media import MediaServer
 from services.node_agent.domain.model import GuestConfig, InstanceSpec
 from tests.support import vm
+from tests.support.bmc import free_port
 from tests.support.polling import eventually
 
 PHASES = ["power_off", "insert_media", "boot_override", "power_on", "deploy"]
@@ -173,6 +174,42 @@ async def test_a_wrong_bmc_password_fails_provisioning_at_power_off_and_leaves_t
         await driver.close()
     assert not await asyncio.to_thread(lab.running)
     assert await driver.list_instances() == [] and await driver.instance_of(spec.allocation_id) is None
+
+
+@on_lab
+async def test_a_power_on_that_does_not_take_effect_in_time_fails_naming_the_phase_and_is_undone(lab, image, tmp_path):
+    """The server takes longer to power on than the phase allows (a QEMU start takes ~0.5 s): the step fails
+    naming power_on; the compensation lets the abandoned request land, then powers the server off and ejects."""
+    driver = make_driver(lab, tmp_path, TESSERA_REDFISH_TIMEOUTS="power_on=0.05")
+    spec = spec_for(image)
+    try:
+        with pytest.raises(DriverError, match=r"^power_on: the server did not power on within 0.05 s"):
+            await driver.provision(spec)
+    finally:
+        await driver.close()
+    assert not await asyncio.to_thread(lab.running)
+    assert await asyncio.to_thread(lab.cdrom_sources) == []
+    assert await driver.list_instances() == []
+
+
+@on_lab
+async def test_an_unreachable_bmc_fails_at_the_first_phase_and_leaves_no_record(lab, image, tmp_path):
+    driver = make_driver(lab, tmp_path)
+    closed = BmcConfig(f"http://127.0.0.1:{free_port()}", lab.server_system_id, "admin", "pw", verify_tls=False)
+
+    async def unreachable():
+        return closed
+    driver.bmc_source = unreachable
+    spec = spec_for(image)
+    try:
+        with pytest.raises(DriverError, match=r"^power_off: the BMC is unreachable .*Connection refused"):
+            await driver.provision(spec)
+    finally:
+        await driver.close()
+    assert await driver.list_instances() == [] and not await asyncio.to_thread(lab.running)
+    with pytest.raises(BmcError) as caught:
+        await asyncio.to_thread(validate_bmc, closed)
+    assert caught.value.kind == "unreachable"
 
 
 @on_lab

@@ -58,7 +58,7 @@ async def test_a_cancelled_pending_request_fails_with_code_cancelled_and_is_neve
 
 async def test_a_flooding_tenant_hits_its_queue_bound_and_another_tenant_is_placed_before_its_backlog(
         run_service, nc, watch):
-    env = await start(run_service, nc, watch, scheduler=SchedulerSettings(queue_per_tenant=3, stats_s=5))
+    env = await start(run_service, nc, watch, scheduler=SchedulerSettings(queue_per_tenant=3, stats_s=5, burn_in=False))
     flood, other, holder = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
     for t in (flood, other, holder):
         await env.grant(t, 64)
@@ -82,7 +82,7 @@ async def test_a_flooding_tenant_hits_its_queue_bound_and_another_tenant_is_plac
 
 async def test_a_standby_takes_over_when_the_leaders_session_dies_and_reloads_the_queue(run_service, nc, watch):
     env = await start(run_service, nc, watch)
-    standby = await run_service("scheduler", lambda s: build(s, SchedulerSettings(stats_s=5)), instance="1")
+    standby = await run_service("scheduler", lambda s: build(s, SchedulerSettings(stats_s=5, burn_in=False)), instance="1")
     tenant = uuid.uuid4()
     await env.grant(tenant, 16)
     await env.onboard()
@@ -100,7 +100,7 @@ async def test_a_standby_takes_over_when_the_leaders_session_dies_and_reloads_th
 
 
 async def test_a_waiting_8gpu_request_reserves_a_node_after_aging_so_backfill_cannot_starve_it(run_service, nc, watch):
-    env = await start(run_service, nc, watch, scheduler=SchedulerSettings(aging_s=0.5, stats_s=5))
+    env = await start(run_service, nc, watch, scheduler=SchedulerSettings(aging_s=0.5, stats_s=5, burn_in=False))
     tenant = uuid.uuid4()
     await env.grant(tenant, 64)
     node = await env.onboard()

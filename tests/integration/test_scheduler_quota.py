@@ -111,7 +111,7 @@ async def test_two_hundred_concurrent_claims_from_separate_connections_never_sha
 async def test_two_replicas_deciding_at_once_give_each_slot_once_and_respect_the_quota(run_service, nc, watch):
     """Election off (a split brain): both replicas consume and decide from their own index; SQL alone
     must keep the invariants. The second replica starts after onboarding, so both know the nodes."""
-    both = SchedulerSettings(leader_election=False, preemption_grace_s=0.5, stats_s=5)
+    both = SchedulerSettings(leader_election=False, preemption_grace_s=0.5, stats_s=5, burn_in=False)
     env = await start(run_service, nc, watch, scheduler=both)
     small, big = uuid.uuid4(), uuid.uuid4()
     await env.grant(small, 5)

@@ -39,9 +39,16 @@ _NAMESPACE = re.compile(r"^nvme(\d+)(?:c\d+)?n(\d+)$")     # nvme0n1, or a multi
 
 
 def _package_version() -> str:
+    """The installed package's version, else the source tree's (pyproject.toml), else "dev"."""
     try:
         return importlib.metadata.version("tessera")
     except importlib.metadata.PackageNotFoundError:
+        pass
+    try:
+        import tomllib
+        with open(Path(__file__).resolve().parents[3] / "pyproject.toml", "rb") as f:
+            return str(tomllib.load(f)["project"]["version"])
+    except (OSError, KeyError, ValueError):
         return "dev"
 
 

@@ -19,8 +19,9 @@ it stays inserted while the instance lives; start and reboot set the one-time bo
 The BMC comes from the node (``bmc_source``, set by the node; the registered BMC, its password unsealed), so a
 BMC registered or changed at run time is used from the next operation on. Records live in the state directory
 (``records``) and survive a restart of the node-agent. sushy blocks: every BMC call runs on a worker thread. A
-phase that runs out of time abandons its thread (it ends with sushy's own request timeout) and compensates
-with a fresh connection.
+phase that runs out of time stops waiting for its thread (it ends with sushy's own request timeout); the
+compensation waits for that call to end before it undoes what it did (a power-on landing after the power-off
+would leave the server on), then works on a fresh connection.
 """
 from __future__ import annotations
 
@@ -58,6 +59,15 @@ class _Run:
         self.client = BmcClient(bmc, self.counter)
         self.phases: list[dict] = []
         self.last_state: str | None = None
+        self.inflight: set[asyncio.Future] = set()
+
+    def call(self, fn: Callable, *args) -> Awaitable:
+        """A blocking BMC call on a worker thread. A phase's timeout stops the wait, not the call: the call is kept
+        in ``inflight`` until it ends, so a compensation can wait for it."""
+        future = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+        self.inflight.add(future)
+        future.add_done_callback(self.inflight.discard)
+        return asyncio.shield(future)
 
     def close(self) -> None:
         self.client.close()
@@ -117,19 +127,19 @@ class RedfishDriver(ProvisioningDriver):
 
     async def _power_to(self, run: _Run, reset: str, target: str, *, force: bool = False) -> None:
         """Reset unless the server is already at ``target`` (``force``: always), then poll until it is."""
-        run.last_state = await asyncio.to_thread(run.client.power_state)
+        run.last_state = await run.call(run.client.power_state)
         if run.last_state == target and not force:
             return
-        await asyncio.to_thread(run.client.reset, reset)
+        await run.call(run.client.reset, reset)
         while True:
-            run.last_state = await asyncio.to_thread(run.client.power_state)
+            run.last_state = await run.call(run.client.power_state)
             if run.last_state == target:
                 return
             await asyncio.sleep(self.config.poll_s)
 
     async def _insert_media(self, run: _Run, spec: InstanceSpec, token: str) -> None:
         await self.media.start()
-        mac = self.config.server_mac or await asyncio.to_thread(run.client.first_mac)
+        mac = self.config.server_mac or await run.call(run.client.first_mac)
         if mac is None:
             raise MediaError("the BMC lists no MAC address for the system: set TESSERA_REDFISH_SERVER_MAC")
         image, address, gateway = spec.guest.image, self.config.server_address, self.config.server_gateway
@@ -152,7 +162,7 @@ class RedfishDriver(ProvisioningDriver):
             "meta-data": cloudinit.meta_data(seed), "user-data": cloudinit.user_data(seed),
             "network-config": cloudinit.network_config(seed)})
         iso_url, _ = self.media.offer(token, iso)
-        await asyncio.to_thread(run.client.insert_cd, iso_url)
+        await run.call(run.client.insert_cd, iso_url)
 
     async def _deploy(self, token: str, expected: str):
         report = await self.media.wait_phone_home(token)
@@ -186,7 +196,7 @@ class RedfishDriver(ProvisioningDriver):
         try:
             await self._phase(run, "power_off", lambda: self._power_to(run, "ForceOff", "Off"))
             await self._phase(run, "insert_media", lambda: self._insert_media(run, spec, token))
-            await self._phase(run, "boot_override", lambda: asyncio.to_thread(run.client.boot_once_from_cd))
+            await self._phase(run, "boot_override", lambda: run.call(run.client.boot_once_from_cd))
             powering = time.time()
             await self._phase(run, "power_on", lambda: self._power_to(run, "On", "On"))
             report = await self._phase(run, "deploy", lambda: self._deploy(token, iid))
@@ -210,9 +220,11 @@ class RedfishDriver(ProvisioningDriver):
         """Power off and eject (best effort, also when the caller is cancelled; not when no request that changes
         the server was sent), withdraw the ISO, forget the record; what could not be undone, or ""."""
         async def undo() -> str:
+            if failed.inflight:   # a call a timed-out phase left running: let it land before undoing it
+                await asyncio.wait(set(failed.inflight), timeout=self.config.timeout("power_off"))
             run = _Run(failed.bmc, failed.counter)   # fresh: the failed phase's thread may still hold the old one
             steps = (("power_off", lambda: self._power_to(run, "ForceOff", "Off")),
-                     ("eject", lambda: asyncio.to_thread(run.client.eject_cd)))
+                     ("eject", lambda: run.call(run.client.eject_cd)))
             problems = []
             try:
                 for name, step in steps if failed.client.changed else ():
@@ -245,7 +257,7 @@ class RedfishDriver(ProvisioningDriver):
             run = _Run(await self._bmc())
             try:
                 await self._phase(run, "power_off", lambda: self._power_to(run, "ForceOff", "Off"))
-                await self._phase(run, "eject", lambda: asyncio.to_thread(run.client.eject_cd))
+                await self._phase(run, "eject", lambda: run.call(run.client.eject_cd))
             finally:
                 run.close()
             self._drop_media(record.get("token"))
@@ -309,11 +321,11 @@ class RedfishDriver(ProvisioningDriver):
         return state
 
     async def _start(self, run: _Run, *, restart: bool) -> None:
-        run.last_state = await asyncio.to_thread(run.client.power_state)
+        run.last_state = await run.call(run.client.power_state)
         running = run.last_state == "On"
         if running and not restart:
             return
-        await asyncio.to_thread(run.client.boot_once_from_cd)
+        await run.call(run.client.boot_once_from_cd)
         if running:
             await self._power_to(run, "ForceRestart", "On", force=True)
         else:
