@@ -11,6 +11,7 @@ sushy-emulator keeps (memoizes) its libvirt connection: whenever libvirtd restar
 """
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -292,6 +293,20 @@ class BmcLab:
     @property
     def server_system_id(self) -> str:
         return f"/redfish/v1/Systems/{self.server_uuid}"
+
+    def node_env(self, state_dir: Path) -> dict[str, str]:
+        """A node-agent serving this server: the redfish driver, media served on the bridge, the server's address,
+        its disks as the slots' NVMe (slot i: disk i), a sim topology and burn-in (the server has no GPUs)."""
+        return {"TESSERA_NODE_DRIVER": "redfish", "TESSERA_NODE_DISCOVERY": "sim", "TESSERA_BURN_IN": "sim",
+                "TESSERA_NODE_DATAPLANE": "none", "TESSERA_REDFISH_STATE_DIR": str(state_dir),
+                "TESSERA_REDFISH_MEDIA_LISTEN": f"{self.host_address}:0",
+                "TESSERA_REDFISH_SERVER_ADDRESS": self.server_address,
+                "TESSERA_WIPE_DEVICES": json.dumps({str(i): [d] for i, d in enumerate(self.loops)})}
+
+    def bmc_body(self, password: str | None = None) -> dict:
+        """PUT /v1/nodes/{id}/bmc for this server's BMC (its password unless another is given)."""
+        return {"url": self.emulator.url, "system_id": self.server_system_id, "username": USERNAME,
+                "password": self.password if password is None else password, "verify_tls": False}
 
     def bmc_config(self, password: str | None = None) -> BmcConfig:
         return BmcConfig(self.emulator.url, self.server_system_id, USERNAME,

@@ -9,10 +9,9 @@ new BMC (``PUT /v1/nodes/{id}/bmc``, the password sealed with the platform's key
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from .bmc_lab import USERNAME, BmcLab
+from .bmc_lab import BmcLab
 
 POOL = "baremetal"
 TAINT = {"dedicated": f"{POOL}:NoSchedule"}
@@ -31,17 +30,10 @@ class DemoBareMetal:
         self.lab.start()
 
     def node_env(self) -> dict[str, str]:
-        lab = self.lab
-        return {"TESSERA_NODE_DRIVER": "redfish", "TESSERA_NODE_DISCOVERY": "sim", "TESSERA_BURN_IN": "sim",
-                "TESSERA_NODE_DATAPLANE": "none", "TESSERA_REDFISH_STATE_DIR": str(self.workdir / "redfish"),
-                "TESSERA_REDFISH_MEDIA_LISTEN": f"{lab.host_address}:0",
-                "TESSERA_REDFISH_SERVER_ADDRESS": lab.server_address,
-                "TESSERA_WIPE_DEVICES": json.dumps({str(i): [d] for i, d in enumerate(lab.loops)})}
+        return self.lab.node_env(self.workdir / "redfish")
 
     def bmc_body(self) -> dict:
-        lab = self.lab
-        return {"url": lab.emulator.url, "system_id": lab.server_system_id, "username": USERNAME,
-                "password": lab.password, "verify_tls": False}
+        return self.lab.bmc_body()
 
     def stop(self) -> None:
         """Remove the server, its BMC, bridge and disks (never raises)."""

@@ -27,6 +27,7 @@ import tempfile
 import time
 import uuid
 from datetime import datetime
+from pathlib import Path
 
 from tests.bench.common import pct
 from tests.support import vm
@@ -90,17 +91,12 @@ async def main(n: int, disk_mib: int) -> dict:
     try:
         await asyncio.to_thread(lab.start)
         await p.start()
-        env = {"TESSERA_NODE_DRIVER": "redfish", "TESSERA_NODE_DISCOVERY": "sim", "TESSERA_BURN_IN": "sim",
-               "TESSERA_REDFISH_STATE_DIR": f"{work}/redfish", "TESSERA_REDFISH_MEDIA_LISTEN": f"{lab.host_address}:0",
-               "TESSERA_REDFISH_SERVER_ADDRESS": lab.server_address,
-               "TESSERA_WIPE_DEVICES": json.dumps({str(i): [d] for i, d in enumerate(lab.loops)})}
         async with p.admin() as admin:
             await admin.define_pool("bm", "pack", {"dedicated": "bm:NoSchedule"})
-            node = await p.add_node(f"bm-{lab.tag}", env=env, pool="bm", wipe_policy=POLICY)
+            node = await p.add_node(f"bm-{lab.tag}", env=lab.node_env(Path(work) / "redfish"), pool="bm",
+                                    wipe_policy=POLICY)
             await admin.request("POST", "/v1/images", json_body=vm.catalog_entry(image, default=True), expect=(201,))
-            await admin.request("PUT", f"/v1/nodes/{node}/bmc", json_body={
-                "url": lab.emulator.url, "system_id": lab.server_system_id, "username": "admin",
-                "password": lab.password, "verify_tls": False})
+            await admin.request("PUT", f"/v1/nodes/{node}/bmc", json_body=lab.bmc_body())
             t = await admin.create_tenant(f"bench-{uuid.uuid4().hex[:6]}")
             await admin.set_quota(t["id"], "bm", "H100", 8 * n)   # the gateway sees released use with a lag
             user = await admin.create_user(t["id"], "bench", "tenant_user")

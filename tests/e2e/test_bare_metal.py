@@ -14,7 +14,7 @@ import uuid
 import pytest
 
 from tests.support import vm
-from tests.support.disks import fill_pattern, pattern_on
+from tests.support.disks import fill_pattern, pattern_on, set_read_only
 from tests.support.platform import E2E_ENV
 from tests.support.polling import eventually
 from tooling.bmc_lab import BmcLab
@@ -41,11 +41,7 @@ async def platform(tmp_path_factory):
     try:
         await asyncio.to_thread(lab.start)
         await p.start()
-        env = {"TESSERA_NODE_DRIVER": "redfish", "TESSERA_NODE_DISCOVERY": "sim", "TESSERA_BURN_IN": "sim",
-               "TESSERA_REDFISH_STATE_DIR": str(work / "redfish"),
-               "TESSERA_REDFISH_MEDIA_LISTEN": f"{lab.host_address}:0",
-               "TESSERA_REDFISH_SERVER_ADDRESS": lab.server_address, "TESSERA_REDFISH_TIMEOUTS": "deploy=90",
-               "TESSERA_WIPE_DEVICES": json.dumps({str(i): [d] for i, d in enumerate(lab.loops)})}
+        env = {**lab.node_env(work / "redfish"), "TESSERA_REDFISH_TIMEOUTS": "deploy=90"}
         async with p.admin() as admin:
             await admin.define_pool("bm", "pack", {"dedicated": "bm:NoSchedule"})
             p.node = await p.add_node(f"bm-{lab.tag}", env=env, pool="bm", wipe_policy=WIPE_POLICY)
@@ -62,10 +58,7 @@ async def platform(tmp_path_factory):
 
 
 async def set_bmc(admin: TesseraClient, p: Platform, password: str) -> dict:
-    lab = p.lab
-    status, body, _ = await admin.request("PUT", f"/v1/nodes/{p.node}/bmc", json_body={
-        "url": lab.emulator.url, "system_id": lab.server_system_id, "username": "admin", "password": password,
-        "verify_tls": False})
+    status, body, _ = await admin.request("PUT", f"/v1/nodes/{p.node}/bmc", json_body=p.lab.bmc_body(password))
     assert status == 200, body
     return body
 
@@ -155,7 +148,7 @@ async def test_a_slot_whose_wipe_fails_is_quarantined_never_placed_and_returns_a
         client = await tenant(p, admin)
         try:
             a = await server(p, client, "bm-ro")
-            await asyncio.to_thread(lab_disk_read_only, lab.loops[2], True)
+            await asyncio.to_thread(set_read_only, lab.loops[2], True)
             wipe = await released(client, a)
             assert wipe["status"] == "quarantined", wipe
             bad = next(s for s in wipe["slots"] if s["slot"] == 2)
@@ -165,7 +158,7 @@ async def test_a_slot_whose_wipe_fails_is_quarantined_never_placed_and_returns_a
             # the node lacks a slot now: a whole-node shape cannot be placed on it
             refused = await server(p, client, "bm-none", states=("FAILED",), fail_fast=True)
             assert refused["state"] == "FAILED" and "capacity" in (refused["reason"] or "").lower(), refused
-            await asyncio.to_thread(lab_disk_read_only, lab.loops[2], False)
+            await asyncio.to_thread(set_read_only, lab.loops[2], False)
             status, body, _ = await admin.request("POST", f"/v1/nodes/{p.node}/slots/2/rewipe")
             assert status == 202, body
             await eventually(lambda: _quarantined(admin, p.node, empty=True), timeout=60, what="slot 2 returned")
@@ -173,7 +166,7 @@ async def test_a_slot_whose_wipe_fails_is_quarantined_never_placed_and_returns_a
             assert b["node_id"] == p.node
             assert (await released(client, b))["status"] == "wiped"
         finally:
-            await asyncio.to_thread(lab_disk_read_only, lab.loops[2], False)
+            await asyncio.to_thread(set_read_only, lab.loops[2], False)
             await client.__aexit__(None, None, None)
 
 
@@ -181,7 +174,3 @@ async def _quarantined(admin: TesseraClient, node_id: str, empty: bool = False) 
     node = await admin.node(node_id)
     return node if bool(node.get("quarantined")) != empty else None
 
-
-def lab_disk_read_only(device: str, on: bool) -> None:
-    import subprocess
-    subprocess.run(["blockdev", "--setro" if on else "--setrw", device], check=True)

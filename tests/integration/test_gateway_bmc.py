@@ -14,7 +14,8 @@ from shared.contract import load_catalog
 from shared.rpc import serve
 from shared.secrets import new_key, parse_key, unseal
 from shared.settings import SettingError
-from tests.support.gateway import PROJECTED_WITHIN_S, SECRET_KEY, TOKEN_SECRET, gateway_config, outbox_count, publish
+from tests.support.gateway import (PROJECTED_WITHIN_S, SECRET_KEY, TOKEN_SECRET, assert_problem, gateway_config,
+                                   outbox_count, publish)
 from tests.support.polling import eventually
 
 AT = "2030-01-01T00:00:00Z"
@@ -33,14 +34,6 @@ async def new_node(admin) -> str:
     r = await admin.post("/v1/nodes", {"name": f"bm-{uuid.uuid4().hex[:8]}", "gpu_model": "H100", "gpu_count": 8})
     assert r.status == 202, r.body
     return r.body["id"]
-
-
-def assert_problem(r, status: int, field: str | None = None) -> dict:
-    assert r.status == status, (r.status, r.body)
-    assert r.content_type == "application/problem+json", r.headers
-    if field is not None:
-        assert field in [e["field"] for e in r.body["errors"]], r.body
-    return r.body
 
 
 async def rows_holding(api, needle: str) -> list[str]:

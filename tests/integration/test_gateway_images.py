@@ -9,6 +9,7 @@ import uuid
 
 import pytest
 
+from tests.support.gateway import assert_problem
 from tests.support.polling import eventually
 
 SHA = "ab" * 32
@@ -31,14 +32,6 @@ def alloc_body(**over) -> dict:
     body = {"name": f"a-{uuid.uuid4().hex[:8]}", "shape": "vm.1gpu"}
     body.update(over)
     return body
-
-
-def assert_problem(r, status: int, field: str | None = None) -> dict:
-    assert r.status == status, (r.status, r.body)
-    assert r.content_type == "application/problem+json", r.headers
-    if field is not None:
-        assert field in [e["field"] for e in r.body["errors"]], r.body
-    return r.body
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from shared.contract import load_catalog
 from shared.envelope import utcnow
 from shared.rpc import serve
 from tests.support.bus import make_envelope, publish_envelope
-from tests.support.gateway import PROJECTED_WITHIN_S, SseReader, publish
+from tests.support.gateway import PROJECTED_WITHIN_S, SseReader, assert_problem, publish
 from tests.support.polling import eventually
 
 AT = "2030-01-01T00:00:00Z"
@@ -62,14 +62,6 @@ async def active(api, nc, client, tenant_id: str, node_id: uuid.UUID, with_insta
 async def leave_active(api, nc, a: dict) -> None:
     await publish(nc, "allocation.release_requested", {"allocation_id": a["id"], "tenant_id": a["tenant_id"],
                   "state": "RELEASING", "at": AT, "requested_by": uuid.uuid4()}, a["tenant_id"])
-
-
-def assert_problem(r, status: int, field: str | None = None) -> dict:
-    assert r.status == status, (r.status, r.body)
-    assert r.content_type == "application/problem+json", r.headers
-    if field is not None:
-        assert field in [e["field"] for e in r.body["errors"]], r.body
-    return r.body
 
 
 class FakeConsole:

@@ -15,7 +15,7 @@ import pytest
 from services.node_agent.adapters.drivers import SimDriver
 from services.node_agent.bootstrap import build
 from shared.wire import step_key
-from tests.support.bus import make_envelope, send_to_node as send
+from tests.support.bus import publish_from_node, send_to_node as send
 from tests.support.disks import LoopDisks
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("losetup"),
@@ -35,12 +35,6 @@ async def _node(run_service, disks: LoopDisks | None, **env) -> uuid.UUID:
     environ = {**({"TESSERA_WIPE_DEVICES": json.dumps(disks.device_map())} if disks else {}), **env}
     await run_service("node_agent", partial(build, driver=SimDriver(), environ=environ), instance=str(node_id))
     return node_id
-
-
-async def _command(nc, verb: str, node: uuid.UUID, data: dict) -> None:
-    """A node command that belongs to no allocation (re-wipe, burn-in): correlated by its node."""
-    env = make_envelope(f"node_agent.{verb}", data, correlation_id=str(node))
-    await nc.jetstream().publish(f"node_agent.cmd.{verb}.{node}", env.model_dump_json().encode(), headers=env.headers())
 
 
 def _wipe_cmd(node_id: uuid.UUID, alloc: uuid.UUID, saga: uuid.UUID, slots=(0, 1), policy: str = POLICY) -> dict:
@@ -109,7 +103,7 @@ async def test_a_rewipe_answers_its_outcome_with_evidence(run_service, nc, watch
     node = await _node(run_service, disks)
     events = await watch(f"node_agent.evt.slot_rewiped.{node}")
     request = uuid.uuid4()
-    await _command(nc, "rewipe", node, {"request_id": request, "node_id": node, "slot": 1, "requested_by": uuid.uuid4()})
+    await publish_from_node(nc, "node_agent.rewipe", node, {"request_id": request, "node_id": node, "slot": 1, "requested_by": uuid.uuid4()})
     hit = (await events.wait_for(lambda i: i[1]["data"]["request_id"] == str(request), timeout=60))[0][1]["data"]
     # no slot detail: the default policy, which a loop device cannot satisfy (NVMe format only)
     assert hit["slot"] == 1 and hit["ok"] is False and "nvme" in hit["evidence"]["reason"].lower()
@@ -119,7 +113,7 @@ async def test_burn_in_reports_each_check_and_names_a_failed_one(run_service, nc
     node = await _node(run_service, None, TESSERA_BURN_IN="sim", TESSERA_SIM_BURN_IN="fail:temperature:GPU 3 at 91 C")
     events = await watch(f"node_agent.evt.burn_in_finished.{node}")
     run = uuid.uuid4()
-    await _command(nc, "burn_in", node, {"node_id": node, "run_id": run})
+    await publish_from_node(nc, "node_agent.burn_in", node, {"node_id": node, "run_id": run})
     hit = (await events.wait_for(lambda i: i[1]["data"]["run_id"] == str(run), timeout=30))[0][1]["data"]
     assert hit["passed"] is False
     assert {c["name"]: c["ok"] for c in hit["checks"]} == {

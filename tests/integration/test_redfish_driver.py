@@ -163,15 +163,21 @@ async def test_validate_reports_the_system_and_refuses_a_wrong_password(lab, tmp
     assert refused.value.kind == "unauthorized"
 
 
-@on_lab
-async def test_a_wrong_bmc_password_fails_provisioning_at_power_off_and_leaves_the_server_off(lab, image, tmp_path):
-    driver = make_driver(lab, tmp_path, password="wrong")
+async def failed_provision(driver: RedfishDriver, image, match: str) -> InstanceSpec:
+    """Provision on ``driver`` expecting the DriverError ``match`` names, then close the driver; the spec."""
     spec = spec_for(image)
     try:
-        with pytest.raises(DriverError, match=r"^power_off: the BMC refused the credentials: HTTP 401 Unauthorized"):
+        with pytest.raises(DriverError, match=match):
             await driver.provision(spec)
     finally:
         await driver.close()
+    return spec
+
+
+@on_lab
+async def test_a_wrong_bmc_password_fails_provisioning_at_power_off_and_leaves_the_server_off(lab, image, tmp_path):
+    driver = make_driver(lab, tmp_path, password="wrong")
+    spec = await failed_provision(driver, image, r"^power_off: the BMC refused the credentials: HTTP 401 Unauthorized")
     assert not await asyncio.to_thread(lab.running)
     assert await driver.list_instances() == [] and await driver.instance_of(spec.allocation_id) is None
 
@@ -181,12 +187,7 @@ async def test_a_power_on_that_does_not_take_effect_in_time_fails_naming_the_pha
     """The server takes longer to power on than the phase allows (a QEMU start takes ~0.5 s): the step fails
     naming power_on; the compensation lets the abandoned request land, then powers the server off and ejects."""
     driver = make_driver(lab, tmp_path, TESSERA_REDFISH_TIMEOUTS="power_on=0.05")
-    spec = spec_for(image)
-    try:
-        with pytest.raises(DriverError, match=r"^power_on: the server did not power on within 0.05 s"):
-            await driver.provision(spec)
-    finally:
-        await driver.close()
+    await failed_provision(driver, image, r"^power_on: the server did not power on within 0.05 s")
     assert not await asyncio.to_thread(lab.running)
     assert await asyncio.to_thread(lab.cdrom_sources) == []
     assert await driver.list_instances() == []
@@ -200,12 +201,7 @@ async def test_an_unreachable_bmc_fails_at_the_first_phase_and_leaves_no_record(
     async def unreachable():
         return closed
     driver.bmc_source = unreachable
-    spec = spec_for(image)
-    try:
-        with pytest.raises(DriverError, match=r"^power_off: the BMC is unreachable .*Connection refused"):
-            await driver.provision(spec)
-    finally:
-        await driver.close()
+    await failed_provision(driver, image, r"^power_off: the BMC is unreachable .*Connection refused")
     assert await driver.list_instances() == [] and not await asyncio.to_thread(lab.running)
     with pytest.raises(BmcError) as caught:
         await asyncio.to_thread(validate_bmc, closed)
@@ -215,12 +211,7 @@ async def test_an_unreachable_bmc_fails_at_the_first_phase_and_leaves_no_record(
 @on_lab
 async def test_a_server_that_never_reports_ready_fails_at_deploy_and_is_left_off_without_media(lab, image, tmp_path):
     driver = make_driver(lab, tmp_path, TESSERA_REDFISH_TIMEOUTS="deploy=2")
-    spec = spec_for(image)
-    try:
-        with pytest.raises(DriverError, match=r"^deploy: the server did not report ready within 2 s$"):
-            await driver.provision(spec)
-    finally:
-        await driver.close()
+    await failed_provision(driver, image, r"^deploy: the server did not report ready within 2 s$")
     assert not await asyncio.to_thread(lab.running)
     assert await asyncio.to_thread(lab.cdrom_sources) == []
     assert await driver.list_instances() == []

@@ -10,17 +10,10 @@ from datetime import datetime, timezone
 
 from services.node_agent.adapters.discovery.sim import sim_topology
 from services.scheduler.settings import SchedulerSettings
-from tests.support.bus import make_envelope, send_command as send
+from tests.support.bus import publish_from_node, send_command as send
 from tests.support.scheduler import start
 
 BURN_IN = SchedulerSettings(preemption_grace_s=0.5, stats_s=0.5, burn_in=True)
-
-
-async def _node_says(nc, type_: str, node: uuid.UUID, data: dict) -> None:
-    """Play the node-agent: publish its event on its own node's subject."""
-    verb = type_.split(".")[1]
-    env = make_envelope(type_, data, correlation_id=str(node))
-    await nc.jetstream().publish(f"node_agent.evt.{verb}.{node}", env.model_dump_json().encode(), headers=env.headers())
 
 
 async def _approved(env, watch, kind: str = "pcie-l40s-4") -> tuple[uuid.UUID, dict]:
@@ -52,8 +45,8 @@ async def test_an_approved_node_is_burnt_in_before_anything_is_placed_on_it(run_
     assert doc["free_slots"] == 0 and doc["burn_in"]["state"] == "running" and doc["burn_in"]["run_id"] == cmd["run_id"]
     early = await env.reserve(tenant, "vm.1gpu", fail_fast=True)
     assert early["data"]["code"] == "no-capacity"
-    await _node_says(nc, "node_agent.burn_in_finished", node, _result(node, str(uuid.uuid4())))   # another run: stale
-    await _node_says(nc, "node_agent.burn_in_finished", node, _result(node, cmd["run_id"]))
+    await publish_from_node(nc, "node_agent.burn_in_finished", node, _result(node, str(uuid.uuid4())))   # another run: stale
+    await publish_from_node(nc, "node_agent.burn_in_finished", node, _result(node, cmd["run_id"]))
     passed = await env.node_event(node, lambda d: d["status"] == "schedulable")
     assert passed["free_slots"] == 4 and passed["burn_in"]["state"] == "passed"
     late = await env.reserve(tenant, "vm.1gpu", fail_fast=True)
@@ -63,7 +56,7 @@ async def test_an_approved_node_is_burnt_in_before_anything_is_placed_on_it(run_
 async def test_a_failed_check_keeps_the_node_out_of_service_named_until_a_rerun_passes(run_service, nc, watch):
     env = await start(run_service, nc, watch, scheduler=BURN_IN)
     node, cmd = await _approved(env, watch)
-    await _node_says(nc, "node_agent.burn_in_finished", node, _result(node, cmd["run_id"], failed="retired_pages"))
+    await publish_from_node(nc, "node_agent.burn_in_finished", node, _result(node, cmd["run_id"], failed="retired_pages"))
     failed = await env.node_event(node, lambda d: d["status"] == "burn_in_failed")
     assert failed["review"] == ["burn-in check retired_pages failed: GPU 2: retired pages pending"]
     assert failed["free_slots"] == 0 and failed["burn_in"]["state"] == "failed"
@@ -73,7 +66,7 @@ async def test_a_failed_check_keeps_the_node_out_of_service_named_until_a_rerun_
     rerun = hits[-1][1]["data"]
     assert rerun["run_id"] != cmd["run_id"]
     await env.node_event(node, lambda d: d["status"] == "burn_in" and d["burn_in"]["run_id"] == rerun["run_id"])
-    await _node_says(nc, "node_agent.burn_in_finished", node, _result(node, rerun["run_id"]))
+    await publish_from_node(nc, "node_agent.burn_in_finished", node, _result(node, rerun["run_id"]))
     assert (await env.node_event(node, lambda d: d["status"] == "schedulable"))["free_slots"] == 4
 
 
@@ -82,7 +75,7 @@ async def test_a_rerun_is_refused_while_allocations_run_on_the_node(run_service,
     tenant = uuid.uuid4()
     await env.grant(tenant, 4, model="L40S")
     node, cmd = await _approved(env, watch)
-    await _node_says(nc, "node_agent.burn_in_finished", node, _result(node, cmd["run_id"]))
+    await publish_from_node(nc, "node_agent.burn_in_finished", node, _result(node, cmd["run_id"]))
     await env.node_event(node, lambda d: d["status"] == "schedulable")
     assert (await env.reserve(tenant, "vm.1gpu", fail_fast=True))["type"] == "scheduler.slots_reserved"
     sent, _ = await send(env.js, "scheduler.run_burn_in", {"node_id": node, "requested_by": uuid.uuid4()})
@@ -113,7 +106,7 @@ async def test_a_slot_whose_wipe_failed_is_quarantined_never_placed_and_returns_
     assert slot not in {s for t in taken for s in t.get("slots", [])}
     async with env.rt.pool.acquire() as conn:
         assert await conn.fetchval("SELECT node_free_slots($1)", node) == 0
-    await _node_says(nc, "node_agent.slot_rewiped", node, {
+    await publish_from_node(nc, "node_agent.slot_rewiped", node, {
         "request_id": str(uuid.uuid4()), "node_id": str(node), "slot": slot, "ok": True, "requested_by": str(uuid.uuid4()),
         "evidence": {"slot": slot, "ok": True, "policy": "nvme-secure-erase", "gpu_reset": "no-driver", "devices": [],
                      "started_at": datetime.now(timezone.utc).isoformat(), "finished_at": datetime.now(timezone.utc).isoformat(),

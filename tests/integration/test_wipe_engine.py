@@ -32,8 +32,7 @@ def _need_block_tools():
     if os.geteuid() != 0:
         pytest.skip("loop devices need root")
     missing = [t for t in TOOLS if shutil.which(t) is None]
-    if missing:
-        pytest.skip(f"not installed: {', '.join(missing)} (see system-packages.txt)")
+    assert not missing, f"not installed: {', '.join(missing)} (./taskw installs system-packages.txt)"
 
 
 def _sh(*argv: str) -> str:

@@ -51,6 +51,16 @@ async def send_to_node(js, verb: str, node_id, data: dict, *, env: Envelope | No
     return env, ack.seq
 
 
+async def publish_from_node(nc, type_: str, node_id, data: dict, tenant_id: str | None = None):
+    """Play a node-agent, or who commands it: publish a node-agent message on its node's subject
+    (node_agent.evt|cmd.<name>.<node id>), correlated by its allocation or else its node; returns the envelope."""
+    subject = load_catalog().message(type_).render_subject(node_id=str(node_id))
+    env = make_envelope(type_, data, tenant_id=uuid.UUID(str(tenant_id)) if tenant_id else None,
+                        correlation_id=str(data.get("allocation_id") or node_id))
+    await publish_envelope(nc.jetstream(), subject, env)
+    return env
+
+
 async def publish_event(js, type_: str, data: dict, *, tenant_id: uuid.UUID | str | None = None,
                         correlation_id: str | None = None) -> Envelope:
     """Play the event's owner: publish it on its contract subject (correlated by its allocation or node

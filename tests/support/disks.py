@@ -6,6 +6,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tooling.bmc_lab import make_loop_disk, remove_loop_disk
+
 PATTERN = b"TESSERA-TENANT-DATA-"
 
 
@@ -31,6 +33,11 @@ def pattern_on(device: str) -> bool:
         return PATTERN in f.read()
 
 
+def set_read_only(device: str, on: bool = True) -> None:
+    """The block device refuses writes (``blockdev --setro``), or takes them again."""
+    _run("blockdev", "--setro" if on else "--setrw", device)
+
+
 @dataclass
 class LoopDisks:
     """``count`` loop devices over files of ``mib`` MiB in ``folder``; ``fill()`` writes the pattern over each."""
@@ -46,11 +53,8 @@ class LoopDisks:
         try:
             for i in range(self.count):
                 path = self.folder / f"nvme{i}.img"
-                path.write_bytes(b"")
-                with open(path, "r+b") as f:
-                    f.truncate(self.mib << 20)
                 self.files.append(path)
-                self.devices.append(_run("losetup", "--find", "--show", str(path)))
+                self.devices.append(make_loop_disk(path, self.mib))
             self.fill()
         except BaseException:
             self.detach()
@@ -67,7 +71,7 @@ class LoopDisks:
         return pattern_on(self.devices[index])
 
     def set_read_only(self, index: int, on: bool = True) -> None:
-        _run("blockdev", "--setro" if on else "--setrw", self.devices[index])
+        set_read_only(self.devices[index], on)
 
     def device_map(self, slots: int | None = None) -> dict[str, list[str]]:
         """TESSERA_WIPE_DEVICES: slot i → disk i."""
@@ -76,7 +80,7 @@ class LoopDisks:
     def detach(self) -> None:
         for dev in self.devices:
             subprocess.run(["blockdev", "--setrw", dev], capture_output=True)
-            subprocess.run(["losetup", "-d", dev], capture_output=True)
+            remove_loop_disk(dev)
         self.devices.clear()
         for f in self.files:
             f.unlink(missing_ok=True)

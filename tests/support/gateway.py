@@ -10,9 +10,8 @@ from dataclasses import dataclass
 import aiohttp
 
 from services.gateway.settings import GatewaySettings
-from shared.contract import load_catalog
 from shared.secrets import new_key
-from tests.support.bus import make_envelope, publish_envelope, publish_event
+from tests.support.bus import publish_event, publish_from_node
 from tests.support.polling import eventually
 
 TOKEN_SECRET = "integration-test-secret-" + "s" * 40
@@ -128,21 +127,20 @@ async def project(api: Api, nc, type_: str, data: dict, tenant_id: str | None = 
     return env
 
 
-async def publish_from_node(nc, type_: str, node_id, data: dict, tenant_id: str | None = None):
-    """Play a node-agent: publish its event on its node's subject (node_agent.evt.<name>.<node id>); returns the
-    envelope."""
-    subject = load_catalog().message(type_).render_subject(node_id=str(node_id))
-    env = make_envelope(type_, data, tenant_id=uuid.UUID(str(tenant_id)) if tenant_id else None,
-                        correlation_id=str(data.get("allocation_id") or node_id))
-    await publish_envelope(nc.jetstream(), subject, env)
-    return env
-
-
 async def project_from_node(api: Api, nc, type_: str, node_id, data: dict, tenant_id: str | None = None):
     """``publish_from_node``, then wait until the gateway has handled it; returns the envelope."""
     env = await publish_from_node(nc, type_, node_id, data, tenant_id)
     await eventually(lambda: api.handled(env), timeout=PROJECTED_WITHIN_S, what=f"the gateway to handle {type_} {env.id}")
     return env
+
+
+def assert_problem(r, status: int, field: str | None = None) -> dict:
+    """The response is a problem+json of ``status`` (naming ``field`` among its errors, when given); its body."""
+    assert r.status == status, (r.status, r.body)
+    assert r.content_type == "application/problem+json", r.headers
+    if field is not None:
+        assert field in [e["field"] for e in r.body["errors"]], r.body
+    return r.body
 
 
 async def outbox_count(api: Api, type_: str, key: str, value: str) -> int:

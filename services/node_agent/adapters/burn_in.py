@@ -108,10 +108,25 @@ def _recovery_action(nvml, handle) -> int:
 
 def _nvml_loads() -> bool:
     try:
-        importlib.import_module("pynvml").nvmlInit()
-        return True
+        nvml = importlib.import_module("pynvml")
+        nvml.nvmlInit()
     except Exception:
         return False
+    nvml.nvmlShutdown()
+    return True
+
+
+@dataclass(frozen=True)
+class AutoBurnIn:
+    """NVML's checks when NVML loads on this host, else the sim's; decided when a burn-in runs, not at start (the
+    bootstrap touches no hardware)."""
+
+    nvml: NvmlBurnIn
+    sim: SimBurnIn
+    name: str = "auto"
+
+    def run(self) -> list[Check]:
+        return (self.nvml if _nvml_loads() else self.sim).run()
 
 
 def burn_in_from_env(environ: Mapping[str, str] | None = None):
@@ -133,5 +148,5 @@ def burn_in_from_env(environ: Mapping[str, str] | None = None):
     if kind == "nvml":
         return NvmlBurnIn(expect, max_temp)
     if kind == "auto":
-        return NvmlBurnIn(expect, max_temp) if _nvml_loads() else sim_checker
+        return AutoBurnIn(NvmlBurnIn(expect, max_temp), sim_checker)
     raise BurnInConfigError(f"TESSERA_BURN_IN={kind!r}: expected sim, nvml or auto")

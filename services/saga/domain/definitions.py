@@ -58,10 +58,9 @@ def _undo(*names: str) -> FieldBuilder:
 
 
 def _undo_keeping(*names: str) -> FieldBuilder:
-    """A release step's undo command with the context values that earlier release steps yielded."""
-    def build(ctx: Context) -> dict:
-        return {"compensates": None, **{n: ctx[n] for n in names if ctx.get(n) is not None}}
-    return build
+    """A release step's undo command with the context values that earlier release steps yielded (when any)."""
+    some = _some(*names)
+    return lambda ctx: {"compensates": None, **some(ctx)}
 
 
 def _volume(ctx: Context) -> dict:
