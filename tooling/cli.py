@@ -160,6 +160,10 @@ def banner(platform: Platform, data: dict) -> str:
         f"    curl -s {bearer} {url}/v1/tenants/{tenant}/quotas",
         f"    curl -s {bearer} {as_json} -d '{{\"name\": \"alice\", \"role\": \"tenant_user\"}}' {url}/v1/tenants/{tenant}/users",
         f"    curl -s {bearer} {as_json} -d '{{\"name\": \"train-1\", \"shape\": \"vm.1gpu\"}}' {url}/v1/allocations",
+        f"    curl -s {bearer} {as_json} -d '{{\"name\": \"data\", \"size_bytes\": 52428800}}' {url}/v1/volumes"
+        "   (50 MB on btrfs; classes: /v1/storage-classes)",
+        f"    curl -s {bearer} {as_json} -d '{{\"name\": \"train-2\", \"shape\": \"vm.1gpu\", \"volumes\": "
+        f"[{{\"volume_id\": \"<the volume's id>\"}}]}}' {url}/v1/allocations   (at /mnt/data in the guest)",
         *([f"    curl -s {bearer} {as_json} -d '{{\"name\": \"server-1\", \"shape\": \"bm.8gpu\", \"pool\": "
            f"\"{BM_POOL}\", \"tolerations\": [\"{BM_TOLERATION}\"]}}' {url}/v1/allocations   (bare metal)"]
           if data.get("bm_node") else []),

@@ -256,6 +256,53 @@ class TesseraClient:
             raise NotYet({"status": w["status"]})
         return await _until(done, timeout, f"allocation {allocation_id} wiped")
 
+    # -- volumes (issue 13)
+    async def storage_classes(self) -> list[dict]:
+        return (await self.request("GET", "/v1/storage-classes"))[1]["items"]
+
+    async def create_volume(self, name: str, size_bytes: int, storage_class: str | None = None,
+                            shared: bool = False) -> dict:
+        body = {"name": name, "size_bytes": size_bytes, "shared": shared,
+                **({"storage_class": storage_class} if storage_class else {})}
+        return (await self.request("POST", "/v1/volumes", json_body=body, expect=(202,)))[1]
+
+    async def volume(self, volume_id: str) -> dict:
+        return (await self.request("GET", f"/v1/volumes/{volume_id}"))[1]
+
+    async def delete_volume(self, volume_id: str) -> dict:
+        return (await self.request("DELETE", f"/v1/volumes/{volume_id}", expect=(202,)))[1]
+
+    async def set_storage_quota(self, tenant_id: str, storage_class: str, max_bytes: int | None = None,
+                                max_volumes: int | None = None) -> dict:
+        body = {"max_bytes": max_bytes, "max_volumes": max_volumes}
+        return (await self.request("PUT", f"/v1/tenants/{tenant_id}/storage-quotas/{storage_class}",
+                                   json_body=body, expect=(202,)))[1]
+
+    async def storage_quotas(self, tenant_id: str) -> dict:
+        return (await self.request("GET", f"/v1/tenants/{tenant_id}/storage-quotas"))[1]
+
+    async def wait_volume(self, volume_id: str, states: set[str] | str, timeout: float = 60.0) -> dict:
+        """Poll the volume until it is in one of ``states``; WaitAborted at once when it was rejected or is in
+        error (and that is not awaited), with its reason; a volume gone (404) counts as ``deleted``."""
+        wanted = {states} if isinstance(states, str) else set(states)
+
+        async def in_state():
+            try:
+                v = await self.volume(volume_id)
+            except ApiError as exc:
+                if exc.status == 404 and "deleted" in wanted:
+                    return {"id": volume_id, "state": "deleted"}
+                raise
+            if v["state"] in wanted:
+                return v
+            raise NotYet(v)
+
+        def hopeless(v: dict) -> str | None:
+            if v.get("state") in ("rejected", "error", "deleted") and v["state"] not in wanted:
+                return f"volume {volume_id} is {v['state']}: {v.get('reason') or 'no reason given'}"
+            return None
+        return await _until(in_state, timeout, f"volume {volume_id} {' or '.join(sorted(wanted))}", hopeless=hopeless)
+
     async def events(self, allocation_id: str) -> AsyncIterator[dict]:
         """Yield the allocation's events from its server-sent event stream (replay, then live)."""
         h = {"Authorization": f"Bearer {await self.token()}", "Accept": "text/event-stream"}

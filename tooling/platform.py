@@ -21,6 +21,7 @@ import asyncpg
 from shared.secrets import ensure_key_file
 
 from .client import TesseraClient
+from .storage_lab import StorageLab, wanted as storage_lab_wanted
 from shared.db import provision_service, service_dsn
 from .embedded import REPO, EmbeddedNats, EmbeddedPostgres
 
@@ -98,6 +99,8 @@ class Platform:
         self.procs: dict[str, ServiceProcess] = {}
         self.secrets = self._load_secrets()
         self.on_stop: list = []   # blocking callables run last by stop() (e.g. the demo lab's teardown)
+        # the storage host: a btrfs file system in the data folder (unless the caller configured the classes)
+        self.storage = StorageLab(self.workdir) if storage_lab_wanted(self.extra_env) else None
 
     def _load_secrets(self) -> dict[str, str]:
         path = self.workdir / "secrets.json"
@@ -134,6 +137,8 @@ class Platform:
                 self.pg.start()
                 self.database_url = self.pg.admin_dsn
             await self._provision()
+            if self.storage:
+                await asyncio.to_thread(self.storage.start)
             for name in CORE_SERVICES:
                 self._spawn(name)
             await _all_ready(p.wait_ready() for p in self.procs.values())
@@ -167,6 +172,8 @@ class Platform:
             env["TESSERA_BOOTSTRAP_ADMIN_KEY"] = self.admin_key
         if service == "node_agent":
             env["TESSERA_NODE_ID"] = instance
+        if self.storage:
+            env.update(self.storage.env(service))
         env.update(self.extra_env)
         return env
 
@@ -256,8 +263,12 @@ class Platform:
                     if self.pg:
                         self.pg.stop()
                 finally:
-                    for hook in self.on_stop:
-                        hook()
+                    try:
+                        for hook in self.on_stop:
+                            hook()
+                    finally:   # last: the lab's domains (their virtiofs shares) are gone by now
+                        if self.storage:
+                            self.storage.stop()
 
 
 async def _all_ready(waits) -> None:

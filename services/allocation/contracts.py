@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from services.node_agent.contracts import Guest, InstanceInfo
+from services.storage.contracts import MAX_ATTACHED, ClassName, VolumeRef
 from shared.contract import Message, ServiceContract
 from shared.steps import Step
 from shared.wire import StepCommand, StepFailure, Wire
@@ -24,6 +25,10 @@ class Scheduling(Wire):
     fail_fast: bool = False
     network_id: uuid.UUID | None = None
     guest: Guest | None = Field(default=None, description="The image and first-boot data (VM slices and bare metal).")
+    volumes: list[VolumeRef] = Field(default_factory=list, max_length=MAX_ATTACHED,
+                                     description="Existing volumes of the tenant to mount, each at /mnt/<name>.")
+    scratch_class: ClassName | None = Field(default=None, description="The storage class of the scratch volume "
+                                                                      "(volume_gb); none: the provider's default.")
 
 
 class RequestAllocation(Scheduling):

@@ -44,7 +44,7 @@ class PowerActionExpired(Wire):
 CONTRACT = ServiceContract(
     service="gateway",
     title="Tessera API gateway",
-    description="The only HTTP entry for tenants and provider admins; records identity changes and projects allocation events for reads; sends tenants' power actions to the nodes and reads their consoles live; registers nodes' BMCs (passwords sealed), checks them live, shows the wipe evidence of released slots and re-wipes quarantined ones.",
+    description="The only HTTP entry for tenants and provider admins; records identity changes and projects allocation events for reads; sends tenants' power actions to the nodes and reads their consoles live; registers nodes' BMCs (passwords sealed), checks them live, shows the wipe evidence of released slots and re-wipes quarantined ones; sends tenants' volume and storage quota requests to the storage service and projects its volumes, quotas, classes and usage.",
     messages=[
         Message("gateway.tenant_created", "gateway.evt.tenant_created", TenantCreated, "event", "A provider admin created a tenant (audit)."),
         Message("gateway.user_created", "gateway.evt.user_created", UserCreated, "event", "A user was created (audit)."),
@@ -61,11 +61,14 @@ CONTRACT = ServiceContract(
         "network.security_rule_removed", "network.command_rejected", "network.network_attached",
         "network.network_detached", "node_agent.power_changed", "node_agent.instance_problem",
         "node_agent.slots_wiped", "node_agent.slot_rewiped",
+        "storage.volume_changed", "storage.quota_changed", "storage.classes_announced", "storage.usage_reported",
     ],
     sends=["allocation.request", "allocation.release", "scheduler.register_node",
            "scheduler.approve_slot_map", "scheduler.update_node", "scheduler.define_shape", "scheduler.define_pool",
            "scheduler.set_quota", "scheduler.cancel_request",
            "network.create_network", "network.delete_network", "network.add_security_rule",
            "network.remove_security_rule", "node_agent.power", "node_agent.read_console", "node_agent.set_bmc",
-           "node_agent.validate_bmc", "node_agent.rewipe", "scheduler.run_burn_in"],
+           "node_agent.validate_bmc", "node_agent.rewipe", "scheduler.run_burn_in",
+           "storage.create_volume", "storage.resize_volume", "storage.destroy_volume", "storage.attach_volume",
+           "storage.detach_volume", "storage.set_quota"],
 )

@@ -20,7 +20,9 @@ raises ``SettingError`` naming the variable. Variables (defaults in brackets):
 The driver and the discovery read their own variables when bootstrap builds them: the sim driver
 TESSERA_SIM_LATENCY_S and TESSERA_SIM_FAIL (``adapters.drivers.sim``), the libvirt driver TESSERA_LIBVIRT_*
 (``adapters.drivers.libvirt.config``), the discovery
-TESSERA_NODE_DISCOVERY and TESSERA_SIM_TOPOLOGY (``adapters.discovery``).
+TESSERA_NODE_DISCOVERY and TESSERA_SIM_TOPOLOGY (``adapters.discovery``). Every driver reads the volume
+settings, TESSERA_VOLUME_ROOTS (where btrfs volumes may be mounted from) and TESSERA_VOLUME_STATE_DIR
+(``adapters.drivers.volumes``).
 """
 from __future__ import annotations
 

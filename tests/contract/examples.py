@@ -9,7 +9,7 @@ from __future__ import annotations
 import types
 import uuid
 from datetime import UTC, datetime
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import annotated_types
 from pydantic import BaseModel
@@ -28,6 +28,8 @@ def _bound(metadata: list[Any], kind: type, attr: str, default: int) -> int:
 
 def _value(annotation: Any, metadata: list[Any]) -> Any:
     origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Annotated:        # e.g. a constrained name: its constraints travel with it
+        return _value(args[0], [*metadata, *args[1:]])
     if origin is Literal:
         return args[0]
     if origin in (Union, types.UnionType):

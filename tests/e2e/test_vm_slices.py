@@ -257,3 +257,47 @@ async def test_a_node_agent_killed_mid_boot_times_out_the_step_and_its_orphan_do
         assert await asyncio.to_thread(vm.leftovers, created["id"], p.state_dirs[node]) == []
     finally:
         await client.__aexit__(None, None, None)
+
+
+async def test_a_tenants_volume_is_mounted_in_its_guest_stops_writes_at_its_size_there_and_no_other_guest_has_it(
+        platform):
+    """The issue's "done when": a tenant creates a volume, gets it mounted into its VM (virtiofs, at /mnt/<name>),
+    hits its quota inside the guest, and no other tenant's guest can reach it."""
+    p = platform
+    async with p.admin() as admin:
+        a, b = await tenant_client(p, admin), await tenant_client(p, admin)
+    try:
+        v = await a.create_volume("data", 50 << 20)
+        v = await a.wait_volume(v["id"], "available", timeout=30)
+        a1 = await booted(a, "with-data", p.opts, volumes=[{"volume_id": v["id"], "mode": "rw"}])
+        b1 = await booted(b, "without", p.opts)
+        [mount] = a1["instance"]["mounts"]
+        assert (mount["mount_point"], mount["via"], mount["mode"]) == ("/mnt/data", "virtiofs", "rw"), mount
+        rc, out = await run(p, a1, "dd if=/dev/zero of=/mnt/data/fill bs=1M count=80 conv=fsync; echo rc=$?", 120)
+        assert "Disk quota exceeded" in out and "rc=0" not in out, out
+        _, size = await run(p, a1, "wc -c </mnt/data/fill")
+        assert 40 << 20 <= int(size.strip()) <= 50 << 20, size
+        # the API's usage is the qgroup's, read on the storage host
+        path = p.storage.root / "tenants" / a1["tenant_id"] / v["id"]
+        qgroup = await asyncio.to_thread(subprocess.run, ["btrfs", "qgroup", "show", "-re", "--raw", "--sync",
+                                                          str(path)], capture_output=True, text=True, check=True)
+        subvolid = (await asyncio.to_thread(subprocess.run, ["btrfs", "inspect-internal", "rootid", str(path)],
+                                            capture_output=True, text=True, check=True)).stdout.strip()
+        referenced = int(next(line.split()[1] for line in qgroup.stdout.splitlines()
+                              if line.split()[:1] == [f"0/{subvolid}"]))
+        await eventually(lambda: a.volume(v["id"]), until=lambda x: x["used_bytes"] == referenced, timeout=15,
+                         what="the volume's usage as the qgroup counts it")
+        # B's guest has no such file system: no virtiofs mount, nothing under /mnt of A's
+        _, mounts = await run(p, b1, "cat /proc/mounts; ls /mnt")
+        assert "virtiofs" not in mounts and "data" not in mounts.split(), mounts
+        await b.request("POST", f"/v1/volumes/{v['id']}/attachments", json_body={"allocation_id": b1["id"]},
+                        expect=(404,))
+        await release_all(a, [a1])
+        await release_all(b, [b1])
+        virtiofsd = await asyncio.to_thread(subprocess.run, ["pgrep", "-f", f"virtiofsd.*{v['id']}"],
+                                            capture_output=True, text=True)
+        assert virtiofsd.stdout == "", "no virtiofs daemon outlives its domain"
+        assert (await a.wait_volume(v["id"], "available"))["attachments"] == []
+    finally:
+        await a.__aexit__(None, None, None)
+        await b.__aexit__(None, None, None)

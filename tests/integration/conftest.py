@@ -65,3 +65,13 @@ async def gateway(run_service):
 async def api(gateway):
     """The gateway with the suite's settings (token secret, bootstrap admin key)."""
     return await gateway()
+
+
+@pytest.fixture(scope="session")
+def btrfs_pool(tmp_path_factory):
+    """A btrfs file system with quotas on a sparse loop file, for the whole session (the storage service's
+    ``standard`` class in its tests); unmounted at the end. Needs root and btrfs-progs: fails without them."""
+    from tests.support.volumes import loop_pool
+
+    with loop_pool(tmp_path_factory.mktemp("btrfs-pool")) as pool:
+        yield pool

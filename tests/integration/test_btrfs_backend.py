@@ -191,13 +191,15 @@ async def test_allow_records_exactly_the_clients_and_revoke_takes_them_off(backe
     record = fs_root / ".tessera" / "exports" / f"{s.volume_id}.json"
     await backend.allow(s.volume_id, ("10.1.0.3", "10.1.0.2"), read_only=True)
     assert json.loads(record.read_text()) == {"volume_id": str(s.volume_id), "source": export.source,
-                                              "clients": ["10.1.0.2", "10.1.0.3"], "read_only": True}
+                                              "clients": {"10.1.0.2": "ro", "10.1.0.3": "ro"}}
+    # a shared volume's slots keep their own modes side by side; allowing a client again sets its mode
     await backend.allow(s.volume_id, ("10.1.0.4", "10.1.0.3"), read_only=False)
-    assert json.loads(record.read_text())["clients"] == ["10.1.0.3", "10.1.0.4"]
+    assert json.loads(record.read_text())["clients"] == {"10.1.0.2": "ro", "10.1.0.3": "rw", "10.1.0.4": "rw"}
+    await backend.revoke(s.volume_id, ("10.1.0.2",))
     await backend.revoke(s.volume_id, ("10.1.0.3", "10.9.9.9"))
     await backend.revoke(s.volume_id, ("10.1.0.3",))                 # idempotent
     assert json.loads(record.read_text()) == {"volume_id": str(s.volume_id), "source": export.source,
-                                              "clients": ["10.1.0.4"], "read_only": False}
+                                              "clients": {"10.1.0.4": "rw"}}
     assert [p.name for p in record.parent.iterdir()] == [record.name]  # no temporary file left behind
     await backend.revoke(uuid.uuid4(), ("10.1.0.4",))                # no record: nothing to do
     with pytest.raises(BackendError, match="does not exist"):

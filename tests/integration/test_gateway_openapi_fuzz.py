@@ -8,8 +8,10 @@ What the fuzzer is told beyond the document (and why that is not a weaker check)
     are not generated: the server would only answer 401, which tests nothing);
   * the live state a valid request refers to, as a client would know it (Schemathesis' "seed known data"): ids of
     things that exist (for half of the valid requests; the others keep their random ids and get 404s), the shape
-    names GET /v1/shapes lists (an unknown shape is a documented 422), and an Idempotency-Key that is fresh (a key
-    reused with another body is a documented 422);
+    names GET /v1/shapes lists (an unknown shape is a documented 422), the storage class GET /v1/storage-classes
+    lists (an unknown one is a documented 422; the world's class takes the largest volume the document allows and
+    its default quota the largest share), a volume's size larger than the world volume's (volumes only grow: a
+    documented 422), and an Idempotency-Key that is fresh (a key reused with another body is a documented 422);
   * the document's ``x-constraints`` (comparisons between two fields, which JSON Schema cannot state, e.g.
     ``guaranteed <= limit``): a valid body that breaks one is mended by swapping the two values;
   * that 413 refuses invalid data too: a field longer than its maxLength, generated from characters JSON escapes
@@ -27,6 +29,7 @@ import time
 import uuid
 import zlib
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 
 import hypothesis
 import requests
@@ -41,7 +44,9 @@ from schemathesis.specs.openapi.checks import (content_type_conformance, negativ
                                                positive_data_acceptance, response_headers_conformance,
                                                response_schema_conformance, status_code_conformance)
 
-from tests.support.gateway import ADMIN_KEY
+from services.gateway.http.schemas.volumes import MAX_QUOTA_BYTES, MAX_QUOTA_VOLUMES
+from services.storage.contracts import MAX_VOLUME_BYTES, MIN_VOLUME_BYTES
+from tests.support.gateway import ADMIN_KEY, project
 
 SEED = 20261123
 FUZZ_EXAMPLES = 25            # fuzzed cases per operation and mode (valid, invalid), after the coverage cases
@@ -49,9 +54,11 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
           response_schema_conformance, negative_data_rejection, positive_data_acceptance]
 STREAMS = {"streamAllocationEvents", "streamOpsEvents"}
 PROVIDER_TAGS = {"tenants", "nodes", "pools", "ops"}
-PROVIDER_OPERATIONS = {"defineShape", "deleteShape", "setTenantQuota"}
+PROVIDER_OPERATIONS = {"defineShape", "deleteShape", "setTenantQuota", "setTenantStorageQuota"}
 _CONSTRAINT = re.compile(r"^(\w+) <= (\w+)$")
 SHAPE_IDS = {"name": "vm.1gpu"}       # the shape operations' {name}: a shape that exists (the pools' is "shared")
+FUZZ_CLASS = {"name": "fuzz", "backend": "btrfs", "max_volume_bytes": MAX_VOLUME_BYTES, "default": True,
+              "simulated": False}
 
 
 @dataclass
@@ -75,18 +82,26 @@ class World:
         return self.admin if tag in PROVIDER_TAGS or op_id in PROVIDER_OPERATIONS else self.tenant_admin
 
 
-async def _world(api) -> World:
+async def _world(api, nc) -> World:
     admin = await api.admin()
     tenant_id = await api.new_tenant()
     owner, user = await api.new_user(tenant_id, "tenant_admin")
+    await project(api, nc, "storage.classes_announced", {"classes": [FUZZ_CLASS], "default_quota_bytes": MAX_QUOTA_BYTES,
+                                                          "default_quota_volumes": MAX_QUOTA_VOLUMES})
     node = await admin.post("/v1/nodes", {"name": "fuzz-node", "gpu_model": "H100", "gpu_count": 8})
     allocation = await owner.post("/v1/allocations", {"name": "fuzz", "shape": "vm.1gpu"})
     network = await owner.post("/v1/networks", {"name": "fuzz", "cidr": "10.99.0.0/24"})
+    volume = await owner.post("/v1/volumes", {"name": "fuzz", "size_bytes": MIN_VOLUME_BYTES})
     shapes = await owner.get("/v1/shapes")
-    assert (node.status, allocation.status, network.status, shapes.status) == (202, 202, 202, 200)
+    assert (node.status, allocation.status, network.status, volume.status, shapes.status) == (202, 202, 202, 202, 200)
+    now = datetime.now(timezone.utc).isoformat()
+    await project(api, nc, "storage.volume_changed", {"volume": {     # the storage service made it: it can grow
+        "volume_id": volume.body["id"], "tenant_id": tenant_id, "user_id": user["id"], "name": "fuzz",
+        "storage_class": FUZZ_CLASS["name"], "backend": "btrfs", "size_bytes": MIN_VOLUME_BYTES, "state": "available",
+        "version": 1, "created_at": now, "updated_at": now}}, tenant_id)
     ids = {"tenant_id": tenant_id, "user_id": user["id"], "node_id": node.body["id"],
            "allocation_id": allocation.body["id"], "network_id": network.body["id"], "name": "shared", "pool": "shared",
-           "gpu_model": "H100"}
+           "gpu_model": "H100", "volume_id": volume.body["id"], "storage_class": FUZZ_CLASS["name"]}
     return World(f"http://127.0.0.1:{api.rt.port}", f"Bearer {admin.token}", f"Bearer {owner.token}", ids,
                  [s["name"] for s in shapes.body["items"]])
 
@@ -114,9 +129,14 @@ def _seed(world: World, operation, case, use_live_ids: bool) -> None:
     if operation.definition.raw["operationId"] == "createAllocation" and isinstance(body.get("shape"), str):
         body["shape"] = world.shapes[zlib.crc32(body["shape"].encode()) % len(world.shapes)]
     if operation.definition.raw["operationId"] == "createAllocation":
-        # the catalog's images and the caller's stored keys are live data the fuzzer cannot list (a documented 422)
-        body.pop("image", None)
-        body.pop("key_names", None)
+        # the catalog's images, the caller's stored keys and volumes are live data the fuzzer cannot list (a
+        # documented 422)
+        for name in ("image", "key_names", "volumes"):
+            body.pop(name, None)
+    if "storage_class" in body or "scratch_class" in body:
+        body.update({k: FUZZ_CLASS["name"] for k in ("storage_class", "scratch_class") if isinstance(body.get(k), str)})
+    if operation.definition.raw["operationId"] == "resizeVolume" and isinstance(body.get("size_bytes"), int):
+        body["size_bytes"] = max(body["size_bytes"], MIN_VOLUME_BYTES + 1)
     for rule in schema.get("x-constraints", []):
         low, high = _CONSTRAINT.match(rule).groups()
         a, b = body.get(low), body.get(high)
@@ -166,8 +186,8 @@ def _run(world: World) -> None:
                 _fuzz(world, session, schema, operation)
 
 
-async def test_the_live_gateway_does_what_its_openapi_document_says(api):
-    world = await _world(api)
+async def test_the_live_gateway_does_what_its_openapi_document_says(api, nc):
+    world = await _world(api, nc)
     started = time.monotonic()
     await asyncio.to_thread(_run, world)      # Schemathesis is synchronous; the gateway serves on this loop meanwhile
     elapsed = time.monotonic() - started

@@ -23,6 +23,7 @@ from services.billing.domain.model import Meter
 from services.billing.domain.ports import MeterRepository
 from services.storage.domain.model import Volume
 from services.storage.domain.ports import VolumeRepository
+from services.storage.domain.quota import Limits, Usage
 from shared.contract import load_catalog
 from shared.envelope import Envelope
 from shared.outbox import Outbox
@@ -111,33 +112,68 @@ def _stored(a: Allocation) -> Allocation:
 
 # --- storage ---------------------------------------------------------------------------------------------------
 class FakeVolumeRepository(VolumeRepository):
-    """``quotas`` are the tenants' own limits (None: the default applies); ``calls`` logs each call by name."""
+    """Volumes by id, tenant limits by (tenant, class), user shares by (tenant, class, user); ``calls`` logs the
+    quota calls by name (the order a quota decision takes)."""
 
-    def __init__(self, *volumes: Volume, quotas: dict[uuid.UUID, int | None] | None = None):
-        self.volumes: dict[uuid.UUID, Volume] = {v.allocation_id: v for v in volumes}
-        self.quotas: dict[uuid.UUID, int | None] = dict(quotas or {})
+    def __init__(self, *volumes: Volume, quotas: dict[tuple, Limits] | None = None,
+                 shares: dict[tuple, Limits] | None = None):
+        self.volumes: dict[uuid.UUID, Volume] = {v.id: copy.deepcopy(v) for v in volumes}
+        self.quotas: dict[tuple, Limits] = dict(quotas or {})
+        self.shares: dict[tuple, Limits] = dict(shares or {})
+        self.versions: dict[tuple, int] = {}
         self.calls: list[str] = []
 
-    async def volume_for(self, allocation_id: uuid.UUID) -> Volume | None:
-        self.calls.append("volume_for")
-        return self.volumes.get(allocation_id)
+    async def get(self, volume_id: uuid.UUID, *, for_update: bool = False) -> Volume | None:
+        return copy.deepcopy(self.volumes.get(volume_id))
 
-    async def lock_quota(self, tenant_id: uuid.UUID) -> int | None:
+    async def claim(self, volume_id: uuid.UUID) -> None:
+        self.calls.append("claim")
+
+    async def scratch_of(self, allocation_id: uuid.UUID) -> Volume | None:
+        return copy.deepcopy(next((v for v in self.volumes.values()
+                                   if v.scratch and v.allocation_id == allocation_id and v.live), None))
+
+    async def attached_to(self, allocation_id: uuid.UUID) -> list[uuid.UUID]:
+        return sorted(v.id for v in self.volumes.values() if v.attachment(allocation_id))
+
+    async def name_taken(self, tenant_id: uuid.UUID, name: str) -> bool:
+        return any(v.tenant_id == tenant_id and v.name == name and v.live for v in self.volumes.values())
+
+    async def lock_quota(self, tenant_id: uuid.UUID, storage_class: str) -> Limits:
         self.calls.append("lock_quota")
-        return self.quotas.setdefault(tenant_id, None)
+        return self.quotas.setdefault((tenant_id, storage_class), Limits())
 
-    async def used_gb(self, tenant_id: uuid.UUID) -> int:
-        self.calls.append("used_gb")
-        return sum(v.size_gb for v in self.volumes.values() if v.tenant_id == tenant_id)
+    async def user_share(self, tenant_id: uuid.UUID, storage_class: str, user_id: uuid.UUID) -> Limits | None:
+        return self.shares.get((tenant_id, storage_class, user_id))
+
+    async def usage(self, tenant_id: uuid.UUID, storage_class: str, user_id: uuid.UUID | None = None) -> Usage:
+        self.calls.append("usage")
+        mine = [v for v in self.volumes.values() if v.tenant_id == tenant_id and v.storage_class == storage_class
+                and v.live and (user_id is None or v.user_id == user_id)]
+        return Usage(sum(v.size_bytes for v in mine), len(mine))
 
     async def add(self, volume: Volume) -> None:
         self.calls.append("add")
-        assert volume.allocation_id not in self.volumes, f"allocation {volume.allocation_id} has a volume already"
-        self.volumes[volume.allocation_id] = volume
+        assert volume.id not in self.volumes, f"volume {volume.id} exists already"
+        self.volumes[volume.id] = copy.deepcopy(volume)
 
-    async def delete_for(self, allocation_id: uuid.UUID) -> bool:
-        self.calls.append("delete_for")
-        return self.volumes.pop(allocation_id, None) is not None
+    async def save(self, volume: Volume) -> None:
+        assert volume.id in self.volumes, f"volume {volume.id} was never added"
+        self.volumes[volume.id] = copy.deepcopy(volume)
+
+    async def set_quota(self, tenant_id: uuid.UUID, storage_class: str, user_id: uuid.UUID | None,
+                        limits: Limits) -> int:
+        key = (tenant_id, storage_class) if user_id is None else (tenant_id, storage_class, user_id)
+        (self.quotas if user_id is None else self.shares)[key] = limits
+        self.versions[key] = self.versions.get(key, 0) + 1
+        return self.versions[key]
+
+    async def live_volumes(self) -> list[Volume]:
+        return [copy.deepcopy(v) for v in self.volumes.values() if v.state in ("available", "in-use")]
+
+    async def record_usage(self, used: dict[uuid.UUID, int]) -> None:
+        for volume_id, n in used.items():
+            self.volumes[volume_id].used_bytes = n
 
 
 # --- billing ---------------------------------------------------------------------------------------------------

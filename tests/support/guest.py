@@ -30,6 +30,7 @@ class GuestShell:
         self.connect_timeout = connect_timeout
         self._sock: socket.socket | None = None
         self._lock = threading.Lock()
+        self._answering = False   # the shell answered a probe: what is typed now is read
 
     def __enter__(self) -> "GuestShell":
         return self
@@ -55,34 +56,52 @@ class GuestShell:
                 f"printf '\\nTE-%s %d\\n' {token} $?\n")
         if len(line) > _LINE_MAX:
             raise ValueError(f"a guest command line holds at most {_LINE_MAX} characters (busybox's line editor)")
-        end = re.compile(rf"\nTE-{token} (\d+)\n")
         with self._lock:
-            deadline = time.monotonic() + timeout
-            sock = self._connect(deadline)
-            sock.sendall(b"\x15" + line.encode())        # ^U first: drop whatever a previous client left typed
-            seen = ""
-            raw = b""
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError(f"guest command {command!r} did not finish in {timeout}s; seen: {seen[-2000:]!r}")
-                sock.settimeout(remaining)
-                try:
-                    chunk = sock.recv(65536)
-                except socket.timeout:
-                    continue
-                if not chunk:
-                    self.close()
-                    raise ConnectionError(f"the guest's serial socket closed during {command!r}; seen: {seen[-2000:]!r}")
-                raw += chunk
-                seen = raw.decode(errors="replace").replace("\r\n", "\n").replace("\r", "")
-                begin = seen.find(f"TB-{token}\n")
-                if begin < 0:
-                    continue
-                start = begin + len(f"TB-{token}\n")
-                m = end.search(seen, start - 1)
-                if m:
-                    return int(m.group(1)), seen[start:m.start()]
+            if not self._answering:
+                self._wait_answering(time.monotonic() + max(timeout, self.connect_timeout, 60.0))
+            return self._run(line, token, command, timeout, time.monotonic() + timeout)
+
+    def _wait_answering(self, deadline: float) -> None:
+        """Probe until the shell answers: it starts after the guest's ready line, and what is typed before it reads
+        the serial port may be lost (a probe cut short times out; the next one clears the line first)."""
+        while True:
+            token = secrets.token_hex(8)
+            probe = f"echo 'TB-''{token}'; printf '\\nTE-%s %d\\n' {token} 0\n"
+            try:
+                self._run(probe, token, "a probe", 5, min(deadline, time.monotonic() + 5))
+                self._answering = True
+                return
+            except TimeoutError:
+                if time.monotonic() >= deadline:
+                    raise
+
+    def _run(self, line: str, token: str, command: str, timeout: float, deadline: float) -> tuple[int, str]:
+        end = re.compile(rf"\nTE-{token} (\d+)\n")
+        sock = self._connect(deadline)
+        sock.sendall(b"\x15" + line.encode())        # ^U first: drop whatever a previous client left typed
+        seen = ""
+        raw = b""
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"guest command {command!r} did not finish in {timeout}s; seen: {seen[-2000:]!r}")
+            sock.settimeout(remaining)
+            try:
+                chunk = sock.recv(65536)
+            except socket.timeout:
+                continue
+            if not chunk:
+                self.close()
+                raise ConnectionError(f"the guest's serial socket closed during {command!r}; seen: {seen[-2000:]!r}")
+            raw += chunk
+            seen = raw.decode(errors="replace").replace("\r\n", "\n").replace("\r", "")
+            begin = seen.find(f"TB-{token}\n")
+            if begin < 0:
+                continue
+            start = begin + len(f"TB-{token}\n")
+            m = end.search(seen, start - 1)
+            if m:
+                return int(m.group(1)), seen[start:m.start()]
 
     async def arun(self, command: str, timeout: float = 30) -> tuple[int, str]:
         """``run`` in a worker thread."""

@@ -16,6 +16,7 @@ E2E_ENV = {
     "TESSERA_RETRY_BACKOFF_S": "0.1,0.3,1",
     "TESSERA_LOG_LEVEL": "INFO",
     "TESSERA_SCHEDULER_PREEMPTION_GRACE_S": "1",   # the preemption notice's grace period
+    "TESSERA_STORAGE_USAGE_INTERVAL_S": "1",       # volumes' usage read from the storage systems every second
 }
 
 
@@ -25,7 +26,10 @@ async def leftovers(db: asyncpg.Connection, allocation_id: str) -> dict[str, int
     return {
         "slots": await db.fetchval("SELECT count(*) FROM scheduler.slots WHERE allocation_id=$1", aid),
         "attachments": await db.fetchval("SELECT count(*) FROM network.attachments WHERE allocation_id=$1", aid),
-        "volumes": await db.fetchval("SELECT count(*) FROM storage.volumes WHERE allocation_id=$1", aid),
+        "volumes": await db.fetchval("SELECT count(*) FROM storage.volumes WHERE allocation_id=$1 "
+                                     "AND state NOT IN ('deleted', 'rejected')", aid),
+        "volume_attachments": await db.fetchval("SELECT count(*) FROM storage.attachments WHERE allocation_id=$1",
+                                                aid),
         "instances": await db.fetchval("SELECT count(*) FROM node_agent.instances WHERE allocation_id=$1", aid),
         "running_meters": await db.fetchval("SELECT count(*) FROM billing.meters WHERE allocation_id=$1 AND stopped_at IS NULL", aid),
     }

@@ -26,6 +26,7 @@ from services.gateway.http.schemas.pools import PoolDefinition
 from services.gateway.http.schemas.quotas import TenantQuotaSet, UserQuotaSet
 from services.gateway.http.schemas.shapes import ShapeDefinition
 from services.gateway.http.schemas.ssh_keys import SshKeyCreate
+from services.gateway.http.schemas.volumes import AttachmentCreate, StorageQuotaSet, VolumeCreate, VolumeResize
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE2ZZdnE/RtlHeGDHHC2CVZeBzgkzYhgCfhP2TXh3PAj ada@example"
 
@@ -34,7 +35,8 @@ VALID = {
     AllocationCreate: {"name": "train-1", "shape": "vm.1gpu", "volume_gb": 10, "labels": {"team": "ml"},
                        "priority_class": "high", "spot": True, "pool": "shared", "tolerations": ["gpu=h100:NoSchedule"],
                        "fail_fast": True, "network_id": str(uuid.uuid4()), "image": "ubuntu-24.04", "ssh_keys": [KEY],
-                       "key_names": ["laptop"]},
+                       "key_names": ["laptop"], "volumes": [{"volume_id": str(uuid.uuid4()), "mode": "ro"}],
+                       "scratch_class": "standard"},
     NetworkCreate: {"name": "web", "cidr": "10.1.0.0/24"},
     RuleCreate: {"direction": "egress", "protocol": "tcp", "port_from": 80, "port_to": 443,
                  "remote_network_id": str(uuid.uuid4()), "remote_cidr": "203.0.113.0/24"},
@@ -54,6 +56,10 @@ VALID = {
                   "kernel": "/boot/vmlinuz", "initrd": "/boot/initrd.img", "kernel_args": "console=ttyS0",
                   "default": False},
     SshKeyCreate: {"name": "laptop", "public_key": KEY},
+    VolumeCreate: {"name": "datasets", "storage_class": "standard", "size_bytes": 1 << 30, "shared": True},
+    VolumeResize: {"size_bytes": 1 << 31},
+    AttachmentCreate: {"allocation_id": str(uuid.uuid4()), "mode": "ro"},
+    StorageQuotaSet: {"max_bytes": 1 << 40, "max_volumes": 10},
     BmcSet: {"url": "https://10.0.0.5", "system_id": "/redfish/v1/Systems/1", "username": "root", "password": "calvin",
              "verify_tls": True, "ca_bundle": "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmg\n-----END CERTIFICATE-----\n"},
 }

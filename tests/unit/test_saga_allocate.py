@@ -236,3 +236,33 @@ def test_the_machine_never_mutates_the_saga_it_is_given():
     snapshot = repr(before)
     s.succeed(reserve, **OK_DATA["reserve_slots"])
     assert repr(before) == snapshot and s.saga is not before
+
+
+def test_the_named_volumes_go_to_storage_and_their_exports_to_the_node():
+    """The request's volumes and scratch class reach provision_volume with the node and the slot's address (the
+    client the export allows); the exports storage answers with are what provision_node mounts."""
+    named = [{"volume_id": str(uuid.uuid4()), "mode": "ro"}]
+    user = str(uuid.uuid4())
+    s = SagaScenario.allocate(volumes=named, scratch_class="lustre", user_id=user)
+    s.expect_command("allocation.mark_provisioning")
+    for st in ALLOCATE.steps[:2]:
+        s.succeed(s.expect_command(st.invoke, step=st.name), **OK_DATA[st.name])
+    cmd = s.expect_command("storage.provision_volume", step="provision_volume")
+    assert {k: cmd.data[k] for k in ("size_gb", "scratch_class", "volumes", "user_id", "node_id", "ip_address")} == {
+        "size_gb": 50, "scratch_class": "lustre", "volumes": named, "user_id": user, "node_id": NODE,
+        "ip_address": "10.0.0.5"}
+    exports = [{"volume_id": named[0]["volume_id"], "name": "data", "mode": "ro", "backend": "btrfs",
+                "source": "/srv/volumes/tenants/t/v", "options": {}}]
+    s.succeed(cmd, volume_id=VOLUME, size_gb=50, exports=exports)
+    node = s.expect_command("node_agent.provision", step="provision_node")
+    assert node.data["volumes"] == exports and node.data["volume_id"] == VOLUME
+
+
+def test_without_volumes_the_node_is_told_of_none():
+    s = SagaScenario.allocate(volume_gb=0)
+    s.expect_command("allocation.mark_provisioning")
+    for st in ALLOCATE.steps[:3]:
+        s.succeed(s.expect_command(st.invoke, step=st.name), **{**OK_DATA[st.name], **(
+            {"volume_id": None, "size_gb": 0} if st.name == "provision_volume" else {})})
+    node = s.expect_command("node_agent.provision", step="provision_node")
+    assert "volumes" not in node.data and node.data.get("volume_id") is None

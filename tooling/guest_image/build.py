@@ -31,7 +31,9 @@ NAME = "tessera-guest"
 KERNEL_META = "linux-image-cloud-amd64"
 SSH_PACKAGES = ("dropbear-bin", "libtomcrypt1", "libtommath1")       # downloaded with the kernel
 HOST_PACKAGES = ("busybox-static", "libc6", "libcrypt1", "zlib1g", "libgmp10")  # installed on the build host
-# What the guest needs; their dependencies are added. No AHCI and no 9p in the cloud kernel: IDE CD-ROM, virtiofs.
+# What the guest needs; their dependencies are added (virtiofs brings fuse). No AHCI and no 9p in the cloud kernel:
+# IDE CD-ROM, virtiofs (tenant volumes: the init mounts the seed's virtiofs tags at /mnt/<name>). The image's cache
+# key hashes the init script, so a change to it builds a new image.
 ROOT_MODULES = ("virtio_pci", "virtio_net", "virtio_blk", "virtio_scsi", "ata_piix", "sr_mod", "isofs", "virtiofs")
 KERNEL_ARGS = "console=ttyS0 quiet"
 DISK_MIB = 64

@@ -34,6 +34,8 @@ class Requested(AllocationEvent):
     fail_fast: bool = False
     network_id: uuid.UUID | None = None
     guest: dict | None = None
+    volumes: list[dict] = field(default_factory=list)     # existing volumes to mount: {volume_id, mode}
+    scratch_class: str | None = None
 
 
 @dataclass(frozen=True)

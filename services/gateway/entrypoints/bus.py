@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from shared.runtime import Runtime
 
-from ..projections import allocations, instances, inventory, networks, rejections, wipes
+from ..projections import allocations, instances, inventory, networks, rejections, volumes, wipes
 
 
 def wire(rt: Runtime) -> None:
@@ -38,3 +38,7 @@ def wire(rt: Runtime) -> None:
     subscribe("node_agent.instance_problem", instances.on_instance_problem)
     subscribe("node_agent.slots_wiped", wipes.on_slots_wiped)        # every node's (the subject's wildcard)
     subscribe("node_agent.slot_rewiped", wipes.on_slot_rewiped)
+    subscribe("storage.volume_changed", volumes.on_volume_changed)
+    subscribe("storage.quota_changed", volumes.on_quota_changed)
+    subscribe("storage.classes_announced", volumes.on_classes_announced)
+    subscribe("storage.usage_reported", volumes.on_usage_reported)

@@ -31,6 +31,7 @@ from ..http.schemas.instances import InstanceOut
 from ..http.schemas.quotas import QuotaProblem
 from ..http.state import gateway_of
 from .allocation_events import ALLOCATION_ID, ENDPOINTS as EVENT_ENDPOINTS
+from .allocation_volumes import charge_scratch, scratch_class, volume_refs
 from .guests import guest_for
 from .quotas import check_quota
 from .shapes import resolve_shape
@@ -39,10 +40,10 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 
 _SCHEDULING = ("priority", "spot", "pool", "tolerations", "fail_fast", "network_id", "queue_position", "queued_reason",
-               "preemption", "problem", "image", "instance")
+               "preemption", "problem", "image", "instance", "volumes", "scratch_class")
 # fields that came after requests were first fingerprinted: left out of the fingerprint when not sent, so a
 # retry across an upgrade still matches its Idempotency-Key
-_LATER_FIELDS = ("image", "ssh_keys", "key_names")
+_LATER_FIELDS = ("image", "ssh_keys", "key_names", "volumes", "scratch_class")
 
 
 def allocation_out(row: asyncpg.Record | dict) -> AllocationOut:
@@ -62,7 +63,8 @@ def _new_allocation(p: Principal, body: AllocationCreate, shape: ShapeInfo, allo
             "gpu_count": shape.gpu_count, "volume_gb": body.volume_gb, "labels": body.labels, "state": "REQUESTED",
             "node_id": None, "failed_step": None, "reason": None, "created_at": now, "updated_at": now,
             "priority": PRIORITY_CLASSES[body.priority_class], "spot": body.spot, "pool": body.pool,
-            "tolerations": body.tolerations, "fail_fast": body.fail_fast, "network_id": body.network_id}
+            "tolerations": body.tolerations, "fail_fast": body.fail_fast, "network_id": body.network_id,
+            "volumes": [v.model_dump(mode="json") for v in body.volumes], "scratch_class": body.scratch_class}
 
 
 def _request_hash(body: AllocationCreate) -> str:
@@ -101,6 +103,8 @@ async def create_allocation(request: web.Request) -> web.Response:
         shape = await resolve_shape(conn, body.shape)
         allocation_id = uuid.uuid4()
         guest = await guest_for(conn, p, body, allocation_id)
+        volumes = await volume_refs(conn, p, body)
+        offer, scratch = await scratch_class(conn, body)
         alloc = _new_allocation(p, body, shape, allocation_id)
         alloc["image"] = guest.image.name if guest else None
         out = allocation_out(alloc)
@@ -110,12 +114,14 @@ async def create_allocation(request: web.Request) -> web.Response:
             if held is not None:
                 return _replay(held, request_hash)
         await check_quota(conn, p, shape, body.pool)   # raising rolls the key claim back too
+        await charge_scratch(conn, p, body, offer, scratch)
         await repo.insert(conn, alloc)
         await uow.emit("allocation.request", RequestAllocation(
             allocation_id=alloc["id"], tenant_id=p.tenant_id, user_id=p.user_id, name=body.name, shape=body.shape,
             gpu_count=alloc["gpu_count"], volume_gb=body.volume_gb, labels=body.labels, priority=alloc["priority"],
             spot=body.spot, pool=body.pool, tolerations=body.tolerations, fail_fast=body.fail_fast,
-            network_id=body.network_id, guest=guest), correlation_id=str(alloc["id"]), tenant_id=p.tenant_id)
+            network_id=body.network_id, guest=guest, volumes=volumes, scratch_class=body.scratch_class),
+            correlation_id=str(alloc["id"]), tenant_id=p.tenant_id)
     return _accepted(out.model_dump_json(), alloc["id"])
 
 
@@ -195,7 +201,10 @@ ENDPOINTS = [
                          "and the caller's stored keys named in `key_names` (an unknown name is a 422), or, when "
                          "the request sends neither, every key the caller stored (at most 32 in all). The response "
                          "shows the image's name; once ACTIVE, `instance` shows what runs (on a host without GPUs "
-                         "the libvirt driver runs the guest with passthrough `simulated`)."),
+                         "the libvirt driver runs the guest with passthrough `simulated`). It mounts `volumes` (volumes "
+                         "of the tenant, each at /mnt/<name>: one that cannot be mounted now is a 422 naming it) and "
+                         "gets a scratch volume of `volume_gb` GB in `scratch_class` (or the default class; an "
+                         "unknown one is a 422), charged against the storage quota (403 `quota-exceeded`)."),
     Endpoint("GET", "/v1/allocations", list_allocations, "listAllocations", "List the tenant's allocations, newest first",
              "allocations", {200: AllocationPage}, params=(LIMIT, CURSOR), errors=(401, 403, 422)),
     Endpoint("GET", "/v1/allocations/{allocation_id}", get_allocation, "getAllocation", "Read an allocation",

@@ -76,7 +76,7 @@ async def set_tenant_quota(request: web.Request) -> web.Response:
                             used=current["used"] if current else 0, version=current["version"] if current else None), 202)
 
 
-def _tenant_visible(request: web.Request) -> uuid.UUID:
+def visible_tenant(request: web.Request) -> uuid.UUID:
     """The path's tenant if the caller may read it: provider admins any, members their own (404 otherwise)."""
     tenant_id = path_uuid(request, "tenant_id", "tenant")
     p = principal_of(request)
@@ -99,7 +99,7 @@ def quota_list(tenant_id: uuid.UUID, rows: list[dict]) -> QuotaList:
 
 
 async def list_quotas(request: web.Request) -> web.Response:
-    tenant_id = _tenant_visible(request)
+    tenant_id = visible_tenant(request)
     async with gateway_of(request).pool.acquire() as conn:
         await require_tenant(conn, tenant_id)
         rows = await inventory.tenant_quotas(conn, tenant_id)
@@ -108,7 +108,7 @@ async def list_quotas(request: web.Request) -> web.Response:
 
 async def set_user_quota(request: web.Request) -> web.Response:
     """A tenant admin's split: the user must be the tenant's, the limit at most the tenant's own."""
-    tenant_id = _tenant_visible(request)
+    tenant_id = visible_tenant(request)
     caller = principal_of(request)
     if not caller.may_manage_users_of(tenant_id):
         raise forbidden("only this tenant's admin (or a provider admin) may split its quota")

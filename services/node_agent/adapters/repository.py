@@ -30,6 +30,12 @@ async def record(conn: asyncpg.Connection, node_id: uuid.UUID, instance: Instanc
         command.model_dump_json() if command is not None else None)
 
 
+async def keep_command(conn: asyncpg.Connection, node_id: uuid.UUID, allocation_id: uuid.UUID, command: BaseModel) -> None:
+    """Replace the provision command kept with the allocation's instance (its volumes changed while it runs)."""
+    await conn.execute("UPDATE instances SET command = $3::jsonb WHERE node_id=$1 AND allocation_id=$2",
+                       node_id, allocation_id, command.model_dump_json())
+
+
 async def try_lock_allocation(conn: asyncpg.Connection, node_id: uuid.UUID, allocation_id: uuid.UUID) -> bool:
     """``lock_allocation`` without waiting: False when a command for the allocation is being handled."""
     return await conn.fetchval("SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))",

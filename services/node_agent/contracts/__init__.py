@@ -13,6 +13,7 @@ from shared.contract import Message, ServiceContract
 from shared.steps import Step
 from services.network.contracts import SlotAttachment, TenantNetworks
 from services.scheduler.contracts import SlotDetail
+from services.storage.contracts import Mode, VolumeExport
 from shared.wire import StepCommand, StepFailure, StepReply, StepUndone, UndoCommand, Wire
 
 from .hardware import (Bmc, BmcReport, BurnInCheck, BurnInFinished, DeviceWipe, QuarantinedSlot, Rewipe,
@@ -58,6 +59,8 @@ class ProvisionNode(StepCommand):
     tenant_networks: TenantNetworks | None = Field(default=None, description="The tenant's networks and rules (with attachment).")
     slot_details: list[SlotDetail] = Field(default_factory=list, description="The reserved slots' devices (from the slot map).")
     guest: Guest | None = Field(default=None, description="The image and first-boot data (absent: the driver's default).")
+    volumes: list[VolumeExport] = Field(default_factory=list, max_length=16,
+                                        description="Volumes to mount into the slots, each at /mnt/<name>.")
 
 
 class Phase(Wire):
@@ -85,6 +88,24 @@ class InstanceInfo(Wire):
     phases: list[Phase] = Field(default_factory=list, description="Bare metal: each provisioning phase and its "
                                                                   "duration, in order.")
     redfish_calls: int | None = Field(default=None, description="Bare metal: HTTP requests made to the BMC.")
+    mounts: list["Mount"] = Field(default_factory=list, description="The volumes mounted into the instance.")
+
+
+class Mount(Wire):
+    """A volume mounted into an instance: where the slot sees it and how."""
+
+    volume_id: uuid.UUID
+    name: str = Field(max_length=63)
+    mount_point: str = Field(max_length=80, description="/mnt/<volume name>")
+    mode: Mode
+    via: Literal["virtiofs", "bind", "nfs", "lustre"] = Field(description="virtiofs (VM), bind (a slot's own mount "
+                                                                        "namespace), or the backend's client.")
+    tag: str | None = Field(default=None, max_length=36, description="virtiofs: the device's mount tag.")
+    simulated: bool = Field(default=False, description="True: the backend's client mount was rendered, not run "
+                                                       "(an appliance this machine cannot reach).")
+
+
+InstanceInfo.model_rebuild()
 
 
 class NodeProvisioned(StepReply):
@@ -182,6 +203,35 @@ class InstanceProblem(Wire):
     detail: str = Field(default="", max_length=2000)
 
 
+class MountVolume(Wire):
+    """Mount a volume into a running allocation's slots (a live attach)."""
+
+    allocation_id: uuid.UUID
+    tenant_id: uuid.UUID
+    export: VolumeExport
+
+
+class UnmountVolume(Wire):
+    """Unmount a volume from a running allocation's slots (a live detach; idempotent)."""
+
+    allocation_id: uuid.UUID
+    tenant_id: uuid.UUID
+    volume_id: uuid.UUID
+
+
+class VolumeMountChanged(Wire):
+    """The outcome of a mount or unmount on the node (ok, or the reason)."""
+
+    node_id: uuid.UUID
+    allocation_id: uuid.UUID
+    tenant_id: uuid.UUID
+    volume_id: uuid.UUID
+    mounted: bool = Field(description="Whether the volume is mounted now.")
+    ok: bool
+    reason: str | None = Field(default=None, max_length=2000)
+    mount: Mount | None = None
+
+
 class ReadConsole(Wire):
     allocation_id: uuid.UUID
     tenant_id: uuid.UUID
@@ -212,10 +262,13 @@ CONTRACT = ServiceContract(
         Message("node_agent.slot_rewiped", "node_agent.evt.slot_rewiped.{node_id}", SlotRewiped, "event", "A re-wipe ran (ok or not), with its evidence."),
         Message("node_agent.burn_in", "node_agent.cmd.burn_in.{node_id}", RunBurnIn, "command", "Burn in the node before it becomes schedulable."),
         Message("node_agent.burn_in_finished", "node_agent.evt.burn_in_finished.{node_id}", BurnInFinished, "event", "A burn-in run finished: passed or not, each check named."),
+        Message("node_agent.mount_volume", "node_agent.cmd.mount_volume.{node_id}", MountVolume, "command", "Mount a volume into a running allocation's slots (live attach)."),
+        Message("node_agent.unmount_volume", "node_agent.cmd.unmount_volume.{node_id}", UnmountVolume, "command", "Unmount a volume from a running allocation's slots (live detach)."),
+        Message("node_agent.volume_mount_changed", "node_agent.evt.volume_mount_changed.{node_id}", VolumeMountChanged, "event", "A volume was mounted or unmounted on the node, or could not be (reason)."),
         Message("node_agent.read_console", "node_agent.rpc.console.{node_id}", ReadConsole, "request", "Read the serial console of an instance on this node (tail, or from an offset to follow).", reply=ConsoleChunk),
     ],
     receives=["network.tenant_networks_changed", "node_agent.power", "node_agent.set_bmc", "node_agent.rewipe",
-              "node_agent.burn_in"],
+              "node_agent.burn_in", "node_agent.mount_volume", "node_agent.unmount_volume"],
     sends=["scheduler.report_topology"],
     steps=[PROVISION_NODE, WIPE_SLOTS],
 )

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from .vm.domain_xml import SlotDevices
+from .volumes import Volume
 
 
 class InvalidRequest(ValueError):
@@ -62,6 +63,7 @@ class InstanceSpec:
     resources: tuple[SlotDevices, ...] = ()   # the reserved slots' devices, from the approved slot map
     guest: GuestConfig | None = None
     nic: NicConfig | None = None
+    volumes: tuple[Volume, ...] = ()          # mounted at /mnt/<name> in every slot (checked: distinct)
 
 
 @dataclass(frozen=True)

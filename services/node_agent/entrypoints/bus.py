@@ -27,6 +27,12 @@ def wire(rt: Runtime, node: handlers.Node) -> None:
                            ("node_agent.set_bmc", handlers.set_bmc)):
         rt.consumers.subscribe(type_, partial(handler, node=node), subject_params=params,
                                durable=f"{durable}__{type_.split('.')[1]}", batch_size=1, max_workers=2)
+    # a live mount waits for the kernel or the hypervisor (a VM's detach for its guest): one per transaction too
+    for type_, handler in (("node_agent.mount_volume", handlers.mount_volume),
+                           ("node_agent.unmount_volume", handlers.unmount_volume)):
+        rt.consumers.subscribe(type_, partial(handler, node=node), subject_params=params,
+                               durable=f"{durable}__{type_.split('.')[1]}", batch_size=1, max_workers=4,
+                               on_refused=handlers.volume_refused(node))
     rt.answer("node_agent.validate_bmc", lambda req: handlers.validate_bmc(node, req), **params)
     rt.answer("node_agent.read_console", lambda req: handlers.read_console(node, rt.pool, req), **params)
     if node.dataplane.kind == "none":

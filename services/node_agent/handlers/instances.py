@@ -30,7 +30,7 @@ from .provisioning import Node, _spec
 log = structlog.get_logger()
 
 
-def _tenants(command: str | None, tenant_id: uuid.UUID) -> bool:
+def tenants_instance(command: str | None, tenant_id: uuid.UUID) -> bool:
     """Whether the instance made from ``command`` (a row's) is ``tenant_id``'s: only its own tenant acts on it."""
     return command is not None and c.ProvisionNode.model_validate_json(command).tenant_id == tenant_id
 
@@ -45,7 +45,7 @@ async def power(ctx: UnitOfWork, cmd: c.RequestPower, *, node: Node) -> None:
         raise PermanentError(f"power action for node {cmd.node_id} arrived at node {node.id}")
     await repository.lock_allocation(ctx.conn, node.id, cmd.allocation_id)
     state, reason, received_at = "unknown", None, utcnow()
-    if not _tenants(await repository.command_of(ctx.conn, node.id, cmd.allocation_id), cmd.tenant_id):
+    if not tenants_instance(await repository.command_of(ctx.conn, node.id, cmd.allocation_id), cmd.tenant_id):
         reason = f"allocation {cmd.allocation_id} has no instance on node {node.id}"
     elif received_at > cmd.expires_at:
         reason = (f"expired: the node received it at {received_at.isoformat()}, after its deadline "
@@ -76,7 +76,7 @@ async def read_console(node: Node, pool: asyncpg.Pool, req: c.ReadConsole) -> c.
     """The answer to node_agent.read_console: only the requesting tenant's own allocation has a console."""
     async with pool.acquire() as conn:
         command = await repository.command_of(conn, node.id, req.allocation_id)
-    if not _tenants(command, req.tenant_id):
+    if not tenants_instance(command, req.tenant_id):
         return c.ConsoleChunk(found=False, offset=0, next_offset=0)
     chunk = await node.driver.console(req.allocation_id, req.offset, req.limit)
     if chunk is None:

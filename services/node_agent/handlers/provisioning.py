@@ -38,6 +38,7 @@ from ..domain.dataplane.reconcile import Repair
 from ..domain.dataplane.names import slot_port_name
 from ..domain.model import BootImage, GuestConfig, Instance, InstanceSpec, InvalidRequest, NicConfig, checked_slots
 from ..domain.vm.domain_xml import SlotDevices
+from ..domain.volumes import Volume, check_distinct
 
 log = structlog.get_logger()
 
@@ -134,7 +135,16 @@ def _spec(cmd: c.ProvisionNode, mtu: int | None = None) -> InstanceSpec:
     except ValueError as exc:
         raise InvalidRequest(f"slot details: {exc}") from None
     return InstanceSpec(cmd.allocation_id, cmd.tenant_id, cmd.node_id, checked_slots(cmd.slots),
-                        cmd.volume_id, cmd.ip_address, cmd.mac_address, devices, _guest(cmd.guest), _nic(cmd, mtu))
+                        cmd.volume_id, cmd.ip_address, cmd.mac_address, devices, _guest(cmd.guest), _nic(cmd, mtu),
+                        volumes(cmd.volumes))
+
+
+def volumes(exports) -> tuple[Volume, ...]:
+    """The domain's view of storage's exports; raises InvalidRequest for one no node can mount (or a clash)."""
+    try:
+        return check_distinct(Volume.of(e.volume_id, e.name, e.mode, e.backend, e.source, e.options) for e in exports)
+    except ValueError as exc:
+        raise InvalidRequest(f"volumes: {exc}") from None
 
 
 async def instance_info(node: Node, allocation_id: uuid.UUID, instance_id: str) -> c.InstanceInfo:

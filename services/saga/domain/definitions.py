@@ -64,7 +64,19 @@ def _undo_keeping(*names: str) -> FieldBuilder:
 
 
 def _volume(ctx: Context) -> dict:
-    return {"size_gb": ctx.get("volume_gb", 0)}
+    """The scratch size (the request's volume_gb), the volumes it names, and where they are to be mounted."""
+    return {"size_gb": ctx.get("volume_gb", 0),
+            **_some("scratch_class", "volumes", "user_id", "node_id", "ip_address")(ctx)}
+
+
+def _node(ctx: Context) -> dict:
+    """What the node-agent provisions: the slots, the network attachment, the guest, and the volumes to mount
+    (the exports provision_volume answered with)."""
+    fields = _some("node_id", "slots", "volume_id", "ip_address", "mac_address", "attachment", "tenant_networks",
+                   "slot_details", "guest")(ctx)
+    if ctx.get("exports"):
+        fields["volumes"] = ctx["exports"]
+    return fields
 
 
 @dataclass(frozen=True)
@@ -159,10 +171,9 @@ ALLOCATE = SagaDefinition(
                  fields=_some("shape", "gpu_count", "user_id", "priority", "spot", "pool", "tolerations", "fail_fast")),
         SagaStep("attach_network", ATTACH_NETWORK, fields=_some("node_id", "network_id"),
                  yields=("ip_address", "mac_address", "attachment", "tenant_networks")),
-        SagaStep("provision_volume", PROVISION_VOLUME, fields=_volume, yields=("volume_id",)),
+        SagaStep("provision_volume", PROVISION_VOLUME, fields=_volume, yields=("volume_id", "exports")),
         SagaStep("provision_node", PROVISION_NODE,
-                 fields=_some("node_id", "slots", "volume_id", "ip_address", "mac_address", "attachment",
-                              "tenant_networks", "slot_details", "guest"),
+                 fields=_node,
                  undo_fields=_pick("node_id"), subject=("node_id",), yields=("instance",)),
         SagaStep("start_meter", START_METER, fields=_pick("shape", "gpu_count")),
         SagaStep("activate", ACTIVATE, fields=_some("node_id", "instance")),

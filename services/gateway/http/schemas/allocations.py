@@ -12,6 +12,7 @@ from ...domain.scheduling import TOLERATION
 from .base import UUID_PATTERN, Body, Int, Labels, Out, ResourceName, ShapeName, Uuid, omittable, text
 from .instances import InstanceOut
 from .ssh_keys import MAX_INLINE_KEY_CHARS, InlinePublicKey, KeyName
+from .volumes import AllocationVolume, AllocationVolumes, Mode, StorageClassName
 
 Toleration = text(200, pattern=TOLERATION)
 # an image's name (services.scheduler.contracts.NAME) or its id
@@ -45,6 +46,11 @@ class AllocationCreate(Body):
                                    "characters here: store a longer one with POST /v1/ssh-keys and name it).")
     key_names: list[KeyName] = omittable(max_length=32, description="Names of the caller's stored keys (GET "
                                                                      "/v1/ssh-keys) the guest authorises.")
+    volumes: list[AllocationVolume] = AllocationVolumes
+    scratch_class: StorageClassName | None = Field(default=None, description="The storage class of the scratch "
+                                                                             "volume (volume_gb): one GET "
+                                                                             "/v1/storage-classes lists (an unknown "
+                                                                             "one is a 422); none: the default.")
 
 
 class AllocationLinks(Out):
@@ -71,6 +77,13 @@ class AllocationProblem(Out):
     limit: int | None = None
     used: int | None = None
     requested: int | None = None
+
+
+class AllocationVolumeOut(Out):
+    """A volume the allocation asked to mount."""
+
+    volume_id: uuid.UUID
+    mode: Mode
 
 
 class AllocationOut(Out):
@@ -104,6 +117,9 @@ class AllocationOut(Out):
     image: str | None = Field(default=None, description="The name of the image it boots (as the catalog held it "
                                                         "when requested); null: no image of the catalog.")
     instance: InstanceOut | None = Field(default=None, description="Once ACTIVE: what runs on the node.")
+    volumes: list[AllocationVolumeOut] = Field(default_factory=list, description="The volumes it asked to mount "
+                                                                                "(each at /mnt/<name>).")
+    scratch_class: str | None = Field(default=None, description="The class of its scratch volume (null: the default).")
 
 
 class AllocationPage(Out):

@@ -20,6 +20,19 @@ class Phase(Out):
     seconds: float
 
 
+class MountOut(Out):
+    """A volume mounted into the instance: where its slots see it and how."""
+
+    volume_id: uuid.UUID
+    name: str
+    mount_point: str = Field(description="/mnt/<volume name>")
+    mode: Literal["rw", "ro"]
+    via: str = Field(description="virtiofs (VM), bind (a slot's own mount namespace), or the backend's client "
+                                 "(nfs, lustre).")
+    tag: str | None = Field(default=None, description="virtiofs: the device's mount tag.")
+    simulated: bool = Field(default=False, description="True: the backend's client mount was rendered, not run.")
+
+
 class InstanceOut(Out):
     """The instance the node made for the allocation, as allocation.activated described it; power_state follows
     the power actions. On a host without GPUs the libvirt driver boots the guest without passthrough and says
@@ -31,6 +44,7 @@ class InstanceOut(Out):
         model gained since is left out, not an error)."""
         shown = {k: v for k, v in stored.items() if k in cls.model_fields}
         shown["phases"] = [{k: p[k] for k in Phase.model_fields if k in p} for p in stored.get("phases") or []]
+        shown["mounts"] = [{k: m[k] for k in MountOut.model_fields if k in m} for m in stored.get("mounts") or []]
         return cls(**shown)
 
     instance_id: str = Field(description="The driver's name for it (libvirt: the domain name).")
@@ -50,6 +64,8 @@ class InstanceOut(Out):
     phases: list[Phase] = Field(default_factory=list, description="Bare metal: each provisioning phase (power, "
                                 "virtual media, boot, ...) and its duration, in order.")
     redfish_calls: int | None = Field(default=None, description="Bare metal: HTTP requests made to the node's BMC.")
+    mounts: list[MountOut] = Field(default_factory=list, description="The volumes mounted into the instance, each "
+                                                                     "at /mnt/<name>.")
 
 
 class PowerActionLinks(Out):

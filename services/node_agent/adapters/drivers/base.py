@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Literal, Mapping
 
 from ...domain.model import Instance, InstanceSpec
+from ...domain.volumes import MountedVolume, Volume
 
 
 class DriverError(Exception):
@@ -70,6 +71,9 @@ class ProvisioningDriver(abc.ABC):
         wins), also when two calls race. May block for as long as provisioning
         takes (seconds to minutes). Raises DriverError on failure, leaving no
         instance of the allocation behind.
+
+        ``spec.volumes`` appear in every slot at /mnt/<name> (or are refused:
+        DriverError); ``instance_info``'s "mounts" lists them.
         """
 
     @abc.abstractmethod
@@ -77,6 +81,7 @@ class ProvisioningDriver(abc.ABC):
         """Make sure nothing of the allocation is left on the node.
 
         Idempotent, and safe when the allocation was never provisioned. May block.
+        Its volumes are unmounted too, also when a crash left them without an instance.
         Raises DriverError when it cannot remove the instance (the instance stays).
         """
 
@@ -104,6 +109,16 @@ class ProvisioningDriver(abc.ABC):
         the allocation has no instance (or no console) here."""
         return None
 
+    async def mount(self, allocation_id: uuid.UUID, volume: Volume) -> MountedVolume:
+        """Mount ``volume`` into the allocation's running instance at /mnt/<name> (a live attach). Idempotent per
+        volume id: a mounted volume is reported as it is. Raises DriverError: no instance here, the volume is
+        refused, or the mount failed (nothing of it is left then)."""
+        raise DriverError(f"the {self.name} driver cannot mount volumes into a running instance")
+
+    async def unmount(self, allocation_id: uuid.UUID, volume_id: uuid.UUID) -> bool:
+        """Unmount the volume from the allocation's instance (a live detach); True when it was mounted. Idempotent.
+        Raises DriverError when it cannot (the volume stays mounted)."""
+        raise DriverError(f"the {self.name} driver cannot unmount volumes from a running instance")
 
     def bind(self, node_id: uuid.UUID, topology: Callable[[], dict]) -> None:
         """Tell the driver which node it serves and how to read the node's topology (a blocking call); the

@@ -6,6 +6,12 @@ per operation ("provision=3,deprovision=0.5,list_instances=0.1"); listing stays
 instant unless named, so readiness probes and the gauge are not slowed down;
 TESSERA_SIM_FAIL, a comma list of operations that always fail ("provision").
 Nothing survives the process: a restarted sim node is empty.
+
+Volumes are real: a sim instance's slots are network-namespace slots, and each btrfs volume is bind mounted in
+the allocation's own mount namespace (``namespaces``; TESSERA_VOLUME_ROOTS, TESSERA_VOLUME_STATE_DIR in
+``volumes``); an appliance's volume is rendered only. An allocation without volumes touches no namespace, so the
+sim needs no privilege unless volumes are asked for. The namespaces outlive the process: a deprovision after a
+restart still takes them away.
 """
 from __future__ import annotations
 
@@ -14,7 +20,10 @@ import uuid
 from typing import Iterable, Mapping
 
 from ...domain.model import Instance, InstanceSpec
+from ...domain.volumes import MountedVolume, Volume
 from .base import Console, DriverConfigError, DriverError, PowerAction, ProvisioningDriver
+from .namespaces import MountNamespaces
+from .volumes import VolumeConfig
 
 OPERATIONS = ("provision", "deprovision", "list_instances")
 CHANGING = ("provision", "deprovision")   # what a bare latency figure applies to
@@ -45,7 +54,8 @@ class SimDriver(ProvisioningDriver):
     name = "sim"
     devices_simulated = True
 
-    def __init__(self, latency_s: float | Mapping[str, float] = 0.0, fail: Iterable[str] = ()):
+    def __init__(self, latency_s: float | Mapping[str, float] = 0.0, fail: Iterable[str] = (),
+                 volumes: MountNamespaces | None = None):
         latency = dict.fromkeys(CHANGING, latency_s) if isinstance(latency_s, (int, float)) else dict(latency_s)
         _check_operations(latency, "latency")
         if any(seconds < 0 for seconds in latency.values()):
@@ -55,12 +65,14 @@ class SimDriver(ProvisioningDriver):
         self.latency = {op: float(latency.get(op, 0.0)) for op in OPERATIONS}
         self._instances: dict[uuid.UUID, Instance] = {}
         self._stopped: set[uuid.UUID] = set()
+        self.volumes = volumes or MountNamespaces()
+        self._mounting: dict[uuid.UUID, asyncio.Lock] = {}
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> "SimDriver":
         latency = parse_latency(environ.get("TESSERA_SIM_LATENCY_S") or "0")
         fail = [op.strip() for op in (environ.get("TESSERA_SIM_FAIL") or "").split(",") if op.strip()]
-        return cls(latency, fail)
+        return cls(latency, fail, MountNamespaces(VolumeConfig.from_env(environ)))
 
     async def _operate(self, op: str) -> None:
         if self.latency[op] > 0:
@@ -70,18 +82,37 @@ class SimDriver(ProvisioningDriver):
 
     async def provision(self, spec: InstanceSpec) -> str:
         await self._operate("provision")
-        # no await between the lookup and the insert: racing calls see one instance
-        existing = self._instances.get(spec.allocation_id)
-        if existing is not None:
-            return existing.instance_id
-        instance = Instance(spec.allocation_id, f"sim-{uuid.uuid4().hex[:12]}", tuple(spec.slots))
-        self._instances[spec.allocation_id] = instance
-        return instance.instance_id
+        async with self._lock(spec.allocation_id):   # racing calls see one instance (and mount once)
+            existing = self._instances.get(spec.allocation_id)
+            if existing is not None:
+                return existing.instance_id
+            if spec.volumes:   # a failure leaves no volume behind (attach_all) and no instance
+                await asyncio.to_thread(self.volumes.attach_all, spec.allocation_id, spec.volumes)
+            instance = Instance(spec.allocation_id, f"sim-{uuid.uuid4().hex[:12]}", tuple(spec.slots))
+            self._instances[spec.allocation_id] = instance
+            return instance.instance_id
 
     async def deprovision(self, allocation_id: uuid.UUID) -> None:
         await self._operate("deprovision")
+        async with self._lock(allocation_id):
+            await asyncio.to_thread(self.volumes.remove, allocation_id)
         self._instances.pop(allocation_id, None)
         self._stopped.discard(allocation_id)
+
+    def _lock(self, allocation_id: uuid.UUID) -> asyncio.Lock:
+        if len(self._mounting) > 1024:   # forget idle ones
+            self._mounting = {a: lk for a, lk in self._mounting.items() if lk.locked()}
+        return self._mounting.setdefault(allocation_id, asyncio.Lock())
+
+    async def mount(self, allocation_id: uuid.UUID, volume: Volume) -> MountedVolume:
+        if allocation_id not in self._instances:
+            raise DriverError(f"sim driver: no instance of allocation {allocation_id} on this node")
+        async with self._lock(allocation_id):
+            return await asyncio.to_thread(self.volumes.attach, allocation_id, volume)
+
+    async def unmount(self, allocation_id: uuid.UUID, volume_id: uuid.UUID) -> bool:
+        async with self._lock(allocation_id):
+            return await asyncio.to_thread(self.volumes.detach, allocation_id, volume_id)
 
     async def power(self, allocation_id: uuid.UUID, action: PowerAction) -> str:
         if allocation_id not in self._instances:
@@ -92,7 +123,8 @@ class SimDriver(ProvisioningDriver):
     async def instance_info(self, allocation_id: uuid.UUID) -> dict:
         if allocation_id not in self._instances:
             return {"passthrough": "none"}
-        return {"passthrough": "none", "power_state": "stopped" if allocation_id in self._stopped else "running"}
+        return {"passthrough": "none", "power_state": "stopped" if allocation_id in self._stopped else "running",
+                "mounts": [m.info() for m in self.volumes.mounts(allocation_id)]}
 
     async def console(self, allocation_id: uuid.UUID, offset: int, limit: int) -> Console | None:
         """A sim instance's console: one line saying what it is (there is no guest)."""

@@ -29,7 +29,28 @@ _HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
 _MAC = re.compile(r"[0-9a-f]{2}(:[0-9a-f]{2}){5}")
 _IFNAME = re.compile(r"[A-Za-z0-9_.-]{1,15}")
 _READY_FIELDS = ("instance", "hostname", "ip", "mac")
+_MOUNT_TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,35}")
+_MOUNT_POINT = re.compile(r"/mnt/[a-z0-9][a-z0-9-]{0,62}")
 PHONE_HOME_TRIES = 10
+
+
+@dataclass(frozen=True)
+class GuestMount:
+    """A virtiofs volume the guest mounts at boot: cloud-init's ``mounts`` entry
+    ``[tag, mount point, "virtiofs", "defaults" or "ro", "0", "0"]`` (cloud-init writes it to fstab, makes the
+    mount point and mounts it; the project's guest init does the same before its ready line)."""
+    tag: str
+    mount_point: str
+    read_only: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tag, str) or not _MOUNT_TAG.fullmatch(self.tag):
+            raise ValueError(f"mount tag {self.tag!r}: 1-36 of A-Z a-z 0-9 _ . -, starting alphanumeric")
+        if not isinstance(self.mount_point, str) or not _MOUNT_POINT.fullmatch(self.mount_point):
+            raise ValueError(f"mount point {self.mount_point!r} is not /mnt/<volume name>")
+
+    def entry(self) -> list[str]:
+        return [self.tag, self.mount_point, "virtiofs", "ro" if self.read_only else "defaults", "0", "0"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +69,7 @@ class Seed:
     # where the guest POSTs instance_id, hostname (and ip) once it is ready (cloud-init's phone_home module);
     # bare-metal servers report this way, VMs leave it None (their ready line is on a console the node reads)
     phone_home: str | None = None
+    mounts: tuple[GuestMount, ...] = ()      # the allocation's virtiofs volumes, mounted before the ready line
 
     def __post_init__(self) -> None:
         if not _INSTANCE_ID.fullmatch(self.instance_id):
@@ -78,6 +100,9 @@ class Seed:
             raise ValueError(f"ifname {self.ifname!r} is not a Linux interface name (1-15 of A-Z a-z 0-9 _ . -)")
         if self.phone_home is not None:
             _check_url("phone_home", self.phone_home)
+        object.__setattr__(self, "mounts", tuple(self.mounts))
+        if not all(isinstance(m, GuestMount) for m in self.mounts):
+            raise ValueError("mounts are GuestMount entries")
 
 
 def meta_data(seed: Seed) -> str:
@@ -86,12 +111,16 @@ def meta_data(seed: Seed) -> str:
 
 
 def user_data(seed: Seed) -> str:
-    """The ``user-data`` document: a ``#cloud-config`` with the hostname, the authorised SSH keys and, when
-    the seed has one, cloud-init's ``phone_home`` (url, the fields to post, the number of tries)."""
+    """The ``user-data`` document: a ``#cloud-config`` with the hostname, the authorised SSH keys, the
+    volumes to mount (cloud-init's ``mounts``, one flow list per line) and, when the seed has one, cloud-init's
+    ``phone_home`` (url, the fields to post, the number of tries)."""
     lines = ["#cloud-config", f"hostname: {_q(seed.hostname)}"]
     if seed.ssh_keys:
         lines.append("ssh_authorized_keys:")
         lines += [f"  - {_q(key)}" for key in seed.ssh_keys]
+    if seed.mounts:
+        lines.append("mounts:")
+        lines += ["  - [" + ", ".join(_q(field) for field in m.entry()) + "]" for m in seed.mounts]
     if seed.phone_home is not None:
         lines += ["phone_home:", f"  url: {_q(seed.phone_home)}", '  post: ["instance_id", "hostname"]',
                   f"  tries: {PHONE_HOME_TRIES}"]

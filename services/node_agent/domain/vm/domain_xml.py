@@ -19,6 +19,8 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
+from .filesystems import Filesystem, add_filesystems
+
 TESSERA_NS = "https://tessera.dev/xmlns/libvirt/instance/1"
 ET.register_namespace("tessera", TESSERA_NS)   # idempotent; only the prefix ElementTree writes
 
@@ -138,6 +140,8 @@ class DomainSpec:
     console_socket: str | None
     metadata: Mapping[str, str]
     machine: str = "pc"
+    filesystems: tuple[Filesystem, ...] = ()   # virtiofs volumes (filesystems.py); they share the memory
+    shared_memory: bool = False                # shared even without volumes: one can be attached live
 
     def __post_init__(self) -> None:
         _check(_DOMAIN_NAME, self.name, "name")
@@ -368,6 +372,7 @@ def domain_xml(spec: DomainSpec) -> str:
     _resources(root, spec)
     _os_and_cpu(root, spec)
     _devices(root, spec)
+    add_filesystems(root, spec.filesystems, spec.shared_memory)
     ET.indent(root)
     return ET.tostring(root, encoding="unicode")
 

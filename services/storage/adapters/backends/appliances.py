@@ -170,6 +170,11 @@ class RenderingBackend(StorageBackend):
         self.log.calls.extend((action, call) for call in calls)
 
     # -- the interface ------------------------------------------------------------------------------------------
+    def remember(self, spec: VolumeSpec) -> None:
+        """Know ``spec`` again (after a restart: this driver keeps its volumes in memory only); its access list
+        starts empty. A volume known already is left as it is."""
+        self.volumes.setdefault(spec.volume_id, Recorded(spec))
+
     def _known(self, volume_id: uuid.UUID) -> Recorded:
         if (rec := self.volumes.get(volume_id)) is None:
             raise BackendError(f"{self.name} has no volume {volume_id}")

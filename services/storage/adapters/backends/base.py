@@ -89,3 +89,9 @@ class StorageBackend(abc.ABC):
     @abc.abstractmethod
     async def revoke(self, volume_id: uuid.UUID, clients: tuple[str, ...]) -> None:
         """Take ``clients`` off the volume's access list (idempotent)."""
+
+    def remember(self, spec: VolumeSpec) -> None:
+        """Be told of a volume made earlier (the storage service says so before each call on an existing volume):
+        a backend that keeps what it made only in memory (the recording drivers) knows it again after a restart,
+        its size ``spec.size_bytes``. Sends nothing; a backend that finds its volumes on the storage system itself
+        (btrfs) ignores it."""

@@ -66,7 +66,10 @@ async def run_command(argv: list[str], timeout_s: float) -> str:
     proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
                                                 stderr=asyncio.subprocess.PIPE, env=_ENV)
     try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancellation that arrives as the command
+        # ends, and a cancelled caller (a service stopping) would then run on
+        async with asyncio.timeout(timeout_s):
+            out, err = await proc.communicate()
     except TimeoutError:
         proc.kill()
         await proc.wait()
@@ -264,12 +267,20 @@ class BtrfsBackend(StorageBackend):
         return Usage(used_bytes=referenced, limit_bytes=limit)
 
     async def allow(self, volume_id: uuid.UUID, clients: tuple[str, ...], read_only: bool) -> None:
-        """Record exactly ``clients`` and the mode in ``.tessera/exports/<volume id>.json`` (written atomically),
-        for the node-agent side to check. Raises BackendError for an unknown volume."""
+        """Record each of ``clients`` with its mode (``rw`` or ``ro``) in ``.tessera/exports/<volume id>.json``
+        (written atomically), for the node-agent side to check: a shared volume's slots keep their own modes side
+        by side; allowing a client again sets its mode. Raises BackendError for an unknown volume."""
         path = await self._existing(volume_id)
-        document = {"volume_id": str(volume_id), "source": str(path), "clients": sorted(set(clients)),
-                    "read_only": read_only}
-        await asyncio.to_thread(_write_atomically, self._exports_file(volume_id), document)
+        await asyncio.to_thread(self._allow_blocking, volume_id, path, frozenset(clients), read_only)
+
+    def _allow_blocking(self, volume_id: uuid.UUID, path: Path, clients: frozenset[str], read_only: bool) -> None:
+        file = self._exports_file(volume_id)
+        try:
+            kept = json.loads(file.read_text()).get("clients", {})
+        except FileNotFoundError:
+            kept = {}
+        merged = {**kept, **dict.fromkeys(clients, "ro" if read_only else "rw")}
+        _write_atomically(file, {"volume_id": str(volume_id), "source": str(path), "clients": dict(sorted(merged.items()))})
 
     async def revoke(self, volume_id: uuid.UUID, clients: tuple[str, ...]) -> None:
         """Take ``clients`` off the recorded list (idempotent: no record, or clients not on it, change nothing)."""
@@ -281,7 +292,7 @@ class BtrfsBackend(StorageBackend):
             document = json.loads(file.read_text())
         except FileNotFoundError:
             return
-        kept = [c for c in document["clients"] if c not in clients]
+        kept = {c: mode for c, mode in document["clients"].items() if c not in clients}
         if kept != document["clients"]:
             _write_atomically(file, {**document, "clients": kept})
 

@@ -16,6 +16,13 @@
   TESSERA_LIBVIRT_SIM_MEMORY_MIB    [256] memory of a domain when passthrough is off
   TESSERA_LIBVIRT_SIM_VCPUS         [1] vCPUs of a domain when passthrough is off
   TESSERA_LIBVIRT_DNS               [] comma list of DNS servers the guests are told
+  TESSERA_LIBVIRT_VOLUME_HOTPLUG    [on] every domain's memory is shared (a memfd), so a volume can be attached
+                                    to it live (virtio-fs needs it); off: only domains booted with a volume share it,
+                                    and a live attach to another is refused with libvirt's reason
+  TESSERA_LIBVIRT_DETACH_TIMEOUT_S  [15] a live detach waits this long for the guest to release the device
+
+The volume roots and the node's volume state (TESSERA_VOLUME_ROOTS, TESSERA_VOLUME_STATE_DIR) are every
+driver's: ``adapters.drivers.volumes``.
 """
 from __future__ import annotations
 
@@ -48,6 +55,10 @@ class LibvirtConfig:
                                   doc="memory of a domain when passthrough is off")
     sim_vcpus: int = setting("TESSERA_LIBVIRT_SIM_VCPUS", 1, integer(1, 512), doc="vCPUs when passthrough is off")
     dns: tuple[str, ...] = setting("TESSERA_LIBVIRT_DNS", (), _dns, doc="DNS servers the guests are told")
+    volume_hotplug: bool = setting("TESSERA_LIBVIRT_VOLUME_HOTPLUG", True, flag,
+                                   doc="share every domain's memory, so volumes attach live")
+    detach_timeout_s: float = setting("TESSERA_LIBVIRT_DETACH_TIMEOUT_S", 15.0, number(positive=True),
+                                      doc="a live detach waits this long for the guest")
 
     @property
     def images_dir(self) -> Path:

@@ -4,9 +4,12 @@ cloud-init NoCloud seed, its NIC a tap the node plugs into the tenant network's 
 libvirt-python is imported lazily, inside the driver's worker threads only; every libvirt call blocks and runs
 on the driver's own small thread pool, never on the event loop. The domain XML is pure
 (``domain.vm.domain_xml``); this module runs it: image (``images``), overlay, seed ISO (``seed``), define,
-start, then waits for the guest's ready line on its serial console. Any failure before the guest is ready
+start, then waits for the guest's ready line on its serial console (``boot``). Any failure before the guest is ready
 removes everything made (domain, overlay, seed, files) and raises ``DriverError`` with the reason — the
 console's last lines when the guest never said it was ready.
+
+Volumes (``volumes``): each btrfs volume is a virtiofs device the guest mounts at /mnt/<name> before it is ready;
+a read-only one is shared through a read-only bind mount on the host; volumes can be attached and detached live.
 
 Domains carry Tessera's metadata (allocation, tenant, node, image, slots); the driver lists, changes and
 removes only domains whose metadata names its own node, so several node-agents may share one libvirtd (the
@@ -22,6 +25,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 import structlog
@@ -33,21 +37,23 @@ from ....domain.vm import cloudinit
 from ....domain.vm.domain_xml import (BootFiles, DomainSpec, Nic, domain_name, domain_xml, fit_to_host, parse_metadata,
                                       slot_resources)
 from ..base import Console, DriverConfigError, DriverError, PowerAction, ProvisioningDriver
-from . import host, images
+from ..volumes import VolumeConfig
+from . import boot, host, images
 from .config import LibvirtConfig
 from .seed import write_seed_iso
+from .volumes import LibvirtVolumes, Views
 
 log = structlog.get_logger()
-CONSOLE_TAIL_LINES = 20
 
 
-class LibvirtDriver(ProvisioningDriver):
+class LibvirtDriver(LibvirtVolumes, ProvisioningDriver):
     name = "libvirt"
     persistent = True
     guest_ports = True
 
-    def __init__(self, config: LibvirtConfig):
+    def __init__(self, config: LibvirtConfig, volumes: VolumeConfig | None = None):
         self.config = config
+        self.views = Views(volumes or VolumeConfig())
         self.node_id: uuid.UUID | None = None
         self._topology: Callable[[], dict] | None = None
         self._host_slots: list | None = None
@@ -67,7 +73,7 @@ class LibvirtDriver(ProvisioningDriver):
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> "LibvirtDriver":
         try:
-            return cls(load(LibvirtConfig, environ))
+            return cls(load(LibvirtConfig, environ), VolumeConfig.from_env(environ))
         except SettingError as exc:
             raise DriverConfigError(str(exc)) from None
 
@@ -142,7 +148,7 @@ class LibvirtDriver(ProvisioningDriver):
             self._numa_nodes = [type("Numa", (), n) for n in topology.get("numa_nodes", [])]
         return self._host_slots
 
-    def _spec(self, spec: InstanceSpec, base: Path, files: Path) -> tuple[DomainSpec, DomainSpec]:
+    def _spec(self, spec: InstanceSpec, base: Path, files: Path, filesystems=()) -> tuple[DomainSpec, DomainSpec]:
         """(the domain as the slot map asks, the domain this host starts): equal with passthrough on."""
         guest, nic = spec.guest, spec.nic
         host_slots = self.host_slots()
@@ -163,7 +169,8 @@ class LibvirtDriver(ProvisioningDriver):
             numa_node=res.numa_node, hugepages_1g=bool(hugepages), slots=tuple(spec.resources), passthrough=True,
             nic=Nic(nic.mac, nic.port, None) if nic else None, disk=str(files / "overlay.qcow2"),
             seed_iso=str(files / "seed.iso"), boot=boot, console_log=str(files / "console.log"),
-            console_socket=str(self.socket_of(spec.allocation_id)), metadata=meta)
+            console_socket=str(self.socket_of(spec.allocation_id)), metadata=meta, filesystems=filesystems,
+            shared_memory=self.config.volume_hotplug)
         if self.config.passthrough:
             return full, full
         return full, fit_to_host(full, memory_mib=self.config.sim_memory_mib, vcpus=self.config.sim_vcpus)
@@ -174,6 +181,7 @@ class LibvirtDriver(ProvisioningDriver):
         dom = self._lookup(spec.allocation_id)
         if dom is not None:
             if not dom.isActive():
+                self.restore_volumes(spec.allocation_id)
                 self._errors("start", dom.create)
             return dom.name(), False
         if spec.guest is None:
@@ -186,7 +194,8 @@ class LibvirtDriver(ProvisioningDriver):
             files.mkdir(parents=True, exist_ok=True)
             self.config.socket_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             base = images.ensure(spec.guest.image, self.config.images_dir)
-            full, started = self._spec(spec, base, files)
+            filesystems, mounts = self.prepare_volumes(spec)
+            full, started = self._spec(spec, base, files, filesystems)
             (files / "domain-full.xml").write_text(domain_xml(full))
             xml = domain_xml(started)
             (files / "domain.xml").write_text(xml)
@@ -195,7 +204,7 @@ class LibvirtDriver(ProvisioningDriver):
                 write_seed_iso(files / "seed.iso", cloudinit.Seed(
                     instance_id=str(spec.allocation_id), hostname=spec.guest.hostname, ssh_keys=spec.guest.ssh_keys,
                     mac=spec.nic.mac, ip_address=spec.nic.ip_address, prefix_len=spec.nic.prefix_len,
-                    gateway=spec.nic.gateway, dns=spec.guest.dns or self.config.dns, mtu=spec.nic.mtu))
+                    gateway=spec.nic.gateway, dns=spec.guest.dns or self.config.dns, mtu=spec.nic.mtu, mounts=mounts))
             else:
                 raise DriverError("no network attachment: a VM slice needs its tenant network")
             prepared = time.time()
@@ -230,47 +239,9 @@ class LibvirtDriver(ProvisioningDriver):
         log.info("libvirt.provisioned", domain=name, created=created)
         return name
 
-    def _console_tail(self, allocation_id: uuid.UUID, lines: int = CONSOLE_TAIL_LINES) -> str:
-        try:
-            text = (self.dir_of(allocation_id) / "console.log").read_bytes()[-16384:].decode(errors="replace")
-        except OSError:
-            return "(no console output)"
-        return "\n".join(text.splitlines()[-lines:]) or "(no console output)"
-
     async def _wait_ready(self, allocation_id: uuid.UUID) -> None:
-        """Until the console has the guest's ready line (recorded as the boot time); raises DriverError when the
-        guest says it failed, the domain stops, or the boot timeout passes — with the console's last lines."""
-        files = self.dir_of(allocation_id)
-        info_path = files / "instance.json"
-        info = json.loads(info_path.read_text())
-        if info.get("ready_at"):
-            return
-        deadline = time.monotonic() + self.config.boot_timeout_s
-        seen = 0
-        while True:
-            try:
-                with open(files / "console.log", "rb") as f:
-                    f.seek(seen)
-                    chunk = f.read()
-            except FileNotFoundError:
-                chunk = b""
-            complete = chunk[:chunk.rfind(b"\n") + 1]
-            seen += len(complete)
-            for line in complete.decode(errors="replace").splitlines():
-                failed = cloudinit.parse_failed_line(line)
-                if failed is not None:
-                    raise DriverError(f"the guest failed to configure itself: {failed}")
-                if cloudinit.parse_ready_line(line) is not None:   # ours, or cloud-init's final message
-                    info["ready_at"] = time.time()
-                    info_path.write_text(json.dumps(info))
-                    return
-            if time.monotonic() > deadline:
-                raise DriverError(f"the guest did not report ready within {self.config.boot_timeout_s:g} s; "
-                                  f"console:\n{self._console_tail(allocation_id)}")
-            if not await self._call(self._active, allocation_id):
-                raise DriverError(f"the domain stopped before the guest was ready; console:\n"
-                                  f"{self._console_tail(allocation_id)}")
-            await asyncio.sleep(0.1)
+        await boot.wait_ready(self.dir_of(allocation_id), self.config.boot_timeout_s,
+                              partial(self._call, self._active, allocation_id))
 
     def _active(self, allocation_id: uuid.UUID) -> bool:
         """Whether the allocation's domain runs: polled during a boot, so by name only (no XML read; the name is
@@ -303,6 +274,7 @@ class LibvirtDriver(ProvisioningDriver):
             except libvirt.libvirtError as exc:
                 if exc.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN:
                     raise DriverError(f"undefine: libvirt: {exc.get_error_message()}") from None
+        self.release_volumes(allocation_id)   # virtiofsd ended with the domain: nothing uses the views any more
         shutil.rmtree(files, ignore_errors=True)
         self.socket_of(allocation_id).unlink(missing_ok=True)
 
@@ -349,7 +321,8 @@ class LibvirtDriver(ProvisioningDriver):
                 "booted_at": datetime.fromtimestamp(ready, UTC).isoformat() if ready else None,
                 "boot_s": round(ready - info["started_at"], 3) if ready else None,
                 "prepare_s": info.get("prepare_s"), "start_s": info.get("start_s"),
-                "power_state": "running" if self._active(allocation_id) else "stopped"}
+                "power_state": "running" if self._active(allocation_id) else "stopped",
+                "mounts": self.volume_info(allocation_id)}
 
     async def instance_info(self, allocation_id: uuid.UUID) -> dict:
         return await self._call(self._info, allocation_id)
@@ -373,6 +346,7 @@ class LibvirtDriver(ProvisioningDriver):
             if action == "reboot":
                 self._errors("reset", dom.reset, 0)
             return "running", False
+        self.restore_volumes(allocation_id)
         self._errors("start", dom.create)
         return "running", True
 

@@ -16,6 +16,11 @@ A failure raises DriverError "<phase>: <why, quoting the BMC>", after a best-eff
 eject, the ISO withdrawn, the record removed). The ISO is the instance's root file system (a ramdisk image), so
 it stays inserted while the instance lives; start and reboot set the one-time boot from Cd again first.
 
+Volumes: a btrfs volume is a directory on the storage host, shared with VMs (virtiofs) and namespace slots (bind
+mounts); nothing carries it to a physical server over the network, so a provision naming one fails at once with
+that reason (no BMC call is made). An appliance's volume (lustre, vast, weka) is rendered only, as everywhere here:
+its client mount command is kept in the record and the mount reported ``simulated``. There is no live mount.
+
 The BMC comes from the node (``bmc_source``, set by the node; the registered BMC, its password unsealed), so a
 BMC registered or changed at run time is used from the next operation on. Records live in the state directory
 (``records``) and survive a restart of the node-agent. sushy blocks: every BMC call runs on a worker thread. A
@@ -34,6 +39,7 @@ from datetime import UTC, datetime
 import structlog
 
 from ....domain.model import Instance, InstanceSpec
+from ....domain.volumes import MountedVolume, Volume, simulated_mount
 from ....domain.vm import cloudinit
 from ..base import DriverError, PowerAction, ProvisioningDriver
 from ..libvirt.images import ImageError, boot_file
@@ -182,6 +188,7 @@ class RedfishDriver(ProvisioningDriver):
                                   f"{other['instance_id']}): a bare-metal node has one instance at a time")
             if spec.guest is None:
                 raise DriverError("no image: the allocation names none and the catalog has no default image")
+            _bare_metal_mounts(spec.volumes)
             bmc = await self._bmc()
             if record is not None:   # a provisioning cut short (the agent restarted): start over, from power off
                 self._drop_media(record.get("token"))
@@ -191,7 +198,8 @@ class RedfishDriver(ProvisioningDriver):
         token, iid, run = new_token(), instance_id(spec.allocation_id), _Run(bmc)
         record = {"allocation_id": str(spec.allocation_id), "instance_id": iid, "slots": list(spec.slots),
                   "image": spec.guest.image.name, "hostname": spec.guest.hostname, "status": "provisioning",
-                  "token": token, "started_at": time.time()}
+                  "token": token, "started_at": time.time(),
+                  "mounts": [m.record() for m in _bare_metal_mounts(spec.volumes)]}
         self.records.save(record)
         try:
             await self._phase(run, "power_off", lambda: self._power_to(run, "ForceOff", "Off"))
@@ -296,7 +304,8 @@ class RedfishDriver(ProvisioningDriver):
         return {"passthrough": "real", "image": record.get("image"), "hostname": record.get("hostname"),
                 "booted_at": datetime.fromtimestamp(booted, UTC).isoformat() if booted else None,
                 "boot_s": record.get("boot_s"), "power_state": await self._power_state(),
-                "phases": list(record.get("phases", [])), "redfish_calls": int(record.get("redfish_calls", 0))}
+                "phases": list(record.get("phases", [])), "redfish_calls": int(record.get("redfish_calls", 0)),
+                "mounts": [MountedVolume.from_record(m).info() for m in record.get("mounts", [])]}
 
     # -- tenant operations ------------------------------------------------------------------------------
     async def power(self, allocation_id: uuid.UUID, action: PowerAction) -> str:
@@ -330,3 +339,12 @@ class RedfishDriver(ProvisioningDriver):
             await self._power_to(run, "ForceRestart", "On", force=True)
         else:
             await self._power_to(run, "On", "On")
+
+
+def _bare_metal_mounts(volumes: tuple[Volume, ...]) -> list[MountedVolume]:
+    """The rendered mounts of appliance volumes; DriverError for a btrfs volume (a path on the storage host)."""
+    paths = [v for v in volumes if not v.simulated]
+    if paths:
+        raise DriverError(f"volume {paths[0].volume_id} ({paths[0].backend}) is a directory on the storage host: it "
+                          "cannot be mounted into a bare-metal server over the network")
+    return [simulated_mount(v) for v in volumes]
