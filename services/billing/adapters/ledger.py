@@ -1,0 +1,39 @@
+"""The billing ledger (``ledger_entries``, schema/0002_ledger.sql) over shared.ledger_store, on the unit of
+work's connection (the caller owns the transaction; the append lock is held until it commits).
+
+Groundwork: nothing calls this yet. Rating a usage event will append one entry per event, idempotently by
+the event's id (``source_event``); a late event after its period closed is a ``correction`` entry, never a
+change to an old one (the table refuses UPDATE and DELETE)."""
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import asyncpg
+
+from shared import ledger_store
+from shared.ledger_store import Appended, Checkpoint, VerifyResult
+
+TABLE = "ledger_entries"
+KINDS = ("charge", "correction")
+
+
+class PgLedger:
+    def __init__(self, conn: asyncpg.Connection):
+        self.conn = conn
+
+    async def record(self, *, tenant_id: uuid.UUID, kind: str, source_event: str, amount_minor: int,
+                     currency: str, entry: dict[str, Any]) -> Appended:
+        """Append the entry rating ``source_event`` unless one is already there (then that one is returned).
+        ``amount_minor`` is in integer minor units; ``entry`` holds no floats (shared/chain.py)."""
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+        return await ledger_store.append(self.conn, TABLE, {
+            "tenant_id": tenant_id, "kind": kind, "source_event": source_event, "amount_minor": amount_minor,
+            "currency": currency, "entry": entry}, unique="source_event")
+
+    async def checkpoint(self) -> Checkpoint | None:
+        return await ledger_store.checkpoint(self.conn, TABLE)
+
+    async def verify(self) -> VerifyResult:
+        return await ledger_store.verify(self.conn, TABLE)
