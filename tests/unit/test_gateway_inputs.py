@@ -26,6 +26,7 @@ from services.gateway.http.schemas.pools import PoolDefinition
 from services.gateway.http.schemas.quotas import TenantQuotaSet, UserQuotaSet
 from services.gateway.http.schemas.shapes import ShapeDefinition
 from services.gateway.http.schemas.ssh_keys import SshKeyCreate
+from services.gateway.http.schemas.billing import PriceListPut
 from services.gateway.http.schemas.volumes import AttachmentCreate, StorageQuotaSet, VolumeCreate, VolumeResize
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE2ZZdnE/RtlHeGDHHC2CVZeBzgkzYhgCfhP2TXh3PAj ada@example"
@@ -57,6 +58,9 @@ VALID = {
                   "default": False},
     SshKeyCreate: {"name": "laptop", "public_key": KEY},
     VolumeCreate: {"name": "datasets", "storage_class": "standard", "size_bytes": 1 << 30, "shared": True},
+    PriceListPut: {"currency": "USD", "effective_from": "2030-01-01T00:00:00Z", "spot_discount_bps": 3000,
+                   "gpu_prices": [{"micros_per_gpu_hour": 2_500_000, "gpu_model": "H100", "pool": "shared"}],
+                   "storage_prices": {"standard": 100}},
     VolumeResize: {"size_bytes": 1 << 31},
     AttachmentCreate: {"allocation_id": str(uuid.uuid4()), "mode": "ro"},
     StorageQuotaSet: {"max_bytes": 1 << 40, "max_volumes": 10},
@@ -148,7 +152,10 @@ def test_every_integer_is_a_json_number_without_fraction(model):
     for path, value in ints:
         field = ".".join(str(p) for p in path)
         parsed = model.model_validate(_replaced(body, path, float(value)))
-        assert getattr(parsed, path[0]) == value and isinstance(getattr(parsed, path[0]), int)
+        got = parsed
+        for step in path:   # down to the leaf, through nested models, lists and dicts
+            got = got[step] if isinstance(got, (list, dict)) else getattr(got, step)
+        assert got == value and isinstance(got, int), (field, got)
         for bad in (value + 0.5, str(value), True, None if model is not SlotMapApproval else "x"):
             if bad is None:
                 continue

@@ -9,7 +9,8 @@ import asyncpg
 from ..domain.model import Meter
 from ..domain.ports import MeterRepository
 
-_COLUMNS = ("id", "allocation_id", "tenant_id", "shape", "gpu_count", "started_at", "stopped_at")
+_COLUMNS = ("id", "allocation_id", "tenant_id", "shape", "gpu_count", "started_at", "stopped_at", "user_id",
+            "gpu_model", "pool", "spot")
 
 
 class PgMeterRepository(MeterRepository):
@@ -23,8 +24,10 @@ class PgMeterRepository(MeterRepository):
 
     async def add(self, m: Meter) -> None:
         await self.conn.execute(
-            "INSERT INTO meters (id, allocation_id, tenant_id, shape, gpu_count, started_at) VALUES ($1,$2,$3,$4,$5,$6)",
-            m.id, m.allocation_id, m.tenant_id, m.shape, m.gpu_count, m.started_at)
+            "INSERT INTO meters (id, allocation_id, tenant_id, shape, gpu_count, started_at, user_id, gpu_model, pool, "
+            "spot) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10)",
+            m.id, m.allocation_id, m.tenant_id, m.shape, m.gpu_count, m.started_at, m.user_id, m.gpu_model, m.pool,
+            m.spot)
 
     async def save_stop(self, m: Meter) -> None:
         await self.conn.execute("UPDATE meters SET stopped_at=$2, gpu_seconds=$3 WHERE id=$1",

@@ -15,6 +15,10 @@ class Meter:
     gpu_count: int
     started_at: datetime
     stopped_at: datetime | None = None
+    user_id: uuid.UUID | None = None       # what usage is split and priced by (contracts.StartMeter)
+    gpu_model: str | None = None
+    pool: str | None = None
+    spot: bool = False
 
     @property
     def running(self) -> bool:

@@ -51,6 +51,8 @@ class Principal:
     user_id: uuid.UUID
     tenant_id: uuid.UUID | None
     role: Role
+    # the fingerprint of the API key the token was issued for (domain.audit.api_key_id); None: unknown
+    api_key_id: str | None = None
 
     @property
     def is_provider_admin(self) -> bool:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from shared.runtime import Runtime
 
+from ..projections import billing
 from ..projections import allocations, instances, inventory, networks, rejections, volumes, wipes
 
 
@@ -42,3 +43,6 @@ def wire(rt: Runtime) -> None:
     subscribe("storage.quota_changed", volumes.on_quota_changed)
     subscribe("storage.classes_announced", volumes.on_classes_announced)
     subscribe("storage.usage_reported", volumes.on_usage_reported)
+    subscribe("billing.price_list_published", billing.on_price_list_published)
+    subscribe("billing.price_list_rejected", billing.on_price_list_rejected)
+    subscribe("billing.usage_rated", billing.on_usage_rated)

@@ -13,6 +13,7 @@ from shared.runtime import Runtime
 
 from ..adapters import identity
 from ..domain.keys import hash_api_key
+from ..http.audit import audit_middleware
 from ..http.auth import auth_middleware
 from ..http.endpoint import add_routes
 from ..http.lowlevel import answer_parser_errors_with_problems
@@ -49,8 +50,11 @@ def create_app(rt: Runtime, config: GatewaySettings, app: web.Application | None
     app = rt.http if app is None else app
     gw = Gateway(rt, config)
     app[GATEWAY] = gw
-    # outermost first: every request gets a span and an access line, every error a problem document
-    app.middlewares.extend([telemetry_middleware(rt.service), problems_middleware, auth_middleware(gw.tokens)])
+    # outermost first: every request gets a span and an access line, every mutation an audit record (with the
+    # span's trace id and the final status: outside problems, so 4xx problems and 401s are recorded too), every
+    # error a problem document
+    app.middlewares.extend([telemetry_middleware(rt.service), audit_middleware, problems_middleware,
+                            auth_middleware(gw.tokens)])
     add_routes(app, ENDPOINTS)
     answer_parser_errors_with_problems(app)   # aiohttp's own answers to unparsable requests: problem+json too
     app.cleanup_ctx.append(_bootstrap_admin)

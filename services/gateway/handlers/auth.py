@@ -6,7 +6,8 @@ from aiohttp import web
 from ..adapters import identity
 from ..domain.keys import hash_api_key
 from ..domain.model import Principal
-from ..http.auth import credentials, unauthorized
+from ..domain.audit import api_key_id
+from ..http.auth import API_KEY_ID, PRINCIPAL, credentials, unauthorized
 from ..http.endpoint import Endpoint, respond
 from ..http.schemas.identity import TokenOut
 from ..http.state import gateway_of
@@ -15,11 +16,14 @@ from ..http.state import gateway_of
 async def exchange_token(request: web.Request) -> web.Response:
     gw = gateway_of(request)
     key = credentials(request, "ApiKey")
+    request[API_KEY_ID] = api_key_id(key)   # for the audit record: the key's id, never the key
     async with gw.pool.acquire() as conn:
         row = await identity.user_for_key(conn, hash_api_key(key))
     if row is None:
         raise unauthorized("unknown or revoked API key", "ApiKey")
-    token = gw.tokens.issue(Principal(row["id"], row["tenant_id"], row["role"]))
+    principal = Principal(row["id"], row["tenant_id"], row["role"], request[API_KEY_ID])
+    request[PRINCIPAL] = principal          # the caller, for the access log and the audit record
+    token = gw.tokens.issue(principal)
     return respond(TokenOut(access_token=token, expires_in=gw.config.token_ttl_s), headers={"Cache-Control": "no-store"})
 
 

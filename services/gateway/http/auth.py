@@ -18,6 +18,8 @@ from ..domain.model import Principal
 from .problems import ProblemError, forbidden
 
 PRINCIPAL = web.RequestKey("principal", Principal)
+# the id (fingerprint) of the API key presented to POST /v1/auth/token, for the audit record (never the key)
+API_KEY_ID = web.RequestKey("api_key_id", str)
 _ISSUER = "tessera-gateway"
 _AUDIENCE = "tessera-api"
 # the only /v1 route reachable without a bearer token: it is how a token is obtained
@@ -38,7 +40,7 @@ class TokenIssuer:
     def issue(self, principal: Principal, now: float | None = None) -> str:
         iat = int(now if now is not None else time.time())
         claims = {"iss": _ISSUER, "aud": _AUDIENCE, "sub": str(principal.user_id), "role": principal.role,
-                  "tid": str(principal.tenant_id) if principal.tenant_id else None,
+                  "tid": str(principal.tenant_id) if principal.tenant_id else None, "akid": principal.api_key_id,
                   "iat": iat, "exp": iat + self.ttl_s, "jti": uuid.uuid4().hex}
         return jwt.encode(claims, self.secret, algorithm="HS256")
 
@@ -48,7 +50,9 @@ class TokenIssuer:
             claims = jwt.decode(token, self.secret, algorithms=["HS256"], audience=_AUDIENCE, issuer=_ISSUER,
                                 options={"require": ["exp", "iat", "sub", "role"]})
             tid = claims.get("tid")
-            return Principal(uuid.UUID(claims["sub"]), uuid.UUID(tid) if tid else None, claims["role"])
+            akid = claims.get("akid")
+            return Principal(uuid.UUID(claims["sub"]), uuid.UUID(tid) if tid else None, claims["role"],
+                             akid if isinstance(akid, str) else None)
         except jwt.ExpiredSignatureError:
             raise unauthorized("the access token has expired") from None
         except (jwt.InvalidTokenError, ValueError, TypeError, KeyError):

@@ -20,6 +20,8 @@ from .problems import ProblemError, field_errors, not_found, validation_problem
 from .schemas.base import Body, FieldError
 
 MAX_BODY_BYTES = 64 * 1024
+# the parsed JSON body, as the handler read it (the audit middleware records a PUT/PATCH body from it)
+JSON_BODY = web.RequestKey("json_body", dict)
 MAX_JSON_DEPTH = 32
 B = TypeVar("B", bound=Body)
 
@@ -80,6 +82,7 @@ async def read_json_object(request: web.Request) -> dict:
         raise _malformed(str(exc)) from None
     if not isinstance(data, dict):
         raise validation_problem([FieldError(field="body", message="must be a JSON object", code="object_type")])
+    request[JSON_BODY] = data   # for the audit record of a PUT/PATCH (redacted there: http/audit.py)
     return data
 
 

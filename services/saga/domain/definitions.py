@@ -69,6 +69,12 @@ def _volume(ctx: Context) -> dict:
             **_some("scratch_class", "volumes", "user_id", "node_id", "ip_address")(ctx)}
 
 
+def _meter(ctx: Context) -> dict:
+    """What billing prices usage by: the shape and GPUs always, the user, GPU model, pool (the reservation's)
+    and spot when the context has them."""
+    return {**_pick("shape", "gpu_count")(ctx), **_some("user_id", "gpu_model", "pool", "spot")(ctx)}
+
+
 def _node(ctx: Context) -> dict:
     """What the node-agent provisions: the slots, the network attachment, the guest, and the volumes to mount
     (the exports provision_volume answered with)."""
@@ -167,7 +173,7 @@ ALLOCATE = SagaDefinition(
     "allocate", recovery="compensate",
     on_start=Notice(MARK_PROVISIONING, _pick("allocation_id", "saga_id")),
     steps=(
-        SagaStep("reserve_slots", RESERVE_SLOTS, yields=("node_id", "slots", "slot_details"),
+        SagaStep("reserve_slots", RESERVE_SLOTS, yields=("node_id", "slots", "slot_details", "gpu_model", "pool"),
                  fields=_some("shape", "gpu_count", "user_id", "priority", "spot", "pool", "tolerations", "fail_fast")),
         SagaStep("attach_network", ATTACH_NETWORK, fields=_some("node_id", "network_id"),
                  yields=("ip_address", "mac_address", "attachment", "tenant_networks")),
@@ -175,7 +181,7 @@ ALLOCATE = SagaDefinition(
         SagaStep("provision_node", PROVISION_NODE,
                  fields=_node,
                  undo_fields=_pick("node_id"), subject=("node_id",), yields=("instance",)),
-        SagaStep("start_meter", START_METER, fields=_pick("shape", "gpu_count")),
+        SagaStep("start_meter", START_METER, fields=_meter),
         SagaStep("activate", ACTIVATE, fields=_some("node_id", "instance")),
     ),
     on_failure=_FAILED,

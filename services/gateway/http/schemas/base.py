@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Callable, ClassVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, GetCoreSchemaHandler, GetJsonSchemaHandler, \
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, GetCoreSchemaHandler, GetJsonSchemaHandler, \
     StringConstraints
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import PydanticCustomError, core_schema
@@ -219,3 +219,18 @@ class ApiJsonSchema(GenerateJsonSchema):
             out["propertyNames"] = {**out.get("propertyNames", {}), "pattern": pattern}
             out["additionalProperties"] = values
         return out
+
+
+RFC3339_PATTERN = r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?([Zz]|[+-]\d{2}:\d{2})$"
+_RFC3339 = re.compile(RFC3339_PATTERN)
+
+
+def _rfc3339(raw: object) -> object:
+    if not isinstance(raw, str) or not _RFC3339.match(raw):
+        raise ValueError("must be an RFC 3339 date-time with an offset, e.g. 2026-01-01T00:00:00Z")
+    return raw
+
+
+Instant = Annotated[AwareDatetime, BeforeValidator(_rfc3339),
+                    Field(json_schema_extra={"maxLength": 35, "pattern": RFC3339_PATTERN})]
+"""A query parameter's date-time: RFC 3339 with an offset only (not a Unix number, not a naive time)."""

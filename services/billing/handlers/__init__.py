@@ -8,7 +8,7 @@ work's connection (the asyncpg one unless told otherwise).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 import asyncpg
@@ -17,10 +17,11 @@ from shared.envelope import utcnow
 from shared.participant import invoke, over, undo
 from shared.unit_of_work import UnitOfWork
 
-from . import contracts as c
-from .adapters.repository import PgMeterRepository
-from .domain.model import Meter
-from .domain.ports import MeterRepository
+from .. import contracts as c
+from . import rating
+from ..adapters.repository import PgMeterRepository
+from ..domain.model import Meter
+from ..domain.ports import MeterRepository
 
 RepositoryFactory = Callable[[asyncpg.Connection], MeterRepository]
 Clock = Callable[[], datetime]
@@ -32,19 +33,24 @@ async def start_step(meters: MeterRepository, cmd: c.StartMeter, *, clock: Clock
     has one); returns the reply's fields."""
     meter = await meters.get_for_allocation(cmd.allocation_id)
     if meter is None:
-        meter = Meter(uuid.uuid4(), cmd.allocation_id, cmd.tenant_id, cmd.shape, cmd.gpu_count, clock())
+        meter = Meter(uuid.uuid4(), cmd.allocation_id, cmd.tenant_id, cmd.shape, cmd.gpu_count, clock(),
+                      user_id=cmd.user_id, gpu_model=cmd.gpu_model, pool=cmd.pool, spot=cmd.spot)
         await meters.add(meter)
     return {"meter_id": meter.id, "started_at": meter.started_at}
 
 
-async def stop_step(meters: MeterRepository, cmd: c.StopMeter, *, clock: Clock = utcnow) -> dict:
+async def stop_step(meters: MeterRepository, cmd: c.StopMeter, *, clock: Clock = utcnow,
+                    stopped: Callable[[Meter], Awaitable[object]] | None = None) -> dict:
     """The stop step's effect: the allocation's meter stops now, or stays stopped when it was; returns the meter
-    and the GPU-seconds it measured (nothing when the allocation has no meter)."""
+    and the GPU-seconds it measured (nothing when the allocation has no meter). ``stopped`` gets the stopped
+    meter while it is still locked (the handler meters and rates its usage there: rating.meter_stopped)."""
     meter = await meters.get_for_allocation(cmd.allocation_id)
     if meter is None:
         return {}
     meter.stop(clock())
     await meters.save_stop(meter)
+    if stopped is not None:
+        await stopped(meter)
     return {"meter_id": meter.id, "gpu_seconds": meter.gpu_seconds}
 
 
@@ -54,4 +60,11 @@ async def start_meter(ctx: UnitOfWork, cmd: c.StartMeter, *, sim_faults: bool = 
 
 
 async def stop_meter(ctx: UnitOfWork, cmd: c.StopMeter, *, repository: RepositoryFactory = PgMeterRepository) -> None:
-    await undo(ctx, cmd, over(repository, stop_step), step=c.START_METER)
+    """Stop the meter and, in the same unit of work, record, rate and ledger its usage (rating.meter_stopped)."""
+    async def step(meters: MeterRepository, command: c.StopMeter) -> dict:
+        return await stop_step(meters, command, stopped=lambda meter: rating.meter_stopped(ctx, meter))
+    await undo(ctx, cmd, over(repository, step), step=c.START_METER)
+
+
+async def publish_price_list(ctx: UnitOfWork, cmd: c.PublishPriceList) -> None:
+    await rating.publish_price_list(ctx, cmd)

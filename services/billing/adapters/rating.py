@@ -1,0 +1,83 @@
+"""Price-list versions, usage records and storage report state in the billing schema (asyncpg), on the unit
+of work's connection (the caller owns the transaction)."""
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime
+
+import asyncpg
+
+from ..domain.pricing import PriceList
+from ..domain.usage import Rating, UsageRecord, version_from_doc
+
+PROVIDER = "tessera"
+PRICE_LIST_LOCK = "billing.price_lists"
+
+
+async def lock_price_lists(conn: asyncpg.Connection) -> None:
+    """Serialise publications (held until the transaction ends): each checks against every stored version."""
+    await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", PRICE_LIST_LOCK)
+
+
+async def price_list(conn: asyncpg.Connection) -> PriceList:
+    rows = await conn.fetch("SELECT body FROM price_list_versions ORDER BY effective_from")
+    return PriceList(PROVIDER, tuple(version_from_doc(_doc(r["body"])) for r in rows))
+
+
+def _doc(body) -> dict:
+    doc = json.loads(body) if isinstance(body, str) else dict(body)
+    doc["effective_from"] = datetime.fromisoformat(doc["effective_from"])
+    return doc
+
+
+async def store_version(conn: asyncpg.Connection, doc: dict, effective_from: datetime,
+                        published_by: uuid.UUID) -> datetime:
+    """Insert the version (``doc``: its wire document, JSON-ready), or replace a scheduled one of the same id
+    (the domain decided it may); returns published_at."""
+    body = json.dumps(doc)
+    return await conn.fetchval(
+        "INSERT INTO price_list_versions (version, currency, effective_from, body, published_by) "
+        "VALUES ($1, $2, $3, $4::jsonb, $5) ON CONFLICT (version) DO UPDATE SET currency = EXCLUDED.currency, "
+        "effective_from = EXCLUDED.effective_from, body = EXCLUDED.body, published_by = EXCLUDED.published_by, "
+        "published_at = now() RETURNING published_at",
+        doc["version"], doc["currency"], effective_from, body, published_by)
+
+
+async def record_usage(conn: asyncpg.Connection, r: UsageRecord, rating: Rating, ledger_seq: int) -> bool:
+    """Insert the record unless (source, event_id) is already there; True when it was new."""
+    status = await conn.execute(
+        "INSERT INTO usage_records (source, event_id, kind, tenant_id, user_id, allocation_id, volume_id, shape, "
+        "gpu_model, pool, spot, gpu_count, storage_class, period_start, period_end, quantity, amount_minor, currency, "
+        "rated, price_version, sku_price_id, reason, ledger_seq) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,"
+        "$14,$15,$16::numeric,$17,$18,$19,$20,$21,$22,$23) ON CONFLICT (source, event_id) DO NOTHING",
+        r.source, r.event_id, r.kind, r.tenant_id, r.user_id, r.allocation_id, r.volume_id, r.shape, r.gpu_model,
+        r.pool, r.spot, r.gpu_count, r.storage_class, r.period_start, r.period_end, r.quantity_text,
+        rating.amount_minor, rating.currency, rating.rated, rating.price_version, rating.sku_price_id, rating.reason,
+        ledger_seq)
+    return status.endswith(" 1")
+
+
+async def usage_exists(conn: asyncpg.Connection, r: UsageRecord) -> bool:
+    return bool(await conn.fetchval("SELECT true FROM usage_records WHERE source=$1 AND event_id=$2",
+                                    r.source, r.event_id))
+
+
+async def note_volume(conn: asyncpg.Connection, volume_id: uuid.UUID, tenant_id: uuid.UUID, user_id: uuid.UUID | None,
+                      storage_class: str) -> None:
+    await conn.execute(
+        "INSERT INTO storage_volumes (volume_id, tenant_id, user_id, storage_class) VALUES ($1, $2, $3, $4) "
+        "ON CONFLICT (volume_id) DO UPDATE SET user_id = EXCLUDED.user_id, storage_class = EXCLUDED.storage_class",
+        volume_id, tenant_id, user_id, storage_class)
+
+
+async def volume_for_report(conn: asyncpg.Connection, volume_id: uuid.UUID, tenant_id: uuid.UUID) -> asyncpg.Record:
+    """The volume's row, locked until the transaction ends (created, class unknown, when it had none)."""
+    await conn.execute("INSERT INTO storage_volumes (volume_id, tenant_id) VALUES ($1, $2) "
+                       "ON CONFLICT (volume_id) DO NOTHING", volume_id, tenant_id)
+    return await conn.fetchrow("SELECT * FROM storage_volumes WHERE volume_id=$1 FOR UPDATE", volume_id)
+
+
+async def save_report(conn: asyncpg.Connection, volume_id: uuid.UUID, used_bytes: int, at: datetime) -> None:
+    await conn.execute("UPDATE storage_volumes SET last_used_bytes=$2, last_report_at=$3 WHERE volume_id=$1",
+                       volume_id, used_bytes, at)

@@ -1,0 +1,153 @@
+"""Metering → rating → ledger, and the price lists, as billing's application layer.
+
+Every usage record is rated and appended to the ledger in the unit of work that records it: the record, its
+ledger entry (``source_event`` = the record's key) and the ``billing.usage_rated`` event commit together or
+not at all. A record already there (a redelivered stop, a replayed report) is skipped before anything is
+written, under the lock of what it was measured from (the meter's row, the volume's row), so it counts once
+in usage and once in the ledger. Rules: services/billing/domain/usage.py.
+"""
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+
+import structlog
+
+from shared.envelope import utcnow
+from shared.runtime import Runtime
+from shared.unit_of_work import UnitOfWork
+
+from .. import contracts as c
+from ..adapters import rating as repo
+from ..adapters.ledger import PgLedger
+from ..domain.model import Meter
+from ..domain.pricing import ImmutableVersionError, PricingError
+from ..domain.usage import UsageRecord, meter_records, rate, storage_record, version_from_doc
+
+log = structlog.get_logger()
+
+
+def _iso(t: datetime) -> str:
+    return t.isoformat()
+
+
+async def rate_and_record(ctx: UnitOfWork, records: list[UsageRecord], *, correlation_id: str | None = None) -> int:
+    """Rate each new record with the price list in force at its start, append it to the ledger, store it and
+    publish billing.usage_rated; records already stored are skipped. Returns how many were new."""
+    conn, new = ctx.conn, 0
+    prices = await repo.price_list(conn) if records else None
+    for r in records:
+        if await repo.usage_exists(conn, r):
+            continue
+        rating = rate(r, prices)
+        entry = {"usage_key": r.key, "kind": r.kind, "period_start": _iso(r.period_start),
+                 "period_end": _iso(r.period_end), "quantity": r.quantity_text, "rated": rating.rated,
+                 "price_list_version": rating.price_version, "sku_price_id": rating.sku_price_id,
+                 "reason": rating.reason, **rating.detail,
+                 **{k: str(v) for k, v in (("allocation_id", r.allocation_id), ("volume_id", r.volume_id),
+                                           ("user_id", r.user_id)) if v is not None},
+                 **{k: v for k, v in (("shape", r.shape), ("gpu_model", r.gpu_model), ("pool", r.pool),
+                                      ("storage_class", r.storage_class)) if v is not None},
+                 "spot": r.spot}
+        appended = await PgLedger(conn).record(tenant_id=r.tenant_id, kind="charge", source_event=r.key,
+                                               amount_minor=rating.amount_minor, currency=rating.currency, entry=entry)
+        await repo.record_usage(conn, r, rating, appended.seq)
+        await ctx.emit("billing.usage_rated", c.UsageRated(
+            usage_key=r.key, kind=r.kind, tenant_id=r.tenant_id, user_id=r.user_id, allocation_id=r.allocation_id,
+            volume_id=r.volume_id, shape=r.shape, gpu_model=r.gpu_model, pool=r.pool, spot=r.spot,
+            storage_class=r.storage_class, period_start=r.period_start, period_end=r.period_end,
+            quantity=r.quantity_text, amount_minor=rating.amount_minor, currency=rating.currency,
+            rated=rating.rated, price_list_version=rating.price_version, sku_price_id=rating.sku_price_id,
+            reason=rating.reason, ledger_seq=appended.seq), correlation_id=correlation_id, tenant_id=r.tenant_id)
+        new += 1
+    return new
+
+
+async def meter_stopped(ctx: UnitOfWork, meter: Meter) -> int:
+    """Record and rate a stopped meter's usage (idempotent: its records' keys are stable)."""
+    if meter.stopped_at is None:
+        return 0
+    records = meter_records(meter_id=meter.id, allocation_id=meter.allocation_id, tenant_id=meter.tenant_id,
+                            user_id=meter.user_id, shape=meter.shape, gpu_model=meter.gpu_model, pool=meter.pool,
+                            spot=meter.spot, gpu_count=meter.gpu_count, started_at=meter.started_at,
+                            stopped_at=meter.stopped_at)
+    return await rate_and_record(ctx, records, correlation_id=str(meter.allocation_id))
+
+
+# --- price lists ------------------------------------------------------------------------------------------------
+async def publish_price_list(ctx: UnitOfWork, cmd: c.PublishPriceList, *, clock=utcnow) -> None:
+    """Validate the version against every stored one (pricing.PriceList.publish: an effective version is
+    immutable, none takes effect in the past), store it and publish billing.price_list_published; a refusal
+    stores nothing and publishes billing.price_list_rejected (the command is acknowledged either way)."""
+    conn = ctx.conn
+    await repo.lock_price_lists(conn)
+    doc = cmd.model_dump(mode="json", exclude={"requested_by"})
+    now = clock()
+    try:
+        version = version_from_doc({**doc, "effective_from": cmd.effective_from})
+        (await repo.price_list(conn)).publish(version, now)
+    except PricingError as exc:
+        log.warning("billing.price_list_rejected", version=cmd.version, reason=str(exc),
+                    immutable=isinstance(exc, ImmutableVersionError))
+        await ctx.emit("billing.price_list_rejected", c.PriceListRejected(
+            version=cmd.version, reason=str(exc)[:2000], field=exc.field, requested_by=cmd.requested_by, at=now),
+            correlation_id=f"price-list:{cmd.version}")
+        return
+    published_at = await repo.store_version(conn, doc, cmd.effective_from, cmd.requested_by)
+    await ctx.emit("billing.price_list_published", c.PriceListPublished(
+        **cmd.model_dump(exclude={"requested_by"}), published_by=cmd.requested_by, published_at=published_at),
+        correlation_id=f"price-list:{cmd.version}")
+
+
+# --- storage ----------------------------------------------------------------------------------------------------
+async def on_volume_changed(ctx: UnitOfWork, data) -> None:
+    """Remember each volume's class and owner (usage reports carry neither)."""
+    v = data.volume
+    await repo.note_volume(ctx.conn, v.volume_id, v.tenant_id, v.user_id, v.storage_class)
+
+
+async def on_usage_reported(ctx: UnitOfWork, data) -> None:
+    """Close each volume's interval since its previous report (bytes used then × seconds since) and rate it.
+
+    A report not later than the volume's last one is dropped: a replay, or one overtaken by a newer report
+    (reports are consumed by several workers). The time is still billed once, by the newer report, at the bytes
+    of the report before the dropped one; only the dropped report's byte count is lost."""
+    records = []
+    for v in sorted(data.volumes, key=lambda v: v.volume_id):   # one lock order for every report
+        row = await repo.volume_for_report(ctx.conn, v.volume_id, data.tenant_id)
+        if row["last_report_at"] is not None and data.at <= row["last_report_at"]:
+            continue   # a replayed or older report: already counted
+        if row["last_report_at"] is not None:
+            r = storage_record(volume_id=v.volume_id, tenant_id=row["tenant_id"], user_id=row["user_id"],
+                               storage_class=row["storage_class"], used_bytes=row["last_used_bytes"],
+                               since=row["last_report_at"], until=data.at)
+            if r is not None:
+                records.append(r)
+        await repo.save_report(ctx.conn, v.volume_id, v.used_bytes, data.at)
+    await rate_and_record(ctx, records)
+
+
+# --- checkpoints ------------------------------------------------------------------------------------------------
+async def checkpoint(rt: Runtime) -> c.LedgerCheckpointed | None:
+    """Store a Merkle checkpoint over the whole ledger when it grew since the last one, and publish it."""
+    async with UnitOfWork.begin(rt.pool, rt.outbox, name="billing.checkpoint") as uow:
+        last = await uow.conn.fetchval("SELECT max(last_seq) FROM ledger_entries_checkpoints")
+        head = await uow.conn.fetchval("SELECT max(seq) FROM ledger_entries")
+        if head is None or head == last:
+            return None
+        cp = await PgLedger(uow.conn).checkpoint()
+        if cp is None:
+            return None
+        event = c.LedgerCheckpointed(tree_size=cp.tree_size, first_seq=cp.first_seq, last_seq=cp.last_seq,
+                                     root_hash=cp.root_hash.hex(), at=cp.created_at)
+        await uow.emit("billing.ledger_checkpointed", event, correlation_id="billing-ledger")
+    log.info("billing.ledger_checkpointed", tree_size=cp.tree_size, root=cp.root_hash.hex())
+    return event
+
+
+async def checkpoint_forever(rt: Runtime, every_s: float) -> None:
+    """Checkpoint every ``every_s`` seconds (runs until cancelled). Each replica may run it: a checkpoint of
+    the same size is stored once (ledger_store.checkpoint is idempotent), though both may publish it."""
+    while True:
+        await asyncio.sleep(every_s)
+        await checkpoint(rt)

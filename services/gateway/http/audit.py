@@ -1,0 +1,153 @@
+"""The audit middleware: every POST, PUT, PATCH and DELETE on a declared route leaves one chained audit_log row.
+
+Where it sits: inside the telemetry middleware (so the record carries the request's trace id) and outside the
+problems middleware (so it sees the final status and problem type of every refusal, the auth middleware's 401s
+included). The row is appended after the handler ran, in its own transaction (shared.ledger_store.append: the
+table's advisory lock, one INSERT), so a handler's own transaction never waits on the audit lock.
+
+What is recorded for whom:
+  * an authenticated caller: its user id, role, tenant and (when its token says) API key id;
+  * POST /v1/auth/token: the user the key belongs to on success; on failure an anonymous actor with the
+    presented key's id (a fingerprint of its hash, never the key), so failed key guesses are on record;
+  * an unauthenticated request to a mutating route (401): an anonymous actor (user id null, role null) with the
+    source address and user agent, outcome failure, the problem type .../unauthorized. Requests matching no
+    declared route (404/405 from the router) have no operationId and change nothing: they are not recorded
+    (they are in the access log), so anyone cannot fill the chain with junk paths.
+
+Failure to write (fail closed): the handler has already committed, so nothing can be rolled back; but a client
+must never see a success that left no trace. The record is logged at error level in full (redacted, as stored;
+the log is the place to recover it from), ``tessera_audit_write_failures_total`` counts it, and the answer is a
+500 problem (type .../audit-failed) saying the change may have been made and was not audited. An operator alert
+on the counter is the intended follow-up; nothing is spooled for a later retry (a spool on the gateway's disk
+would be neither chained nor durable across replicas).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from datetime import datetime, timezone
+
+import structlog
+from aiohttp import web
+from opentelemetry import trace
+from prometheus_client import Counter
+
+from shared import ledger_store
+
+from ..domain.audit import AUDITED_METHODS, BODY_METHODS, MAX_AGENT, OBSERVER, bounded_body, outcome_of, \
+    storable, target_of, tenant_of
+from .auth import API_KEY_ID, PRINCIPAL
+from .inputs import JSON_BODY
+from .problems import PROBLEM_JSON, ProblemError, problem_response
+from .state import gateway_of
+
+log = structlog.get_logger()
+AUDIT_TABLE = "audit_log"
+FAILURES = Counter("tessera_audit_write_failures_total", "Mutating requests whose audit record could not be written")
+_MAX_PARSED = 256 * 1024   # response bodies read for the created id / problem type
+
+
+def _request_id() -> tuple[str, str | None]:
+    """The current span's trace id and span id (hex); a random id when tracing is off."""
+    ctx = trace.get_current_span().get_span_context()
+    if ctx.is_valid:
+        return format(ctx.trace_id, "032x"), format(ctx.span_id, "016x")
+    return uuid.uuid4().hex, None
+
+
+def _json_of(resp: web.StreamResponse | None) -> dict | None:
+    if not isinstance(resp, web.Response) or resp.content_type not in ("application/json", PROBLEM_JSON):
+        return None
+    body = resp.body
+    if not isinstance(body, (bytes, bytearray)) or len(body) > _MAX_PARSED:
+        return None
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def build_entry(request: web.Request, resp: web.StreamResponse | None, status: int, received: datetime,
+                started: float) -> dict:
+    """The audit_log row (without seq and hashes) for ``request`` answered with ``status``."""
+    route = request.match_info.route
+    params = {k: storable(v) for k, v in request.match_info.items()}
+    path = storable(request.path)
+    doc = _json_of(resp) or {}
+    principal = request.get(PRINCIPAL)
+    created = doc.get("id") if status < 400 and isinstance(doc.get("id"), str) else None
+    target = target_of(route.resource.canonical, params, request.method, status, created)
+    tenant = tenant_of(principal.tenant_id if principal else None, params)
+    trace_id, span_id = _request_id()
+    reason = doc.get("type") if status >= 400 and isinstance(doc.get("type"), str) else None
+    body = bounded_body(request.get(JSON_BODY)) if request.method in BODY_METHODS else None
+    record = {
+        "stage": "ResponseComplete", "level": "Request" if body is not None else "Metadata",
+        "actor": {"type": "user" if principal else "anonymous",
+                  "id": str(principal.user_id) if principal else None,
+                  "role": principal.role if principal else None,
+                  "tenant_id": str(principal.tenant_id) if principal and principal.tenant_id else None,
+                  "api_key_id": request.get(API_KEY_ID) or (principal.api_key_id if principal else None),
+                  "ip": request.remote, "user_agent": storable(request.headers.get("User-Agent", "")[:MAX_AGENT])},
+        "target": {"type": target.type, "id": target.id, "params": target.params,
+                   "tenant_id": str(tenant) if tenant else None},
+        "outcome": {"result": outcome_of(status), "code": status, "reason": reason},
+        "request": {"method": request.method, "path": path, "span_id": span_id,
+                    "body_bytes": request.content_length, "body": body},
+        "observer": OBSERVER,
+        "duration_us": int((time.perf_counter() - started) * 1_000_000),
+    }
+    return {"audit_id": uuid.uuid4(), "event_time": received, "tenant_id": tenant,
+            "user_id": principal.user_id if principal else None, "role": principal.role if principal else None,
+            "action": route.name, "method": request.method, "path": path, "target_type": target.type,
+            "target_id": target.id, "outcome": outcome_of(status), "status": status, "request_id": trace_id,
+            "record": record}
+
+
+async def write(request: web.Request, entry: dict) -> None:
+    """Append ``entry`` to the chain in its own transaction. Raises whatever the database raises."""
+    async with gateway_of(request).pool.acquire() as conn, conn.transaction():
+        await ledger_store.append(conn, AUDIT_TABLE, entry)
+
+
+def _audited(request: web.Request) -> bool:
+    return (request.method in AUDITED_METHODS and request.match_info.route.name is not None
+            and request.match_info.route.resource is not None)
+
+
+async def _record(request: web.Request, resp, status: int, received: datetime, started: float) -> bool:
+    """Write the record; False (after logging it loudly) when it could not be written."""
+    entry = None
+    try:
+        entry = build_entry(request, resp, status, received, started)
+        await write(request, entry)
+        return True
+    except Exception:
+        FAILURES.inc()
+        log.exception("audit.write_failed", method=request.method, path=request.path, status=status,
+                      record=json.dumps(entry, default=str) if entry else None)
+        return False
+
+
+@web.middleware
+async def audit_middleware(request: web.Request, handler) -> web.StreamResponse:
+    """Record every mutating request on a declared route after its handler ran (see the module docstring)."""
+    if not _audited(request):
+        return await handler(request)
+    received, started = datetime.now(timezone.utc), time.perf_counter()
+    try:
+        resp = await handler(request)
+    except web.HTTPException as exc:   # below 400 (the problems middleware answers the rest): a redirect
+        await _record(request, None, exc.status, received, started)
+        raise
+    except asyncio.CancelledError:     # the server stops mid-request: whether it changed anything is unknown
+        await asyncio.shield(_record(request, None, 499, received, started))
+        raise
+    if await _record(request, resp, resp.status, received, started):
+        return resp
+    failed = ProblemError(500, "the request may have been carried out but could not be audited; it has been "
+                               "logged, check the resource before retrying", slug="audit-failed")
+    return problem_response(failed, request.rel_url.raw_path)
