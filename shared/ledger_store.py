@@ -169,10 +169,22 @@ async def append(conn: asyncpg.Connection, table: str, entry: dict[str, Any], *,
         return Appended(seq, digest)
 
 
+_COLUMN_TYPES: dict[str, dict[str, str]] = {}
+
+
 async def _columns(conn: asyncpg.Connection, table: str) -> dict[str, str]:
+    """The table's column types, read once per process: a chained table's columns come from the service's
+    migrations, which run before its first append (an append on the hot path of every audited request must
+    not ask the catalog each time)."""
+    cached = _COLUMN_TYPES.get(table)
+    if cached is not None:
+        return cached
     rows = await conn.fetch("SELECT attname, format_type(atttypid, NULL) AS type FROM pg_attribute "
                             "WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped", table)
-    return {r["attname"]: r["type"] for r in rows}
+    found = {r["attname"]: r["type"] for r in rows}
+    if found:
+        _COLUMN_TYPES[table] = found
+    return found
 
 
 def _normalised(type_name: str | None, value: Any) -> Any:
