@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from services.billing.contracts import PriceSnapshot
 from services.node_agent.contracts import Guest, InstanceInfo
 from services.storage.contracts import MAX_ATTACHED, ClassName, VolumeRef
 from shared.contract import Message, ServiceContract
@@ -29,6 +30,8 @@ class Scheduling(Wire):
                                      description="Existing volumes of the tenant to mount, each at /mnt/<name>.")
     scratch_class: ClassName | None = Field(default=None, description="The storage class of the scratch volume "
                                                                       "(volume_gb); none: the provider's default.")
+    price: PriceSnapshot | None = Field(default=None, description="The GPU-hour price quoted when the allocation "
+                                                                  "was created (billing rates its usage with it).")
 
 
 class RequestAllocation(Scheduling):

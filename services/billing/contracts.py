@@ -23,6 +23,21 @@ VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 SELECTOR = Field(default=None, min_length=1, max_length=64)
 
 
+class PriceSnapshot(Wire):
+    """The GPU-hour price an allocation was quoted when it was created (gateway, from the price list in force),
+    carried with the request to billing, which rates the allocation's GPU usage with it for its whole life."""
+    price_list_version: str = Field(max_length=64)
+    currency: str = Field(pattern=r"^[A-Z]{3}$", examples=["USD"])
+    micros_per_gpu_hour: int = Field(ge=0, le=10**15, description="List (on-demand) price per GPU-hour.")
+    spot_discount_bps: int = Field(default=0, ge=0, le=10_000)
+    spot: bool = False
+    sku_id: str = Field(max_length=300)
+    gpu_count: int = Field(ge=1, le=64)
+    hourly_amount: str = Field(max_length=40, description="Exact price of one hour of all its GPUs, major units "
+                                                          "(spot discount applied), e.g. '7.2'.")
+    quoted_at: datetime
+
+
 class StartMeter(StepCommand):
     shape: str
     gpu_count: int
@@ -30,6 +45,8 @@ class StartMeter(StepCommand):
     gpu_model: str | None = Field(default=None, max_length=64, description="The reserved GPUs' model.")
     pool: str | None = Field(default=None, max_length=64, description="The pool the slots were reserved in.")
     spot: bool = False
+    price: PriceSnapshot | None = Field(default=None, description="The price quoted at creation; none: the "
+                                                                  "price list in force at each hour applies.")
 
 
 class MeterStarted(StepReply):
@@ -140,6 +157,160 @@ class UsageRated(Wire):
     sku_price_id: str | None = None
     reason: str | None = Field(default=None, description="Why an unrated record carries no amount.")
     ledger_seq: int
+    list_amount_minor: int = Field(default=0, description="The amount at list (on-demand) price; equal to "
+                                                          "amount_minor unless spot.")
+    micros_per_unit_hour: int | None = Field(default=None, description="List price per GPU-hour or GB-hour.")
+    invoice_id: uuid.UUID | None = Field(default=None, description="The invoice the record was billed on.")
+    correction: bool = Field(default=False, description="Late usage of a finalized period, billed as a "
+                                                        "correction line on a later invoice.")
+
+
+class Amount(Wire):
+    currency: str
+    amount_minor: int
+
+
+class UsageRolledUp(Wire):
+    """A tenant's usage totals for one UTC hour so far (sent again whenever that hour's totals change: the
+    latest per (tenant_id, hour) is current)."""
+    tenant_id: uuid.UUID
+    hour: datetime
+    gpu_seconds: str
+    byte_seconds: str
+    amounts: list[Amount]
+    records: int
+    at: datetime
+
+
+class InvoiceLine(Wire):
+    line_key: str = Field(description="Stable within the invoice: what the line sums (kind, SKU, price, "
+                                      "correction).")
+    description: str
+    kind: Literal["gpu", "storage"]
+    correction: bool = False
+    corrects_period: str | None = Field(default=None, description="The finalized period (YYYY-MM) late usage "
+                                                                  "belongs to.")
+    sku_price_id: str | None = None
+    price_list_version: str | None = None
+    unit: str = Field(description="'GPU-hours' or 'GB-hours'.")
+    quantity: str = Field(description="Exact decimal, in unit.")
+    amount_minor: int
+    currency: str
+    entries: int = Field(description="Ledger entries the line sums.")
+
+
+class InvoiceDoc(Wire):
+    """One invoice as billing holds it: ``draft`` while its period runs and during the grace period, then
+    ``finalized`` and never changed again. ``version`` grows with every change."""
+    invoice_id: uuid.UUID
+    number: str = Field(description="Human-readable: TSR-<YYYYMM>-<tenant prefix>.")
+    tenant_id: uuid.UUID
+    period_start: datetime
+    period_end: datetime
+    grace_until: datetime
+    status: Literal["draft", "finalized"]
+    totals: list[Amount]
+    lines: list[InvoiceLine]
+    entries: int
+    ledger_sum: list[Amount] = Field(description="Sum of the invoice's ledger entries per currency (equals totals).")
+    finalized_at: datetime | None = None
+    content_hash: str | None = Field(default=None, description="SHA-256 of the finalized document's canonical "
+                                                               "JSON (lines and totals).")
+    version: int
+    updated_at: datetime
+
+
+class InvoiceChanged(Wire):
+    invoice: InvoiceDoc
+
+
+class BudgetThreshold(Wire):
+    percent: int = Field(ge=1, le=1000)
+    basis: Literal["actual", "forecast"] = "actual"
+
+
+class SetBudget(Wire):
+    """A tenant's monthly budget (replaces the previous one; thresholds already crossed this month are not sent
+    again)."""
+    tenant_id: uuid.UUID
+    amount_minor: int = Field(ge=1, le=10**15)
+    currency: str = Field(pattern=r"^[A-Z]{3}$", examples=["USD"])
+    thresholds: list[BudgetThreshold] = Field(min_length=1, max_length=10)
+    webhook_url: str | None = Field(default=None, max_length=2048)
+    webhook_secret: str | None = Field(default=None, min_length=16, max_length=256,
+                                       description="HMAC-SHA256 key of the webhook's signature.")
+    requested_by: uuid.UUID
+
+
+class DeleteBudget(Wire):
+    tenant_id: uuid.UUID
+    requested_by: uuid.UUID
+
+
+class CrossedThreshold(Wire):
+    percent: int
+    basis: Literal["actual", "forecast"]
+    at: datetime
+
+
+class BudgetChanged(Wire):
+    """A tenant's budget and this month's standing (``amount_minor`` None: the budget was deleted)."""
+    tenant_id: uuid.UUID
+    amount_minor: int | None
+    currency: str | None
+    thresholds: list[BudgetThreshold]
+    webhook_url: str | None
+    period_start: datetime
+    spend_minor: int
+    forecast_minor: int
+    crossed: list[CrossedThreshold]
+    version: int
+    at: datetime
+
+
+class BudgetThresholdCrossed(Wire):
+    tenant_id: uuid.UUID
+    period_start: datetime
+    period_end: datetime
+    percent: int
+    basis: Literal["actual", "forecast"]
+    budget_minor: int
+    spend_minor: int
+    forecast_minor: int
+    currency: str
+    at: datetime
+
+
+class WebhookDeliveryChanged(Wire):
+    """A webhook call's state: ``pending`` (will be tried at next_attempt_at), ``delivered`` (a 2xx answer) or
+    ``failed`` (attempts exhausted)."""
+    delivery_id: uuid.UUID
+    tenant_id: uuid.UUID
+    event: str = Field(description="What is delivered, e.g. 'budget.threshold_crossed'.")
+    url: str
+    status: Literal["pending", "delivered", "failed"]
+    attempts: int
+    last_status: int | None = None
+    last_error: str | None = Field(default=None, max_length=500)
+    next_attempt_at: datetime | None = None
+    delivered_at: datetime | None = None
+    at: datetime
+
+
+class VerifyLedger(Wire):
+    requested_by: uuid.UUID
+
+
+class LedgerVerification(Wire):
+    """The billing ledger recomputed: chain and checkpoints (shared.ledger_store.verify)."""
+    ok: bool
+    entries: int
+    checkpoints: int
+    first_bad_seq: int | None = None
+    bad_checkpoint: int | None = None
+    reason: str | None = None
+    duration_ms: float
+    at: datetime
 
 
 class LedgerCheckpointed(Wire):
@@ -166,7 +337,24 @@ CONTRACT = ServiceContract(
                 "A usage record was metered, rated and appended to the ledger (once per usage key)."),
         Message("billing.ledger_checkpointed", "billing.evt.ledger_checkpointed", LedgerCheckpointed, "event",
                 "A Merkle checkpoint over the ledger (tree size, root hash), to be kept outside its database."),
+        Message("billing.usage_rolled_up", "billing.evt.usage_rolled_up", UsageRolledUp, "event",
+                "A tenant's usage totals of one UTC hour so far (for dashboards; the latest per hour is current)."),
+        Message("billing.invoice_changed", "billing.evt.invoice_changed", InvoiceChanged, "event",
+                "An invoice as it stands (draft, growing; or finalized, never to change)."),
+        Message("billing.set_budget", "billing.cmd.set_budget", SetBudget, "command",
+                "Set a tenant's monthly budget, its thresholds and its webhook."),
+        Message("billing.delete_budget", "billing.cmd.delete_budget", DeleteBudget, "command",
+                "Delete a tenant's budget."),
+        Message("billing.budget_changed", "billing.evt.budget_changed", BudgetChanged, "event",
+                "A tenant's budget and this month's spend and forecast (none: deleted)."),
+        Message("billing.budget_threshold_crossed", "billing.evt.budget_threshold_crossed", BudgetThresholdCrossed,
+                "event", "A tenant's actual or forecast spend crossed a threshold of its budget (once per month)."),
+        Message("billing.webhook_delivery_changed", "billing.evt.webhook_delivery_changed", WebhookDeliveryChanged,
+                "event", "A webhook call was made, retried, delivered or given up."),
+        Message("billing.verify_ledger", "billing.rpc.verify_ledger", VerifyLedger, "request",
+                "Recompute the billing ledger's chain and checkpoints now.", reply=LedgerVerification),
     ],
-    receives=["billing.publish_price_list", "storage.volume_changed", "storage.usage_reported"],
+    receives=["billing.publish_price_list", "billing.set_budget", "billing.delete_budget", "storage.volume_changed",
+              "storage.usage_reported"],
     steps=[START_METER],
 )

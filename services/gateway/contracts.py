@@ -63,6 +63,8 @@ CONTRACT = ServiceContract(
         "node_agent.slots_wiped", "node_agent.slot_rewiped",
         "storage.volume_changed", "storage.quota_changed", "storage.classes_announced", "storage.usage_reported",
         "billing.price_list_published", "billing.price_list_rejected", "billing.usage_rated",
+        "billing.invoice_changed", "billing.budget_changed", "billing.budget_threshold_crossed",
+        "billing.webhook_delivery_changed",
     ],
     sends=["allocation.request", "allocation.release", "scheduler.register_node",
            "scheduler.approve_slot_map", "scheduler.update_node", "scheduler.define_shape", "scheduler.define_pool",
@@ -71,5 +73,6 @@ CONTRACT = ServiceContract(
            "network.remove_security_rule", "node_agent.power", "node_agent.read_console", "node_agent.set_bmc",
            "node_agent.validate_bmc", "node_agent.rewipe", "scheduler.run_burn_in",
            "storage.create_volume", "storage.resize_volume", "storage.destroy_volume", "storage.attach_volume",
-           "storage.detach_volume", "storage.set_quota", "billing.publish_price_list"],
+           "storage.detach_volume", "storage.set_quota", "billing.publish_price_list", "billing.set_budget",
+           "billing.delete_budget", "billing.verify_ledger"],
 )

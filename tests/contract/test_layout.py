@@ -16,7 +16,7 @@ LAYOUT = {"__init__.py", "__main__.py", "contracts", "domain/", "handlers", "ada
           "settings.py", "bootstrap.py", "schema/"}
 EXTRA = {"gateway": {"http/", "projections/"}}
 # Services whose only settings are the kit's (shared.settings.ServiceSettings): no settings.py of their own.
-KIT_SETTINGS_ONLY = {"allocation", "billing"}
+KIT_SETTINGS_ONLY = {"allocation"}
 
 
 def top_level(service: str) -> set[str]:

@@ -36,6 +36,7 @@ class Requested(AllocationEvent):
     guest: dict | None = None
     volumes: list[dict] = field(default_factory=list)     # existing volumes to mount: {volume_id, mode}
     scratch_class: str | None = None
+    price: dict | None = None                             # the quoted GPU-hour price (billing.PriceSnapshot)
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,8 @@ class Rating:
     sku_price_id: str | None = None
     reason: str | None = None
     detail: dict = field(default_factory=dict)
+    list_amount_minor: int = 0                 # at list (on-demand) price: differs from amount_minor when spot
+    micros_per_unit_hour: int | None = None    # the list price per GPU-hour or GB-hour applied
 
 
 def _seconds(a: datetime, b: datetime) -> Fraction:

@@ -1,4 +1,4 @@
-"""Billing's subscribers and loops: wire message → handler, nothing else."""
+"""Billing's subscribers, answers and loops: wire message → handler, nothing else."""
 from __future__ import annotations
 
 from functools import partial
@@ -6,15 +6,23 @@ from functools import partial
 from shared.runtime import Runtime
 
 from .. import handlers
-from ..handlers import rating
 from ..contracts import START_METER
+from ..handlers import budgets, invoices, meters, rating
+from ..settings import BillingSettings
 
 
-def wire(rt: Runtime, *, checkpoint_every_s: float) -> None:
+def wire(rt: Runtime, config: BillingSettings) -> None:
     rt.consumers.participate(START_METER, invoke=partial(handlers.start_meter, sim_faults=rt.settings.sim_faults),
                              undo=handlers.stop_meter)
     rt.consumers.subscribe("billing.publish_price_list", handlers.publish_price_list)
+    rt.consumers.subscribe("billing.set_budget", budgets.set_budget)
+    rt.consumers.subscribe("billing.delete_budget", budgets.delete_budget)
     rt.consumers.subscribe("storage.volume_changed", rating.on_volume_changed)
     rt.consumers.subscribe("storage.usage_reported", rating.on_usage_reported)
-    if checkpoint_every_s > 0:
-        rt.background(partial(rating.checkpoint_forever, rt, checkpoint_every_s))
+    rt.answer("billing.verify_ledger", partial(invoices.verify_ledger, rt))
+    if config.checkpoint_s > 0:
+        rt.background(partial(rating.checkpoint_forever, rt, config.checkpoint_s))
+    if config.cut_s > 0:
+        rt.background(partial(meters.cut_forever, rt, config.cut_s))
+    rt.background(partial(invoices.invoices_forever, rt, config))
+    rt.background(partial(budgets.deliver_forever, rt, config))

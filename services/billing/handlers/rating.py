@@ -18,6 +18,7 @@ from shared.runtime import Runtime
 from shared.unit_of_work import UnitOfWork
 
 from .. import contracts as c
+from . import budgets, invoices, rollups
 from ..adapters import rating as repo
 from ..adapters.ledger import PgLedger
 from ..domain.model import Meter
@@ -34,7 +35,7 @@ def _iso(t: datetime) -> str:
 async def rate_and_record(ctx: UnitOfWork, records: list[UsageRecord], *, correlation_id: str | None = None) -> int:
     """Rate each new record with the price list in force at its start, append it to the ledger, store it and
     publish billing.usage_rated; records already stored are skipped. Returns how many were new."""
-    conn, new = ctx.conn, 0
+    conn, new = ctx.conn, []
     prices = await repo.price_list(conn) if records else None
     for r in records:
         if await repo.usage_exists(conn, r):
@@ -52,15 +53,21 @@ async def rate_and_record(ctx: UnitOfWork, records: list[UsageRecord], *, correl
         appended = await PgLedger(conn).record(tenant_id=r.tenant_id, kind="charge", source_event=r.key,
                                                amount_minor=rating.amount_minor, currency=rating.currency, entry=entry)
         await repo.record_usage(conn, r, rating, appended.seq)
+        billed = await invoices.assign(ctx, r, rating, appended.seq)
         await ctx.emit("billing.usage_rated", c.UsageRated(
             usage_key=r.key, kind=r.kind, tenant_id=r.tenant_id, user_id=r.user_id, allocation_id=r.allocation_id,
             volume_id=r.volume_id, shape=r.shape, gpu_model=r.gpu_model, pool=r.pool, spot=r.spot,
             storage_class=r.storage_class, period_start=r.period_start, period_end=r.period_end,
             quantity=r.quantity_text, amount_minor=rating.amount_minor, currency=rating.currency,
             rated=rating.rated, price_list_version=rating.price_version, sku_price_id=rating.sku_price_id,
-            reason=rating.reason, ledger_seq=appended.seq), correlation_id=correlation_id, tenant_id=r.tenant_id)
-        new += 1
-    return new
+            reason=rating.reason, ledger_seq=appended.seq, list_amount_minor=rating.list_amount_minor,
+            micros_per_unit_hour=rating.micros_per_unit_hour, invoice_id=billed.invoice_id,
+            correction=billed.correction), correlation_id=correlation_id, tenant_id=r.tenant_id)
+        new.append(r)
+    if new:
+        await rollups.usage_recorded(ctx, new)
+        await budgets.usage_recorded(ctx, sorted({r.tenant_id for r in new}))
+    return len(new)
 
 
 async def meter_stopped(ctx: UnitOfWork, meter: Meter) -> int:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from shared.runtime import Runtime
 
-from ..projections import billing
+from ..projections import billing, budgets, invoices
 from ..projections import allocations, instances, inventory, networks, rejections, volumes, wipes
 
 
@@ -46,3 +46,7 @@ def wire(rt: Runtime) -> None:
     subscribe("billing.price_list_published", billing.on_price_list_published)
     subscribe("billing.price_list_rejected", billing.on_price_list_rejected)
     subscribe("billing.usage_rated", billing.on_usage_rated)
+    subscribe("billing.invoice_changed", invoices.on_invoice_changed)
+    subscribe("billing.budget_changed", budgets.on_budget_changed)
+    subscribe("billing.budget_threshold_crossed", budgets.on_threshold_crossed)
+    subscribe("billing.webhook_delivery_changed", budgets.on_webhook_delivery_changed)

@@ -70,9 +70,9 @@ def _volume(ctx: Context) -> dict:
 
 
 def _meter(ctx: Context) -> dict:
-    """What billing prices usage by: the shape and GPUs always, the user, GPU model, pool (the reservation's)
-    and spot when the context has them."""
-    return {**_pick("shape", "gpu_count")(ctx), **_some("user_id", "gpu_model", "pool", "spot")(ctx)}
+    """What billing prices usage by: the shape and GPUs always, the user, GPU model, pool (the reservation's),
+    spot and the price quoted at creation when the context has them."""
+    return {**_pick("shape", "gpu_count")(ctx), **_some("user_id", "gpu_model", "pool", "spot", "price")(ctx)}
 
 
 def _node(ctx: Context) -> dict:
