@@ -17,6 +17,7 @@ import shutil
 import signal
 import sys
 import tempfile
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from .client import ApiError, TesseraClient
@@ -107,6 +108,10 @@ async def seed(platform: Platform) -> dict:
         user = await admin.create_user(tenant["id"], "demo-user", "tenant_user")
         # quotas are explicit: a tenant may use what the provider granted it, per GPU model and pool
         await admin.set_quota(tenant["id"], "shared", "H100", 16)
+        # a first price list, so that usage is rated from the start (a provider publishes its own: PUT
+        # /v1/price-lists/{version}); it takes effect shortly after the start, never in the past
+        await admin.publish_price_list("demo-1", DEMO_PRICES | {
+            "effective_from": (datetime.now(timezone.utc) + timedelta(seconds=20)).isoformat()})
     nodes = []
     for index, letter in enumerate("ab"):
         nodes.append(await platform.add_node(f"demo-node-{letter}", "H100", 8,
@@ -135,6 +140,11 @@ async def _new_tenant_admin(platform: Platform, tenant_id: str) -> dict:
     raise RuntimeError("the demo tenant has no free demo-admin name left")
 
 
+DEMO_PRICES = {"currency": "USD", "spot_discount_bps": 6000,
+               "gpu_prices": [{"micros_per_gpu_hour": 3_200_000}, {"micros_per_gpu_hour": 2_900_000, "shape": "bm.8gpu"}],
+               "storage_prices": {"standard": 150, "lustre": 300, "vast": 250, "weka": 300}}
+
+
 def _write_seed(path: Path, data: dict) -> None:
     path.write_text(json.dumps(data))
     path.chmod(0o600)
@@ -160,6 +170,8 @@ def banner(platform: Platform, data: dict) -> str:
         f"    curl -s {bearer} {url}/v1/tenants/{tenant}/quotas",
         f"    curl -s {bearer} {as_json} -d '{{\"name\": \"alice\", \"role\": \"tenant_user\"}}' {url}/v1/tenants/{tenant}/users",
         f"    curl -s {bearer} {as_json} -d '{{\"name\": \"train-1\", \"shape\": \"vm.1gpu\"}}' {url}/v1/allocations",
+        f"    curl -s {bearer} {url}/v1/price-lists   (demo-1: 3.20 USD per GPU-hour, bare metal 2.90, 60 % off spot)",
+        f"    curl -s {bearer} '{url}/v1/usage?group_by=hour'   and   {url}/v1/invoices   (the draft grows)",
         f"    curl -s {bearer} {as_json} -d '{{\"name\": \"data\", \"size_bytes\": 52428800}}' {url}/v1/volumes"
         "   (50 MB on btrfs; classes: /v1/storage-classes)",
         f"    curl -s {bearer} {as_json} -d '{{\"name\": \"train-2\", \"shape\": \"vm.1gpu\", \"volumes\": "

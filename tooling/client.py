@@ -128,6 +128,33 @@ class TesseraClient:
                 raise ApiError(r.status, body)
             return r.status, body, dict(r.headers)
 
+    async def text(self, path: str) -> tuple[str, dict]:
+        """A non-JSON read (CSV, HTML): its text and headers; ApiError unless 200."""
+        async with self.session.get(self.base_url + path, headers={"Authorization": f"Bearer {await self.token()}"}) as r:
+            text = await r.text()
+            if r.status != 200:
+                raise ApiError(r.status, json.loads(text) if text else None)
+            return text, dict(r.headers)
+
+    # -- billing
+    async def publish_price_list(self, version: str, body: dict) -> dict:
+        return (await self.request("PUT", f"/v1/price-lists/{version}", json_body=body, expect=(202,)))[1]
+
+    async def price_lists(self) -> dict:
+        return (await self.request("GET", "/v1/price-lists"))[1]
+
+    async def usage(self, query: str = "") -> dict:
+        return (await self.request("GET", f"/v1/usage{'?' + query if query else ''}"))[1]
+
+    async def invoices(self, query: str = "") -> dict:
+        return (await self.request("GET", f"/v1/invoices{'?' + query if query else ''}"))[1]
+
+    async def invoice(self, invoice_id: str) -> dict:
+        return (await self.request("GET", f"/v1/invoices/{invoice_id}"))[1]
+
+    async def ledger_verify(self) -> dict:
+        return (await self.request("GET", "/v1/ops/ledger/verify"))[1]
+
     # -- provider admin
     async def create_tenant(self, name: str) -> dict:
         return (await self.request("POST", "/v1/tenants", json_body={"name": name}))[1]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shared.settings import integer, number, setting
+from shared.settings import flag, integer, number, setting
 
 
 @dataclass(frozen=True)
@@ -14,7 +14,7 @@ class BillingSettings:
     checkpoint_s: float = setting("TESSERA_BILLING_CHECKPOINT_S", 300.0, number(0),
                                   doc="seconds between two Merkle checkpoints of the ledger (stored, and published "
                                       "as billing.ledger_checkpointed); 0: none")
-    cut_s: float = setting("TESSERA_BILLING_CUT_S", 60.0, number(0),
+    cut_s: float = setting("TESSERA_BILLING_CUT_S", 300.0, number(0),
                            doc="seconds between two cuts of the running meters into usage records (and the hourly "
                                "rollups they update); 0: usage is recorded when a meter stops")
     invoice_grace_s: int = setting("TESSERA_BILLING_INVOICE_GRACE_S", 3 * 86400, integer(0),
@@ -31,3 +31,6 @@ class BillingSettings:
                                            "(capped at one hour)")
     webhook_timeout_s: float = setting("TESSERA_BILLING_WEBHOOK_TIMEOUT_S", 10.0, number(positive=True),
                                        doc="seconds a webhook call may take")
+    webhook_allow_private: bool = setting("TESSERA_BILLING_WEBHOOK_ALLOW_PRIVATE", False, flag,
+                                          doc="also call webhooks whose host is a loopback, private, link-local or "
+                                              "reserved address (a lab, a test); off: public addresses only")

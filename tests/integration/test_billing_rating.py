@@ -43,7 +43,7 @@ def _stop(alloc: uuid.UUID, tenant: uuid.UUID, saga: uuid.UUID) -> dict:
 @pytest.fixture
 async def billing(run_service):
     """Billing with no price list (each test writes the versions it needs; usage and the ledger stay)."""
-    rt = await run_service("billing", lambda s: build(s, checkpoint_s=0))
+    rt = await run_service("billing", lambda s: build(s, checkpoint_s=0, cut_s=0))
     async with rt.pool.acquire() as conn:
         await conn.execute("DELETE FROM price_list_versions")
     return rt

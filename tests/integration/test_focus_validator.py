@@ -12,59 +12,33 @@ What the installed validator (1.0.0) can check, and what this test therefore ask
   * Its CLI exits 0 even when validation fails, so the verdict is read from its JUnit-XML report.
   * It reads its ISO 4217 list from the relative path ``focus_validator/utils/currency_codes.csv``, so it
     runs with its package's parent directory as the working directory.
-A missing validator fails this test (never skips).
+A missing validator fails this test (never skips). The last test runs it on what the gateway's
+``GET /v1/focus`` serves (a tenant's file and the provider-wide one).
 """
 from __future__ import annotations
 
-import importlib.util
+import asyncio
 import subprocess
 import sys
 import uuid
-import xml.etree.ElementTree as ET
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
+from tests.support.focus_validator import KNOWN_GAPS, VALIDATE_VERSION, validate
+from tests.support.focus_validator import validator_home as find_validator
 from services.billing.domain.focus import COLUMNS, BillingPeriod, focus_rows, gpu_line, storage_line, write_csv
 from services.billing.domain.pricing import GpuHourPrice, PriceList, PriceListVersion, price_for, storage_price_for
+from tests.integration.test_gateway_invoices import focus_month
 
-VALIDATE_VERSION = "1.0"
-KNOWN_GAPS = (
-    "Provider_Required", "Publisher_Required", "ResourceID_Required", "SkuPriceId_Nullable",
-    "CommitmentDiscountCategory_Required", "CommitmentDiscountId_Required", "CommitmentDiscountName_Required",
-    "CommitmentDiscountStatus_Required", "CommitmentDiscountType_Required",
-)
 UTC = timezone.utc
 NOV, DEC = datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 12, 1, tzinfo=UTC)
 
 
 @pytest.fixture(scope="module")
 def validator_home() -> Path:
-    spec = importlib.util.find_spec("focus_validator")
-    if spec is None or spec.origin is None:
-        pytest.fail("focus-validator is not installed: pip install -r requirements.txt")
-    return Path(spec.origin).parent.parent
-
-
-def validate(home: Path, data: Path, workdir: Path) -> dict[str, str]:
-    """Run the validator CLI on ``data``; return {check name: passed|failed|skipped|errored}."""
-    overrides = workdir / "overrides.yaml"
-    overrides.write_text("overrides:\n" + "".join(f"  - {name}\n" for name in KNOWN_GAPS))
-    report = workdir / f"report-{uuid.uuid4().hex}.xml"
-    proc = subprocess.run(
-        [sys.executable, "-m", "focus_validator.main", "--data-file", str(data), "--validate-version",
-         VALIDATE_VERSION, "--override-file", str(overrides), "--output-type", "unittest",
-         "--output-destination", str(report)],
-        cwd=home, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0 and report.exists(), proc.stdout + proc.stderr
-    verdicts = {}
-    for case in ET.parse(report).iter("testcase"):
-        name = case.get("name").split(" :: ")[0]
-        outcome = next((child.tag for child in case if child.tag in ("failure", "skipped", "error")), "passed")
-        verdicts[name] = {"failure": "failed", "error": "errored"}.get(outcome, outcome)
-    assert verdicts, f"empty validator report: {proc.stdout}{proc.stderr}"
-    return verdicts
+    return find_validator()
 
 
 def realistic_rows() -> list[dict]:
@@ -134,3 +108,16 @@ def test_export_with_an_invalid_value_fails_the_focus_validator(validator_home, 
     verdicts = validate(validator_home, write(tmp_path / "broken.csv", rows), tmp_path)
     assert verdicts["ChargeClass_Enum"] == "failed"
     assert verdicts["BillingCurrency_IsCurrencyCode"] == "failed"
+
+
+async def test_the_gateways_focus_export_passes_the_focus_validator(api, nc, validator_home, tmp_path):
+    m = await focus_month(api, nc)     # usage, spot usage, storage and a correction, for two tenants
+    for name, query in (("tenant", f"&tenant_id={m['acme']}"), ("provider", "")):
+        r = await m["admin"].get(f"/v1/focus?period={m['period']}{query}")
+        assert r.status == 200 and "Correction" in r.body, (r.status, r.body)
+        data = tmp_path / f"{name}.csv"
+        data.write_text(r.body, newline="")
+        verdicts = await asyncio.to_thread(validate, validator_home, data, tmp_path)
+        not_passed = {check: v for check, v in verdicts.items() if v != "passed"}
+        assert not_passed == {check: "skipped" for check in KNOWN_GAPS}, name
+        assert len(verdicts) > 100

@@ -61,6 +61,7 @@ async def test_every_mutating_operation_of_the_contract_leaves_an_audit_record(a
     admin, agent = await api.admin(), f"audit-coverage-{uuid.uuid4().hex}"
     operations = _mutating_operations()
     assert len(operations) >= 30
+    assert {"putBudget", "deleteBudget", "putSpendCap", "deleteSpendCap"} <= {op for _, _, op in operations}
     called = {}
     for method, template, operation_id in operations:
         path = _concrete(template)
@@ -122,6 +123,32 @@ async def test_secrets_are_never_recorded(api):
     assert body is None or body["password"] == "REDACTED"
     assert exchange["action"] == "createToken" and str(exchange["user_id"]) == created["id"]
     assert exchange["record"]["actor"]["api_key_id"] and exchange["status"] == 200
+
+
+async def test_a_budgets_webhook_secret_is_redacted_and_spend_caps_are_recorded(api):
+    client, tenant_id = await api.tenant_user("tenant_admin")
+    agent, secret = f"audit-budget-{uuid.uuid4().hex}", f"whsec-{uuid.uuid4().hex}"
+    body = {"amount_minor": 5000, "currency": "USD", "thresholds": [{"percent": 90}],
+            "webhook_url": "https://hooks.example.com/t", "webhook_secret": secret}
+    r = await client.call("PUT", f"/v1/tenants/{tenant_id}/budget", json_body=body, headers={"User-Agent": agent})
+    assert r.status == 202, r.body
+    admin = await api.admin()
+    cap = await admin.call("PUT", f"/v1/tenants/{tenant_id}/spend-cap", json_body={"amount_minor": 1, "currency": "USD"},
+                           headers={"User-Agent": agent})
+    assert cap.status == 200, cap.body
+    assert (await admin.delete(f"/v1/tenants/{tenant_id}/spend-cap", headers={"User-Agent": agent})).status == 204
+    async with api.rt.pool.acquire() as conn:
+        leaks = await conn.fetchval("SELECT count(*) FROM audit_log WHERE audit_log::text LIKE '%' || $1 || '%'", secret)
+    assert leaks == 0
+    put, capped, uncapped = await _by_agent(api, agent)
+    assert put["action"] == "putBudget" and str(put["tenant_id"]) == tenant_id and put["role"] == "tenant_admin"
+    recorded = put["record"]["request"]["body"]
+    assert recorded["webhook_secret"] == "REDACTED" and recorded["amount_minor"] == 5000
+    assert recorded["webhook_url"] == "https://hooks.example.com/t"
+    assert (capped["action"], capped["target_type"], str(capped["tenant_id"])) == ("putSpendCap", "tenants.spend-cap",
+                                                                                  tenant_id)
+    assert capped["record"]["request"]["body"] == {"amount_minor": 1, "currency": "USD"}
+    assert (uncapped["action"], uncapped["status"]) == ("deleteSpendCap", 204)
 
 
 async def test_tenant_admins_see_their_tenant_users_are_refused_provider_admins_see_all(api):

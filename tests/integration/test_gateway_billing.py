@@ -91,5 +91,5 @@ async def test_usage_is_the_tenants_own_and_provider_admins_read_any(api, nc):
     start = (NOW.replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)).isoformat().replace("+00:00", "Z")
     recent = (await member.get(f"/v1/usage?from={start}")).body["groups"]
     assert [g["amount_minor"] for g in recent] == [1440]
-    assert_problem(await member.get(f"/v1/usage?from={start}&to={start}"), 422, "from")
+    assert (await member.get(f"/v1/usage?from={start}&to={start}")).body["groups"] == []   # an empty interval
     assert_problem(await member.get("/v1/usage?group_by=colour"), 422, "group_by")

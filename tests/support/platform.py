@@ -17,6 +17,8 @@ E2E_ENV = {
     "TESSERA_LOG_LEVEL": "INFO",
     "TESSERA_SCHEDULER_PREEMPTION_GRACE_S": "1",   # the preemption notice's grace period
     "TESSERA_STORAGE_USAGE_INTERVAL_S": "1",       # volumes' usage read from the storage systems every second
+    "TESSERA_BILLING_CUT_S": "1",                  # running meters cut into usage records every second
+    "TESSERA_BILLING_INVOICE_TICK_S": "0.5",       # changed invoices published twice a second
 }
 
 

@@ -85,3 +85,22 @@ async def test_stopping_an_allocation_without_a_meter_changes_nothing_and_replie
     stopped = c.MeterStopped(saga_id=cmd.saga_id, step=cmd.step, idempotency_key=cmd.idempotency_key,
                              allocation_id=alloc, **reply)
     assert (stopped.meter_id, stopped.gpu_seconds) == (None, 0.0)
+
+
+async def test_start_keeps_the_quoted_price_on_the_meter():
+    repo, alloc = FakeMeterRepository(), uuid.uuid4()
+    quote = c.PriceSnapshot(price_list_version="v7", currency="USD", micros_per_gpu_hour=3_600_000,
+                            spot_discount_bps=1000, spot=True, sku_id="gpu-hour:default", gpu_count=2,
+                            hourly_amount="6.48", quoted_at=T0)
+    await handlers.start_step(repo, start_cmd(alloc).model_copy(update={"price": quote}), clock=clock(0))
+    price = repo.meters[alloc].price
+    assert (price.price_list_version, price.micros_per_gpu_hour, price.spot_discount_bps, price.spot,
+            price.sku_id) == ("v7", 3_600_000, 1000, True, "gpu-hour:default")
+
+
+async def test_a_stop_is_never_dated_before_the_usage_already_cut():
+    alloc = uuid.uuid4()
+    cut = T0 + timedelta(seconds=60)
+    repo = FakeMeterRepository(Meter(uuid.uuid4(), alloc, TENANT, "vm.2gpu", 2, T0, cut_until=cut))
+    reply = await handlers.stop_step(repo, stop_cmd(alloc), clock=clock(30))   # a replica's clock behind
+    assert repo.meters[alloc].stopped_at == cut and reply["gpu_seconds"] == 120.0

@@ -5,29 +5,60 @@ import uuid
 from datetime import datetime, timedelta, timezone
 from fractions import Fraction
 
+from services.billing.domain.model import Meter, QuotedPrice
 from services.billing.domain.pricing import GpuHourPrice, PriceList, PriceListVersion
 from services.billing.domain.usage import hours_between, meter_records, rate, storage_record, version_from_doc
 
 T0 = datetime(2026, 1, 1, 10, 30, tzinfo=timezone.utc)
 
 
+def _running(start: datetime, **kw) -> Meter:
+    return Meter(uuid.UUID(int=1), uuid.UUID(int=2), uuid.UUID(int=3), "vm.2gpu", 2, start,
+                 gpu_model=kw.get("gpu_model", "H100"), pool="shared", spot=kw.get("spot", False),
+                 cut_until=kw.get("cut_until"), price=kw.get("price"))
+
+
 def _meter(start: datetime, stop: datetime, **kw):
-    return meter_records(meter_id=uuid.UUID(int=1), allocation_id=uuid.UUID(int=2), tenant_id=uuid.UUID(int=3),
-                         user_id=None, shape="vm.2gpu", gpu_model=kw.get("gpu_model", "H100"), pool="shared",
-                         spot=kw.get("spot", False), gpu_count=2, started_at=start, stopped_at=stop)
+    return meter_records(_running(start, **kw), stop)
 
 
 def _prices(*versions) -> PriceList:
     return PriceList("tessera", versions)
 
 
-def test_a_meter_is_split_at_utc_hours_and_its_keys_are_stable():
+def test_a_meter_is_split_at_utc_hours_and_keyed_by_piece_start():
     records = _meter(T0, T0 + timedelta(hours=2, seconds=1))
     assert [(r.period_start.hour, r.period_start.minute) for r in records] == [(10, 30), (11, 0), (12, 0)]
     assert [r.quantity for r in records] == [3600, 7200, Fraction(3602)]
     assert sum(r.quantity for r in records) == 2 * (2 * 3600 + 1)
+    assert [r.key for r in records] == [f"meter:{uuid.UUID(int=1)}@{t.isoformat()}" for t in
+                                        (T0, T0.replace(hour=11, minute=0), T0.replace(hour=12, minute=0))]
     assert [r.key for r in records] == [r.key for r in _meter(T0, T0 + timedelta(hours=2, seconds=1))]
     assert hours_between(T0, T0) == []
+
+
+def test_a_cut_meter_records_only_what_follows_its_last_cut_without_gap_or_overlap():
+    cut_at = T0 + timedelta(minutes=20, seconds=7)                        # 10:50:07
+    first = _meter(T0, cut_at)
+    rest = meter_records(_running(T0, cut_until=cut_at), T0 + timedelta(minutes=35))   # until 11:05
+    assert [r.key for r in rest] == [f"meter:{uuid.UUID(int=1)}@{cut_at.isoformat()}",
+                                     f"meter:{uuid.UUID(int=1)}@{T0.replace(hour=11, minute=0).isoformat()}"]
+    pieces = [(r.period_start, r.period_end) for r in first + rest]
+    assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:]))
+    assert sum(r.quantity for r in first + rest) == 2 * 35 * 60           # 10:30 → 11:05, 2 GPUs
+    assert meter_records(_running(T0, cut_until=cut_at), cut_at) == []     # a repeated cut records nothing
+
+
+def test_pieces_of_one_hour_sum_to_the_hour_rated_once_whatever_the_cuts():
+    v = PriceListVersion("v", "USD", T0 - timedelta(days=1), (GpuHourPrice(2_500_000),))   # 2.50 per GPU-hour
+    hour = T0.replace(minute=0)
+    whole = rate(_meter(hour, hour + timedelta(hours=1))[0], _prices(v)).amount_minor
+    pieces, meter = [], _running(hour)
+    for minute in range(1, 61):                  # cut every minute: each minute alone would round 8.33 to 8
+        until = hour + timedelta(minutes=minute)
+        pieces += meter_records(meter, until)
+        meter.cut_until = until
+    assert whole == 500 and sum(rate(r, _prices(v)).amount_minor for r in pieces) == 500
 
 
 def test_each_hour_is_rated_with_the_version_in_force_at_its_start():
@@ -69,3 +100,37 @@ def test_a_wire_document_becomes_a_validated_version():
            "gpu_hour": [{"micros_per_gpu_hour": 5, "shape": "vm.2gpu"}], "gb_hour": {"fast": 7}}
     v = version_from_doc(doc)
     assert (v.currency, v.gpu_hour[0].shape, dict(v.gb_hour)) == ("EUR", "vm.2gpu", {"fast": 7})
+
+
+SNAPSHOT = QuotedPrice("quoted-v1", "USD", 3_600_000, 2500, False, "gpu-hour:model=H100", T0 - timedelta(days=1))
+
+
+def test_a_quoted_price_rates_gpu_usage_even_after_a_new_version_takes_effect():
+    newer = PriceListVersion("v9", "EUR", T0 - timedelta(hours=1), (GpuHourPrice(99_000_000),))
+    [r] = _meter(T0, T0 + timedelta(minutes=30), price=SNAPSHOT)
+    rating = rate(r, _prices(newer))
+    assert (rating.price_version, rating.currency, rating.amount_minor) == ("quoted-v1", "USD", 360)
+    assert rating.sku_price_id == "gpu-hour:model=H100@quoted-v1"
+    assert (rating.list_amount_minor, rating.micros_per_unit_hour) == (360, 3_600_000)
+
+
+def test_a_quoted_spot_price_gets_its_discount_and_reports_the_list_amount():
+    spot = QuotedPrice("quoted-v1", "USD", 3_600_000, 2500, True, "gpu-hour:default")
+    [r] = _meter(T0, T0 + timedelta(minutes=30), price=spot)
+    rating = rate(r, _prices())
+    assert (rating.amount_minor, rating.list_amount_minor, rating.sku_price_id) == (
+        270, 360, "gpu-hour:default@quoted-v1:spot")
+
+
+def test_list_amount_of_spot_usage_on_the_price_list_is_the_undiscounted_amount():
+    v = PriceListVersion("v", "USD", T0 - timedelta(days=1), (GpuHourPrice(3_600_000),), spot_discount_bps=2500,
+                         gb_hour={"standard": 100_000})
+    [r] = _meter(T0, T0 + timedelta(minutes=30), spot=True)
+    rating = rate(r, _prices(v))
+    assert (rating.amount_minor, rating.list_amount_minor, rating.micros_per_unit_hour) == (270, 360, 3_600_000)
+    storage = storage_record(volume_id=uuid.UUID(int=9), tenant_id=uuid.UUID(int=3), user_id=None,
+                             storage_class="standard", used_bytes=10**9, since=T0, until=T0 + timedelta(hours=1))
+    s = rate(storage, _prices(v))
+    assert (s.amount_minor, s.list_amount_minor, s.micros_per_unit_hour) == (10, 10, 100_000)
+    none = rate(storage, _prices())
+    assert (none.rated, none.list_amount_minor, none.micros_per_unit_hour) == (False, 0, None)

@@ -165,3 +165,11 @@ def test_csv_refuses_rows_with_unknown_columns():
     row = focus_row(gpu(), PERIOD) | {"NotAColumn": "x"}
     with pytest.raises(ValueError):
         write_csv([row], io.StringIO())
+
+
+def test_a_whole_decimal_is_written_with_a_fractional_part_and_never_in_exponent_notation():
+    """A column of whole prices (4 USD per GPU-hour) or JPY costs would read as integers, which FOCUS's
+    decimal columns are not (the focus-validator's *_IsDecimal checks fail on them)."""
+    from services.billing.domain.focus import _cell
+    assert [_cell(Decimal(v)) for v in ("4", "1234", "0E-9", "0.0002", "2E-7", "12.50")] == [
+        "4.0", "1234.0", "0.000000000", "0.0002", "0.0000002", "12.50"]

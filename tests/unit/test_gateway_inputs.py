@@ -27,6 +27,7 @@ from services.gateway.http.schemas.quotas import TenantQuotaSet, UserQuotaSet
 from services.gateway.http.schemas.shapes import ShapeDefinition
 from services.gateway.http.schemas.ssh_keys import SshKeyCreate
 from services.gateway.http.schemas.billing import PriceListPut
+from services.gateway.http.schemas.budgets import BudgetSet, SpendCapSet
 from services.gateway.http.schemas.volumes import AttachmentCreate, StorageQuotaSet, VolumeCreate, VolumeResize
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE2ZZdnE/RtlHeGDHHC2CVZeBzgkzYhgCfhP2TXh3PAj ada@example"
@@ -64,6 +65,9 @@ VALID = {
     VolumeResize: {"size_bytes": 1 << 31},
     AttachmentCreate: {"allocation_id": str(uuid.uuid4()), "mode": "ro"},
     StorageQuotaSet: {"max_bytes": 1 << 40, "max_volumes": 10},
+    BudgetSet: {"amount_minor": 100_000, "currency": "USD", "thresholds": [{"percent": 80, "basis": "forecast"}],
+                "webhook_url": "https://hooks.example.com/tessera?team=ml", "webhook_secret": "signing-key-0123456789"},
+    SpendCapSet: {"amount_minor": 500_000, "currency": "EUR"},
     BmcSet: {"url": "https://10.0.0.5", "system_id": "/redfish/v1/Systems/1", "username": "root", "password": "calvin",
              "verify_tls": True, "ca_bundle": "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmg\n-----END CERTIFICATE-----\n"},
 }
@@ -303,3 +307,18 @@ def test_problems_with_extension_members_are_documented_where_they_are_answered(
     assert {"$ref": "#/components/schemas/QuotaProblem"} in create["anyOf"]
     proposal = document()["components"]["schemas"]["ProposalProblem"]
     assert {"current_proposal", "node_status"} <= set(proposal["required"]) and "enum" in proposal["properties"]["node_status"]
+
+
+def test_a_budget_webhook_is_http_or_https_without_credentials_and_its_secret_printable_16_to_256():
+    body = VALID[BudgetSet]
+    for url in ("https://hooks.example.com", "http://10.0.0.5:8080/hook#x", "https://[2001:db8::1]/a@b"):
+        BudgetSet.model_validate({**body, "webhook_url": url})
+    for url in ("ftp://hooks.example.com", "https://user:pw@hooks.example.com/", "https://token@example.com",
+                "https://", "https://exa mple.com", "hooks.example.com", "HTTPS://example.com", "https://example.com:port/",
+                "https://example.com/" + "a" * 2030):
+        assert _fields(BudgetSet, {**body, "webhook_url": url}) == {"webhook_url"}, url
+    for secret in ("x" * 15, "x" * 257, "tab\there-0123456789", "é" * 20):
+        assert _fields(BudgetSet, {**body, "webhook_secret": secret}) == {"webhook_secret"}, secret
+    assert _fields(BudgetSet, {**body, "thresholds": []}) == {"thresholds"}
+    assert _fields(BudgetSet, {**body, "thresholds": [{"percent": 1001}]}) == {"thresholds.0.percent"}
+    assert _fields(SpendCapSet, {"amount_minor": -1, "currency": "EUR"}) == {"amount_minor"}

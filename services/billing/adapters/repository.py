@@ -1,16 +1,30 @@
-"""Meters in the billing schema: the asyncpg ``MeterRepository``, on the unit of work's connection (the caller
-owns the transaction)."""
+"""Meters in the billing schema: the asyncpg ``MeterRepository``, the cuts of running meters, and the hourly
+usage sums they feed, on the unit of work's connection (the caller owns the transaction).
+
+Locks: a stop loads its meter ``FOR UPDATE`` (it waits for a cut in progress); a cut takes running meters
+``FOR UPDATE SKIP LOCKED`` (it never waits: a meter being stopped or cut by another replica is left to it)."""
 from __future__ import annotations
 
+import json
 import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
 
 import asyncpg
 
-from ..domain.model import Meter
+from ..domain.model import Meter, QuotedPrice
 from ..domain.ports import MeterRepository
 
 _COLUMNS = ("id", "allocation_id", "tenant_id", "shape", "gpu_count", "started_at", "stopped_at", "user_id",
-            "gpu_model", "pool", "spot")
+            "gpu_model", "pool", "spot", "cut_until")
+_SELECT = f"SELECT {', '.join(_COLUMNS)}, price FROM meters"
+
+
+def _meter(row: asyncpg.Record) -> Meter:
+    price = row["price"]
+    doc = json.loads(price) if isinstance(price, str) else price
+    return Meter(**{k: row[k] for k in _COLUMNS}, price=QuotedPrice.from_doc(doc))
 
 
 class PgMeterRepository(MeterRepository):
@@ -18,17 +32,56 @@ class PgMeterRepository(MeterRepository):
         self.conn = conn
 
     async def get_for_allocation(self, allocation_id: uuid.UUID) -> Meter | None:
-        row = await self.conn.fetchrow(f"SELECT {', '.join(_COLUMNS)} FROM meters WHERE allocation_id=$1 FOR UPDATE",
-                                       allocation_id)
-        return Meter(**{k: row[k] for k in _COLUMNS}) if row else None
+        row = await self.conn.fetchrow(f"{_SELECT} WHERE allocation_id=$1 FOR UPDATE", allocation_id)
+        return _meter(row) if row else None
 
     async def add(self, m: Meter) -> None:
         await self.conn.execute(
             "INSERT INTO meters (id, allocation_id, tenant_id, shape, gpu_count, started_at, user_id, gpu_model, pool, "
-            "spot) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10)",
+            "spot, price) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11::jsonb)",
             m.id, m.allocation_id, m.tenant_id, m.shape, m.gpu_count, m.started_at, m.user_id, m.gpu_model, m.pool,
-            m.spot)
+            m.spot, json.dumps(m.price.as_doc()) if m.price else None)
 
     async def save_stop(self, m: Meter) -> None:
         await self.conn.execute("UPDATE meters SET stopped_at=$2, gpu_seconds=$3 WHERE id=$1",
                                 m.id, m.stopped_at, m.gpu_seconds)
+
+
+async def running_to_cut(conn: asyncpg.Connection, now: datetime, limit: int) -> list[Meter]:
+    """Up to ``limit`` running meters with usage not yet recorded before ``now``, locked until the transaction
+    ends; meters another transaction holds (a stop, another replica's cut) are skipped."""
+    rows = await conn.fetch(f"{_SELECT} WHERE stopped_at IS NULL AND coalesce(cut_until, started_at) < $1 "
+                            "ORDER BY coalesce(cut_until, started_at) LIMIT $2 FOR UPDATE SKIP LOCKED", now, limit)
+    return [_meter(r) for r in rows]
+
+
+async def save_cut(conn: asyncpg.Connection, meter_id: uuid.UUID, until: datetime) -> None:
+    """Usage of the (locked) meter is recorded up to ``until`` (never moves back)."""
+    await conn.execute("UPDATE meters SET cut_until = greatest(coalesce(cut_until, started_at), $2) WHERE id=$1",
+                       meter_id, until)
+
+
+@dataclass
+class HourTotals:
+    gpu_seconds: Decimal = Decimal(0)
+    byte_seconds: Decimal = Decimal(0)
+    amounts: dict[str, int] = field(default_factory=dict)   # rated amounts per currency
+    records: int = 0
+
+
+async def hour_totals(conn: asyncpg.Connection, tenant_id: uuid.UUID, hour: datetime) -> HourTotals:
+    """The tenant's usage records whose period starts in [hour, hour + 1 h), summed (index usage_records_tenant)."""
+    rows = await conn.fetch(
+        "SELECT kind, rated, currency, sum(quantity) AS quantity, sum(amount_minor) AS amount, count(*) AS n "
+        "FROM usage_records WHERE tenant_id=$1 AND period_start >= $2 AND period_start < $3 "
+        "GROUP BY kind, rated, currency", tenant_id, hour, hour + timedelta(hours=1))
+    totals = HourTotals()
+    for r in rows:
+        if r["kind"] == "gpu":
+            totals.gpu_seconds += r["quantity"]
+        else:
+            totals.byte_seconds += r["quantity"]
+        if r["rated"]:
+            totals.amounts[r["currency"]] = totals.amounts.get(r["currency"], 0) + int(r["amount"])
+        totals.records += r["n"]
+    return totals

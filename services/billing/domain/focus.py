@@ -301,7 +301,8 @@ def focus_rows(lines: Iterable[RatedLine], period: BillingPeriod) -> list[dict[s
 
 
 def write_csv(rows: Iterable[Mapping[str, object]], file: TextIO, columns: Iterable[str] = COLUMNS) -> None:
-    """Write rows as CSV with a header: None is an empty cell (FOCUS null), other values ``str()``.
+    """Write rows as CSV with a header: None is an empty cell (FOCUS null), a Decimal in plain notation with a
+    fractional part, other values ``str()``.
 
     ``file`` is an open text file (open it with ``newline=''``); rows must not hold unknown columns."""
     names = list(columns)
@@ -315,5 +316,8 @@ def _cell(value: object) -> str:
     if value is None:
         return ""
     if isinstance(value, Decimal):
-        return format(value, "f")          # never exponent notation ('0E-9')
+        # never exponent notation ('0E-9'); always a fractional part, so that a column whose values happen to be
+        # whole ('4' USD per GPU-hour, costs in JPY) still reads as decimal, not integer, to a CSV reader
+        text = format(value, "f")
+        return text if "." in text else text + ".0"
     return str(value)

@@ -1,30 +1,41 @@
 """Usage records and their rating: pure, exact, no I/O.
 
 Metering rules
-    GPU: a meter's interval [started_at, stopped_at) is split at UTC hour boundaries; each piece is one usage
-    record keyed ``meter:<meter id>@<hour start>`` whose quantity is GPUs × seconds (exact, microseconds).
-    Each piece is rated with the price-list version in force at the piece's start, so a version taking effect
-    mid-hour applies from the next hour (a version takes effect on an hour boundary in practice).
+    GPU: a meter is cut while it runs (every ``TESSERA_BILLING_CUT_S``) and at its stop. A cut records
+    [since, until), since = the meter's ``cut_until`` (or its start), split at UTC hour boundaries; each piece
+    is one usage record keyed ``meter:<meter id>@<piece start, ISO 8601>`` whose quantity is GPUs × seconds
+    (exact, microseconds). Pieces never overlap (the next cut starts where the last ended), so a repeated cut
+    or a redelivered stop has nothing left to record.
     Storage: a usage report for a volume closes the interval since that volume's previous report; the record
     ``storage:<volume id>@<report time>`` is the bytes used at the previous report × the seconds between them
     (what was held, as last measured). The first report of a volume opens its interval and bills nothing.
 Rating rules
-    Amounts are integer minor units (pricing.rate_gpu / rate_storage: exact, rounded once per record, half to
-    even). A record with no version in force, or no price that matches, is recorded *unrated*: amount 0,
+    A meter's GPU usage is rated with the price it was quoted at creation (``QuotedPrice``, carried on each
+    record) when it has one; else with the price-list version in force at the start of the meter's first piece
+    of that UTC hour (``rated_from``), so a version taking effect mid-hour applies from the next hour, however
+    often the hour was cut.
+    Amounts are integer minor units (pricing.rate_gpu / rate_storage: exact, rounded half to even). Pieces of
+    one meter-hour are rated cumulatively: a piece's amount is the rounded amount of the hour up to its end
+    minus that up to its start, so the pieces of an hour sum to the hour rated and rounded once, whatever the
+    cut interval (a minute at 2.50/h is 4.1666 cents: rounding each would lose 4 %).
+    A record with no version in force, or no price that matches, is recorded *unrated*: amount 0,
     currency XXX (ISO 4217 "no currency"), and the reason. It is never rated later: a version cannot take
     effect in the past (pricing.PriceList.publish), so no later list could ever apply to it; the ledger still
     gets its (zero) entry so that every usage record has exactly one ledger entry.
+    ``list_amount_minor`` is the amount at list (on-demand) price (equal to the amount unless spot);
+    ``micros_per_unit_hour`` the list price per GPU-hour or GB-hour applied (None when unrated).
 """
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from fractions import Fraction
 
-from .pricing import (GpuHourPrice, NoPriceError, PriceList, PriceListVersion, price_for, rate_gpu, rate_storage,
-                      storage_price_for)
+from .model import Meter, QuotedPrice
+from .pricing import (GpuHourPrice, NoPriceError, PriceList, PriceListVersion, UnitPrice, price_for, rate_gpu,
+                      rate_storage, storage_price_for)
 
 NO_CURRENCY = "XXX"
 HOUR = timedelta(hours=1)
@@ -49,6 +60,8 @@ class UsageRecord:
     spot: bool = False
     gpu_count: int | None = None
     storage_class: str | None = None
+    price: QuotedPrice | None = None     # the meter's quoted price (None: the price list in force)
+    rated_from: datetime | None = None   # start of the meter's first piece of this UTC hour (None: period_start)
 
     @property
     def key(self) -> str:
@@ -88,14 +101,20 @@ def hours_between(start: datetime, end: datetime) -> list[tuple[datetime, dateti
     return pieces
 
 
-def meter_records(*, meter_id: uuid.UUID, allocation_id: uuid.UUID, tenant_id: uuid.UUID, user_id: uuid.UUID | None,
-                  shape: str, gpu_model: str | None, pool: str | None, spot: bool, gpu_count: int,
-                  started_at: datetime, stopped_at: datetime) -> list[UsageRecord]:
-    """A stopped meter's usage, one record per UTC hour it ran in (keys stable: re-metering yields the same)."""
-    return [UsageRecord("meter", f"{meter_id}@{a.replace(minute=0, second=0, microsecond=0).isoformat()}", "gpu",
-                        tenant_id, a, b, _seconds(a, b) * gpu_count, user_id=user_id, allocation_id=allocation_id,
-                        shape=shape, gpu_model=gpu_model, pool=pool, spot=spot, gpu_count=gpu_count)
-            for a, b in hours_between(started_at, stopped_at)]
+def hour_of(t: datetime) -> datetime:
+    """The UTC hour ``t`` falls in."""
+    return t.astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0)
+
+
+def meter_records(meter: Meter, until: datetime) -> list[UsageRecord]:
+    """The meter's usage not yet recorded, [meter.recorded_until, until), one record per UTC hour piece (keys
+    stable: cutting the same interval again yields the same keys; nothing when until <= recorded_until)."""
+    return [UsageRecord("meter", f"{meter.id}@{a.isoformat()}", "gpu", meter.tenant_id, a, b,
+                        _seconds(a, b) * meter.gpu_count, user_id=meter.user_id, allocation_id=meter.allocation_id,
+                        shape=meter.shape, gpu_model=meter.gpu_model, pool=meter.pool, spot=meter.spot,
+                        gpu_count=meter.gpu_count, price=meter.price,
+                        rated_from=max(hour_of(a), meter.started_at))
+            for a, b in hours_between(meter.recorded_until, until)]
 
 
 def storage_record(*, volume_id: uuid.UUID, tenant_id: uuid.UUID, user_id: uuid.UUID | None,
@@ -113,21 +132,40 @@ def unrated(reason: str) -> Rating:
     return Rating(0, NO_CURRENCY, False, reason=reason)
 
 
+def quoted_unit(q: QuotedPrice) -> UnitPrice:
+    return UnitPrice(q.price_list_version, q.currency, q.micros_per_gpu_hour, q.spot_discount_bps, q.spot, q.sku_id)
+
+
+def _rate_gpu(record: UsageRecord, prices: PriceList) -> Rating:
+    start = record.rated_from or record.period_start
+    unit = (quoted_unit(record.price) if record.price is not None else
+            price_for(prices, record.shape, record.gpu_model, record.pool, record.spot, start))
+    before = _seconds(start, record.period_start) * (record.gpu_count or 1)   # GPU-seconds of this hour before
+
+    def cumulative(spot: bool | None) -> int:
+        return rate_gpu(before + record.quantity, 1, unit, spot) - rate_gpu(before, 1, unit, spot)
+    detail = {"micros_per_gpu_hour": unit.micros_per_gpu_hour,
+              "spot_discount_bps": unit.spot_discount_bps if unit.spot else 0}
+    if record.price is not None:
+        detail["quoted_price"] = True
+    if start != record.period_start:
+        detail["rated_from"] = start.isoformat()
+    return Rating(cumulative(None), unit.currency, True, unit.version, unit.sku_price_id, detail=detail,
+                  list_amount_minor=cumulative(False), micros_per_unit_hour=unit.micros_per_gpu_hour)
+
+
 def rate(record: UsageRecord, prices: PriceList) -> Rating:
-    """The record's amount with the version in force at its start; unrated (with the reason) when none applies."""
+    """The record's amount (see the rating rules above); unrated (with the reason) when no price applies."""
     try:
         if record.kind == "gpu":
-            unit = price_for(prices, record.shape, record.gpu_model, record.pool, record.spot, record.period_start)
-            gpu_seconds = record.quantity
-            amount = rate_gpu(gpu_seconds, 1, unit)
-            return Rating(amount, unit.currency, True, unit.version, unit.sku_price_id,
-                          detail={"micros_per_gpu_hour": unit.micros_per_gpu_hour,
-                                  "spot_discount_bps": unit.spot_discount_bps if record.spot else 0})
+            return _rate_gpu(record, prices)
         if record.storage_class is None:
             return unrated("the volume's storage class is not known yet")
         price = storage_price_for(prices, record.storage_class, record.period_start)
-        return Rating(rate_storage(record.quantity, price), price.currency, True, price.version, price.sku_price_id,
-                      detail={"micros_per_gb_hour": price.micros_per_gb_hour})
+        amount = rate_storage(record.quantity, price)
+        return Rating(amount, price.currency, True, price.version, price.sku_price_id,
+                      detail={"micros_per_gb_hour": price.micros_per_gb_hour}, list_amount_minor=amount,
+                      micros_per_unit_hour=price.micros_per_gb_hour)
     except NoPriceError as exc:
         return unrated(str(exc))
 

@@ -12,17 +12,18 @@ from ..settings import BillingSettings
 
 
 def wire(rt: Runtime, config: BillingSettings) -> None:
+    grace = config.invoice_grace_s      # every path that rates usage bills it on an invoice
     rt.consumers.participate(START_METER, invoke=partial(handlers.start_meter, sim_faults=rt.settings.sim_faults),
-                             undo=handlers.stop_meter)
+                             undo=partial(handlers.stop_meter, grace_s=grace))
     rt.consumers.subscribe("billing.publish_price_list", handlers.publish_price_list)
     rt.consumers.subscribe("billing.set_budget", budgets.set_budget)
     rt.consumers.subscribe("billing.delete_budget", budgets.delete_budget)
     rt.consumers.subscribe("storage.volume_changed", rating.on_volume_changed)
-    rt.consumers.subscribe("storage.usage_reported", rating.on_usage_reported)
+    rt.consumers.subscribe("storage.usage_reported", partial(rating.on_usage_reported, grace_s=grace))
     rt.answer("billing.verify_ledger", partial(invoices.verify_ledger, rt))
     if config.checkpoint_s > 0:
         rt.background(partial(rating.checkpoint_forever, rt, config.checkpoint_s))
     if config.cut_s > 0:
-        rt.background(partial(meters.cut_forever, rt, config.cut_s))
+        rt.background(partial(meters.cut_forever, rt, config.cut_s, grace))
     rt.background(partial(invoices.invoices_forever, rt, config))
     rt.background(partial(budgets.deliver_forever, rt, config))

@@ -1,5 +1,8 @@
 """Billing's saga-step handlers: start a meter, stop it (both idempotent per key).
 
+A meter stores the price its allocation was quoted (``StartMeter.price``); the stop records the usage the
+running cuts (handlers/meters.py) have not, [cut_until or started_at, stopped_at).
+
 Each step's effect (``start_step``, ``stop_step``) is a function of the ``MeterRepository``
 port, the command and a clock, returning the reply's fields; the handlers run it through
 ``shared.participant`` on a repository their ``repository`` factory builds on the unit of
@@ -20,12 +23,11 @@ from shared.unit_of_work import UnitOfWork
 from .. import contracts as c
 from . import rating
 from ..adapters.repository import PgMeterRepository
-from ..domain.model import Meter
+from ..domain.model import Meter, QuotedPrice
 from ..domain.ports import MeterRepository
 
 RepositoryFactory = Callable[[asyncpg.Connection], MeterRepository]
 Clock = Callable[[], datetime]
-
 
 
 async def start_step(meters: MeterRepository, cmd: c.StartMeter, *, clock: Clock = utcnow) -> dict:
@@ -34,7 +36,8 @@ async def start_step(meters: MeterRepository, cmd: c.StartMeter, *, clock: Clock
     meter = await meters.get_for_allocation(cmd.allocation_id)
     if meter is None:
         meter = Meter(uuid.uuid4(), cmd.allocation_id, cmd.tenant_id, cmd.shape, cmd.gpu_count, clock(),
-                      user_id=cmd.user_id, gpu_model=cmd.gpu_model, pool=cmd.pool, spot=cmd.spot)
+                      user_id=cmd.user_id, gpu_model=cmd.gpu_model, pool=cmd.pool, spot=cmd.spot,
+                      price=QuotedPrice.from_doc(cmd.price.model_dump()) if cmd.price is not None else None)
         await meters.add(meter)
     return {"meter_id": meter.id, "started_at": meter.started_at}
 
@@ -59,10 +62,11 @@ async def start_meter(ctx: UnitOfWork, cmd: c.StartMeter, *, sim_faults: bool = 
     await invoke(ctx, cmd, over(repository, start_step), step=c.START_METER, sim_faults=sim_faults)
 
 
-async def stop_meter(ctx: UnitOfWork, cmd: c.StopMeter, *, repository: RepositoryFactory = PgMeterRepository) -> None:
+async def stop_meter(ctx: UnitOfWork, cmd: c.StopMeter, *, repository: RepositoryFactory = PgMeterRepository,
+                     grace_s: int | None = None) -> None:
     """Stop the meter and, in the same unit of work, record, rate and ledger its usage (rating.meter_stopped)."""
     async def step(meters: MeterRepository, command: c.StopMeter) -> dict:
-        return await stop_step(meters, command, stopped=lambda meter: rating.meter_stopped(ctx, meter))
+        return await stop_step(meters, command, stopped=lambda meter: rating.meter_stopped(ctx, meter, grace_s=grace_s))
     await undo(ctx, cmd, over(repository, step), step=c.START_METER)
 
 

@@ -20,6 +20,7 @@ from shared.unit_of_work import UnitOfWork
 from .. import contracts as c
 from . import budgets, invoices, rollups
 from ..adapters import rating as repo
+from ..adapters import repository as meters_repo
 from ..adapters.ledger import PgLedger
 from ..domain.model import Meter
 from ..domain.pricing import ImmutableVersionError, PricingError
@@ -32,9 +33,12 @@ def _iso(t: datetime) -> str:
     return t.isoformat()
 
 
-async def rate_and_record(ctx: UnitOfWork, records: list[UsageRecord], *, correlation_id: str | None = None) -> int:
-    """Rate each new record with the price list in force at its start, append it to the ledger, store it and
-    publish billing.usage_rated; records already stored are skipped. Returns how many were new."""
+async def rate_and_record(ctx: UnitOfWork, records: list[UsageRecord], *, correlation_id: str | None = None,
+                          grace_s: int | None = None) -> int:
+    """Rate each new record (its quoted price, or the price list in force: domain/usage.py), append it to the
+    ledger, store it and publish billing.usage_rated (correlated by ``correlation_id``, else a meter record by
+    its allocation, else by the causing message); records already stored are skipped. Then update the hourly
+    rollups and check the budgets of what changed. Returns how many were new."""
     conn, new = ctx.conn, []
     prices = await repo.price_list(conn) if records else None
     for r in records:
@@ -53,7 +57,7 @@ async def rate_and_record(ctx: UnitOfWork, records: list[UsageRecord], *, correl
         appended = await PgLedger(conn).record(tenant_id=r.tenant_id, kind="charge", source_event=r.key,
                                                amount_minor=rating.amount_minor, currency=rating.currency, entry=entry)
         await repo.record_usage(conn, r, rating, appended.seq)
-        billed = await invoices.assign(ctx, r, rating, appended.seq)
+        billed = await invoices.assign(ctx, r, rating, appended.seq, grace_s=grace_s)
         await ctx.emit("billing.usage_rated", c.UsageRated(
             usage_key=r.key, kind=r.kind, tenant_id=r.tenant_id, user_id=r.user_id, allocation_id=r.allocation_id,
             volume_id=r.volume_id, shape=r.shape, gpu_model=r.gpu_model, pool=r.pool, spot=r.spot,
@@ -62,7 +66,8 @@ async def rate_and_record(ctx: UnitOfWork, records: list[UsageRecord], *, correl
             rated=rating.rated, price_list_version=rating.price_version, sku_price_id=rating.sku_price_id,
             reason=rating.reason, ledger_seq=appended.seq, list_amount_minor=rating.list_amount_minor,
             micros_per_unit_hour=rating.micros_per_unit_hour, invoice_id=billed.invoice_id,
-            correction=billed.correction), correlation_id=correlation_id, tenant_id=r.tenant_id)
+            correction=billed.correction), tenant_id=r.tenant_id,
+            correlation_id=correlation_id or (str(r.allocation_id) if r.allocation_id else None))
         new.append(r)
     if new:
         await rollups.usage_recorded(ctx, new)
@@ -70,15 +75,15 @@ async def rate_and_record(ctx: UnitOfWork, records: list[UsageRecord], *, correl
     return len(new)
 
 
-async def meter_stopped(ctx: UnitOfWork, meter: Meter) -> int:
-    """Record and rate a stopped meter's usage (idempotent: its records' keys are stable)."""
+async def meter_stopped(ctx: UnitOfWork, meter: Meter, *, grace_s: int | None = None) -> int:
+    """Record and rate the usage of a stopped (and locked) meter not cut yet, [cut_until, stopped_at); a
+    redelivered stop finds it all recorded and writes nothing."""
     if meter.stopped_at is None:
         return 0
-    records = meter_records(meter_id=meter.id, allocation_id=meter.allocation_id, tenant_id=meter.tenant_id,
-                            user_id=meter.user_id, shape=meter.shape, gpu_model=meter.gpu_model, pool=meter.pool,
-                            spot=meter.spot, gpu_count=meter.gpu_count, started_at=meter.started_at,
-                            stopped_at=meter.stopped_at)
-    return await rate_and_record(ctx, records, correlation_id=str(meter.allocation_id))
+    records = meter_records(meter, meter.stopped_at)
+    new = await rate_and_record(ctx, records, correlation_id=str(meter.allocation_id), grace_s=grace_s)
+    await meters_repo.save_cut(ctx.conn, meter.id, meter.stopped_at)
+    return new
 
 
 # --- price lists ------------------------------------------------------------------------------------------------
@@ -113,7 +118,7 @@ async def on_volume_changed(ctx: UnitOfWork, data) -> None:
     await repo.note_volume(ctx.conn, v.volume_id, v.tenant_id, v.user_id, v.storage_class)
 
 
-async def on_usage_reported(ctx: UnitOfWork, data) -> None:
+async def on_usage_reported(ctx: UnitOfWork, data, *, grace_s: int | None = None) -> None:
     """Close each volume's interval since its previous report (bytes used then × seconds since) and rate it.
 
     A report not later than the volume's last one is dropped: a replay, or one overtaken by a newer report
@@ -131,7 +136,7 @@ async def on_usage_reported(ctx: UnitOfWork, data) -> None:
             if r is not None:
                 records.append(r)
         await repo.save_report(ctx.conn, v.volume_id, v.used_bytes, data.at)
-    await rate_and_record(ctx, records)
+    await rate_and_record(ctx, records, grace_s=grace_s)
 
 
 # --- checkpoints ------------------------------------------------------------------------------------------------

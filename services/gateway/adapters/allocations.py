@@ -19,6 +19,7 @@ _COLS += (", priority, spot, pool, tolerations, fail_fast, network_id, placed, q
           "cancel_requested_at, preemption, problem")
 _COLS += ", image, instance"   # the image it boots and the instance the node made (0007_instances.sql)
 _COLS += ", volumes, scratch_class"   # the volumes it mounts and its scratch volume's class (0010_volumes.sql)
+_COLS += ", price"                   # the GPU-hour price quoted when it was created (0014_budgets.sql)
 
 
 async def claim_idempotency_key(conn: asyncpg.Connection, tenant_id: uuid.UUID, key: str, request_hash: str,
@@ -52,17 +53,19 @@ async def purge_idempotency_keys(conn: asyncpg.Connection, older_than_s: float) 
 
 
 async def insert(conn: asyncpg.Connection, a: dict) -> None:
-    """Insert a view row (``a`` holds every column but updated_at; the scheduling ones, image, volumes and
-    scratch_class are optional); a row already there is kept."""
+    """Insert a view row (``a`` holds every column but updated_at; the scheduling ones, image, volumes,
+    scratch_class and price are optional); a row already there is kept."""
     await conn.execute(
         "INSERT INTO allocations_view (id, tenant_id, user_id, name, shape, gpu_count, volume_gb, labels, state, created_at, "
-        "updated_at, priority, spot, pool, tolerations, fail_fast, network_id, image, volumes, scratch_class) VALUES ($1, "
-        "$2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10, $10, $11, $12, $13, $14::jsonb, $15, $16, $17, $18::jsonb, $19) "
+        "updated_at, priority, spot, pool, tolerations, fail_fast, network_id, image, volumes, scratch_class, price) VALUES "
+        "($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10, $10, $11, $12, $13, $14::jsonb, $15, $16, $17, $18::jsonb, $19, "
+        "$20::jsonb) "
         "ON CONFLICT (id) DO NOTHING",
         a["id"], a["tenant_id"], a["user_id"], a["name"], a["shape"], a["gpu_count"], a["volume_gb"],
         json.dumps(a["labels"]), a["state"], a["created_at"], a.get("priority") or 0, bool(a.get("spot")),
         a.get("pool"), json.dumps(a.get("tolerations") or []), bool(a.get("fail_fast")), a.get("network_id"),
-        a.get("image"), json.dumps(a.get("volumes") or [], default=str), a.get("scratch_class"))
+        a.get("image"), json.dumps(a.get("volumes") or [], default=str), a.get("scratch_class"),
+        json.dumps(a["price"], default=str) if a.get("price") is not None else None)
 
 
 async def get(conn: asyncpg.Connection, allocation_id: uuid.UUID, tenant_id: uuid.UUID | None = None, *,

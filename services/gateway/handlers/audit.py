@@ -21,7 +21,7 @@ from ..adapters.audit import AuditFilter
 from ..domain.audit import cadf, k8s
 from ..http.audit import AUDIT_TABLE
 from ..http.auth import principal_of, require_provider_admin
-from ..http.endpoint import Endpoint, Param, respond
+from ..http.endpoint import NDJSON, Endpoint, Param, respond
 from ..http.inputs import query_value
 from ..http.paging import CURSOR, LIMIT, page, position
 from ..http.problems import forbidden
@@ -30,7 +30,6 @@ from ..http.schemas.base import Instant, text
 from ..http.state import gateway_of
 
 log = structlog.get_logger()
-NDJSON = "application/x-ndjson"
 
 SINCE = Param("from", "query", "Only records received at or after this time (RFC 3339).", Instant)
 UNTIL = Param("to", "query", "Only records received before this time (RFC 3339).", Instant)

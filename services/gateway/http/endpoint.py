@@ -13,6 +13,9 @@ from .schemas.base import ApiJsonSchema, Problem
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 EVENT_STREAM = "text/event-stream"
 TEXT_PLAIN = "text/plain"
+TEXT_HTML = "text/html"
+TEXT_CSV = "text/csv"
+NDJSON = "application/x-ndjson"
 
 
 @dataclass(frozen=True, eq=False)

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from ..handlers import ENDPOINTS as API_ENDPOINTS
-from .endpoint import EVENT_STREAM, TEXT_PLAIN, Endpoint, Param
+from .endpoint import EVENT_STREAM, NDJSON, TEXT_CSV, TEXT_HTML, TEXT_PLAIN, Endpoint, Param
 from .problems import _TITLES, PROBLEM_JSON
 from .schemas.base import ApiJsonSchema, Problem
 
@@ -52,7 +52,8 @@ def _response(target, ref) -> dict:
     if target is None:
         return {"description": "No content"}
     if isinstance(target, str):
-        described = {EVENT_STREAM: "Server-sent events", TEXT_PLAIN: "Text"}
+        described = {EVENT_STREAM: "Server-sent events", TEXT_PLAIN: "Text", TEXT_HTML: "An HTML document",
+                     TEXT_CSV: "CSV (RFC 4180, a header row)", NDJSON: "JSON lines: one JSON object per line"}
         return {"description": described.get(target, "Document"),
                 "content": {target: {"schema": {"type": "string"} if target in described else {"type": "object"}}}}
     return {"description": target.__doc__.strip().splitlines()[0] if target.__doc__ else target.__name__,

@@ -84,7 +84,8 @@ async def on_requested(ctx: UnitOfWork, data: ac.AllocationRequested) -> None:
         "state": "REQUESTED", "created_at": data.at, "priority": data.priority, "spot": data.spot, "pool": data.pool,
         "tolerations": data.tolerations, "fail_fast": data.fail_fast, "network_id": data.network_id,
         "image": data.guest.image.name if data.guest else None,
-        "volumes": [v.model_dump(mode="json") for v in data.volumes], "scratch_class": data.scratch_class})
+        "volumes": [v.model_dump(mode="json") for v in data.volumes], "scratch_class": data.scratch_class,
+        "price": data.price.model_dump(mode="json") if data.price is not None else None})
     await _record(ctx, data.allocation_id)
 
 

@@ -28,10 +28,15 @@ async def on_price_list_rejected(ctx: UnitOfWork, data: bc.PriceListRejected) ->
 
 
 async def on_usage_rated(ctx: UnitOfWork, data: bc.UsageRated) -> None:
+    """One row per usage key (billing rates a record once): with the invoice it was billed on, whether it is a
+    correction, its list amount and list price (for the FOCUS export)."""
     await ctx.conn.execute(
         "INSERT INTO usage_view (usage_key, kind, tenant_id, user_id, allocation_id, volume_id, shape, gpu_model, pool, "
-        "spot, storage_class, period_start, period_end, quantity, amount_minor, currency, rated, price_version) "
-        "VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14::numeric,$15,$16,$17,$18) ON CONFLICT DO NOTHING",
+        "spot, storage_class, period_start, period_end, quantity, amount_minor, currency, rated, price_version, "
+        "invoice_id, correction, list_amount_minor, micros_per_unit_hour, sku_price_id) "
+        "VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14::numeric,$15,$16,$17,$18,$19,$20,$21,$22,$23) "
+        "ON CONFLICT DO NOTHING",
         data.usage_key, data.kind, data.tenant_id, data.user_id, data.allocation_id, data.volume_id, data.shape,
         data.gpu_model, data.pool, data.spot, data.storage_class, data.period_start, data.period_end, data.quantity,
-        data.amount_minor, data.currency, data.rated, data.price_list_version)
+        data.amount_minor, data.currency, data.rated, data.price_list_version, data.invoice_id, data.correction,
+        data.list_amount_minor, data.micros_per_unit_hour, data.sku_price_id)

@@ -1,9 +1,24 @@
-"""Invoices as billing publishes them, for reads (STUB: filled in by the invoices work)."""
+"""Invoices as billing publishes them, for reads: invoices_view, fed by ``billing.invoice_changed`` (in the
+consumer's transaction, inbox-deduped).
+
+Billing sends an invoice again whenever it changes, its ``version`` growing; events may arrive in any order
+(a redelivery, a replay), so a document replaces the one shown only when its version is higher. An invoice
+never moves to another tenant: a document naming another tenant for a known invoice id is ignored."""
 from __future__ import annotations
+
+import json
 
 from services.billing import contracts as bc
 from shared.unit_of_work import UnitOfWork
 
 
 async def on_invoice_changed(ctx: UnitOfWork, data: bc.InvoiceChanged) -> None:
-    return None
+    inv = data.invoice
+    await ctx.conn.execute(
+        "INSERT INTO invoices_view (invoice_id, tenant_id, number, period_start, status, version, doc, updated_at) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8) ON CONFLICT (invoice_id) DO UPDATE SET "
+        "number=EXCLUDED.number, period_start=EXCLUDED.period_start, status=EXCLUDED.status, "
+        "version=EXCLUDED.version, doc=EXCLUDED.doc, updated_at=EXCLUDED.updated_at "
+        "WHERE invoices_view.version < EXCLUDED.version AND invoices_view.tenant_id = EXCLUDED.tenant_id",
+        inv.invoice_id, inv.tenant_id, inv.number, inv.period_start, inv.status, inv.version,
+        json.dumps(inv.model_dump(mode="json")), inv.updated_at)

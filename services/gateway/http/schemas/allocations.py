@@ -86,6 +86,23 @@ class AllocationVolumeOut(Out):
     mode: Mode
 
 
+class AllocationPrice(Out):
+    """The GPU-hour price quoted when the allocation was requested (from the price list in force then); billing
+    rates the allocation's GPU usage with it for its whole life."""
+
+    currency: str = Field(description="ISO 4217 code.")
+    hourly_amount: str = Field(description="Exact price of one hour of all its GPUs, in major units, spot discount "
+                                           "applied (e.g. '7.2').")
+    micros_per_gpu_hour: int = Field(description="The list (on-demand) price per GPU-hour, in micros (millionths "
+                                                 "of the major unit).")
+    spot_discount_bps: int = Field(description="The price list's spot discount, in basis points.")
+    spot: bool = Field(description="Whether the discount applies (a spot allocation).")
+    price_list_version: str
+    sku_id: str = Field(description="Which price matched (e.g. 'gpu-hour:model=H100').")
+    gpu_count: int
+    quoted_at: datetime
+
+
 class AllocationOut(Out):
     """An allocation as the gateway's read model shows it."""
 
@@ -120,6 +137,11 @@ class AllocationOut(Out):
     volumes: list[AllocationVolumeOut] = Field(default_factory=list, description="The volumes it asked to mount "
                                                                                 "(each at /mnt/<name>).")
     scratch_class: str | None = Field(default=None, description="The class of its scratch volume (null: the default).")
+    price: AllocationPrice | None = Field(
+        default=None, description="The GPU-hour price quoted when it was requested, with which billing rates it. "
+                                  "null: no price list was in force or none of its prices matched (then each hour "
+                                  "is rated with the list in force at that hour, or left unrated), or the shape "
+                                  "names no GPU model and the list prices GPU models (the model decides once placed).")
 
 
 class AllocationPage(Out):

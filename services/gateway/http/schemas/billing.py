@@ -85,3 +85,16 @@ class UsageReport(Out):
     end: datetime
     group_by: str | None
     groups: list[UsageGroupOut]
+
+
+class LedgerVerificationOut(Out):
+    """What recomputing the billing ledger found (billing.verify_ledger: chain and checkpoints)."""
+    table: str = Field(description="The ledger verified.")
+    ok: bool
+    entries: int
+    checkpoints: int
+    first_bad_seq: int | None = Field(description="The first entry whose hash or link does not match.")
+    bad_checkpoint: int | None = Field(description="The first checkpoint whose root does not match.")
+    reason: str | None
+    duration_ms: float
+    verified_at: datetime
