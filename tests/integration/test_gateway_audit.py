@@ -234,3 +234,20 @@ async def test_a_mutation_that_cannot_be_audited_is_answered_500(api, infra):
     assert ADMIN_KEY not in json.dumps(body)
     after = await admin.post("/v1/tenants", {"name": f"tenant-{uuid.uuid4().hex[:12]}"})
     assert after.status == 201 and (await _records(api, target_id=after.body["id"]))
+
+
+async def test_privileged_reads_are_recorded_and_ordinary_reads_are_not(api):
+    """A console read (a guest may print secrets) and the bulk exports are on record like mutations, refused or
+    not; listing one's allocations is not."""
+    member, tenant = await api.tenant_user()
+    admin = await api.admin()
+    alloc = uuid.uuid4()
+    exported = len(await _records(api, action="exportFocus"))
+    assert_problem(await member.get(f"/v1/allocations/{alloc}/console?tail=100"), 404)
+    assert (await admin.get(f"/v1/focus?period=2026-11&tenant_id={tenant}")).status == 200
+    assert (await member.get("/v1/allocations")).status == 200
+    [console] = [r for r in await _records(api, action="readConsole") if r["record"]["target"]["id"] == str(alloc)]
+    assert (console["method"], console["status"], console["record"]["actor"]["tenant_id"]) == ("GET", 404, tenant)
+    exports = (await _records(api, action="exportFocus"))[exported:]
+    assert [(r["method"], r["status"], r["record"]["actor"]["role"]) for r in exports] == [("GET", 200, "provider_admin")]
+    assert [r for r in await _records(api, action="listAllocations")] == []

@@ -93,3 +93,7 @@ async def test_usage_is_the_tenants_own_and_provider_admins_read_any(api, nc):
     assert [g["amount_minor"] for g in recent] == [1440]
     assert (await member.get(f"/v1/usage?from={start}&to={start}")).body["groups"] == []   # an empty interval
     assert_problem(await member.get("/v1/usage?group_by=colour"), 422, "group_by")
+    by_spot = (await member.get("/v1/usage?group_by=spot")).body["groups"]
+    assert [(g["key"], g["records"]) for g in by_spot] == [("on-demand", 2)]
+    by_user = (await admin.get(f"/v1/usage?tenant_id={tenant}&group_by=user")).body["groups"]
+    assert [(g["key"], g["records"]) for g in by_user] == [(None, 2)]      # these records name no user

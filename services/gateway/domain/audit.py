@@ -1,4 +1,4 @@
-"""The audit trail's pure rules (no I/O): what a mutating request records, how secrets are kept out of it, and
+"""The audit trail's pure rules (no I/O): what a mutating request (or a privileged read: AUDITED_READS) records, how secrets are kept out of it, and
 how a record reads as a CADF event and as a Kubernetes ``audit.k8s.io/v1`` Event (docs/audit.md has the table).
 
 Redaction: only PUT and PATCH bodies are recorded (the brief; a POST records its size only). In them, the value
@@ -22,6 +22,9 @@ from typing import Any
 from .keys import API_KEY_PREFIX, hash_api_key
 
 AUDITED_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# privileged reads, recorded like mutations (by operation id): a tenant's console (what a guest prints may be a
+# secret), and the bulk exports of the audit trail and of the billing data
+AUDITED_READS = frozenset({"readConsole", "exportAuditRecords", "exportFocus"})
 BODY_METHODS = frozenset({"PUT", "PATCH"})
 REDACTED = "REDACTED"
 MAX_STRING = 512
@@ -119,8 +122,8 @@ def tenant_of(actor_tenant: uuid.UUID | None, params: dict[str, str]) -> uuid.UU
 
 # --- renderings ----------------------------------------------------------------------------------------------
 
-_CADF_ACTIONS = {"POST": "create", "PUT": "update", "PATCH": "update", "DELETE": "delete"}
-_K8S_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+_CADF_ACTIONS = {"POST": "create", "PUT": "update", "PATCH": "update", "DELETE": "delete", "GET": "read"}
+_K8S_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete", "GET": "get"}
 
 
 def _iso(t: datetime) -> str:

@@ -53,7 +53,8 @@ VERSION = Param("version", "path", "The version's id (letters, digits, '.', '_',
                 text(64, min_length=1, pattern=VERSION_PATTERN), required=True)
 FROM = Param("from", "query", "Usage from this instant on (RFC 3339; default: 30 days before `to`).", Instant)
 TO = Param("to", "query", "Usage before this instant (RFC 3339; default: now).", Instant)
-GROUP_BY = Param("group_by", "query", "Group the usage by this.", Literal["shape", "gpu_model", "pool", "day", "hour"])
+GROUP_BY = Param("group_by", "query", "Group the usage by this (spot: 'spot' or 'on-demand'; user: the user's id).",
+                 Literal["shape", "gpu_model", "pool", "storage_class", "user", "spot", "day", "hour"])
 TENANT = Param("tenant_id", "query", "Whose usage (provider admins; members always read their own tenant's).",
                uuid.UUID)
 FOCUS_PERIOD = Param("period", "query", "The billing period: a UTC calendar month, YYYY-MM.",
@@ -63,7 +64,8 @@ FOCUS_TENANT = Param("tenant_id", "query", "Whose file: provider admins name a t
                      uuid.UUID)
 _WIRE_FIELDS = {"gpu_hour": "gpu_prices", "micros_per_gpu_hour": "gpu_prices", "gb_hour": "storage_prices",
                 "storage_class": "storage_prices", "micros_per_gb_hour": "storage_prices"}   # domain → API names
-_GROUPS = {"shape": "shape", "gpu_model": "gpu_model", "pool": "pool",
+_GROUPS = {"shape": "shape", "gpu_model": "gpu_model", "pool": "pool", "storage_class": "storage_class",
+           "user": "user_id::text", "spot": "CASE WHEN kind = 'gpu' THEN CASE WHEN spot THEN 'spot' ELSE 'on-demand' END END",
            "day": "to_char(date_trunc('day', period_start, 'UTC'), 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')",
            "hour": "to_char(date_trunc('hour', period_start, 'UTC'), 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"}
 

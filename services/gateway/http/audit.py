@@ -1,4 +1,5 @@
-"""The audit middleware: every POST, PUT, PATCH and DELETE on a declared route leaves one chained audit_log row.
+"""The audit middleware: every POST, PUT, PATCH and DELETE on a declared route leaves one chained audit_log row,
+and so does each privileged read (domain.audit.AUDITED_READS: a console read, the audit and FOCUS exports).
 
 Where it sits: inside the telemetry middleware (so the record carries the request's trace id) and outside the
 problems middleware (so it sees the final status and problem type of every refusal, the auth middleware's 401s
@@ -19,7 +20,8 @@ must never see a success that left no trace. The record is logged at error level
 the log is the place to recover it from), ``tessera_audit_write_failures_total`` counts it, and the answer is a
 500 problem (type .../audit-failed) saying the change may have been made and was not audited. An operator alert
 on the counter is the intended follow-up; nothing is spooled for a later retry (a spool on the gateway's disk
-would be neither chained nor durable across replicas).
+would be neither chained nor durable across replicas). A streamed answer (a followed console, an export) has been
+sent by then: its failure is logged and counted only.
 """
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ from prometheus_client import Counter
 
 from shared import ledger_store
 
-from ..domain.audit import AUDITED_METHODS, BODY_METHODS, MAX_AGENT, OBSERVER, bounded_body, outcome_of, \
+from ..domain.audit import AUDITED_METHODS, AUDITED_READS, BODY_METHODS, MAX_AGENT, OBSERVER, bounded_body, outcome_of, \
     storable, target_of, tenant_of
 from .auth import API_KEY_ID, PRINCIPAL
 from .inputs import JSON_BODY
@@ -114,8 +116,9 @@ async def write(request: web.Request, entry: dict) -> None:
 
 
 def _audited(request: web.Request) -> bool:
-    return (request.method in AUDITED_METHODS and request.match_info.route.name is not None
-            and request.match_info.route.resource is not None)
+    route = request.match_info.route
+    return (route.name is not None and route.resource is not None
+            and (request.method in AUDITED_METHODS or route.name in AUDITED_READS))
 
 
 async def _record(request: web.Request, resp, status: int, received: datetime, started: float) -> bool:
@@ -146,8 +149,8 @@ async def audit_middleware(request: web.Request, handler) -> web.StreamResponse:
     except asyncio.CancelledError:     # the server stops mid-request: whether it changed anything is unknown
         await asyncio.shield(_record(request, None, 499, received, started))
         raise
-    if await _record(request, resp, resp.status, received, started):
-        return resp
+    if await _record(request, resp, resp.status, received, started) or resp.prepared:
+        return resp      # a streamed answer (a followed console, an export) is already sent: logged and counted
     failed = ProblemError(500, "the request may have been carried out but could not be audited; it has been "
                                "logged, check the resource before retrying", slug="audit-failed")
     return problem_response(failed, request.rel_url.raw_path)
