@@ -158,11 +158,10 @@ async def append(conn: asyncpg.Connection, table: str, entry: dict[str, Any], *,
         values = {k: canonical_json(v) if columns.get(k) in _JSON and v is not None else v for k, v in fields.items()}
         digest = row_hash(prev, fields)
         names = [*fields, "prev_hash", "row_hash"]
-        stmt = await conn.prepare(
+        stored = await conn.fetchrow(   # the connection's statement cache: parsed once per connection
             f"INSERT INTO {t} ({', '.join(f'{chr(34)}{n}{chr(34)}' for n in names)}) "
-            f"VALUES ({', '.join(f'${i}' for i in range(1, len(names) + 1))}) RETURNING *")
-        stored = await stmt.fetchrow(*values.values(), prev, digest)
-        json_columns = {a.name for a in stmt.get_attributes() if a.type.name in _JSON}
+            f"VALUES ({', '.join(f'${i}' for i in range(1, len(names) + 1))}) RETURNING *", *values.values(), prev, digest)
+        json_columns = {name for name, type_name in columns.items() if type_name in _JSON}
         if row_hash(prev, _fields(stored, json_columns)) != digest:
             raise ChainError(f"{table} seq {seq}: the row as stored does not hash to what was written "
                              "(a value PostgreSQL normalises, e.g. a float in jsonb or an unpadded char(n))")
