@@ -41,6 +41,29 @@ class PowerActionExpired(Wire):
     at: datetime
 
 
+class PolicyChanged(Wire):
+    """A policy was created, replaced (a new version) or deleted: every gateway replica drops its cached policy
+    set (they listen on the subject directly, each replica, not as one durable consumer)."""
+    policy_id: str = Field(max_length=128)
+    scope: str = Field(pattern=r"^(provider|tenant)$", examples=["tenant"])
+    tenant_id: uuid.UUID | None = None
+    version: int
+    change: str = Field(pattern=r"^(created|updated|deleted)$", examples=["created"])
+    by: uuid.UUID
+    at: datetime
+
+
+class CredentialRevoked(Wire):
+    """An API key was revoked, or a user disabled, or a token signing key retired: every gateway replica drops its
+    cached revocation list, so tokens already issued stop working at once."""
+    kind: str = Field(pattern=r"^(api_key|user|signing_key)$", examples=["api_key"])
+    key_id: str | None = Field(default=None, max_length=128, description="The API key's id or the signing key's kid.")
+    user_id: uuid.UUID | None = None
+    tenant_id: uuid.UUID | None = None
+    by: uuid.UUID | None = None
+    at: datetime
+
+
 CONTRACT = ServiceContract(
     service="gateway",
     title="Tessera API gateway",
@@ -48,6 +71,8 @@ CONTRACT = ServiceContract(
     messages=[
         Message("gateway.tenant_created", "gateway.evt.tenant_created", TenantCreated, "event", "A provider admin created a tenant (audit)."),
         Message("gateway.user_created", "gateway.evt.user_created", UserCreated, "event", "A user was created (audit)."),
+        Message("gateway.policy_changed", "gateway.evt.policy_changed", PolicyChanged, "event", "A provider or tenant policy was created, replaced or deleted (replicas drop their cached policies)."),
+        Message("gateway.credential_revoked", "gateway.evt.credential_revoked", CredentialRevoked, "event", "An API key was revoked, a user disabled or a signing key retired (replicas drop their cached revocation list)."),
         Message("gateway.power_action_expired", "gateway.evt.power_action_expired", PowerActionExpired, "event", "No node answered a power action by its deadline (plus a grace): the action failed."),
     ],
     receives=[

@@ -18,7 +18,9 @@ from ..http.auth import auth_middleware
 from ..http.endpoint import add_routes
 from ..http.lowlevel import answer_parser_errors_with_problems
 from ..http.openapi import ENDPOINTS
+from ..http.policy import policy_middleware
 from ..http.problems import problems_middleware
+from ..http.ratelimit import rate_limit_middleware
 from ..http.state import GATEWAY, Gateway
 from ..http.telemetry import telemetry_middleware
 from ..settings import GatewaySettings
@@ -52,9 +54,10 @@ def create_app(rt: Runtime, config: GatewaySettings, app: web.Application | None
     app[GATEWAY] = gw
     # outermost first: every request gets a span and an access line, every mutation an audit record (with the
     # span's trace id and the final status: outside problems, so 4xx problems and 401s are recorded too), every
-    # error a problem document
+    # error a problem document; then who is calling (auth), whether it is within its rate (rate limits) and whether
+    # policy lets it (a denial is a problem, and audited)
     app.middlewares.extend([telemetry_middleware(rt.service), audit_middleware, problems_middleware,
-                            auth_middleware(gw.tokens)])
+                            auth_middleware(gw.tokens), rate_limit_middleware(gw), policy_middleware(gw)])
     add_routes(app, ENDPOINTS)
     answer_parser_errors_with_problems(app)   # aiohttp's own answers to unparsable requests: problem+json too
     app.cleanup_ctx.append(_bootstrap_admin)
