@@ -53,3 +53,50 @@ def test_renderings_carry_the_required_members():
 
 def test_what_postgresql_cannot_store_is_escaped_not_refused():
     assert redact({"name\x00": "a\x00b\ud800"}) == {"name\\u0000": "a\\u0000b\\ud800"}
+
+
+def test_every_update_and_delete_of_the_contract_has_a_state_reader():
+    """So a new PUT, PATCH or DELETE route cannot skip before/after: give it a reader in adapters/audit_state.py."""
+    import json
+    from pathlib import Path
+
+    from services.gateway.adapters.audit_state import STATE_READERS
+    doc = json.loads((Path(__file__).resolve().parents[2] / "contracts" / "openapi.json").read_text())
+    updates = {op["operationId"] for ops in doc["paths"].values() for m, op in ops.items()
+               if m in ("put", "patch", "delete")}
+    assert len(updates) >= 23
+    missing = sorted(updates - set(STATE_READERS))
+    assert not missing, f"updates and deletes without a state reader: {missing}"
+    assert not set(STATE_READERS) - updates, "a state reader for an operation the contract does not have"
+
+
+def test_a_change_is_redacted_and_rendered_as_a_cadf_attachment_and_a_k8s_response_object():
+    from services.gateway.domain.audit import change_failed, change_of
+    change = change_of({"url": "https://bmc", "password_sealed": "s", "note": "tsk_x", "ratio": 0.5}, None)
+    assert change == {"before": {"url": "https://bmc", "password_sealed": REDACTED, "note": REDACTED, "ratio": "0.5"},
+                      "after": None}
+    assert change_failed(TimeoutError("slow")) == {"error": "TimeoutError"}
+    now = datetime.now(timezone.utc)
+    row = {"audit_id": uuid.uuid4(), "event_time": now, "created_at": now, "tenant_id": None, "action": "deleteSpendCap",
+           "method": "DELETE", "path": "/v1/tenants/t/spend-cap", "target_type": "tenants.spend-cap", "target_id": "t",
+           "outcome": "success", "status": 204, "request_id": "0" * 32,
+           "record": {"actor": {"id": "u", "role": "provider_admin", "tenant_id": None, "ip": None, "user_agent": ""},
+                      "target": {"id": "t"}, "outcome": {"reason": None}, "request": {"body": None},
+                      "change": {"before": {"amount_minor": 1}, "after": None}}}
+    assert cadf(row)["attachments"] == [{"name": "change", "typeURI": "application/json",
+                                         "content": {"before": {"amount_minor": 1}, "after": None}}]
+    e = k8s(row)
+    assert e["level"] == "RequestResponse" and e["responseObject"] == {"before": {"amount_minor": 1}, "after": None}
+    assert "requestObject" not in e
+
+
+async def test_a_path_value_that_names_no_row_is_answered_none_without_a_query():
+    """A malformed uuid, a NUL (hostile input PostgreSQL refuses) or a key read without a caller names nothing."""
+    from services.gateway.adapters.audit_state import STATE_READERS
+
+    class NoQuery:
+        async def fetchval(self, *args):
+            raise AssertionError("queried")
+    assert await STATE_READERS["updateNode"](NoQuery(), {"node_id": "not-a-uuid"}, None) is None
+    assert await STATE_READERS["definePool"](NoQuery(), {"name": "gpu\x00"}, None) is None
+    assert await STATE_READERS["deleteSshKey"](NoQuery(), {"name": "laptop"}, None) is None

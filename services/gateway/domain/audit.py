@@ -9,6 +9,10 @@ key (``tsk_…``), whatever its member is called. Long strings are cut at MAX_ST
 canonical JSON still exceeds MAX_BODY_BYTES is replaced by its member names. Headers are never recorded (the
 Authorization header is the credential); an API key is identified only by its fingerprint (API_KEY_ID_CHARS hex
 digits of the sha256 the database already stores as its primary key).
+
+Before and after: a successful PUT, PATCH or DELETE also records ``change: {before, after}`` (change_of: the
+target's states, read by adapters/audit_state.py, redacted and bounded like a body); CADF carries it as an
+attachment named ``change``, the Kubernetes event as its ``responseObject`` (level RequestResponse).
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ AUDITED_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # secret), and the bulk exports of the audit trail and of the billing data
 AUDITED_READS = frozenset({"readConsole", "exportAuditRecords", "exportFocus"})
 BODY_METHODS = frozenset({"PUT", "PATCH"})
+CHANGE_METHODS = frozenset({"PUT", "PATCH", "DELETE"})   # updates and deletes: the target's state before and after
 REDACTED = "REDACTED"
 MAX_STRING = 512
 MAX_BODY_BYTES = 8192
@@ -75,6 +80,16 @@ def bounded_body(body: dict | None) -> dict | None:
     if size > MAX_BODY_BYTES:
         return {"truncated": True, "bytes": size, "members": sorted(str(k) for k in clean)[:100]}
     return clean
+
+
+def change_of(before: dict | None, after: dict | None) -> dict:
+    """The ``change`` member of a successful update's record: both states redacted and bounded like a body."""
+    return {"before": bounded_body(before), "after": bounded_body(after)}
+
+
+def change_failed(exc: BaseException) -> dict:
+    """The ``change`` member when a state could not be read: the error's type only (its text may quote data)."""
+    return {"error": type(exc).__name__}
 
 
 def api_key_id(key: str) -> str:
@@ -151,18 +166,22 @@ def cadf(row: dict) -> dict:
     }
     if rec["outcome"].get("reason"):
         event["reason"]["policyType"] = rec["outcome"]["reason"]
+    if rec.get("change") is not None:   # CADF's place for data about the event: a named attachment
+        event["attachments"] = [{"name": "change", "typeURI": "application/json", "content": rec["change"]}]
     return event
 
 
 def k8s(row: dict) -> dict:
-    """The record as a Kubernetes audit.k8s.io/v1 Event (stage ResponseComplete; level Request when a body was
-    recorded, else Metadata)."""
+    """The record as a Kubernetes audit.k8s.io/v1 Event (stage ResponseComplete; level RequestResponse when the
+    target's states were recorded, else Request when a body was, else Metadata). The states ride in
+    ``responseObject`` as ``{before, after}``: Kubernetes' member for what the server held after the request."""
     rec, actor, target = row["record"], row["record"]["actor"], row["record"]["target"]
-    body = rec.get("request", {}).get("body")
+    body, change = rec.get("request", {}).get("body"), rec.get("change")
     resource, _, sub = row["target_type"].partition(".")
     event = {
         "kind": "Event", "apiVersion": "audit.k8s.io/v1",
-        "level": "Request" if body is not None else "Metadata", "auditID": str(row["audit_id"]),
+        "level": "RequestResponse" if change is not None else "Request" if body is not None else "Metadata",
+        "auditID": str(row["audit_id"]),
         "stage": "ResponseComplete", "requestURI": row["path"], "verb": _K8S_VERBS[row["method"]],
         "user": {"username": actor["id"] or "system:anonymous", "uid": actor["id"] or "",
                  "groups": [g for g in (actor["role"] and f"tessera:{actor['role']}",
@@ -180,4 +199,6 @@ def k8s(row: dict) -> dict:
         event["responseStatus"]["reason"] = rec["outcome"]["reason"]
     if body is not None:
         event["requestObject"] = body
+    if change is not None:
+        event["responseObject"] = change
     return event

@@ -22,6 +22,15 @@ the log is the place to recover it from), ``tessera_audit_write_failures_total``
 on the counter is the intended follow-up; nothing is spooled for a later retry (a spool on the gateway's disk
 would be neither chained nor durable across replicas). A streamed answer (a followed console, an export) has been
 sent by then: its failure is logged and counted only.
+
+Before and after: a PUT, PATCH or DELETE whose operation has a state reader (adapters/audit_state.py: all of
+them, a test says so) reads the target's state just before the handler runs and just after it returns, each on
+its own pooled connection (none is held while the handler runs), and a success (2xx) records them as
+``change: {before, after}``, redacted like a body. A refused request records no state: a caller refused for
+another tenant's object must not find that object's state in a record. The before-read runs ahead of the auth
+middleware, so a reader that needs the caller (an SSH key is its owner's) gets the bearer token's principal,
+verified here as the auth middleware will; a record is only kept for a success, which that middleware accepted.
+Reading never fails a request: a read that raises is logged and recorded as ``change: {error: <type>}``.
 """
 from __future__ import annotations
 
@@ -38,9 +47,10 @@ from prometheus_client import Counter
 
 from shared import ledger_store
 
-from ..domain.audit import AUDITED_METHODS, AUDITED_READS, BODY_METHODS, MAX_AGENT, OBSERVER, bounded_body, outcome_of, \
-    storable, target_of, tenant_of
-from .auth import API_KEY_ID, PRINCIPAL
+from ..adapters.audit_state import STATE_READERS
+from ..domain.audit import AUDITED_METHODS, AUDITED_READS, BODY_METHODS, CHANGE_METHODS, MAX_AGENT, OBSERVER, \
+    bounded_body, change_failed, change_of, outcome_of, storable, target_of, tenant_of
+from .auth import API_KEY_ID, PRINCIPAL, credentials
 from .inputs import JSON_BODY
 from .problems import PROBLEM_JSON, ProblemError, problem_response
 from .state import gateway_of
@@ -73,8 +83,9 @@ def _json_of(resp: web.StreamResponse | None) -> dict | None:
 
 
 def build_entry(request: web.Request, resp: web.StreamResponse | None, status: int, received: datetime,
-                started: float) -> dict:
-    """The audit_log row (without seq and hashes) for ``request`` answered with ``status``."""
+                started: float, change: dict | None = None) -> dict:
+    """The audit_log row (without seq and hashes) for ``request`` answered with ``status``; ``change`` (a
+    success's before and after, see the module docstring) is kept when given."""
     route = request.match_info.route
     params = {k: storable(v) for k, v in request.match_info.items()}
     path = storable(request.path)
@@ -102,6 +113,8 @@ def build_entry(request: web.Request, resp: web.StreamResponse | None, status: i
         "observer": OBSERVER,
         "duration_us": int((time.perf_counter() - started) * 1_000_000),
     }
+    if change is not None:
+        record["change"], record["level"] = change, "RequestResponse"
     return {"audit_id": uuid.uuid4(), "event_time": received, "tenant_id": tenant,
             "user_id": principal.user_id if principal else None, "role": principal.role if principal else None,
             "action": route.name, "method": request.method, "path": path, "target_type": target.type,
@@ -121,11 +134,52 @@ def _audited(request: web.Request) -> bool:
             and (request.method in AUDITED_METHODS or route.name in AUDITED_READS))
 
 
-async def _record(request: web.Request, resp, status: int, received: datetime, started: float) -> bool:
+def _state_reader(request: web.Request):
+    return STATE_READERS.get(request.match_info.route.name) if request.method in CHANGE_METHODS else None
+
+
+def _caller(request: web.Request):
+    """The principal: the auth middleware's, or (before it ran) the bearer token's; None when there is none."""
+    principal = request.get(PRINCIPAL)
+    if principal is not None:
+        return principal
+    try:
+        return gateway_of(request).tokens.verify(credentials(request, "Bearer"))
+    except ProblemError:
+        return None
+
+
+async def _read_state(request: web.Request, reader) -> tuple[dict | None, BaseException | None]:
+    """The target's state now, or the error that kept it from being read (logged; never raised). Nothing is read
+    for a caller without a valid token: every update route needs one, so the request is a 401 and keeps no state
+    (and an anonymous flood costs no query)."""
+    try:
+        caller = _caller(request)
+        if caller is None:
+            return None, None
+        async with gateway_of(request).pool.acquire() as conn:
+            return await reader(conn, dict(request.match_info), caller), None
+    except Exception as exc:
+        log.warning("audit.state_unreadable", operation=request.match_info.route.name, error=type(exc).__name__,
+                    exc_info=True)
+        return None, exc
+
+
+async def _change(request: web.Request, reader, before: tuple, status: int) -> dict | None:
+    """A success's ``change`` member; None for a refusal or an operation without a reader."""
+    if reader is None or not 200 <= status < 300:
+        return None
+    after = await _read_state(request, reader)
+    failed = before[1] or after[1]
+    return change_failed(failed) if failed else change_of(before[0], after[0])
+
+
+async def _record(request: web.Request, resp, status: int, received: datetime, started: float,
+                  change: dict | None = None) -> bool:
     """Write the record; False (after logging it loudly) when it could not be written."""
     entry = None
     try:
-        entry = build_entry(request, resp, status, received, started)
+        entry = build_entry(request, resp, status, received, started, change)
         await write(request, entry)
         return True
     except Exception:
@@ -141,6 +195,8 @@ async def audit_middleware(request: web.Request, handler) -> web.StreamResponse:
     if not _audited(request):
         return await handler(request)
     received, started = datetime.now(timezone.utc), time.perf_counter()
+    reader = _state_reader(request)
+    before = await _read_state(request, reader) if reader else (None, None)
     try:
         resp = await handler(request)
     except web.HTTPException as exc:   # below 400 (the problems middleware answers the rest): a redirect
@@ -149,7 +205,8 @@ async def audit_middleware(request: web.Request, handler) -> web.StreamResponse:
     except asyncio.CancelledError:     # the server stops mid-request: whether it changed anything is unknown
         await asyncio.shield(_record(request, None, 499, received, started))
         raise
-    if await _record(request, resp, resp.status, received, started) or resp.prepared:
+    change = await _change(request, reader, before, resp.status)
+    if await _record(request, resp, resp.status, received, started, change) or resp.prepared:
         return resp      # a streamed answer (a followed console, an export) is already sent: logged and counted
     failed = ProblemError(500, "the request may have been carried out but could not be audited; it has been "
                                "logged, check the resource before retrying", slug="audit-failed")
