@@ -183,6 +183,11 @@ def banner(platform: Platform, data: dict) -> str:
     ])
 
 
+# `up` is a demo: running meters are cut every 30 s so that usage and the draft invoice visibly grow (a provider's
+# deployment keeps the default, 300 s: docs/billing.md); TESSERA_BILLING_CUT_S in the environment wins
+UP_ENV = {"TESSERA_BILLING_CUT_S": os.environ.get("TESSERA_BILLING_CUT_S") or "30"}
+
+
 def _platform(workdir: Path, **kw) -> Platform:
     return Platform(workdir, nats_url=os.environ.get("TESSERA_NATS_URL") or None,
                     database_url=os.environ.get("TESSERA_DATABASE_URL") or None, **kw)
@@ -192,7 +197,7 @@ async def up(workdir: Path, port: int | None) -> int:
     """Run the platform until SIGINT, SIGTERM or SIGHUP (Ctrl-C, a supervisor, `kill`, a closed terminal), then
     stop everything it started. A signal while it is still starting stops the start too. 0 after a signal once
     it was up, 128 + the signal's number before."""
-    platform = _platform(workdir, gateway_port=port)
+    platform = _platform(workdir, gateway_port=port, env=UP_ENV)
     main = asyncio.current_task()
     signalled: list[int] = []
 
