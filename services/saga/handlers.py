@@ -1,5 +1,9 @@
 """The coordinator's handlers: start a saga, feed it replies, feed it passed deadlines.
 
+An allocate saga starts only when its tenant has room in its line (``domain.lines``): otherwise the request
+waits in the saga schema and the message is acknowledged (held in the stream, it would hold up the requests
+of every other tenant behind it); it starts when one of the tenant's sagas ends, in that transaction.
+
 Every handler runs in one transaction, a ``UnitOfWork`` (the consumer's, or one per saga for passed
 deadlines): lock the saga, run the pure state machine, persist the new step records (step invoked,
 compensation armed, deadline) and write the resulting commands and events to the outbox, all of which
@@ -17,7 +21,9 @@ from services.allocation.contracts import AllocationReleaseRequested, Allocation
 from shared.outbox import Outbox
 from shared.unit_of_work import UnitOfWork
 
+from .adapters import lines as line_store
 from .adapters import repository
+from .domain import lines
 from .domain.machine import expired, handle
 from .domain.model import Command, Input, Policy, Reply, Saga, Start
 
@@ -29,12 +35,23 @@ SCHEDULING_INPUT = ("user_id", *Scheduling.model_fields)
 
 
 async def start_allocate(ctx: UnitOfWork, evt: AllocationRequested, *, policy: Policy) -> None:
-    """Create the allocate saga and send its first commands; a second start for the allocation does nothing."""
+    """Create the allocate saga and send its first commands, or put the request in its tenant's line when the
+    tenant has ``policy.tenant_inflight`` sagas in flight or requests waiting already. Idempotent: a second
+    request for the allocation (started or waiting) does nothing. Blocks on the tenant's line lock."""
     data = evt.model_dump(mode="json")
     saga_input = {k: data[k] for k in ("allocation_id", "tenant_id", "shape", "gpu_count", "volume_gb", "labels")}
     saga_input.update({k: data[k] for k in SCHEDULING_INPUT if data.get(k) is not None})
-    await _start(ctx, Saga(uuid.uuid4(), "allocate", evt.allocation_id, evt.tenant_id, {**saga_input, "node_id": None}),
-                 policy)
+    saga = Saga(uuid.uuid4(), "allocate", evt.allocation_id, evt.tenant_id, {**saga_input, "node_id": None})
+    await line_store.lock(ctx.conn, saga.tenant_id)
+    known, line = await line_store.read(ctx.conn, saga.tenant_id, saga.allocation_id, policy.tenant_inflight)
+    if known:
+        log.info("saga.already_started", allocation_id=str(saga.allocation_id), kind=saga.kind)
+    elif lines.admits(line, policy.tenant_inflight):
+        await _start(ctx, saga, policy)
+    else:
+        await line_store.enqueue(ctx.conn, saga)
+        if line.in_flight < policy.tenant_inflight:   # room, yet others wait: a hand-over was missed (adapters.lines)
+            await _fill(ctx, saga.tenant_id, policy)
 
 
 async def start_release(ctx: UnitOfWork, evt: AllocationReleaseRequested, *, policy: Policy) -> None:
@@ -49,12 +66,41 @@ async def start_release(ctx: UnitOfWork, evt: AllocationReleaseRequested, *, pol
                  policy)
 
 
-async def _start(ctx: UnitOfWork, saga: Saga, policy: Policy) -> None:
+async def _start(ctx: UnitOfWork, saga: Saga, policy: Policy) -> bool:
     now = await repository.create(ctx.conn, saga)
     if now is None:
         log.info("saga.already_started", allocation_id=str(saga.allocation_id), kind=saga.kind)
-        return
+        return False
     await apply(ctx, saga, Start(now), policy)
+    return True
+
+
+async def _fill(ctx: UnitOfWork, tenant_id: uuid.UUID, policy: Policy) -> int:
+    """Start the tenant's oldest waiting requests while it has room; the caller holds the tenant's line.
+    Returns how many started."""
+    started = 0
+    room = lines.room(await line_store.in_flight(ctx.conn, tenant_id, policy.tenant_inflight), policy.tenant_inflight)
+    while started < room and (saga := await line_store.take_next(ctx.conn, tenant_id)) is not None:
+        started += await _start(ctx, saga, policy)
+    return started
+
+
+async def fill_short_lines(pool: asyncpg.Pool, outbox: Outbox, policy: Policy) -> int:
+    """Start waiting requests of tenants that have room (a hand-over an ending saga missed: the request was
+    not committed yet), one tenant per transaction, skipping a tenant whose line another holds (it fills it).
+    A tenant whose start raises is logged and left to the next pass. Returns how many started. Raises when
+    the database is unreachable."""
+    async with pool.acquire() as conn:
+        tenants = await line_store.short_lines(conn, policy.tenant_inflight)
+    started = 0
+    for tenant_id in tenants:
+        try:
+            async with UnitOfWork.begin(pool, outbox, name="saga.lines") as uow:
+                if await line_store.lock(uow.conn, tenant_id, wait=False):
+                    started += await _fill(uow, tenant_id, policy)
+        except (asyncpg.PostgresError, ValueError) as exc:
+            log.error("saga.line_fill_failed", tenant_id=str(tenant_id), error=repr(exc))
+    return started
 
 
 async def on_reply(ctx: UnitOfWork, reply, *, policy: Policy) -> None:
@@ -116,4 +162,8 @@ async def apply(uow: UnitOfWork, saga: Saga, message: Input, policy: Policy) -> 
          action.subject_params if isinstance(action, Command) else None)
         for action in actions
     ], correlation_id=str(saga.allocation_id), tenant_id=saga.tenant_id)
+    if lines.leaves_flight(saga, after):   # its place in the tenant's line goes to the oldest waiting request
+        waiting = await line_store.take_next_if_room(uow.conn, saga.tenant_id, policy.tenant_inflight)
+        if waiting is not None:
+            await _start(uow, waiting, policy)
     return after

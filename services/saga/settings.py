@@ -50,6 +50,9 @@ class PolicySettings:
     step_timeouts: tuple[tuple[str, float], ...] = setting(
         "TESSERA_SAGA_STEP_TIMEOUTS", Policy.step_timeouts, _step_timeouts,
         doc="per-step timeouts overriding TESSERA_SAGA_STEP_TIMEOUT_S, e.g. 'provision_node=600'")
+    tenant_inflight: int = setting("TESSERA_SAGA_TENANT_INFLIGHT", Policy.tenant_inflight, integer(1),
+                                   doc="allocate sagas one tenant may have in flight; its further requests wait in "
+                                       "its own line, first come first served")
 
 
 @dataclass(frozen=True)

@@ -186,7 +186,7 @@ def start_profile(platform: Platform, service: str, out: Path) -> subprocess.Pop
 async def main(n: int, concurrency: int, nodes: int, profile: str, n1: int, n_half: int) -> dict:
     work = Path(tempfile.mkdtemp(prefix="tessera-bench-"))
     print(f"work dir (service logs: logs/): {work}", file=sys.stderr)
-    platform = Platform(work, env={"TESSERA_LOG_LEVEL": "WARNING"}, durable=True)
+    platform = Platform(work, env={"TESSERA_LOG_LEVEL": "WARNING", "TESSERA_SAGA_TENANT_INFLIGHT": "64"}, durable=True)
     phases: dict[str, float] = {}
     clock = time.perf_counter()
 

@@ -28,7 +28,8 @@ SagaStatus = Literal["running", "compensating", "completed", "failed"]
 
 @dataclass(frozen=True)
 class Policy:
-    """Timeouts, attempts and backoff. Raises ValueError for values that make no sense."""
+    """Timeouts, attempts and backoff, and how many allocate sagas one tenant may have in flight (the rest
+    wait in the tenant's line, ``domain.lines``). Raises ValueError for values that make no sense."""
 
     step_timeout_s: float = 30.0
     compensation_timeout_s: float = 10.0
@@ -39,12 +40,15 @@ class Policy:
     # (step name, seconds): steps that take longer than a message round trip by nature. provision_node boots a
     # VM (a cloud image's first boot with cloud-init takes a minute or more) or a bare-metal server.
     step_timeouts: tuple[tuple[str, float], ...] = (("provision_node", 600.0), ("wipe_slots", 600.0))
+    tenant_inflight: int = 8   # allocate sagas of one tenant running or compensating at once
 
     def __post_init__(self) -> None:
         if self.step_timeout_s <= 0 or self.compensation_timeout_s <= 0 or self.queue_timeout_s <= 0:
             raise ValueError("saga timeouts must be positive")
         if any(seconds <= 0 for _, seconds in self.step_timeouts):
             raise ValueError("saga step timeouts must be positive")
+        if self.tenant_inflight < 1:
+            raise ValueError("a tenant needs room for at least one allocate saga in flight")
         if self.compensation_attempts < 1 or self.release_attempts < 1:
             raise ValueError("saga attempts must be at least 1")
         if not self.backoff_s or any(b < 0 for b in self.backoff_s):

@@ -1,0 +1,90 @@
+"""The tenants' lines in the saga schema (asyncpg; the caller owns the transaction).
+
+Counting is correct across coordinator replicas: a request is admitted or put in line only under its
+tenant's row lock (``lock``, blocking), and the count is read by a later statement, so it sees what the
+previous holder committed. A saga that ends hands its place to the oldest waiting request without that lock
+(``take_next_if_room``: it ends one and starts one, so the tenant's count never grows), taking the waiting
+row with ``SKIP LOCKED``; when that misses a request that was not committed yet, the deadline loop's
+``short_lines`` finds the tenant with room and someone waiting.
+"""
+from __future__ import annotations
+
+import json
+import uuid
+
+import asyncpg
+
+from ..domain.lines import IN_FLIGHT, Line
+from ..domain.model import Saga
+
+_IN_FLIGHT = sorted(IN_FLIGHT)
+_COUNT = ("(SELECT count(*) FROM (SELECT 1 FROM sagas WHERE tenant_id=$1 AND kind='allocate' "
+          "AND status = ANY($2::text[]) LIMIT $3) f)")   # capped: only "under the bound or not" matters
+
+
+async def lock(conn: asyncpg.Connection, tenant_id: uuid.UUID, *, wait: bool = True) -> bool:
+    """Hold the tenant's line until the transaction ends (blocks while another holds it, unless ``wait`` is
+    False: then False when another holds it). Creates the tenant's row the first time."""
+    sql = "SELECT 1 FROM saga_tenants WHERE tenant_id=$1 FOR UPDATE" + ("" if wait else " SKIP LOCKED")
+    if await conn.fetchval(sql, tenant_id):
+        return True
+    if not wait and await conn.fetchval("SELECT 1 FROM saga_tenants WHERE tenant_id=$1", tenant_id):
+        return False
+    await conn.execute("INSERT INTO saga_tenants (tenant_id) VALUES ($1) ON CONFLICT DO NOTHING", tenant_id)
+    return bool(await conn.fetchval(sql, tenant_id))
+
+
+async def read(conn: asyncpg.Connection, tenant_id: uuid.UUID, allocation_id: uuid.UUID,
+               bound: int) -> tuple[bool, Line]:
+    """(whether the allocation already has an allocate saga or waits in line, the tenant's line); read after
+    ``lock``."""
+    row = await conn.fetchrow(
+        "SELECT EXISTS (SELECT 1 FROM sagas WHERE allocation_id=$4 AND kind='allocate') "
+        "OR EXISTS (SELECT 1 FROM saga_waiting WHERE allocation_id=$4) AS known, "
+        f"{_COUNT} AS in_flight, EXISTS (SELECT 1 FROM saga_waiting WHERE tenant_id=$1) AS waiting",
+        tenant_id, _IN_FLIGHT, bound, allocation_id)
+    return row["known"], Line(row["in_flight"], row["waiting"])
+
+
+async def in_flight(conn: asyncpg.Connection, tenant_id: uuid.UUID, bound: int) -> int:
+    """The tenant's allocate sagas in flight (counted up to ``bound``)."""
+    return await conn.fetchval(f"SELECT {_COUNT}", tenant_id, _IN_FLIGHT, bound)
+
+
+async def enqueue(conn: asyncpg.Connection, saga: Saga) -> None:
+    """Put the request at the end of its tenant's line (nothing if it is there already)."""
+    await conn.execute(
+        "INSERT INTO saga_waiting (allocation_id, tenant_id, input) VALUES ($1, $2, $3::jsonb) "
+        "ON CONFLICT (allocation_id) DO NOTHING", saga.allocation_id, saga.tenant_id, json.dumps(saga.input))
+
+
+def _saga(row: asyncpg.Record | None) -> Saga | None:
+    if row is None:
+        return None
+    return Saga(uuid.uuid4(), "allocate", row["allocation_id"], row["tenant_id"], json.loads(row["input"]))
+
+
+async def take_next(conn: asyncpg.Connection, tenant_id: uuid.UUID) -> Saga | None:
+    """Take the oldest waiting request of the tenant that no one else is taking out of its line (never
+    blocks); None when there is none. It becomes a new (not yet created) allocate saga."""
+    return _saga(await conn.fetchrow(
+        "DELETE FROM saga_waiting WHERE seq = (SELECT seq FROM saga_waiting WHERE tenant_id=$1 ORDER BY seq "
+        "LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING allocation_id, tenant_id, input", tenant_id))
+
+
+async def take_next_if_room(conn: asyncpg.Connection, tenant_id: uuid.UUID, bound: int) -> Saga | None:
+    """``take_next`` when the tenant has fewer than ``bound`` sagas in flight (this transaction's own writes
+    counted), in one statement: what an ending saga runs."""
+    return _saga(await conn.fetchrow(
+        "DELETE FROM saga_waiting WHERE seq = (SELECT seq FROM saga_waiting WHERE tenant_id=$1 ORDER BY seq "
+        f"LIMIT 1 FOR UPDATE SKIP LOCKED) AND {_COUNT} < $3 RETURNING allocation_id, tenant_id, input",
+        tenant_id, _IN_FLIGHT, bound))
+
+
+async def short_lines(conn: asyncpg.Connection, bound: int, limit: int = 100) -> list[uuid.UUID]:
+    """Tenants with requests waiting and fewer than ``bound`` sagas in flight (a missed hand-over)."""
+    rows = await conn.fetch(
+        "SELECT w.tenant_id FROM (SELECT DISTINCT tenant_id FROM saga_waiting) w "
+        "WHERE (SELECT count(*) FROM (SELECT 1 FROM sagas s WHERE s.tenant_id=w.tenant_id AND s.kind='allocate' "
+        "AND s.status = ANY($1::text[]) LIMIT $2) f) < $2 LIMIT $3", _IN_FLIGHT, bound, limit)
+    return [r["tenant_id"] for r in rows]

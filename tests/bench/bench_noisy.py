@@ -1,0 +1,315 @@
+"""`./taskw bench:noisy` — not a test. The noisy neighbour: does one tenant's flood delay another tenant's
+allocations?
+
+One durable platform (as bench:saga: sim nodes at zero latency, PostgreSQL with fsync, JetStream with
+``sync_interval: always``), two tenants:
+  B, the quiet one, creates ``vm.1gpu`` allocations at a steady rate (open loop: one POST every 1/rate s,
+    whatever is in flight), each timed from its POST to its ``allocation.evt.activated`` (a core NATS
+    subscription, as bench:saga), then released;
+  A, the noisy one, floods the API from ``--flood-procs`` processes of ``--flood-c`` clients each, as fast as
+    they go: POST an allocation (``fail_fast``), then GET it (or, when the POST was refused, list its
+    allocations), again and again.
+The tenants' GPUs are apart, so the flood is control-plane work and never capacity taken from B: B's
+allocations go to the pool ``quiet`` (``--nodes`` nodes of 16 V100), A's to ``shared`` (one such node) with a
+quota far above it, so every request A sends is accepted and runs its saga; once A's node is full its
+reservations fail at once (``fail_fast``: no capacity) instead of waiting in the scheduler's queue.
+Phases, in order: warm-up (a few of B's); ``alone``: B for ``--seconds``; ``flood``: A's processes start, and
+once they answer, B's same schedule again; then A stops. In the same run: B's p50/p99 alone and under the
+flood and their ratios (target ≤ 1.5), A's requests per second, every status they got and the share answered
+429 (0 when the gateway limits nothing), A's allocations accepted, the requests left waiting in A's saga
+line when the flood stops, and the CPU seconds of every process per phase. The last line is one JSON object.
+
+The flood runs in processes of its own (this module with ``--flood``): in the measuring process it would
+delay B's timings by its own event-loop work. ``--bound`` sets TESSERA_SAGA_TENANT_INFLIGHT for the run
+(unset: the coordinator's default), e.g. ``--bound 100000`` to see the flood without the tenant's line.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import asyncpg
+import nats
+
+from tests.bench.bench_saga import cpu_seconds
+from tests.bench.common import log_problems, pct
+from tooling.client import ApiError, TesseraClient
+from tooling.platform import Platform
+
+TARGET_RATIO = 1.5
+
+
+# --- tenant A: the flood (a process of its own) -----------------------------------------------------------
+
+async def flood(url: str, api_key: str, concurrency: int) -> dict:
+    """Run ``concurrency`` clients of one tenant as fast as they go until SIGTERM; print ``FLOOD_READY`` once
+    the first answers came. Returns the statuses counted per request kind."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    statuses: dict[str, collections.Counter] = {"create": collections.Counter(), "read": collections.Counter()}
+    ready = asyncio.Event()
+
+    async def call(client: TesseraClient, kind: str, method: str, path: str, body=None):
+        try:
+            status, doc, _ = await client.request(method, path, json_body=body, expect=(200, 201, 202))
+        except ApiError as exc:
+            status, doc = exc.status, None
+        except Exception as exc:   # a refused or dropped connection counts too: the generator pushed that hard
+            status, doc = type(exc).__name__, None
+        statuses[kind][str(status)] += 1
+        return doc
+
+    async def client_loop(client: TesseraClient):
+        while not stop.is_set():
+            created = await call(client, "create", "POST", "/v1/allocations",
+                                 {"name": f"flood-{uuid.uuid4().hex[:6]}", "shape": "vm.1gpu", "volume_gb": 0,
+                                  "labels": {}, "fail_fast": True})
+            if created and created.get("id"):
+                await call(client, "read", "GET", f"/v1/allocations/{created['id']}")
+            else:
+                await call(client, "read", "GET", "/v1/allocations?limit=20")
+            ready.set()
+
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [await stack.enter_async_context(TesseraClient(url, api_key)) for _ in range(concurrency)]
+        t0 = time.perf_counter()
+        tasks = [asyncio.create_task(client_loop(c)) for c in clients]
+        await ready.wait()
+        print("FLOOD_READY", flush=True)
+        await stop.wait()
+        wall = time.perf_counter() - t0
+        await asyncio.gather(*tasks)
+    return {"wall_s": wall, "statuses": {k: dict(v) for k, v in statuses.items()}}
+
+
+class Flood:
+    """A's flood processes, started and stopped from the measuring process."""
+
+    def __init__(self, url: str, api_key: str, procs: int, concurrency: int):
+        self.args = [sys.executable, "-m", "tests.bench.bench_noisy", "--flood", url, api_key, str(concurrency)]
+        self.n = procs
+        self.procs: list[asyncio.subprocess.Process] = []
+
+    async def start(self) -> None:
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+        for _ in range(self.n):
+            self.procs.append(await asyncio.create_subprocess_exec(*self.args, stdout=asyncio.subprocess.PIPE, env=env))
+        for p in self.procs:
+            line = await asyncio.wait_for(p.stdout.readline(), 60)
+            if b"FLOOD_READY" not in line:
+                raise RuntimeError(f"a flood process did not start: {line!r}")
+
+    async def stop(self) -> dict:
+        """Stop every process and sum what they counted: requests, wall time, statuses."""
+        for p in self.procs:
+            if p.returncode is None:
+                p.send_signal(signal.SIGTERM)
+        totals: dict[str, collections.Counter] = {"create": collections.Counter(), "read": collections.Counter()}
+        wall = 0.0
+        for p in self.procs:
+            try:
+                out, _ = await asyncio.wait_for(p.communicate(), 60)
+            except asyncio.TimeoutError:
+                p.kill()
+                raise
+            lines = out.decode().strip().splitlines()
+            if p.returncode != 0 or not lines:
+                raise RuntimeError(f"a flood process ended with {p.returncode}: {lines[-3:]}")
+            doc = json.loads(lines[-1])
+            wall = max(wall, doc["wall_s"])
+            for kind, counts in doc["statuses"].items():
+                totals[kind].update(counts)
+        return {"wall_s": wall, "statuses": {k: dict(v) for k, v in totals.items()}}
+
+
+# --- tenant B: the steady tenant, measured --------------------------------------------------------------
+
+class Activations:
+    """Sees ``allocation.activated`` / ``allocation.failed`` of every allocation (a core subscription)."""
+
+    def __init__(self):
+        self.at: dict[str, tuple[float, str]] = {}
+        self.waiters: dict[str, asyncio.Future] = {}
+
+    async def start(self, url: str) -> "Activations":
+        self.nc = await nats.connect(url)
+        for subject in ("allocation.evt.activated", "allocation.evt.failed"):
+            await self.nc.subscribe(subject, cb=self._on_event)
+        return self
+
+    async def _on_event(self, msg) -> None:
+        env = json.loads(msg.data)
+        aid = env["data"]["allocation_id"]
+        self.at.setdefault(aid, (time.perf_counter(), env["type"]))
+        fut = self.waiters.pop(aid, None)
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    async def until(self, allocation_id: str, timeout: float) -> tuple[float, str]:
+        if allocation_id not in self.at:
+            fut = self.waiters[allocation_id] = asyncio.get_running_loop().create_future()
+            await asyncio.wait_for(fut, timeout)
+        return self.at[allocation_id]
+
+    async def close(self) -> None:
+        await self.nc.close()
+
+
+async def steady(client: TesseraClient, seen: Activations, rate: float, seconds: float) -> dict:
+    """B's open loop: one allocation POSTed every 1/rate s for ``seconds``; each timed POST → ACTIVE, split
+    at the 202 (the gateway's part; the rest is the saga's and its participants'), then released once the
+    gateway shows it ACTIVE."""
+    n = max(1, int(rate * seconds))
+
+    async def one() -> tuple[float, float, bool]:
+        t0 = time.perf_counter()
+        a = await client.create_allocation(f"steady-{uuid.uuid4().hex[:6]}", shape="vm.1gpu", pool="quiet")
+        posted = time.perf_counter() - t0
+        at, kind = await seen.until(a["id"], 120)
+        if kind == "allocation.activated":
+            await client.wait_state(a["id"], "ACTIVE", timeout=60)
+            await client.release(a["id"])
+        return at - t0, posted, kind != "allocation.activated"
+
+    tasks = []
+    t0 = time.perf_counter()
+    for i in range(n):
+        delay = t0 + i / rate - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one()))
+    results = await asyncio.gather(*tasks)
+    ms = lambda values, q: round(pct(values, q) * 1000, 1)
+    latencies, posts = [r[0] for r in results], [r[1] for r in results]
+    return {"n": n, "failed": sum(r[2] for r in results), "p50_ms": ms(latencies, 0.5), "p99_ms": ms(latencies, 0.99),
+            "post_p50_ms": ms(posts, 0.5), "post_p99_ms": ms(posts, 0.99),
+            "accepted_to_active_p50_ms": ms([lat - post for lat, post in zip(latencies, posts)], 0.5),
+            "accepted_to_active_p99_ms": ms([lat - post for lat, post in zip(latencies, posts)], 0.99)}
+
+
+class LineWatch:
+    """Samples A's saga line every ``every`` s (the saga's schema): the most sagas in flight and waiting seen,
+    which say whether the line held A back at all."""
+
+    def __init__(self, platform: Platform, tenant_id: str, every: float = 0.25):
+        self.platform, self.tenant_id, self.every = platform, uuid.UUID(tenant_id), every
+        self.max_in_flight = self.max_waiting = self.waiting = 0
+
+    async def sample(self, conn: asyncpg.Connection) -> None:
+        in_flight, self.waiting = await conn.fetchrow(
+            "SELECT (SELECT count(*) FROM saga.sagas WHERE tenant_id=$1 AND kind='allocate' "
+            "AND status IN ('running', 'compensating')), (SELECT count(*) FROM saga.saga_waiting WHERE tenant_id=$1)",
+            self.tenant_id)
+        self.max_in_flight, self.max_waiting = max(self.max_in_flight, in_flight), max(self.max_waiting, self.waiting)
+
+    async def run(self) -> None:
+        conn = await asyncpg.connect(self.platform.database_url)
+        try:
+            while True:
+                await self.sample(conn)
+                await asyncio.sleep(self.every)
+        finally:
+            await conn.close()
+
+
+def spent(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: round(after[k] - before.get(k, 0.0), 1) for k in sorted(after)}
+
+
+async def main(args) -> dict:
+    work = Path(tempfile.mkdtemp(prefix="tessera-bench-noisy-"))
+    print(f"work dir (service logs: logs/): {work}", file=sys.stderr)
+    env = {"TESSERA_LOG_LEVEL": "WARNING"}
+    if args.bound:
+        env["TESSERA_SAGA_TENANT_INFLIGHT"] = str(args.bound)
+    platform = Platform(work, env=env, durable=True)
+    await platform.start()
+    result: dict = {"bound": args.bound or "default", "b_rate_per_s": args.rate, "phase_s": args.seconds,
+                    "flood_processes": args.flood_procs, "flood_clients_per_process": args.flood_c}
+    try:
+        async with platform.admin() as admin:
+            await admin.define_pool("quiet")
+        for i, pool in enumerate(["shared"] + ["quiet"] * args.nodes):
+            await platform.add_node(f"noisy-{i:02d}", "V100", 16, pool=pool, env={"TESSERA_SIM_TOPOLOGY": "dgx2-v100-16"})
+        async with platform.admin() as admin:
+            keys, tenants = {}, {}
+            for name, pool, quota in (("a", "shared", 1_000_000), ("b", "quiet", 16 * args.nodes)):
+                t = await admin.create_tenant(f"noisy-{name}")
+                await admin.set_quota(t["id"], pool, "V100", quota)
+                tenants[name] = t["id"]
+                keys[name] = (await admin.create_user(t["id"], "bench", "tenant_user"))["api_key"]
+        seen = await Activations().start(platform.nats_url)
+        async with TesseraClient(platform.gateway_url, keys["b"]) as b:
+            await steady(b, seen, rate=4, seconds=1)                   # warm-up: connections, consumers, caches
+            c0 = cpu_seconds(platform)
+            alone = await steady(b, seen, args.rate, args.seconds)
+            c1 = cpu_seconds(platform)
+            a = Flood(platform.gateway_url, keys["a"], args.flood_procs, args.flood_c)
+            line = LineWatch(platform, tenants["a"])
+            watching = asyncio.create_task(line.run())
+            try:
+                await a.start()
+                c2 = cpu_seconds(platform)
+                flooded = await steady(b, seen, args.rate, args.seconds)
+            finally:
+                counted = await a.stop()
+                watching.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watching
+            c3 = cpu_seconds(platform)
+        await seen.close()
+    finally:
+        await platform.stop()
+    statuses = counted["statuses"]
+    requests = sum(sum(v.values()) for v in statuses.values())
+    refused = sum(v.get("429", 0) for v in statuses.values())
+    ratio = lambda k: round(flooded[k] / alone[k], 2) if alone[k] else None
+    result.update({
+        "b_alone": alone, "b_flood": flooded,
+        "b_p50_alone_ms": alone["p50_ms"], "b_p99_alone_ms": alone["p99_ms"],
+        "b_p50_flood_ms": flooded["p50_ms"], "b_p99_flood_ms": flooded["p99_ms"],
+        "b_accepted_to_active_p50_ms": [alone["accepted_to_active_p50_ms"], flooded["accepted_to_active_p50_ms"]],
+        "b_accepted_to_active_p99_ms": [alone["accepted_to_active_p99_ms"], flooded["accepted_to_active_p99_ms"]],
+        "ratio_p50": ratio("p50_ms"), "ratio_p99": ratio("p99_ms"), "target_ratio": TARGET_RATIO,
+        "a_requests": requests, "a_requests_per_s": round(requests / counted["wall_s"], 1),
+        "a_statuses": statuses, "a_429_share": round(refused / requests, 4) if requests else 0.0,
+        "a_allocations_accepted": statuses["create"].get("202", 0),
+        "a_sagas_in_flight_max": line.max_in_flight, "a_waiting_in_saga_line_max": line.max_waiting,
+        "a_waiting_in_saga_line_at_end": line.waiting,
+        "cpu_s_alone": spent(c0, c1), "cpu_s_flood": spent(c2, c3),
+        "service_log_lines": log_problems(list((work / "logs").glob("*.log"))),
+    })
+    result["met"] = {k: result[k] is not None and result[k] <= TARGET_RATIO for k in ("ratio_p50", "ratio_p99")}
+    return result
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 5 and sys.argv[1] == "--flood":
+        print(json.dumps(asyncio.run(flood(sys.argv[2], sys.argv[3], int(sys.argv[4])))))
+        sys.exit(0)
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rate", type=float, default=2.0, help="B's allocations per second")
+    ap.add_argument("--seconds", type=float, default=30.0, help="length of each phase")
+    ap.add_argument("--flood-procs", type=int, default=2, help="A's load-generating processes")
+    ap.add_argument("--flood-c", type=int, default=8, help="A's concurrent clients per process")
+    ap.add_argument("--nodes", type=int, default=2, help="B's sim nodes of 16 V100 each (A has one of its own)")
+    ap.add_argument("--bound", type=int, default=0, help="TESSERA_SAGA_TENANT_INFLIGHT for the run (0: default)")
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    out = asyncio.run(main(args))
+    out["bench_wall_s"] = round(time.perf_counter() - t0, 1)
+    for k, v in out.items():
+        print(f"{k:32s} {v}")
+    print(json.dumps(out))
