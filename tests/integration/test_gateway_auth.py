@@ -6,6 +6,7 @@ import uuid
 
 import jwt
 
+from services.gateway.domain.credentials import signing_secret
 from services.gateway.http.auth import TokenIssuer
 from services.gateway.domain.model import Principal
 from tests.support.gateway import ADMIN_KEY, TOKEN_SECRET, Client
@@ -22,7 +23,9 @@ async def test_api_key_exchanges_for_a_bearer_token_carrying_user_tenant_and_rol
     r = await api.anonymous().post("/v1/auth/token", headers={"Authorization": f"ApiKey {user['api_key']}"})
     assert r.status == 200
     assert r.body["token_type"] == "Bearer" and r.body["expires_in"] == 900
-    claims = jwt.decode(r.body["access_token"], TOKEN_SECRET, algorithms=["HS256"], audience="tessera-api")
+    kid = jwt.get_unverified_header(r.body["access_token"])["kid"]    # signed with the current signing key
+    claims = jwt.decode(r.body["access_token"], signing_secret(TOKEN_SECRET, kid), algorithms=["HS256"],
+                        audience="tessera-api")
     assert claims["sub"] == user["id"] and claims["tid"] == tenant_id and claims["role"] == "tenant_admin"
     assert claims["exp"] - claims["iat"] == 900
     # only the hash of the key is stored

@@ -16,6 +16,7 @@ from services.gateway.http.inputs import MAX_JSON_DEPTH, json_depth, parse_value
 from services.gateway.http.openapi import ENDPOINTS, document
 from services.gateway.http.problems import ProblemError, field_errors
 from services.gateway.http.schemas.allocations import AllocationCreate
+from services.gateway.http.schemas.api_keys import ApiKeyCreate, UserPatch
 from services.gateway.http.schemas.base import MULTI_LINE, Body, integer
 from services.gateway.http.schemas.bmc import BmcSet
 from services.gateway.http.schemas.identity import TenantCreate, UserCreate
@@ -28,6 +29,8 @@ from services.gateway.http.schemas.shapes import ShapeDefinition
 from services.gateway.http.schemas.ssh_keys import SshKeyCreate
 from services.gateway.http.schemas.billing import PriceListPut
 from services.gateway.http.schemas.budgets import BudgetSet, SpendCapSet
+from services.gateway.http.schemas.policies import PolicyCreate, PolicyEvaluate, PolicyReplace
+from services.gateway.http.schemas.rate_limits import RateLimitsSet
 from services.gateway.http.schemas.volumes import AttachmentCreate, StorageQuotaSet, VolumeCreate, VolumeResize
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE2ZZdnE/RtlHeGDHHC2CVZeBzgkzYhgCfhP2TXh3PAj ada@example"
@@ -68,10 +71,23 @@ VALID = {
     BudgetSet: {"amount_minor": 100_000, "currency": "USD", "thresholds": [{"percent": 80, "basis": "forecast"}],
                 "webhook_url": "https://hooks.example.com/tessera?team=ml", "webhook_secret": "signing-key-0123456789"},
     SpendCapSet: {"amount_minor": 500_000, "currency": "EUR"},
+    ApiKeyCreate: {"name": "ci runner", "expires_in_s": 86400},
+    UserPatch: {"disabled": True},
+    PolicyCreate: {"scope": "tenant", "tenant_id": str(uuid.uuid4()), "name": "two-gpus", "description": "at most 2",
+                   "text": '@reason("at most 2 GPUs")\nforbid (principal, action, resource is Tessera::Allocation)\n'
+                           'when { resource.gpu_count > 2 };', "enabled": True},
+    PolicyReplace: {"name": "two-gpus", "description": "at most 2", "enabled": False,
+                    "text": "forbid (principal, action, resource is Tessera::Allocation)\nwhen { resource.spot };"},
+    PolicyEvaluate: {"operation": "createAllocation", "role": "tenant_user", "tenant_id": str(uuid.uuid4()),
+                     "resource": {"shape": "vm.8gpu", "spot": False}, "tags": {"team": "ml"},
+                     "candidate": "forbid (principal, action, resource);"},
+    RateLimitsSet: {"read_per_s": 50, "read_burst": 100, "write_per_s": 10, "write_burst": 20, "user_read_per_s": 20,
+                    "user_read_burst": 40, "user_write_per_s": 5, "user_write_burst": 10, "sse_connections": 8},
     BmcSet: {"url": "https://10.0.0.5", "system_id": "/redfish/v1/Systems/1", "username": "root", "password": "calvin",
              "verify_tls": True, "ca_bundle": "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmg\n-----END CERTIFICATE-----\n"},
 }
-MULTI_LINE_FIELDS = {(NodePatch, "reason"), (PoolDefinition, "description")}
+MULTI_LINE_FIELDS = {(NodePatch, "reason"), (PoolDefinition, "description"), (PolicyCreate, "text"),
+                     (PolicyReplace, "text"), (PolicyEvaluate, "candidate")}
 REFUSED = ["\x00", "\x01", "\x1b", "\x1f", "\x7f", "\x85", "\x9f", "\ud800", "\udfff"]
 
 

@@ -88,6 +88,25 @@ _VOLUME = _obj("volumes_view", "id = $1", "name", "storage_class", "size_bytes",
                "attachments", "version")
 _BUDGET = _obj("budgets_view", "tenant_id = $1", "amount_minor", "currency", "thresholds", "webhook_url", "version")
 _SPEND_CAP = _obj("tenant_spend_caps", "tenant_id = $1", "amount_minor", "currency", "set_by", "set_at")
+_POLICY = _obj("policies", "id = $1 AND ($2::uuid IS NULL OR tenant_id = $2)", "scope", "tenant_id", "name", "version",
+               "enabled", "text")
+
+
+_RATE_LIMITS = _obj("tenant_rate_limits", "tenant_id = $1", "read_per_s", "read_burst", "write_per_s", "write_burst",
+                    "user_read_per_s", "user_read_burst", "user_write_per_s", "user_write_burst", "sse_connections",
+                    "set_by", "set_at")
+_API_KEY = ("SELECT jsonb_build_object('id', k.id, 'name', k.name, 'expires_at', k.expires_at, 'revoked_at', "
+            "k.revoked_at) FROM api_keys k JOIN users u ON u.id = k.user_id "
+            "WHERE u.tenant_id = $1 AND k.user_id = $2 AND k.id = $3")
+_USER = _obj("users", "tenant_id = $1 AND id = $2", "name", "role", "disabled_at")
+
+
+def _api_key(params: dict[str, str], _principal) -> tuple:
+    return uuid.UUID(params["tenant_id"]), uuid.UUID(params["user_id"]), params["key_id"]
+
+
+def _policy(params: dict[str, str], principal) -> tuple:
+    return uuid.UUID(params["policy_id"]), principal.tenant_id   # a tenant admin reads its own tenant's only
 
 STATE_READERS: dict[str, Callable[..., Awaitable[dict | None]]] = {
     "deleteSshKey": StateReader(_obj("ssh_keys", "user_id = $1 AND name = $2", "name", "key_type", "fingerprint",
@@ -119,5 +138,11 @@ STATE_READERS: dict[str, Callable[..., Awaitable[dict | None]]] = {
     "putBudget": StateReader(_BUDGET, _ids("tenant_id")),
     "deleteBudget": StateReader(_BUDGET, _ids("tenant_id")),
     "putSpendCap": StateReader(_SPEND_CAP, _ids("tenant_id")),
+    "replacePolicy": StateReader(_POLICY, _policy),
+    "revokeApiKey": StateReader(_API_KEY, _api_key),
+    "putRateLimits": StateReader(_RATE_LIMITS, _ids("tenant_id")),
+    "deleteRateLimits": StateReader(_RATE_LIMITS, _ids("tenant_id")),
+    "updateUser": StateReader(_USER, _ids("tenant_id", "user_id")),
+    "deletePolicy": StateReader(_POLICY, _policy),
     "deleteSpendCap": StateReader(_SPEND_CAP, _ids("tenant_id")),
 }

@@ -24,6 +24,7 @@ from ..http.ratelimit import rate_limit_middleware
 from ..http.state import GATEWAY, Gateway
 from ..http.telemetry import telemetry_middleware
 from ..settings import GatewaySettings
+from .credentials import credential_state
 
 log = structlog.get_logger()
 
@@ -62,5 +63,6 @@ def create_app(rt: Runtime, config: GatewaySettings, app: web.Application | None
     answer_parser_errors_with_problems(app)   # aiohttp's own answers to unparsable requests: problem+json too
     app.cleanup_ctx.append(_bootstrap_admin)
     app.cleanup_ctx.append(_listen)
+    app.cleanup_ctx.append(credential_state)   # signing keys, revocation list (docs/credentials.md)
     app.on_shutdown.append(gw.streams.close_all)
     return app

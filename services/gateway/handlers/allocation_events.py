@@ -18,7 +18,7 @@ from ..http.endpoint import EVENT_STREAM, Endpoint, Param
 from ..http.inputs import header_value, path_uuid
 from ..http.problems import not_found
 from ..http.schemas.base import text
-from ..http.sse import KEEPALIVE, event_bytes, open_stream
+from ..http.sse import KEEPALIVE, event_bytes, open_stream, tenant_stream
 from ..http.state import Gateway, gateway_of
 
 log = structlog.get_logger()
@@ -63,13 +63,14 @@ async def allocation_events(request: web.Request) -> web.StreamResponse:
         if await repo.get(conn, allocation_id, p.tenant_id) is None:
             raise not_found("allocation")
         last_seq = await _resume_after(conn, allocation_id, header_value(request, LAST_EVENT_ID))
-    resp = await open_stream(request)
-    try:
-        await _pump(gw, resp, allocation_id, last_seq)
-    except (ConnectionResetError, ConnectionAbortedError):
-        pass  # the client left
-    except Exception as exc:  # the response has started: a problem document can no longer be sent
-        log.error("sse.allocation_stream_failed", allocation_id=str(allocation_id), error=repr(exc))
+    async with tenant_stream(gw, p.tenant_id):   # a 429 when the tenant holds as many streams as it may
+        resp = await open_stream(request)
+        try:
+            await _pump(gw, resp, allocation_id, last_seq)
+        except (ConnectionResetError, ConnectionAbortedError):
+            pass  # the client left
+        except Exception as exc:  # the response has started: a problem document can no longer be sent
+            log.error("sse.allocation_stream_failed", allocation_id=str(allocation_id), error=repr(exc))
     return resp
 
 
@@ -78,5 +79,7 @@ ENDPOINTS = [
              "Stream the allocation's events (server-sent events)", "allocations", {200: EVENT_STREAM},
              params=(ALLOCATION_ID, LAST_EVENT_ID), errors=(401, 403, 404),
              description="Replays the stored events, then sends new ones as they are projected. Each event's `id` is "
-                         "the event id, `event` its type and `data` its envelope (JSON)."),
+                         "the event id, `event` its type and `data` its envelope (JSON). A tenant holds at most "
+                         "TESSERA_SSE_PER_TENANT streams open at once (all its users together): one more is a 429 "
+                         "`too-many-streams`."),
 ]

@@ -1,20 +1,24 @@
 """Authentication: API key → short-lived HS256 JWT, and the bearer check on every other /v1 route.
 
-A token carries the user id (``sub``), tenant id (``tid``, null for provider admins)
-and role; it is verified by signature and expiry only (no database read per request),
-which is why it lives minutes, not days.
+A token carries the user id (``sub``), tenant id (``tid``, null for provider admins), role and the id of the API
+key it was issued for (``akid``); its header names the signing key (``kid``). It is verified by signature and
+expiry, then against the revocation list this process holds in memory (http/credentials.py: revoked API keys and
+disabled users, reloaded when a ``gateway.credential_revoked`` event arrives and every few seconds), so no
+database read per request, and a revoked key's or disabled user's tokens stop at once (docs/credentials.md).
 """
 from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import jwt
 import structlog
 from aiohttp import web
 
+from ..domain.credentials import signing_secret
 from ..domain.model import Principal
+from .credentials import CredentialCache
 from .problems import ProblemError, forbidden
 
 PRINCIPAL = web.RequestKey("principal", Principal)
@@ -30,33 +34,91 @@ def unauthorized(detail: str, scheme: str = "Bearer") -> ProblemError:
     return ProblemError(401, detail, headers={"WWW-Authenticate": f'{scheme} realm="tessera"'})
 
 
+class UnknownSigningKey(ProblemError):
+    """The token names a signing key this process does not know (yet: a rotation elsewhere, or never)."""
+
+    def __init__(self) -> None:
+        super().__init__(401, "the access token is not valid",
+                         headers={"WWW-Authenticate": 'Bearer realm="tessera"'})
+
+
 @dataclass(frozen=True)
 class TokenIssuer:
-    """Signs and verifies access tokens with one shared secret."""
+    """Signs and verifies access tokens: with the current signing key (its kid in the header), verifying with any
+    key still in its grace; the revocation list refuses tokens of revoked keys and disabled users
+    (``authenticate``). Until ``cache`` is loaded (a process without database) the plain secret signs, no kid."""
 
     secret: str
     ttl_s: int
+    cache: CredentialCache = field(default_factory=CredentialCache, compare=False, repr=False)
 
-    def issue(self, principal: Principal, now: float | None = None) -> str:
+    def mint(self, principal: Principal, now: float | None = None, not_after: float | None = None) -> tuple[str, int]:
+        """A token and its lifetime in seconds: ``ttl_s``, or less when ``not_after`` (its API key's expiry) is
+        sooner."""
         iat = int(now if now is not None else time.time())
+        exp = iat + self.ttl_s if not_after is None else min(iat + self.ttl_s, int(not_after))
         claims = {"iss": _ISSUER, "aud": _AUDIENCE, "sub": str(principal.user_id), "role": principal.role,
                   "tid": str(principal.tenant_id) if principal.tenant_id else None, "akid": principal.api_key_id,
-                  "iat": iat, "exp": iat + self.ttl_s, "jti": uuid.uuid4().hex}
-        return jwt.encode(claims, self.secret, algorithm="HS256")
+                  "iat": iat, "exp": exp, "jti": uuid.uuid4().hex}
+        key = self.cache.keyring.current
+        if key is None:
+            return jwt.encode(claims, self.secret, algorithm="HS256"), exp - iat
+        return jwt.encode(claims, signing_secret(self.secret, key.kid), algorithm="HS256",
+                          headers={"kid": key.kid}), exp - iat
 
-    def verify(self, token: str) -> Principal:
-        """The token's principal. Raises ProblemError(401) for a bad signature, expiry or shape."""
+    def issue(self, principal: Principal, now: float | None = None) -> str:
+        return self.mint(principal, now)[0]
+
+    def claims(self, token: str) -> dict:
+        """The token's verified claims. Raises ProblemError(401) for a bad signature, expiry or shape, or a token
+        without kid made after signing keys existed; UnknownSigningKey (a 401) for a well-signed token whose kid
+        this process does not accept (not yet loaded: a rotation elsewhere; or retired too long ago). The
+        signature is checked first (a kid's secret is derived), so only our own tokens can ask for a reload."""
+        keyring = self.cache.keyring
         try:
-            claims = jwt.decode(token, self.secret, algorithms=["HS256"], audience=_AUDIENCE, issuer=_ISSUER,
+            kid = jwt.get_unverified_header(token).get("kid")
+            if kid is not None and not isinstance(kid, str):
+                raise jwt.InvalidTokenError("kid")
+            key = self.secret if kid is None else signing_secret(self.secret, kid)
+            claims = jwt.decode(token, key, algorithms=["HS256"], audience=_AUDIENCE, issuer=_ISSUER,
                                 options={"require": ["exp", "iat", "sub", "role"]})
-            tid = claims.get("tid")
-            akid = claims.get("akid")
-            return Principal(uuid.UUID(claims["sub"]), uuid.UUID(tid) if tid else None, claims["role"],
-                             akid if isinstance(akid, str) else None)
         except jwt.ExpiredSignatureError:
             raise unauthorized("the access token has expired") from None
         except (jwt.InvalidTokenError, ValueError, TypeError, KeyError):
             raise unauthorized("the access token is not valid") from None
+        if kid is None and not keyring.accepts_legacy(claims["iat"]):
+            raise unauthorized("the access token is not valid")
+        if kid is not None and not keyring.verifies(kid, time.time(), self.ttl_s):
+            raise UnknownSigningKey()
+        return claims
+
+    def verify(self, token: str) -> Principal:
+        """The token's principal (signature and expiry only: no revocation list). Raises ProblemError(401)."""
+        return _principal(self.claims(token))
+
+    async def authenticate(self, token: str) -> Principal:
+        """``verify``, with the signing keys and revocation list current: a token of a revoked API key or a
+        disabled user is refused (401). May read the database (a stale list, an unknown kid)."""
+        await self.cache.fresh()
+        try:
+            claims = self.claims(token)
+        except UnknownSigningKey:
+            await self.cache.reload()   # a rotation this replica has not heard of yet?
+            claims = self.claims(token)
+        principal = _principal(claims)
+        if self.cache.revocations.refuses(principal.user_id, principal.api_key_id, claims["iat"]):
+            raise unauthorized("the access token has been revoked")
+        return principal
+
+
+def _principal(claims: dict) -> Principal:
+    try:
+        tid = claims.get("tid")
+        akid = claims.get("akid")
+        return Principal(uuid.UUID(claims["sub"]), uuid.UUID(tid) if tid else None, claims["role"],
+                         akid if isinstance(akid, str) else None)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        raise unauthorized("the access token is not valid") from None
 
 
 def credentials(request: web.Request, scheme: str) -> str:
@@ -76,7 +138,7 @@ def auth_middleware(tokens: TokenIssuer):
         """Every /v1 route but the token exchange needs a valid bearer token."""
         if not request.path.startswith("/v1/") or request.path in PUBLIC_PATHS:
             return await handler(request)
-        principal = tokens.verify(credentials(request, "Bearer"))
+        principal = await tokens.authenticate(credentials(request, "Bearer"))
         request[PRINCIPAL] = principal
         with structlog.contextvars.bound_contextvars(user_id=str(principal.user_id),
                                                      tenant_id=str(principal.tenant_id) if principal.tenant_id else None):

@@ -22,6 +22,8 @@ from .schemas.base import Body, FieldError
 MAX_BODY_BYTES = 64 * 1024
 # the parsed JSON body, as the handler read it (the audit middleware records a PUT/PATCH body from it)
 JSON_BODY = web.RequestKey("json_body", dict)
+# why the body could not be read, once it was tried (the policy middleware reads it before the handler does)
+BODY_ERROR = web.RequestKey("body_error", ProblemError)
 MAX_JSON_DEPTH = 32
 B = TypeVar("B", bound=Body)
 
@@ -64,7 +66,20 @@ def _malformed(detail: str) -> ProblemError:
 
 async def read_json_object(request: web.Request) -> dict:
     """The body as a JSON object. Raises 415 (not JSON), 413 (over 64 KiB), 400 (not parseable, or nested deeper
-    than MAX_JSON_DEPTH), 422 (not an object)."""
+    than MAX_JSON_DEPTH), 422 (not an object). Read once per request: a second call answers the same (the body, or
+    the same error), so the policy middleware and the handler both read it."""
+    if JSON_BODY in request:
+        return request[JSON_BODY]
+    if BODY_ERROR in request:
+        raise request[BODY_ERROR]
+    try:
+        return await _read_json_object(request)
+    except ProblemError as exc:
+        request[BODY_ERROR] = exc
+        raise
+
+
+async def _read_json_object(request: web.Request) -> dict:
     if not _is_json(request.content_type):
         raise ProblemError(415, f"send application/json, not {request.content_type or 'nothing'}")
     if request.charset not in (None, "utf-8", "utf8"):

@@ -15,6 +15,7 @@ from pydantic.json_schema import models_json_schema
 from ..handlers import ENDPOINTS as API_ENDPOINTS
 from .endpoint import EVENT_STREAM, NDJSON, TEXT_CSV, TEXT_HTML, TEXT_PLAIN, Endpoint, Param
 from .problems import _TITLES, PROBLEM_JSON
+from .ratelimit import RATE_LIMITED_HEADERS
 from .schemas.base import ApiJsonSchema, Problem
 
 _REF = "#/components/schemas/{model}"
@@ -30,8 +31,15 @@ OPENAPI = Endpoint("GET", "/openapi.json", serve_openapi, "getOpenApi", "This Op
 ENDPOINTS = [*API_ENDPOINTS, OPENAPI]
 
 
+def _judged(e: Endpoint) -> bool:
+    """Whether policy may refuse the operation (http/policy.py: every mutating /v1 operation but a few)."""
+    from .policy import MUTATING, NOT_JUDGED
+    return e.method in MUTATING and e.path.startswith("/v1/") and e.operation_id not in NOT_JUDGED
+
+
 def _models(endpoints: list[Endpoint]) -> list[type[BaseModel]]:
-    found: list[type[BaseModel]] = [Problem]
+    from .policy import PolicyDeniedProblem
+    found: list[type[BaseModel]] = [Problem, PolicyDeniedProblem]
     for e in endpoints:
         for m in [e.body, *e.responses.values(), *(m for ms in e.problems.values() for m in ms)]:
             if isinstance(m, type) and issubclass(m, BaseModel) and m not in found:
@@ -74,8 +82,17 @@ def _operation(e: Endpoint, ref) -> dict:
     if e.body is not None:
         op["requestBody"] = {"required": True, "content": {"application/json": {"schema": ref(e.body)}}}
     responses = {str(status): _response(target, ref) for status, target in e.responses.items()}
-    for status in (*e.errors, 500):
-        responses[str(status)] = _problem(status, e.problems.get(status, (Problem,)), ref)
+    limited = e.path.startswith("/v1/")     # every API operation may be refused for its rate (http/ratelimit.py)
+    problems = dict(e.problems)
+    errors = list(e.errors)
+    if _judged(e):                          # and every judged one by a policy (a 403 naming it)
+        from .policy import PolicyDeniedProblem
+        problems[403] = (*problems.get(403, (Problem,)), PolicyDeniedProblem)
+        errors += [] if 403 in errors else [403]
+    for status in (*errors, *((429,) if limited else ()), 500):
+        responses[str(status)] = _problem(status, problems.get(status, (Problem,)), ref)
+    if limited:
+        responses["429"].update(description="Too many requests", headers=RATE_LIMITED_HEADERS)
     if 401 in e.errors:
         responses["401"]["headers"] = _headers({"WWW-Authenticate": "The scheme to authenticate with."})
     for status, described in e.headers.items():

@@ -23,11 +23,13 @@ _BASE = "https://tessera.io/problems/"
 _TITLES = {
     400: "Bad request", 401: "Unauthorized", 403: "Forbidden", 404: "Not found", 405: "Method not allowed",
     409: "Conflict", 413: "Content too large", 415: "Unsupported media type", 422: "Unprocessable content",
+    429: "Too many requests",
     500: "Internal server error", 502: "Bad gateway", 503: "Service unavailable", 504: "Gateway timeout",
 }
 _SLUGS = {
     400: "bad-request", 401: "unauthorized", 403: "forbidden", 404: "not-found", 405: "method-not-allowed",
     409: "conflict", 413: "content-too-large", 415: "unsupported-media-type", 422: "validation-error",
+    429: "rate-limited",
     500: "internal-error", 502: "bad-gateway", 503: "unavailable", 504: "gateway-timeout",
 }
 

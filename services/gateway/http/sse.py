@@ -4,18 +4,25 @@ One LISTEN connection per process receives the projection's NOTIFY (payload: the
 allocation id) and sets the wake-up event of each stream watching that allocation.
 Streams also re-read on a timer, so a lost notification (listener reconnecting)
 delays an event, never drops it.
+
+A tenant's open streams are bounded across replicas (``tenant_stream``): each holds a lease row in PostgreSQL,
+renewed while it is open and deleted when it ends; a replica that dies leaves leases that expire.
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
+import uuid
 from collections import defaultdict
 from typing import AsyncIterator, Callable, Iterator
 
 import asyncpg
 import structlog
 from aiohttp import web
+
+from ..adapters import rate_limits as leases
+from .problems import ProblemError
 
 log = structlog.get_logger()
 
@@ -101,3 +108,43 @@ class AllocationEventHub:
             with contextlib.suppress(Exception):
                 await conn.remove_listener(self.channel, self._notified)
             await pool.release(conn)
+
+
+class TooManyStreams(ProblemError):
+    def __init__(self, open_streams: int, limit: int, retry_after_s: int):
+        super().__init__(429, f"the tenant has {open_streams} event streams open, its limit is {limit}: close one "
+                              "first", slug="too-many-streams", title="Too many requests",
+                         headers={"Retry-After": str(retry_after_s)})
+
+
+@contextlib.asynccontextmanager
+async def tenant_stream(gw, tenant_id: uuid.UUID) -> AsyncIterator[None]:
+    """Hold one of the tenant's event-stream places (TESSERA_SSE_PER_TENANT, or the tenant's override) while the
+    context is open, all replicas counted; raises TooManyStreams (429) when none is free. The lease is renewed
+    every third of its life and released on exit."""
+    lease_id, ttl = uuid.uuid4(), gw.config.sse_lease_s
+    async with gw.pool.acquire() as conn:
+        granted, open_streams, limit = await leases.acquire_stream(conn, tenant_id, lease_id, gw.config.sse_per_tenant, ttl)
+    if not granted:   # a closed stream's place frees when its replica notices, at its next keepalive at the latest
+        raise TooManyStreams(open_streams, limit, max(1, round(gw.config.stream_poll_s)))
+
+    async def renew() -> None:
+        while True:
+            await asyncio.sleep(ttl / 3)
+            try:
+                async with gw.pool.acquire() as conn:
+                    await leases.renew_stream(conn, tenant_id, lease_id, ttl)
+            except (asyncpg.PostgresError, OSError) as exc:   # tried again next round, well before it expires
+                log.warning("sse.lease_renewal_failed", error=repr(exc))
+
+    renewing = asyncio.create_task(renew())
+    try:
+        yield
+    finally:
+        renewing.cancel()
+        await asyncio.wait({renewing})   # a renewal in flight ends before the release (it would write the lease again)
+        try:
+            async with gw.pool.acquire() as conn:
+                await leases.release_stream(conn, lease_id)
+        except (asyncpg.PostgresError, OSError) as exc:   # it expires on its own
+            log.warning("sse.lease_release_failed", error=repr(exc))

@@ -22,7 +22,7 @@ class AuditRecord(Out):
     user_id: uuid.UUID | None = Field(description="The authenticated user; null for an unauthenticated request.")
     role: str | None
     action: str = Field(description="The operationId of the route.")
-    method: Literal["POST", "PUT", "PATCH", "DELETE"]
+    method: Literal["POST", "PUT", "PATCH", "DELETE", "GET"] = Field(description="GET: an audited read (a console, an export).")
     path: str
     target_type: str
     target_id: str | None
