@@ -232,11 +232,19 @@ async def main(args) -> dict:
     work = Path(tempfile.mkdtemp(prefix="tessera-bench-noisy-"))
     print(f"work dir (service logs: logs/): {work}", file=sys.stderr)
     env = {"TESSERA_LOG_LEVEL": "WARNING"}
+    if args.write_per_s:       # the rate limits a provider sizes to its control plane (both tenants alike)
+        for scope in ("TENANT", "USER"):
+            env.update({f"TESSERA_RATE_{scope}_WRITE_PER_S": str(args.write_per_s),
+                        f"TESSERA_RATE_{scope}_WRITE_BURST": str(2 * args.write_per_s),
+                        f"TESSERA_RATE_{scope}_READ_PER_S": str(args.read_per_s),
+                        f"TESSERA_RATE_{scope}_READ_BURST": str(2 * args.read_per_s)})
     if args.bound:
         env["TESSERA_SAGA_TENANT_INFLIGHT"] = str(args.bound)
     platform = Platform(work, env=env, durable=True)
     await platform.start()
     result: dict = {"bound": args.bound or "default", "b_rate_per_s": args.rate, "phase_s": args.seconds,
+                    "rate_limits": {"write_per_s": args.write_per_s, "read_per_s": args.read_per_s}
+                    if args.write_per_s else "defaults",
                     "flood_processes": args.flood_procs, "flood_clients_per_process": args.flood_c}
     try:
         async with platform.admin() as admin:
@@ -306,6 +314,9 @@ if __name__ == "__main__":
     ap.add_argument("--flood-c", type=int, default=8, help="A's concurrent clients per process")
     ap.add_argument("--nodes", type=int, default=2, help="B's sim nodes of 16 V100 each (A has one of its own)")
     ap.add_argument("--bound", type=int, default=0, help="TESSERA_SAGA_TENANT_INFLIGHT for the run (0: default)")
+    ap.add_argument("--write-per-s", type=int, default=5,
+                    help="every tenant's and user's writes/s (burst twice that); 0: the gateway's defaults")
+    ap.add_argument("--read-per-s", type=int, default=20, help="every tenant's and user's reads/s (burst twice that)")
     args = ap.parse_args()
     t0 = time.perf_counter()
     out = asyncio.run(main(args))

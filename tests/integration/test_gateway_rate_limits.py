@@ -139,3 +139,25 @@ async def test_an_expired_lease_of_a_dead_replica_does_not_count(gateway):
                             headers={"Authorization": f"Bearer {client.token}"}) as resp:
         assert resp.status == 200
         assert await api.scalar("SELECT count(*) FROM sse_leases WHERE tenant_id=$1", uuid.UUID(tenant_id)) == 1
+
+
+async def test_a_refused_flood_is_answered_from_memory_and_leaves_no_audit_rows(gateway, monkeypatch):
+    """Once a bucket is empty the replica refuses without asking the database until a token is due (exact:
+    tokens only come from time), and a 429 changed nothing, so it is not in the audit chain."""
+    from services.gateway.http import ratelimit
+    asked = []
+    take = ratelimit.repo.take_member
+
+    async def counted(*args, **kwargs):
+        asked.append(1)
+        return await take(*args, **kwargs)
+    monkeypatch.setattr(ratelimit.repo, "take_member", counted)
+    api = await gateway(rate_tenant_write_per_s=1, rate_tenant_write_burst=1)
+    member, tenant = await api.tenant_user()
+    statuses = [(await member.post("/v1/networks", {})).status for _ in range(6)]
+    assert statuses[0] == 422 and statuses[1:] == [429] * 5, statuses     # the one token, then refusals
+    assert len(asked) < len(statuses), asked          # refusals within the empty second came from memory
+    async with api.rt.pool.acquire() as conn:
+        recorded = await conn.fetchval("SELECT count(*) FROM audit_log WHERE tenant_id = $1 AND status = 429",
+                                       uuid.UUID(tenant))
+    assert recorded == 0

@@ -67,6 +67,12 @@ class BucketState:
         return max(1, math.ceil((1 - self.tokens) / self.limit.per_s))
 
     @property
+    def empty_for_s(self) -> float:
+        """Seconds until the bucket holds a token again, exactly (0 when it holds one): no request of anyone can
+        take a token from it before then, whatever any replica does (tokens only come from time)."""
+        return 0.0 if self.tokens >= 1 else (1 - self.tokens) / self.limit.per_s
+
+    @property
     def window_s(self) -> int:
         return max(1, math.ceil(self.limit.burst / self.limit.per_s))
 

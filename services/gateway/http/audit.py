@@ -205,6 +205,8 @@ async def audit_middleware(request: web.Request, handler) -> web.StreamResponse:
     except asyncio.CancelledError:     # the server stops mid-request: whether it changed anything is unknown
         await asyncio.shield(_record(request, None, 499, received, started))
         raise
+    if resp.status == 429:   # refused for its rate before anything ran: counted, not recorded (a flood would
+        return resp          # otherwise grow the chain by a row per refusal: docs/audit.md)
     change = await _change(request, reader, before, resp.status)
     if await _record(request, resp, resp.status, received, started, change) or resp.prepared:
         return resp      # a streamed answer (a followed console, an export) is already sent: logged and counted
