@@ -5,7 +5,12 @@ status codes, content types, headers and schemas, invalid data refused, valid da
 
 What the fuzzer is told beyond the document (and why that is not a weaker check):
   * credentials: a provider admin for the provider's operations, a tenant admin for the tenant's (security schemes
-    are not generated: the server would only answer 401, which tests nothing);
+    are not generated: the server would only answer 401, which tests nothing); then three more runs call every
+    operation as a provider admin, a tenant admin and a tenant user (fewer examples each): a role an operation is
+    not for must be refused as the document says (403 or 404), and one it is for must work;
+  * the rules JSON Schema cannot state, mended in a valid body: a tenant that exists, a price list that takes
+    effect in the future with one price per selector set (a shape price names no model or pool), a tenant policy
+    that names its tenant and a provider policy that names none;
   * the live state a valid request refers to, as a client would know it (Schemathesis' "seed known data"): ids of
     things that exist (for half of the valid requests; the others keep their random ids and get 404s), the shape
     names GET /v1/shapes lists (an unknown shape is a documented 422), the storage class GET /v1/storage-classes
@@ -29,9 +34,10 @@ import time
 import uuid
 import zlib
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import hypothesis
+import pytest
 import requests
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
@@ -52,6 +58,7 @@ from tests.support.gateway import ADMIN_KEY, project
 SEED = 20261123
 POLICY_TEXT = "forbid (principal, action, resource is Tessera::Allocation) when { resource.gpu_count > 8 };"
 FUZZ_EXAMPLES = 25            # fuzzed cases per operation and mode (valid, invalid), after the coverage cases
+OTHER_ROLE_EXAMPLES = 6       # the same, for a role the operation is not meant for (answers: 403s and 404s)
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance,
           response_schema_conformance, negative_data_rejection, positive_data_acceptance]
 STREAMS = {"streamAllocationEvents", "streamOpsEvents"}
@@ -76,6 +83,8 @@ class World:
     tenant_admin: str
     ids: dict[str, str]                                 # path parameter -> a value naming something that exists
     shapes: list[str]
+    tenant_user: str = ""
+    role: str = "natural"                               # natural: each operation's own role; else one role for all
     failures: list[str] = field(default_factory=list)
     calls: int = 0
 
@@ -85,6 +94,8 @@ class World:
             return f"ApiKey {ADMIN_KEY}"
         if op_id == "getOpenApi":
             return None
+        if self.role != "natural":
+            return {"provider_admin": self.admin, "tenant_admin": self.tenant_admin, "tenant_user": self.tenant_user}[self.role]
         return self.admin if tag in PROVIDER_TAGS or op_id in PROVIDER_OPERATIONS else self.tenant_admin
 
 
@@ -92,10 +103,11 @@ async def _world(api, nc) -> World:
     admin = await api.admin()
     tenant_id = await api.new_tenant()
     owner, user = await api.new_user(tenant_id, "tenant_admin")
-    _, member = await api.new_user(tenant_id)   # the {user_id} of the user routes: disabling it leaves the fuzzer be
+    member_client, member = await api.new_user(tenant_id)   # the {user_id} of the user routes (disabling it leaves
+    # the fuzzing callers be), and the tenant user of the tenant-user run
     await project(api, nc, "storage.classes_announced", {"classes": [FUZZ_CLASS], "default_quota_bytes": MAX_QUOTA_BYTES,
                                                           "default_quota_volumes": MAX_QUOTA_VOLUMES})
-    node = await admin.post("/v1/nodes", {"name": "fuzz-node", "gpu_model": "H100", "gpu_count": 8})
+    node = await admin.post("/v1/nodes", {"name": f"fuzz-node-{uuid.uuid4().hex[:6]}", "gpu_model": "H100", "gpu_count": 8})
     allocation = await owner.post("/v1/allocations", {"name": "fuzz", "shape": "vm.1gpu"})
     network = await owner.post("/v1/networks", {"name": "fuzz", "cidr": "10.99.0.0/24"})
     volume = await owner.post("/v1/volumes", {"name": "fuzz", "size_bytes": MIN_VOLUME_BYTES})
@@ -110,7 +122,7 @@ async def _world(api, nc) -> World:
            "allocation_id": allocation.body["id"], "network_id": network.body["id"], "name": "shared", "pool": "shared",
            "gpu_model": "H100", "volume_id": volume.body["id"], "storage_class": FUZZ_CLASS["name"]}
     return World(f"http://127.0.0.1:{api.rt.port}", f"Bearer {admin.token}", f"Bearer {owner.token}", ids,
-                 [s["name"] for s in shapes.body["items"]])
+                 [s["name"] for s in shapes.body["items"]], tenant_user=f"Bearer {member_client.token}")
 
 
 def _body_schema(operation) -> dict | None:
@@ -134,6 +146,26 @@ def _seed(world: World, operation, case, use_live_ids: bool) -> None:
     if not isinstance(body, dict) or schema is None:
         return
     op_id = operation.definition.raw["operationId"]
+    if isinstance(body.get("tenant_id"), str):       # a tenant that exists (an unknown one is a documented 422)
+        body["tenant_id"] = world.ids["tenant_id"]
+    if op_id == "putPriceList":                       # billing's rules JSON Schema cannot state (documented 422s)
+        body["effective_from"] = (datetime.now(timezone.utc) + timedelta(days=1, seconds=zlib.crc32(
+            repr(body).encode()) % 86400)).isoformat()   # never in the past, and one instant per version
+        if isinstance(body.get("gpu_prices"), list):
+            seen, unique = set(), []
+            for price in body["gpu_prices"]:
+                if isinstance(price, dict) and price.get("shape") is not None:   # a shape implies model and pool
+                    price.pop("gpu_model", None)
+                    price.pop("pool", None)
+                selectors = tuple(price.get(k) for k in ("shape", "gpu_model", "pool")) if isinstance(price, dict) else None
+                if selectors not in seen:
+                    seen.add(selectors)
+                    unique.append(price)
+            body["gpu_prices"] = unique
+    if op_id == "createPolicy" and body.get("scope") == "provider":   # a provider policy names no tenant
+        body.pop("tenant_id", None)
+    elif op_id == "createPolicy":                                       # a tenant policy names its tenant
+        body["tenant_id"] = world.ids["tenant_id"]
     if op_id in ("createPolicy", "replacePolicy") and isinstance(body.get("text"), str):
         body["text"] = POLICY_TEXT
     if op_id == "evaluatePolicy":
@@ -178,7 +210,7 @@ def _fuzz(world: World, session: requests.Session, schema, operation) -> None:
         _call(world, session, operation, case)
     for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
         @given(case=operation.as_strategy(generation_mode=mode), use_live_ids=st.booleans())
-        @settings(max_examples=FUZZ_EXAMPLES, derandomize=True, database=None, deadline=None, phases=[Phase.generate],
+        @settings(max_examples=FUZZ_EXAMPLES if world.role == "natural" else OTHER_ROLE_EXAMPLES, derandomize=True, database=None, deadline=None, phases=[Phase.generate],
                   suppress_health_check=list(HealthCheck), verbosity=hypothesis.Verbosity.quiet)
         def fuzzed(case, use_live_ids):
             _call(world, session, operation, case, use_live_ids)
@@ -200,11 +232,14 @@ def _run(world: World) -> None:
                 _fuzz(world, session, schema, operation)
 
 
-async def test_the_live_gateway_does_what_its_openapi_document_says(gateway, nc, run_service):
+@pytest.mark.parametrize("role", ["natural", "provider_admin", "tenant_admin", "tenant_user"])
+async def test_the_live_gateway_does_what_its_openapi_document_says(gateway, nc, run_service, role):
+    """natural: each operation as the role it is for; then every operation as each role (refusals documented)."""
     # billing answers the routes that ask it live (GET /v1/ops/ledger/verify): without it they are 503s
     await run_service("billing", lambda s: billing_build(s, checkpoint_s=0, cut_s=0))
     api = await gateway(**UNTHROTTLED)
     world = await _world(api, nc)
+    world.role = role
     started = time.monotonic()
     await asyncio.to_thread(_run, world)      # Schemathesis is synchronous; the gateway serves on this loop meanwhile
     elapsed = time.monotonic() - started
