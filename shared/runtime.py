@@ -52,6 +52,7 @@ class Runtime:
         self.on_stop: list[Callable[[], Awaitable[None]]] = []
         self.readiness: list[tuple[str, Callable[[], Awaitable[bool]]]] = []
         self.responders: list[tuple[str, Callable, dict[str, str]]] = []
+        self.listeners: list[tuple[str, Callable]] = []
         self._answering: list = []
         self._pool: asyncpg.Pool | None = None
         self._running: list[asyncio.Task] = []
@@ -76,6 +77,26 @@ class Runtime:
     def background(self, loop: Callable[[], Awaitable[None]]) -> None:
         """Run ``loop`` for the life of the process (restarted after an unexpected error)."""
         self.tasks.append(loop)
+
+    def every(self, seconds: float, step: Callable[[], Awaitable[object]]) -> None:
+        """Run ``step`` every ``seconds`` (first after one interval) for the life of the process; a step that
+        raises is logged and the next one runs on time."""
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(seconds)
+                try:
+                    await step()
+                except Exception as exc:   # noqa: BLE001 -- the next round tries again
+                    log.error("periodic.failed", step=getattr(step, "__qualname__", str(step)), error=repr(exc))
+        loop.__qualname__ = f"every({seconds:g}s, {getattr(step, '__qualname__', step)})"
+        self.tasks.append(loop)
+
+    def listen(self, type_: str, callback: Callable[[object], Awaitable[None]]) -> None:
+        """Hand every message of ``type_`` to ``callback`` in **this** process, once started: a plain core-NATS
+        subscription to its subject, not a durable consumer, so every replica gets each one (what a per-process
+        cache needs to drop itself). Nothing is acknowledged, retried or deduplicated: a listener must also
+        refresh on its own now and then, in case a message passed while it was not connected."""
+        self.listeners.append((type_, callback))
 
     async def _supervise(self, loop: Callable[[], Awaitable[None]]) -> None:
         while True:
@@ -104,6 +125,8 @@ class Runtime:
         await self.consumers.start()
         self._answering = [await rpc.serve(self.broker.connection, self.catalog, self.service, t, h, **p)
                            for t, h, p in self.responders]
+        self._answering += [await self.broker.connection.subscribe(self.catalog.message(t).wildcard(), cb=cb)
+                            for t, cb in self.listeners]
         self._running += [asyncio.create_task(self._supervise(t)) for t in self.tasks]
         self.readiness += [("database", self._db_ready), ("nats", self._nats_ready)]
         add_health_routes(self.http, self.readiness)

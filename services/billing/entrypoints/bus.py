@@ -21,9 +21,9 @@ def wire(rt: Runtime, config: BillingSettings) -> None:
     rt.consumers.subscribe("storage.volume_changed", rating.on_volume_changed)
     rt.consumers.subscribe("storage.usage_reported", partial(rating.on_usage_reported, grace_s=grace))
     rt.answer("billing.verify_ledger", partial(invoices.verify_ledger, rt))
-    if config.checkpoint_s > 0:
-        rt.background(partial(rating.checkpoint_forever, rt, config.checkpoint_s))
+    if config.checkpoint_s > 0:   # each replica may: a checkpoint of the same size is stored once
+        rt.every(config.checkpoint_s, partial(rating.checkpoint, rt))
     if config.cut_s > 0:
-        rt.background(partial(meters.cut_forever, rt, config.cut_s, grace))
-    rt.background(partial(invoices.invoices_forever, rt, config))
-    rt.background(partial(budgets.deliver_forever, rt, config))
+        rt.every(config.cut_s, partial(meters.cut, rt, grace_s=grace))
+    rt.every(config.invoice_tick_s, partial(invoices.tick, rt))
+    rt.every(config.webhook_tick_s, partial(budgets.deliver_due, rt, config=config))

@@ -151,9 +151,3 @@ async def deliver_due(rt: Runtime, *, now: datetime | None = None, config: Billi
                  status=attempt.status, attempts=attempt.attempts, http_status=outcome.status, error=outcome.error)
     return len(due)
 
-
-async def deliver_forever(rt: Runtime, config: BillingSettings) -> None:
-    """Call the webhooks due every ``config.webhook_tick_s`` (until cancelled)."""
-    while True:
-        await asyncio.sleep(config.webhook_tick_s)
-        await deliver_due(rt, now=utcnow(), config=config)

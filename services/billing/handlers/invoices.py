@@ -9,7 +9,6 @@ transaction and never changes (schema/0004_invoices.sql refuses it).
 """
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -149,12 +148,6 @@ async def tick(rt: Runtime, *, now: datetime | None = None) -> Ticked:
         log.info("billing.invoices_ticked", finalized=len(done.finalized), published=len(done.published))
     return done
 
-
-async def invoices_forever(rt: Runtime, config: BillingSettings) -> None:
-    """Publish changed invoices and finalize due ones every ``config.invoice_tick_s`` (until cancelled)."""
-    while True:
-        await asyncio.sleep(config.invoice_tick_s)
-        await tick(rt)
 
 
 async def verify_ledger(rt: Runtime, req: c.VerifyLedger) -> c.LedgerVerification:

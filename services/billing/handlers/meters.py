@@ -10,7 +10,6 @@ to record; a crash before commit loses nothing (the next cut records the same in
 """
 from __future__ import annotations
 
-import asyncio
 from datetime import datetime
 
 import structlog
@@ -45,9 +44,3 @@ async def cut(rt: Runtime, *, now: datetime | None = None, grace_s: int | None =
         log.info("billing.meters_cut", records=total, until=now.isoformat())
     return total
 
-
-async def cut_forever(rt: Runtime, every_s: float, grace_s: int | None = None) -> None:
-    """Record the usage of every running meter up to now, every ``every_s`` seconds (until cancelled)."""
-    while True:
-        await asyncio.sleep(every_s)
-        await cut(rt, grace_s=grace_s)

@@ -8,7 +8,6 @@ in usage and once in the ledger. Rules: services/billing/domain/usage.py.
 """
 from __future__ import annotations
 
-import asyncio
 from datetime import datetime
 
 import structlog
@@ -156,10 +155,3 @@ async def checkpoint(rt: Runtime) -> c.LedgerCheckpointed | None:
     log.info("billing.ledger_checkpointed", tree_size=cp.tree_size, root=cp.root_hash.hex())
     return event
 
-
-async def checkpoint_forever(rt: Runtime, every_s: float) -> None:
-    """Checkpoint every ``every_s`` seconds (runs until cancelled). Each replica may run it: a checkpoint of
-    the same size is stored once (ledger_store.checkpoint is idempotent), though both may publish it."""
-    while True:
-        await asyncio.sleep(every_s)
-        await checkpoint(rt)

@@ -2,7 +2,7 @@
 (http/credentials.py) reads signing keys and revocations from the database, every ``gateway.credential_revoked``
 event invalidates it, and the signing key rotates every TESSERA_TOKEN_KEY_ROTATE_S seconds.
 
-The event is heard on a plain core-NATS subscription to its subject, not a durable consumer: every replica must see
+The event is heard through Runtime.listen (a plain core-NATS subscription, not a durable consumer): every replica must see
 every event (a durable consumer would hand each event to one of them). A missed event (this replica disconnected
 meanwhile) costs at most ``credentials_refresh_s``: the cache reloads that often anyway.
 """
@@ -16,13 +16,19 @@ import structlog
 from aiohttp import web
 
 from ..adapters import identity
-from ..contracts import CONTRACT
 from ..domain.credentials import Keyring, Revocations, SigningKey, UserRevocation, epoch
 from ..handlers.signing_keys import rotate
 from ..http.state import GATEWAY, Gateway
 
 log = structlog.get_logger()
-SUBJECT = next(m.subject for m in CONTRACT.messages if m.type == "gateway.credential_revoked")
+REVOKED = "gateway.credential_revoked"
+
+
+def on_revoked(gw: Gateway):
+    """The listener of REVOKED (Runtime.listen: every replica hears each one): the next request reloads."""
+    async def drop(_msg) -> None:
+        gw.tokens.cache.invalidate()
+    return drop
 ONLY_IF_NONE = 1e9   # seconds no key is ever old: at start, rotate only when there is no key yet
 
 
@@ -65,10 +71,6 @@ async def credential_state(app: web.Application) -> AsyncIterator[None]:
     cache.attach(loader(gw))
     await cache.reload()
 
-    async def on_event(_msg) -> None:
-        cache.invalidate()
-
-    sub = await gw.rt.broker.connection.subscribe(SUBJECT, cb=on_event)
     rotating = asyncio.create_task(_rotate_when_due(gw, every)) if every else None
     try:
         yield
@@ -77,5 +79,4 @@ async def credential_state(app: web.Application) -> AsyncIterator[None]:
             rotating.cancel()
             with contextlib.suppress(BaseException):
                 await rotating
-        with contextlib.suppress(Exception):
-            await sub.unsubscribe()
+

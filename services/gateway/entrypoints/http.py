@@ -24,7 +24,7 @@ from ..http.ratelimit import rate_limit_middleware
 from ..http.state import GATEWAY, Gateway
 from ..http.telemetry import telemetry_middleware
 from ..settings import GatewaySettings
-from .credentials import credential_state
+from .credentials import REVOKED, credential_state, on_revoked
 
 log = structlog.get_logger()
 
@@ -64,5 +64,6 @@ def create_app(rt: Runtime, config: GatewaySettings, app: web.Application | None
     app.cleanup_ctx.append(_bootstrap_admin)
     app.cleanup_ctx.append(_listen)
     app.cleanup_ctx.append(credential_state)   # signing keys, revocation list (docs/credentials.md)
+    rt.listen(REVOKED, on_revoked(gw))
     app.on_shutdown.append(gw.streams.close_all)
     return app

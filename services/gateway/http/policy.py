@@ -112,23 +112,10 @@ class PolicyCache:
                 self._book, self._loaded_at = book, started
             return book
 
-    async def _on_change(self, msg) -> None:
+    async def on_change(self, msg) -> None:
+        """A ``gateway.policy_changed``, heard by every replica (Runtime.listen): drop the cache."""
         self.invalidate()
         log.debug("gateway.policies_invalidated", subject=msg.subject)
-
-    async def listen(self) -> None:
-        """Drop the cache on every ``gateway.policy_changed`` (a plain subscription: every replica gets each one),
-        for the life of the process."""
-        subject = self.gw.rt.catalog.message(CHANGED).subject
-        sub = await self.gw.rt.broker.connection.subscribe(subject, cb=self._on_change)
-        self.invalidate()   # whatever changed before the subscription started
-        try:
-            await asyncio.Event().wait()
-        finally:
-            try:
-                await sub.unsubscribe()
-            except Exception:   # noqa: BLE001 - the connection may already be closed at shutdown
-                pass
 
 
 _CACHE_ATTR = "policy_cache"
@@ -148,7 +135,7 @@ def policy_middleware(gw: Gateway):
     (started with it, after NATS is connected)."""
     cache = PolicyCache(gw)
     setattr(gw, _CACHE_ATTR, cache)
-    gw.rt.background(cache.listen)
+    gw.rt.listen(CHANGED, cache.on_change)
     judged: dict[str, Endpoint] = {}
 
     @web.middleware
