@@ -74,6 +74,11 @@ class GatewaySettings:
                                         "(0: no limit)")
     rate_token_burst: int = setting("TESSERA_RATE_TOKEN_BURST", 200, integer(1),
                                     doc="token exchanges one source address may make at once after a pause")
+    rate_hold_refusals: int = setting("TESSERA_RATE_HOLD_REFUSALS", 64, integer(0),
+                                      doc="refusals of one tenant a replica holds until the refusing bucket has a "
+                                          "token again (at most 1 s) before answering the 429, so a client that "
+                                          "ignores Retry-After waits anyway; past that many, the 429 is at once "
+                                          "(0: never hold); see docs/rate-limits.md")
     sse_per_tenant: int = setting("TESSERA_SSE_PER_TENANT", 100, integer(0),
                                   doc="event streams a tenant may hold open at once, all replicas together (0: no limit)")
     # not read from the environment

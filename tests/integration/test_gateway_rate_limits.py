@@ -13,7 +13,8 @@ from tests.support.gateway import assert_problem
 from tests.support.polling import eventually
 
 WRITE = "/v1/ssh-keys/{}"     # DELETE of a key that does not exist: a write, answered 404 without side effects
-TIGHT = dict(rate_tenant_write_per_s=1, rate_tenant_write_burst=3)
+# refusals answered at once (rate_hold_refusals=0): these tests count a run of them; holding is tested on its own
+TIGHT = dict(rate_tenant_write_per_s=1, rate_tenant_write_burst=3, rate_hold_refusals=0)
 POLICY = re.compile(r'^"tenant";q=\d+;w=\d+, "user";q=\d+;w=\d+$')
 REMAINING = re.compile(r'^"tenant";r=(\d+);t=\d+, "user";r=(\d+);t=\d+$')
 
@@ -43,7 +44,7 @@ async def test_a_tenant_over_its_write_bucket_gets_429_while_its_reads_and_other
 
 async def test_a_users_flood_leaves_its_tenants_bucket_to_the_other_users(gateway):
     api = await gateway(rate_tenant_write_per_s=1, rate_tenant_write_burst=20, rate_user_write_per_s=1,
-                        rate_user_write_burst=2)
+                        rate_user_write_burst=2, rate_hold_refusals=0)
     tenant_id = await api.new_tenant()
     (noisy, _), (quiet, _) = await api.new_user(tenant_id), await api.new_user(tenant_id)
     statuses = [r.status for r in await _writes(noisy, 15)]
@@ -152,7 +153,7 @@ async def test_a_refused_flood_is_answered_from_memory_and_leaves_no_audit_rows(
         asked.append(1)
         return await take(*args, **kwargs)
     monkeypatch.setattr(ratelimit.repo, "take_member", counted)
-    api = await gateway(rate_tenant_write_per_s=1, rate_tenant_write_burst=1)
+    api = await gateway(rate_tenant_write_per_s=1, rate_tenant_write_burst=1, rate_hold_refusals=0)
     member, tenant = await api.tenant_user()
     statuses = [(await member.post("/v1/networks", {})).status for _ in range(6)]
     assert statuses[0] == 422 and statuses[1:] == [429] * 5, statuses     # the one token, then refusals
@@ -161,3 +162,66 @@ async def test_a_refused_flood_is_answered_from_memory_and_leaves_no_audit_rows(
         recorded = await conn.fetchval("SELECT count(*) FROM audit_log WHERE tenant_id = $1 AND status = 429",
                                        uuid.UUID(tenant))
     assert recorded == 0
+
+
+async def test_a_flooding_token_is_refused_before_authentication_with_the_same_429_and_revocation_still_wins(
+        gateway, monkeypatch):
+    """The shedder refuses a token this replica authenticated before, while its bucket is known empty, before any
+    other work (no signature check, no span, no audit): the same problem and headers as the first refusal,
+    counted in the HTTP metrics. A token it has not seen takes the whole path; a revoked key's token is a 401."""
+    from services.gateway.http.auth import TokenIssuer
+    from services.gateway.http.telemetry import REQUESTS
+    verified = []
+    authenticate = TokenIssuer.authenticate
+
+    async def counted(self, token):
+        verified.append(token)
+        return await authenticate(self, token)
+    monkeypatch.setattr(TokenIssuer, "authenticate", counted)
+    api = await gateway(rate_tenant_write_per_s=1, rate_tenant_write_burst=1, rate_user_write_per_s=1,
+                        rate_user_write_burst=1, rate_hold_refusals=0)
+    tenant_id = await api.new_tenant()
+    admin, _ = await api.new_user(tenant_id, "tenant_admin")
+    member, created = await api.new_user(tenant_id)
+    counter = REQUESTS.labels("gateway", "DELETE", "/v1/ssh-keys/{name}", "429")
+    before = counter._value.get()
+    replies = await _writes(member, 6)
+    assert [r.status for r in replies] == [404] + [429] * 5, [r.status for r in replies]
+    mine = [t for t in verified if t == member.token]
+    assert len(mine) == 2, len(mine)          # the request that passed and the first refusal: the rest were shed
+    first, shed = assert_problem(replies[1], 429), assert_problem(replies[-1], 429)
+    assert {k: v for k, v in first.items() if k != "instance"} == {k: v for k, v in shed.items() if k != "instance"}
+    assert shed["instance"].startswith("/v1/ssh-keys/k-")
+    assert replies[-1].headers["RateLimit-Policy"] == replies[1].headers["RateLimit-Policy"]
+    assert int(replies[-1].headers["Retry-After"]) >= 1 and replies[-1].content_type == "application/problem+json"
+    assert counter._value.get() - before == 5
+    other, _ = await api.new_user(tenant_id)              # same tenant, a token never seen: the whole path, then 429
+    assert (await other.delete(WRITE.format("k-x"))).status == 429 and other.token in verified
+    keys = f"/v1/tenants/{tenant_id}/users/{created['id']}/api-keys"
+    [key] = (await admin.get(keys)).body["items"]
+    assert (await (await api.admin()).delete(f"{keys}/{key['id']}")).status == 204   # (the tenant's bucket is empty)
+    assert_problem(await member.delete(WRITE.format("k-y")), 401)   # revoked: not a 429 from memory
+
+
+async def test_a_client_that_ignores_retry_after_is_answered_no_faster_than_its_bucket_fills(gateway):
+    """Held refusals (nginx limit_req's delay): a refusal the replica knows from memory is answered once the bucket
+    has a token again, so one client asking again at once gets about one answer per token, 429s and passes
+    alternating; with the hold cap reached, the 429 is at once."""
+    api = await gateway(rate_tenant_write_per_s=2, rate_tenant_write_burst=1, rate_user_write_per_s=100,
+                        rate_user_write_burst=100, rate_hold_refusals=1)
+    member, _ = await api.tenant_user()
+    await _writes(member, 1)                                   # the burst's one token
+    refused = await member.delete(WRITE.format("k-a"))        # from the database: at once
+    assert refused.status == 429
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    held = await member.delete(WRITE.format("k-b"))           # known empty: held until a token is due (0.5 s)
+    waited = loop.time() - started
+    assert held.status == 429 and assert_problem(held, 429)["type"].endswith("/rate-limited")
+    assert waited >= 0.3, waited
+    assert (await member.delete(WRITE.format("k-c"))).status == 404   # the token that came meanwhile
+    await member.delete(WRITE.format("k-d"))                  # empty again (a 429 from the database)
+    two = [asyncio.create_task(member.delete(WRITE.format(f"k-{c}"))) for c in "ef"]   # one held (the tenant's
+    done, pending = await asyncio.wait(two, return_when=asyncio.FIRST_COMPLETED)       # one place), one at once
+    assert len(done) == len(pending) == 1 and done.pop().result().status == 429
+    assert (await pending.pop()).status == 429

@@ -20,7 +20,7 @@ from ..http.lowlevel import answer_parser_errors_with_problems
 from ..http.openapi import ENDPOINTS
 from ..http.policy import policy_middleware
 from ..http.problems import problems_middleware
-from ..http.ratelimit import rate_limit_middleware
+from ..http.ratelimit import rate_limit_middlewares
 from ..http.state import GATEWAY, Gateway
 from ..http.telemetry import telemetry_middleware
 from ..settings import GatewaySettings
@@ -57,8 +57,10 @@ def create_app(rt: Runtime, config: GatewaySettings, app: web.Application | None
     # span's trace id and the final status: outside problems, so 4xx problems and 401s are recorded too), every
     # error a problem document; then who is calling (auth), whether it is within its rate (rate limits) and whether
     # policy lets it (a denial is a problem, and audited)
-    app.middlewares.extend([telemetry_middleware(rt.service), audit_middleware, problems_middleware,
-                            auth_middleware(gw.tokens), rate_limit_middleware(gw), policy_middleware(gw)])
+    # — after the shedder, which refuses a flooding tenant's requests before all that work (http/ratelimit.py)
+    shed, limit = rate_limit_middlewares(gw)
+    app.middlewares.extend([shed, telemetry_middleware(rt.service), audit_middleware, problems_middleware,
+                            auth_middleware(gw.tokens), limit, policy_middleware(gw)])
     add_routes(app, ENDPOINTS)
     answer_parser_errors_with_problems(app)   # aiohttp's own answers to unparsable requests: problem+json too
     app.cleanup_ctx.append(_bootstrap_admin)

@@ -28,6 +28,7 @@ _ISSUER = "tessera-gateway"
 _AUDIENCE = "tessera-api"
 # the only /v1 route reachable without a bearer token: it is how a token is obtained
 PUBLIC_PATHS = frozenset({"/v1/auth/token"})
+SEEN_TOKENS = 50_000
 
 
 def unauthorized(detail: str, scheme: str = "Bearer") -> ProblemError:
@@ -51,6 +52,8 @@ class TokenIssuer:
     secret: str
     ttl_s: int
     cache: CredentialCache = field(default_factory=CredentialCache, compare=False, repr=False)
+    # tokens this process has authenticated: token -> (principal, exp, iat), for ``known`` (bounded: see remember)
+    seen: dict[str, tuple[Principal, float, int]] = field(default_factory=dict, compare=False, repr=False)
 
     def mint(self, principal: Principal, now: float | None = None, not_after: float | None = None) -> tuple[str, int]:
         """A token and its lifetime in seconds: ``ttl_s``, or less when ``not_after`` (its API key's expiry) is
@@ -108,6 +111,23 @@ class TokenIssuer:
         principal = _principal(claims)
         if self.cache.revocations.refuses(principal.user_id, principal.api_key_id, claims["iat"]):
             raise unauthorized("the access token has been revoked")
+        if len(self.seen) >= SEEN_TOKENS:
+            self.seen.clear()   # rare (a token lives minutes): start again rather than keep an LRU on every request
+        self.seen[token] = (principal, claims["exp"], claims["iat"])
+        return principal
+
+    def known(self, token: str) -> Principal | None:
+        """The principal of a token this process has authenticated before, still unexpired and not revoked by
+        what this process knows now and with its revocation list current; None otherwise (then ``authenticate``
+        decides). From memory alone: it is
+        only used to *refuse* early (http/ratelimit.py), never to let a request through."""
+        hit = self.seen.get(token)
+        if hit is None or self.cache.stale:   # a revocation may have been announced: authenticate reloads first
+            return None
+        principal, exp, iat = hit
+        if exp <= time.time() or self.cache.revocations.refuses(principal.user_id, principal.api_key_id, iat):
+            self.seen.pop(token, None)
+            return None
         return principal
 
 

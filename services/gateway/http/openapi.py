@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 
 from aiohttp import web
 from pydantic import BaseModel
@@ -101,6 +102,42 @@ def _operation(e: Endpoint, ref) -> dict:
     return op
 
 
+def _singular(segment: str) -> str:
+    word = segment.rsplit("-", 1)[-1]
+    return word[:-3] + "y" if word.endswith("ies") else word[:-1] if word.endswith("s") else word
+
+
+def _links(paths: dict[str, dict], schemas: dict) -> None:
+    """OpenAPI links, for a client (and the stateful contract test) to follow: the 2xx of a POST that creates an
+    item of a collection links to every operation on that item (``<collection>/{x_id}…``, its id from the answer's
+    ``id``; ``…/{name}`` from its ``name``), the collection's own path parameters passed on from the request."""
+    for path, ops in paths.items():
+        post = ops.get("post")
+        if post is None:
+            continue
+        status = next((s for s in post["responses"] if s.startswith("2")), None)
+        ref = (post["responses"][status].get("content", {}).get("application/json", {}).get("schema", {})
+               .get("$ref", "") if status else "")
+        fields = schemas.get(ref.rsplit("/", 1)[-1], {}).get("properties", {})
+        links: dict[str, dict] = {}
+        item = re.compile(re.escape(path) + r"/\{(\w+)\}(/|$)")
+        for target, target_ops in paths.items():
+            m = item.match(target)
+            if m is None:
+                continue
+            param = m.group(1)
+            source = ("id" if param == f"{_singular(path.rsplit('/', 1)[1])}_id" and "id" in fields
+                      else "name" if param == "name" and "name" in fields else None)
+            if source is None:
+                continue
+            carried = {p: f"$request.path.{p}" for p in re.findall(r"\{(\w+)\}", path)}
+            for op in target_ops.values():
+                links[op["operationId"]] = {"operationId": op["operationId"],
+                                            "parameters": {**carried, param: f"$response.body#/{source}"}}
+        if links:
+            post["responses"][status]["links"] = dict(sorted(links.items()))
+
+
 @functools.cache
 def document() -> dict:
     """The whole document (pure; cached)."""
@@ -113,6 +150,7 @@ def document() -> dict:
     paths: dict[str, dict] = {}
     for e in ENDPOINTS:
         paths.setdefault(e.path, {})[e.method.lower()] = _operation(e, ref)
+    _links(paths, top.get("$defs", {}))
     return {
         "openapi": "3.1.0",
         "info": {"title": "Tessera API", "version": "1.0.0",

@@ -23,12 +23,15 @@ from aiohttp import web
 
 from ..adapters import rate_limits as repo
 from ..domain.rate_limits import Decision, Limit, RateClass, class_of
+from ..domain.model import Principal
 from .auth import PRINCIPAL, PUBLIC_PATHS
-from .problems import ProblemError
+from .problems import ProblemError, problem_response
+from .telemetry import REQUESTS, route_of
 
 log = structlog.get_logger()
 
 RATE_LIMITED = "rate-limited"
+HOLD_MAX_S = 1.0      # a held refusal is answered after at most this long (see Holds)
 # the 429's headers as the OpenAPI document states them (the RateLimit ones are absent where no bucket applies)
 RATE_LIMITED_HEADERS = {
     "Retry-After": {"description": "Whole seconds until the request may succeed.", "required": True,
@@ -74,13 +77,43 @@ class Refusals:
         if len(self._until) > 10_000:      # forget the expired (bounded memory under many tenants)
             self._until = {k: v for k, v in self._until.items() if v[0] > now}
 
-    def refused(self, subjects: dict[str, str], cls: str) -> Decision | None:
-        now = time.monotonic()
+    def refused(self, subjects: dict[str, str], cls: str) -> tuple[float, Decision] | None:
+        """(until when, the refusal) when one of the buckets is known empty now."""
+        now, found = time.monotonic(), None
         for name, subject in subjects.items():
             held = self._until.get((name, subject, cls))
-            if held is not None and held[0] > now:
-                return held[1]
+            if held is not None and held[0] > now and (found is None or held[0] > found[0]):
+                found = held
+        return found
+
+
+class Holds:
+    """Refusals held back, per tenant, until the refusing bucket has a token again (at most ``HOLD_MAX_S``), as
+    nginx's limit_req delays the excess: a client that ignores Retry-After and asks again at once is answered no
+    faster than its bucket fills, which is what makes a flood cheap for the replica (one sleeping coroutine per
+    held request instead of a refusal every ~0.2 ms per connection). At most ``cap`` held per tenant per replica;
+    past that the 429 is answered at once."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap, self.held = cap, {}
+
+    async def hold(self, tenant: str, until: float) -> None:
+        wait = min(until - time.monotonic(), HOLD_MAX_S)
+        if wait <= 0 or self.held.get(tenant, 0) >= self.cap:
+            return
+        self.held[tenant] = self.held.get(tenant, 0) + 1
+        try:
+            await asyncio.sleep(wait)
+        finally:
+            self.held[tenant] -= 1
+            if not self.held[tenant]:
+                del self.held[tenant]
+
+
+def _member(principal: Principal) -> dict[str, str] | None:
+    if principal.is_provider_admin or principal.tenant_id is None:
         return None
+    return {"tenant": str(principal.tenant_id), "user": str(principal.user_id)}
 
 
 def _subjects(request: web.Request) -> dict[str, str] | None:
@@ -88,9 +121,23 @@ def _subjects(request: web.Request) -> dict[str, str] | None:
     principal = request.get(PRINCIPAL)
     if principal is None:
         return {"address": request.remote or "unknown"} if request.path in PUBLIC_PATHS else None
-    if principal.is_provider_admin or principal.tenant_id is None:
-        return None
-    return {"tenant": str(principal.tenant_id), "user": str(principal.user_id)}
+    return _member(principal)
+
+
+class ShedCount:
+    """Requests refused before any other work, counted per tenant and logged once per ``every_s`` (an access
+    line per refused request would cost the gateway more than the refusal)."""
+
+    def __init__(self, every_s: float = 10.0) -> None:
+        self.every_s, self.counts, self.since = every_s, {}, time.monotonic()
+
+    def add(self, tenant: str) -> None:
+        self.counts[tenant] = self.counts.get(tenant, 0) + 1
+        now = time.monotonic()
+        if now - self.since >= self.every_s:
+            for t, n in self.counts.items():
+                log.info("http.rate_limited", tenant_id=t, refused=n, seconds=round(now - self.since, 1))
+            self.counts, self.since = {}, now
 
 
 async def _decide(gw, limits: Limits, request: web.Request, cls: RateClass) -> Decision | None:
@@ -107,9 +154,31 @@ async def _decide(gw, limits: Limits, request: web.Request, cls: RateClass) -> D
                                       limits.user[cls])
 
 
-def rate_limit_middleware(gw):
+def rate_limit_middlewares(gw) -> tuple:
+    """(shed, limit): ``limit`` runs after authentication and takes tokens; ``shed`` runs before everything else
+    (telemetry, audit, the token's signature) and refuses a request whose token this replica has authenticated
+    before and whose bucket ``limit`` found empty, with the same 429, held until that bucket has a token again
+    (``Holds``) — so a flooding tenant costs the gateway little more than parsing its requests, and the others'
+    requests do not wait behind that work (bench:noisy). Its refusals are counted in the HTTP metrics and logged
+    per tenant every 10 s."""
     limits = Limits(gw.config)
     refusals = Refusals()
+    shed_count = ShedCount()
+    holds = Holds(gw.config.rate_hold_refusals)
+
+    @web.middleware
+    async def shed(request: web.Request, handler) -> web.StreamResponse:
+        path = request.path
+        if path.startswith("/v1/") and path not in PUBLIC_PATHS:
+            scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+            principal = gw.tokens.known(token.strip()) if scheme.lower() == "bearer" else None
+            subjects = _member(principal) if principal is not None else None
+            if subjects is not None and (known := refusals.refused(subjects, class_of(request.method))) is not None:
+                shed_count.add(subjects["tenant"])
+                REQUESTS.labels(gw.rt.service, request.method, route_of(request), "429").inc()
+                await holds.hold(subjects["tenant"], known[0])
+                return problem_response(RateLimited(known[1]), request.rel_url.raw_path)
+        return await handler(request)
 
     @web.middleware
     async def limit(request: web.Request, handler) -> web.StreamResponse:
@@ -117,7 +186,7 @@ def rate_limit_middleware(gw):
             return await handler(request)
         cls, subjects = class_of(request.method), _subjects(request)
         if subjects is not None and (known := refusals.refused(subjects, cls)) is not None:
-            raise RateLimited(known)           # the bucket is still empty: no statement needed to know it
+            raise RateLimited(known[1])        # the bucket is still empty: no statement needed to know it
         try:
             d = await _decide(gw, limits, request, cls)
         except (asyncpg.PostgresError, OSError, asyncio.TimeoutError) as exc:
@@ -138,4 +207,4 @@ def rate_limit_middleware(gw):
             resp.headers.update(headers)
         return resp
 
-    return limit
+    return shed, limit

@@ -23,7 +23,7 @@ REQUESTS = Counter("tessera_http_requests_total", "HTTP requests answered", ["se
 LATENCY = Histogram("tessera_http_request_seconds", "HTTP request time", ["service", "method", "route"])
 
 
-def _route(request: web.Request) -> str:
+def route_of(request: web.Request) -> str:
     resource = request.match_info.route.resource
     return resource.canonical if resource is not None else "unmatched"
 
@@ -31,7 +31,7 @@ def _route(request: web.Request) -> str:
 def telemetry_middleware(service: str):
     @web.middleware
     async def observe(request: web.Request, handler) -> web.StreamResponse:
-        route, started, status = _route(request), time.perf_counter(), 500
+        route, started, status = route_of(request), time.perf_counter(), 500
         with tracer().start_as_current_span(f"{request.method} {route}", context=extract_trace(request.headers),
                                             kind=trace.SpanKind.SERVER) as span:
             span.set_attribute("http.request.method", request.method)
