@@ -20,7 +20,7 @@ from nats.js.api import AckPolicy as JsAckPolicy
 from nats.js.api import ConsumerConfig
 
 from .batches import Batches, Handler
-from .contract import Catalog, ContractViolation
+from .contract import Catalog, ContractViolation, durable_name
 from .outbox import Outbox
 from .refusals import Refusal
 from .settings import BusSettings
@@ -77,7 +77,7 @@ class Consumers:
         work outside the database, e.g. a driver call), ``max_workers`` such transactions at once."""
         msg = self.catalog.check_receive(self.service, type_)
         subject = msg.render_subject(**subject_params) if subject_params else msg.wildcard()
-        name = durable or f"{self.service}__{type_.replace('.', '_')}"
+        name = durable or durable_name(self.service, type_)
         batches = Batches(self.service, name, msg, handler, on_refused, outbox=self.outbox, settings=self.settings,
                           pool=self._pool, js=lambda: self.broker.connection.jetstream(),
                           lock=self.exclusive if exclusive else None)
@@ -101,6 +101,11 @@ class Consumers:
                                batch_size=batch_size, durable=durable and f"{durable}__{msg.name}",
                                leader_only=leader_only, exclusive=exclusive)
                 for msg, handler in ((step.command, invoke), (step.undo, undo)) if msg is not None]
+
+    @property
+    def streams(self) -> set[str]:
+        """The streams the registered subscribers read."""
+        return {sub.stream for sub in (*self._always, *self._leader_only)}
 
     # --- running ----------------------------------------------------------------------------------------
 

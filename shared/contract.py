@@ -93,6 +93,12 @@ def stream_name(service: str) -> str:
     return "TESSERA_" + service.upper()
 
 
+def durable_name(service: str, type_: str) -> str:
+    """The durable consumer through which ``service`` receives ``type_`` (``shared.consumer`` names it so unless
+    told otherwise; the bus permissions, ``tooling.bus_permissions``, allow exactly these names)."""
+    return f"{service}__{type_.replace('.', '_')}"
+
+
 class Catalog:
     def __init__(self, contracts: list[ServiceContract]):
         self.contracts = {c.service: c for c in contracts}

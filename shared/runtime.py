@@ -20,8 +20,10 @@ import asyncpg
 import structlog
 from aiohttp import web
 from faststream.nats import NatsBroker
+from faststream.nats.security import NatsNKey
 from nats.js import JetStreamContext
 
+from .bus_identity import inbox_prefix
 from .settings import ServiceSettings
 from .consumer import Consumers
 from .contract import Catalog, load_catalog
@@ -29,7 +31,7 @@ from .db import create_pool, migrate
 from .health import add_health_routes
 from .observability import configure_logging, configure_tracing
 from .outbox import Outbox, OutboxRelay
-from .streams import declare_streams
+from .streams import declare_streams, ensure_streams, own_streams
 from . import rpc
 
 log = structlog.get_logger()
@@ -44,8 +46,11 @@ class Runtime:
         self.schema_dir = schema_dir
         self.catalog = catalog or load_catalog()
         self.outbox = Outbox(self.service, self.catalog)
+        # its identity on the bus: the nkey seed in TESSERA_NATS_NKEY_FILE, inboxes of its own (shared.bus_identity)
+        security = NatsNKey(settings.nats_nkey_file) if settings.nats_nkey_file else None
         self.broker = NatsBroker(settings.nats_url, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
-                                 logger=None)
+                                 logger=None, security=security, inbox_prefix=inbox_prefix(self.service),
+                                 error_cb=self._nats_error)
         self.consumers = Consumers(self.service, self.broker, self.catalog, self.outbox, settings.bus, lambda: self.pool)
         self.http = web.Application(client_max_size=1 << 20)
         self.tasks: list[Callable[[], Awaitable[None]]] = []
@@ -69,6 +74,14 @@ class Runtime:
     @property
     def js(self) -> JetStreamContext:
         return self.broker.connection.jetstream()
+
+    @staticmethod
+    async def _nats_error(exc: Exception) -> None:
+        """What the server refused (an error: a permissions violation names the subject, and means the code does
+        what its contract does not say) or a connection error (a warning: the client reconnects). Logged, never
+        silent: nats-py hands the server's asynchronous -ERR only to this callback."""
+        refused = "permissions violation" in str(exc).lower()
+        (log.error if refused else log.warning)("nats.error", error=repr(exc))
 
     def answer(self, type_: str, handler: Callable, **params: str) -> None:
         """Answer the request ``type_`` (one this service owns, see shared.rpc) with ``handler`` once started."""
@@ -95,7 +108,9 @@ class Runtime:
         """Hand every message of ``type_`` to ``callback`` in **this** process, once started: a plain core-NATS
         subscription to its subject, not a durable consumer, so every replica gets each one (what a per-process
         cache needs to drop itself). Nothing is acknowledged, retried or deduplicated: a listener must also
-        refresh on its own now and then, in case a message passed while it was not connected."""
+        refresh on its own now and then, in case a message passed while it was not connected. Like a consumer,
+        it must be declared in the service's contract ``receives`` (its bus permissions come from there)."""
+        self.catalog.check_receive(self.service, type_)
         self.listeners.append((type_, callback))
 
     async def _supervise(self, loop: Callable[[], Awaitable[None]]) -> None:
@@ -117,7 +132,8 @@ class Runtime:
         async with self._pool.acquire() as conn:
             applied = await migrate(conn, self.schema, self.schema_dir)
         await self.broker.connect()
-        await declare_streams(self.js, replicas=s.stream_replicas)
+        await declare_streams(self.js, replicas=s.stream_replicas, names=own_streams(self.service))
+        await ensure_streams(self.js, self.consumers.streams - set(own_streams(self.service)), replicas=s.stream_replicas)
         await self.broker.start()
         self.relay = OutboxRelay(self._pool, self.js, self.schema)
         self.outbox.hand_over = self.relay.take

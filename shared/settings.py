@@ -157,6 +157,13 @@ def port(raw: str) -> int:
     return value
 
 
+@_reader("a readable file")
+def readable_file(raw: str) -> str:
+    if not os.access(raw, os.R_OK) or not os.path.isfile(raw):
+        raise ValueError(raw)
+    return raw
+
+
 @_reader("one of DEBUG, INFO, WARNING, ERROR")
 def log_level(raw: str) -> str:
     if raw.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
@@ -190,6 +197,9 @@ class ServiceSettings:
 
     service: str
     nats_url: str = setting("TESSERA_NATS_URL", "nats://127.0.0.1:4222", doc="the NATS server")
+    nats_nkey_file: str | None = setting("TESSERA_NATS_NKEY_FILE", None, readable_file,
+                                         doc="the file holding this service's NATS nkey seed, its identity on the bus "
+                                             "(unset: connect without credentials, to a server without authorization)")
     db_dsn: str = setting("TESSERA_DB_DSN", "postgresql://postgres@127.0.0.1:5432/tessera",
                           doc="the service's own PostgreSQL role and database")
     http_host: str = setting("TESSERA_HTTP_HOST", "127.0.0.1", doc="address of the health/metrics (and API) server")

@@ -27,6 +27,14 @@ class Infra:
     def nats_url(self) -> str:
         return self.nats.url
 
+    def connect_options(self, identity: str = "admin") -> dict:
+        """Keyword arguments for ``nats.connect(infra.nats_url, ...)`` as ``identity`` (the harness: ``admin``)."""
+        return self.nats.connect_options(identity)
+
+    def nkey_file(self, identity: str) -> str:
+        """The seed file of ``identity`` (a service's name, ``ops`` or ``admin``): a service's TESSERA_NATS_NKEY_FILE."""
+        return str(self.nats.identities.seed_file(identity))
+
     @property
     def admin_dsn(self) -> str:
         return self.pg.admin_dsn
@@ -66,7 +74,7 @@ async def provision(infra):
 
 @pytest.fixture(scope="session")
 async def nc(infra):
-    client = await nats.connect(infra.nats_url)
+    client = await nats.connect(infra.nats_url, **infra.connect_options("admin"))
     yield client
     await client.drain()
 

@@ -190,6 +190,7 @@ UP_ENV = {"TESSERA_BILLING_CUT_S": os.environ.get("TESSERA_BILLING_CUT_S") or "3
 
 def _platform(workdir: Path, **kw) -> Platform:
     return Platform(workdir, nats_url=os.environ.get("TESSERA_NATS_URL") or None,
+                    nats_creds=os.environ.get("TESSERA_NATS_CREDS_DIR") or None,
                     database_url=os.environ.get("TESSERA_DATABASE_URL") or None, **kw)
 
 

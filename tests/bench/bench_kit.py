@@ -74,10 +74,11 @@ def kit_catalog() -> Catalog:
 
 
 # --- the echo service (its own process) ------------------------------------------------------------------------
-async def serve(nats_url: str, db_dsn: str, workers: int) -> None:
+async def serve(nats_url: str, db_dsn: str, workers: int, nkey_file: str | None = None) -> None:
     from shared.runtime import Runtime
 
-    settings = ServiceSettings(service=SERVICE, nats_url=nats_url, db_dsn=db_dsn, log_level="WARNING",
+    # a bench-only service: no contract of the catalog names it, so it connects as admin (nkey_file)
+    settings = ServiceSettings(service=SERVICE, nats_url=nats_url, nats_nkey_file=nkey_file, db_dsn=db_dsn, log_level="WARNING",
                                bus=BusSettings(max_workers=workers))
     rt = Runtime(settings, catalog=kit_catalog())
 
@@ -95,9 +96,10 @@ async def serve(nats_url: str, db_dsn: str, workers: int) -> None:
     await rt.stop()
 
 
-def start_service(nats_url: str, dsn: str, workers: int, log: Path) -> subprocess.Popen:
+def start_service(nats_url: str, dsn: str, workers: int, log: Path, nkey_file: str) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-m", "tests.bench.bench_kit", "--serve", "--workers", str(workers)],
-                            cwd=ROOT, env={**os.environ, "KIT_NATS_URL": nats_url, "KIT_DB_DSN": dsn},
+                            cwd=ROOT, env={**os.environ, "KIT_NATS_URL": nats_url, "KIT_DB_DSN": dsn,
+                                           "KIT_NATS_NKEY_FILE": nkey_file},
                             stdout=subprocess.PIPE, stderr=log.open("w"), text=True)
     for line in proc.stdout:
         if line.startswith(READY):
@@ -196,14 +198,15 @@ async def main(args) -> dict:
     svc = None
     try:
         dsn = await provisioned_dsn(pg, SERVICE)
-        nc = await nats.connect(nats_srv.url)
+        nc = await nats.connect(nats_srv.url, **nats_srv.connect_options("admin"))
         js = nc.jetstream()
         await js.add_stream(StreamConfig(name=STREAM, subjects=[f"{SERVICE}.>"], storage=StorageType.FILE,
                                          retention=RetentionPolicy.LIMITS, discard=DiscardPolicy.OLD,
                                          duplicate_window=120.0))
         echoes = Echoes()
         await nc.subscribe("kit.evt.pinged", cb=echoes.on_msg)
-        svc = start_service(nats_srv.url, dsn, args.workers, work / "kit.log")
+        svc = start_service(nats_srv.url, dsn, args.workers, work / "kit.log",
+                            str(nats_srv.identities.seed_file("admin")))
         timeout = max(120.0, args.n / 20)
         await echo_run(js, echoes, 0, args.warmup, args.concurrency, timeout)   # connections, consumer, caches
         pids = {"echo-service": svc.pid, "nats-server": nats_srv.proc.pid, "postgres": pg.proc.pid}
@@ -214,7 +217,7 @@ async def main(args) -> dict:
         await asyncio.sleep(args.settle_s)
         x1 = await xacts(pg.admin_dsn) - 2        # less our own first read's (2 commits a read, measured)
         backlog = await backlog_run(js, echoes, svc, 2, args.n, args.concurrency, timeout)
-        raw = await js_publish_rate(nats_srv.url, args.concurrency, max(args.n, 2000))
+        raw = await js_publish_rate(nats_srv.url, args.concurrency, max(args.n, 2000), **nats_srv.connect_options())
         await nc.close()
     finally:
         if svc is not None:
@@ -259,7 +262,8 @@ def cli(argv: list[str] | None = None) -> None:
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)   # the echo service's own process
     args = ap.parse_args(argv)
     if args.serve:
-        asyncio.run(serve(os.environ["KIT_NATS_URL"], os.environ["KIT_DB_DSN"], args.workers))
+        asyncio.run(serve(os.environ["KIT_NATS_URL"], os.environ["KIT_DB_DSN"], args.workers,
+                          os.environ.get("KIT_NATS_NKEY_FILE")))
         return
     if args.warmup is None:
         args.warmup = min(500, max(50, args.n // 10))

@@ -145,8 +145,8 @@ class Activations:
         self.at: dict[str, tuple[float, str]] = {}
         self.waiters: dict[str, asyncio.Future] = {}
 
-    async def start(self, url: str) -> "Activations":
-        self.nc = await nats.connect(url)
+    async def start(self, url: str, **connect) -> "Activations":
+        self.nc = await nats.connect(url, **connect)
         for subject in ("allocation.evt.activated", "allocation.evt.failed"):
             await self.nc.subscribe(subject, cb=self._on_event)
         return self
@@ -266,7 +266,7 @@ async def main(args) -> dict:
                 await admin.request("PUT", f"/v1/tenants/{tenants['a']}/rate-limits",
                                     json_body={"write_per_s": w, "write_burst": 2 * w, "user_write_per_s": w,
                                                "user_write_burst": 2 * w})
-        seen = await Activations().start(platform.nats_url)
+        seen = await Activations().start(platform.nats_url, **platform.connect_options("ops"))   # read-only
         async with TesseraClient(platform.gateway_url, keys["b"]) as b:
             await steady(b, seen, rate=4, seconds=1)                   # warm-up: connections, consumers, caches
             c0 = cpu_seconds(platform)

@@ -68,7 +68,7 @@ def cpu_seconds(platform: Platform, per_process: bool = False) -> dict[str, floa
 
 async def counters(platform: Platform) -> tuple[int, int]:
     """(messages in the project's streams, committed transactions in the database)."""
-    nc = await nats.connect(platform.nats_url)
+    nc = await nats.connect(platform.nats_url, **platform.connect_options("admin"))
     msgs = 0
     for s in await nc.jetstream().streams_info():
         if s.config.name.startswith("TESSERA_"):
@@ -88,8 +88,9 @@ class Outcomes:
         self.waiters: dict[str, asyncio.Future] = {}
         self.nc = None
 
-    async def start(self, url: str) -> "Outcomes":
-        self.nc = await nats.connect(url)
+    async def start(self, url: str, **connect) -> "Outcomes":
+        """``connect``: nats.connect's credentials (``Platform.connect_options()``)."""
+        self.nc = await nats.connect(url, **connect)
         await self.nc.subscribe("allocation.evt.*", cb=self._on_event)
         return self
 
@@ -119,7 +120,7 @@ class Outcomes:
 async def drive(platform: Platform, api_keys: list[str], n: int, concurrency: int) -> dict:
     """Closed loop: ``concurrency`` allocations in flight, the next POSTed when one is ACTIVE (worker i acts
     for tenant i mod len(api_keys))."""
-    seen = await Outcomes().start(platform.nats_url)
+    seen = await Outcomes().start(platform.nats_url, **platform.connect_options("ops"))
     latencies: list[float] = []
     failures = 0
     queue = list(range(n))
@@ -145,7 +146,7 @@ async def drive(platform: Platform, api_keys: list[str], n: int, concurrency: in
 async def open_loop(platform: Platform, api_keys: list[str], n: int, rate: float) -> dict:
     """Open loop: one allocation POSTed every 1/rate seconds whatever is in flight; each timed from its POST
     to its event (the i-th for tenant i mod len(api_keys))."""
-    seen = await Outcomes().start(platform.nats_url)
+    seen = await Outcomes().start(platform.nats_url, **platform.connect_options("ops"))
     interval = 1.0 / rate
     async with contextlib.AsyncExitStack() as stack:
         clients = [await stack.enter_async_context(TesseraClient(platform.gateway_url, k)) for k in api_keys]
@@ -236,13 +237,13 @@ async def main(n: int, concurrency: int, nodes: int, profile: str, n1: int, n_ha
         half = (await open_loop(platform, keys["half"], n_half, rate / 2) if n_half
                 else {"latencies": [], "failures": 0, "start_rate": float("nan")})
         phase("half_rate")
-        js_sync = await js_publish_rate(platform.nats_url, concurrency, 4000)
+        js_sync = await js_publish_rate(platform.nats_url, concurrency, 4000, **platform.connect_options())
         pg_rate = await pg_txn_rate(platform.database_url, concurrency, 4000)
     finally:
         await platform.stop()
     relaxed = EmbeddedNats(work / "nats-relaxed", sync_always=False).start()
     try:
-        js_relaxed = await js_publish_rate(relaxed.url, concurrency, 4000)
+        js_relaxed = await js_publish_rate(relaxed.url, concurrency, 4000, **relaxed.connect_options())
     finally:
         relaxed.stop()
     phase("baselines")

@@ -115,10 +115,11 @@ def reserve(rng: random.Random, tenants: list[uuid.UUID]) -> dict:
             "pool": rng.choice(POOLS), "fail_fast": True}
 
 
-async def drive(nats_url: str, tenants: list[uuid.UUID], n: int, concurrency: int, release_share: float,
+async def drive(nats_srv: EmbeddedNats, tenants: list[uuid.UUID], n: int, concurrency: int, release_share: float,
                 seed_: int) -> dict:
-    """Closed loop: ``concurrency`` requests in flight; a share of placed allocations is released."""
-    nc = await nats.connect(nats_url)
+    """Closed loop: ``concurrency`` requests in flight (sent as admin, playing the saga); a share of placed
+    allocations is released."""
+    nc = await nats.connect(nats_srv.url, **nats_srv.connect_options("admin"))
     js = nc.jetstream()
     waiters: dict[str, asyncio.Future] = {}
 
@@ -157,13 +158,23 @@ async def drive(nats_url: str, tenants: list[uuid.UUID], n: int, concurrency: in
     return {"wall_s": wall, "latencies": latencies, "outcomes": outcomes}
 
 
+async def declare_all_streams(nats_srv: EmbeddedNats) -> None:
+    from shared.streams import declare_streams
+
+    nc = await nats.connect(nats_srv.url, **nats_srv.connect_options("admin"))
+    try:
+        await declare_streams(nc.jetstream())
+    finally:
+        await nc.close()
+
+
 async def measure(args, work: Path, nats_srv: EmbeddedNats, pg: EmbeddedPostgres, svc, port: int, tenants) -> dict:
     """Warm up, then the measured stream with CPU, transaction and handler counters around it."""
-    await drive(nats_srv.url, tenants, min(args.concurrency * 4, args.requests), args.concurrency, 0.5, 1)
+    await drive(nats_srv, tenants, min(args.concurrency * 4, args.requests), args.concurrency, 0.5, 1)
     pids = {"scheduler": svc.pid, "nats-server": nats_srv.proc.pid, "postgres": pg.proc.pid}
     cpu0, x0, m0 = cpu_of(pids), await xacts(pg.admin_dsn), await scrape(port)
     spy = profile(svc.pid, work / "profile.txt") if args.profile else None
-    run = await drive(nats_srv.url, tenants, args.requests, args.concurrency, args.release_share, 2)
+    run = await drive(nats_srv, tenants, args.requests, args.concurrency, args.release_share, 2)
     cpu1, x1, m1 = cpu_of(pids), await xacts(pg.admin_dsn), await scrape(port)
     if spy is not None:
         spy.send_signal(signal.SIGINT)
@@ -183,12 +194,14 @@ async def service_run(args) -> dict:
         t0 = time.perf_counter()
         await seed(dsn, args.nodes, tenants)
         seed_s = time.perf_counter() - t0
+        await declare_all_streams(nats_srv)   # the scheduler waits for the streams it reads (their owners are not running)
         svc, port = start_service({"TESSERA_NATS_URL": nats_srv.url, "TESSERA_DB_DSN": dsn, "TESSERA_LOG_LEVEL": "WARNING",
+                                   "TESSERA_NATS_NKEY_FILE": str(nats_srv.identities.seed_file("scheduler")),
                                    "TESSERA_MAX_WORKERS": str(args.workers), "TESSERA_SCHEDULER_STATS_S": "60"},
                                   work / "scheduler.log")
         load_s = await wait_leading(port)
         m = await measure(args, work, nats_srv, pg, svc, port, tenants)
-        baselines = (await js_publish_rate(nats_srv.url, args.concurrency, 4000),
+        baselines = (await js_publish_rate(nats_srv.url, args.concurrency, 4000, **nats_srv.connect_options()),
                      await pg_txn_rate(pg.admin_dsn, args.concurrency, 4000))
     finally:
         if svc is not None:

@@ -25,8 +25,9 @@ def pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(round(q * (len(s) - 1))))] if s else float("nan")
 
 
-async def js_publish_rate(url: str, concurrency: int, total: int) -> float:
-    nc = await nats.connect(url)
+async def js_publish_rate(url: str, concurrency: int, total: int, **connect) -> float:
+    """``connect``: nats.connect's credentials (``EmbeddedNats.connect_options()``: the admin identity)."""
+    nc = await nats.connect(url, **connect)
     js = nc.jetstream()
     name = f"BENCH_{uuid.uuid4().hex[:8].upper()}"
     await js.add_stream(StreamConfig(name=name, subjects=[f"{name.lower()}.>"], storage=StorageType.FILE))

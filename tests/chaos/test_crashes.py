@@ -52,7 +52,7 @@ async def node_agent_settled(p: Platform, db: asyncpg.Connection, key: str) -> b
     if status != "compensated":
         return False
     import nats
-    nc = await nats.connect(p.nats_url)
+    nc = await nats.connect(p.nats_url, **p.connect_options("admin"))
     try:
         js = nc.jetstream()
         infos = [i for i in await js.consumers_info("TESSERA_NODE_AGENT") if p.node_id.replace("-", "") in i.name]

@@ -67,7 +67,7 @@ async def tenant(make_tenant):
 
 @pytest.fixture
 async def platform_nc(platform):
-    client = await nats.connect(platform.nats_url)
+    client = await nats.connect(platform.nats_url, **platform.connect_options("admin"))
     yield client
     await client.drain()
 

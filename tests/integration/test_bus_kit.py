@@ -36,7 +36,7 @@ async def probe(infra, provision, nc):
     await js.add_stream(StreamConfig(name="TESSERA_PROBE", subjects=["probe.>"], duplicate_window=120))
     handled: list[int] = []
     attempts: dict[int, int] = {}
-    rt = probe_runtime(PROBE, infra.nats_url, await provision("probe"), max_workers=4)
+    rt = probe_runtime(PROBE, infra.nats_url, await provision("probe"), nkey_file=infra.nkey_file("admin"), max_workers=4)
 
     async def on_ping(ctx, ping: Ping):
         attempts[ping.n] = attempts.get(ping.n, 0) + 1

@@ -58,7 +58,8 @@ async def effects(dsn: str) -> list[asyncpg.Record]:
 
 
 def spawn_probe(infra, dsn: str, log: Path) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TESSERA_NATS_URL": infra.nats_url, "TESSERA_DB_DSN": dsn}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TESSERA_NATS_URL": infra.nats_url,
+           "TESSERA_NATS_NKEY_FILE": infra.nkey_file("admin"), "TESSERA_DB_DSN": dsn}
     return subprocess.Popen([sys.executable, "-m", "tests.support.batchprobe"], cwd=REPO, env=env,
                             stdout=subprocess.DEVNULL, stderr=open(log, "ab"), start_new_session=True)
 
@@ -108,7 +109,7 @@ async def test_a_poison_message_in_a_batch_is_retried_and_dead_lettered_alone_wh
     dlq = await watch("deadletter.batchprobe.>")
     pinged = await watch("batchprobe.evt.pinged")
     envs = await publish_pings(js, [{"n": n, "poison": n == 3} for n in range(8)])
-    rt = batchprobe.build(infra.nats_url, probe_env, ack_wait_s=5)
+    rt = batchprobe.build(infra.nats_url, probe_env, nkey_file=infra.nkey_file("admin"), ack_wait_s=5)
     await rt.start()
     try:
         dead = await dlq.wait_for(lambda i: i[1]["id"] == str(envs[3].id), timeout=30)
@@ -136,7 +137,7 @@ async def test_a_message_emitted_in_a_savepoint_the_handler_rolled_back_is_never
     js = nc.jetstream()
     pinged = await watch("batchprobe.evt.pinged")
     await publish_pings(js, [{"n": n, "retract": True} for n in range(1, 6)])
-    rt = batchprobe.build(infra.nats_url, probe_env)
+    rt = batchprobe.build(infra.nats_url, probe_env, nkey_file=infra.nkey_file("admin"))
     await rt.start()
     try:
         await pinged.wait_for(lambda _i: len(pinged.items) >= 5, timeout=30)

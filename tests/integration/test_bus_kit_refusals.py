@@ -85,7 +85,7 @@ async def kitprobe(infra, provision, nc):
     await js.add_stream(StreamConfig(name=STREAM, subjects=["kitprobe.>"], duplicate_window=120))
     await js.purge_stream(STREAM)
     attempts: dict[int, int] = {}
-    rt = probe_runtime(KITPROBE, infra.nats_url, await provision("kitprobe"), max_workers=2)
+    rt = probe_runtime(KITPROBE, infra.nats_url, await provision("kitprobe"), nkey_file=infra.nkey_file("admin"), max_workers=2)
 
     async def store(ctx, cmd: Store):
         attempts[cmd.n] = attempts.get(cmd.n, 0) + 1

@@ -74,7 +74,8 @@ async def test_ops_event_stream_refuses_bad_subject_filters(api):
 
 
 async def test_stopping_the_gateway_closes_open_streams_promptly(infra, provision):
-    settings = ServiceSettings(service="gateway", nats_url=infra.nats_url, db_dsn=await provision("gateway"),
+    settings = ServiceSettings(service="gateway", nats_url=infra.nats_url, nats_nkey_file=infra.nkey_file("gateway"),
+                               db_dsn=await provision("gateway"),
                                bus=BusSettings(ack_wait_s=5, max_deliver=3, retry_backoff_s=[0.05]))
     rt = partial(build, config=gateway_config())(settings)
     await rt.start()

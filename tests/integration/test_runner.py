@@ -16,7 +16,7 @@ from tests.support.polling import eventually
 
 
 async def test_runner_uses_the_configured_nats_and_postgres_instead_of_embedded_ones(infra, tmp_path):
-    p = Platform(tmp_path, nats_url=infra.nats_url, database_url=infra.admin_dsn)
+    p = Platform(tmp_path, nats_url=infra.nats_url, nats_creds=infra.nats.identities, database_url=infra.admin_dsn)
     p.secrets["db"] = infra.secret   # the roles' passwords the rest of the suite connects with
     try:
         await p.start()
@@ -33,6 +33,10 @@ async def test_runner_uses_the_configured_nats_and_postgres_instead_of_embedded_
             await conn.close()
         for service in SERVICES:
             assert schemas.get(service) == role_name(service)
+        # each service connected with its own identity on the bus, and the server refused it nothing
+        for name, proc in p.procs.items():
+            assert proc.env["TESSERA_NATS_NKEY_FILE"] == infra.nkey_file(name)
+            assert "nats.error" not in proc.log_path.read_text(), name
     finally:
         await p.stop()
     assert all(proc.proc.poll() is not None for proc in p.procs.values())
@@ -94,6 +98,12 @@ async def test_the_demo_seed_has_a_tenant_admin_and_a_restart_keeps_its_nodes_sc
             assert sorted((q["pool"], q["gpu_model"], q["limit"]) for q in quotas) == sorted(expected)
     finally:
         await first.stop()
+    # the bus identities: one per service plus ops and admin, readable by their owner only, kept for the next run
+    identities = tmp_path / "nats" / "identities"
+    seeds = {f.name: f.read_bytes() for f in identities.glob("*.nk")}
+    assert set(seeds) == {f"{i}.nk" for i in (*SERVICES, "ops", "admin")}
+    assert identities.stat().st_mode & 0o777 == 0o700
+    assert {(identities / name).stat().st_mode & 0o777 for name in seeds} == {0o600}
 
     # a data folder from before this change: no tenant admin in seed.json, no record of one node-agent's settings
     seeded = json.loads((tmp_path / "seed.json").read_text())
@@ -106,6 +116,7 @@ async def test_the_demo_seed_has_a_tenant_admin_and_a_restart_keeps_its_nodes_sc
     again = Platform(tmp_path, durable=False)
     try:
         await again.start()
+        assert {f.name: f.read_bytes() for f in identities.glob("*.nk")} == seeds
         data2 = await seed(again)
         assert {k: data2[k] for k in legacy} == legacy
         assert data2["admin_api_key"] and data2["admin_api_key"] != data["admin_api_key"]

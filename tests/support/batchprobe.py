@@ -66,12 +66,14 @@ async def on_ping(ctx: UnitOfWork, ping: Ping) -> None:
         ctx.on_commit(die)
 
 
-def build(nats_url: str, db_dsn: str, *, ack_wait_s: float = 2.0, batch_size: int = 64, max_workers: int = 1) -> Runtime:
-    rt = probe_runtime(CONTRACT, nats_url, db_dsn, ack_wait_s=ack_wait_s, max_workers=max_workers,
+def build(nats_url: str, db_dsn: str, *, nkey_file: str | None = None, ack_wait_s: float = 2.0, batch_size: int = 64,
+          max_workers: int = 1) -> Runtime:
+    rt = probe_runtime(CONTRACT, nats_url, db_dsn, nkey_file=nkey_file, ack_wait_s=ack_wait_s, max_workers=max_workers,
                        batch_size=batch_size)
     rt.consumers.subscribe(PING, on_ping)
     return rt
 
 
 if __name__ == "__main__":
-    asyncio.run(build(os.environ["TESSERA_NATS_URL"], os.environ["TESSERA_DB_DSN"]).run_forever())
+    asyncio.run(build(os.environ["TESSERA_NATS_URL"], os.environ["TESSERA_DB_DSN"],
+                      nkey_file=os.environ.get("TESSERA_NATS_NKEY_FILE")).run_forever())

@@ -145,10 +145,13 @@ async def wait_acked(js, stream: str, durable: str, seq: int, timeout: float = 2
                             what=f"{durable} to acknowledge up to seq {seq}")
 
 
-def probe_runtime(contract: ServiceContract, nats_url: str, db_dsn: str, **bus) -> Runtime:
+def probe_runtime(contract: ServiceContract, nats_url: str, db_dsn: str, *, nkey_file: str | None = None,
+                  **bus) -> Runtime:
     """A runtime for a test-only service with its own contract (added to the real catalog): quick retries
     (3 deliveries, 0.05 s then 0.1 s apart, ack_wait 5 s) unless ``bus`` (BusSettings fields) says otherwise.
-    Its stream is the test's to create."""
+    Its stream is the test's to create. No contract of the catalog names it, so no bus permission either: it
+    connects as ``nkey_file``, the harness's ``admin`` (``infra.nkey_file("admin")``)."""
     bus = {"ack_wait_s": 5, "max_deliver": 3, "retry_backoff_s": (0.05, 0.1), **bus}
-    settings = ServiceSettings(service=contract.service, nats_url=nats_url, db_dsn=db_dsn, bus=BusSettings(**bus))
+    settings = ServiceSettings(service=contract.service, nats_url=nats_url, nats_nkey_file=nkey_file, db_dsn=db_dsn,
+                               bus=BusSettings(**bus))
     return Runtime(settings, catalog=Catalog([*load_catalog().contracts.values(), contract]))

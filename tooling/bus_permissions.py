@@ -1,0 +1,210 @@
+"""Generate every identity's NATS permissions from the contract catalog.
+
+``python -m tooling.bus_permissions`` writes ``contracts/asyncapi/nats-permissions.json``;
+``python -m tooling.bus_permissions --check`` writes nothing and exits 1, showing the difference, when the
+committed file is not what the catalog generates. The embedded runner (``tooling.embedded``) renders the
+server's ``authorization`` block from the same functions, so what runs is what is committed.
+
+Identities. One per service (``SERVICES``; every replica of a service, and for now every node-agent, shares
+it), plus ``ops`` (read-only: operators' tools) and ``admin`` (everything: operator tooling and the test
+harness, like PostgreSQL's superuser; never a service). An identity is an NATS nkey: the server's
+configuration holds only public keys, each process holds its own seed (``TESSERA_NATS_NKEY_FILE``), and
+the server checks a signature of a fresh nonce at every connect, so neither the configuration nor the
+traffic carries anything a reader could replay. Nothing argued for passwords or tokens instead (nats-py and
+faststream take a seed file as they take a password), and nkeys are what NATS's decentralised JWT accounts
+build on, should the cluster move to them.
+
+What each service may do, derived from the catalog (``ServiceContract.messages/receives/sends``):
+
+- publish its events and the commands and requests of others in its ``sends`` (``Catalog.check_send`` also
+  lets an owner send its own commands; no service does, so no permission allows it), its dead letters (``deadletter.<service>.>``, see ``shared.batches``), and the
+  JetStream API calls its kit makes: account info; info, create and update of its own stream and of the
+  dead-letter stream (``shared.streams``: a service declares only those), info and create of the streams it
+  reads (it creates one only when it does not exist yet, with the project's configuration, so that services
+  start in any order; only the owner updates it, nobody deletes or purges it); for each durable consumer (``shared.consumer``, one per received
+  message type, named ``contract.durable_name``): consumer info, create (only the named form, whose subject
+  carries the filter: the server refuses a create whose filter differs from the subject's, so a service
+  can only ever read what it receives), next message, and the acknowledgements of that consumer;
+- answer the requests it owns (``shared.rpc``) through ``allow_responses``: a reply goes to the asker's
+  inbox, only once, only in answer to a request it received, with no publish right on any inbox;
+- subscribe to what it receives (a listener is a plain subscription), the requests it owns, and its own
+  inbox, ``_INBOX_<identity>.>`` (``shared.bus_identity``): each identity has an inbox prefix of its own,
+  so no identity can read the replies and JetStream deliveries of another, as a shared ``_INBOX.>`` would
+  allow.
+
+Node-agents name their durables after their node (``node_agent_<node id>__<name>``): their durable token
+is ``*`` until each node has an identity of its own; the filter in the create subject still limits them
+to what node-agents receive. The gateway also reads the streams for the operators' live feed and the
+dead-letter page (``services.gateway.handlers.ops``): ephemeral ordered consumers on every stream (create,
+flow-control answers) and reads of the dead-letter stream's messages. ``ops`` may read every stream the
+same way (ephemeral ordered consumers, stream and consumer info, message reads) and subscribe to every
+service's events; it publishes nothing else: ordered consumers acknowledge nothing, and an identity
+allowed ``$JS.ACK.<stream>.*.>`` could settle (drop) a service's messages, which is not reading.
+
+Pure: no I/O except in ``write``/``main``; the output is deterministic (sorted).
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from shared.bus_identity import inbox_prefix
+from shared.contract import SERVICES, Catalog, ServiceContract, durable_name, load_catalog, stream_name
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_FILE = ROOT / "contracts" / "asyncapi" / "nats-permissions.json"
+OPS, ADMIN = "ops", "admin"
+IDENTITIES = (*SERVICES, OPS, ADMIN)
+DEAD_LETTER_STREAM = "TESSERA_DEADLETTER"   # shared.streams (not imported: it needs nats-py)
+DEAD_LETTER_PREFIX = "deadletter"
+PER_INSTANCE_DURABLES = ("node_agent",)     # services/node_agent/entrypoints/bus.py: durables named by node
+JS = "$JS.API"
+
+
+def all_streams() -> list[str]:
+    return [*(stream_name(s) for s in SERVICES), DEAD_LETTER_STREAM]
+
+
+def _stream_reads(stream: str) -> list[str]:
+    """What reading ``stream`` with ephemeral ordered consumers takes (no durable, no acknowledgement)."""
+    return [f"{JS}.STREAM.INFO.{stream}", f"{JS}.STREAM.MSG.GET.{stream}", f"{JS}.DIRECT.GET.{stream}",
+            f"{JS}.CONSUMER.CREATE.{stream}", f"$JS.FC.{stream}.>"]
+
+
+def consumer_subjects(stream: str, durable: str, filter_subject: str) -> list[str]:
+    """The JetStream API subjects one durable pull consumer needs (nats-py ``pull_subscribe`` with ``durable``
+    and ``stream``: info, then create by name with the filter in the subject, then next-message requests),
+    and its acknowledgements (``$JS.ACK.<stream>.<durable>.<delivered>.<seqs>.<time>.<pending>``)."""
+    return [f"{JS}.CONSUMER.INFO.{stream}.{durable}", f"{JS}.CONSUMER.CREATE.{stream}.{durable}.{filter_subject}",
+            f"{JS}.CONSUMER.MSG.NEXT.{stream}.{durable}", f"$JS.ACK.{stream}.{durable}.>"]
+
+
+def service_permissions(catalog: Catalog, service: str) -> dict[str, Any]:
+    contract: ServiceContract = catalog.contracts[service]
+    own = contract.stream
+    publish: set[str] = {f"{JS}.INFO", f"{DEAD_LETTER_PREFIX}.{service}.>"}
+    subscribe: set[str] = {inbox_prefix(service) + ".>"}
+    for stream in (own, DEAD_LETTER_STREAM):
+        publish |= {f"{JS}.STREAM.INFO.{stream}", f"{JS}.STREAM.CREATE.{stream}", f"{JS}.STREAM.UPDATE.{stream}"}
+    for msg in contract.messages:                       # what it owns: it emits its events, answers its requests
+        if msg.kind == "request":
+            subscribe.add(msg.wildcard())
+        elif msg.kind == "event":
+            publish.add(msg.wildcard())
+    for type_ in contract.sends:                        # others' commands and requests
+        publish.add(catalog.message(type_).wildcard())
+    for type_ in contract.receives:
+        msg, stream = catalog.message(type_), catalog.owner(type_).stream
+        subscribe.add(msg.wildcard())
+        durable = "*" if service in PER_INSTANCE_DURABLES else durable_name(service, type_)
+        publish.update({f"{JS}.STREAM.INFO.{stream}", f"{JS}.STREAM.CREATE.{stream}"})   # created if missing
+        publish.update(consumer_subjects(stream, durable, msg.wildcard()))
+    if service == "gateway":                            # the operators' live feed and dead-letter page
+        for stream in all_streams():
+            publish.update(_stream_reads(stream))
+    answers = any(m.kind == "request" for m in contract.messages)
+    return _permissions(publish, subscribe, allow_responses=answers)
+
+
+def ops_permissions() -> dict[str, Any]:
+    publish = {f"{JS}.INFO", f"{JS}.STREAM.NAMES", f"{JS}.STREAM.LIST"}
+    for stream in all_streams():
+        publish.update(_stream_reads(stream))
+        publish.update({f"{JS}.DIRECT.GET.{stream}.>", f"{JS}.CONSUMER.INFO.{stream}.*",
+                        f"{JS}.CONSUMER.NAMES.{stream}", f"{JS}.CONSUMER.LIST.{stream}"})
+    subscribe = {inbox_prefix(OPS) + ".>", *(f"{s}.evt.>" for s in SERVICES)}
+    return _permissions(publish, subscribe, allow_responses=False)
+
+
+def _permissions(publish: set[str], subscribe: set[str], *, allow_responses: bool) -> dict[str, Any]:
+    return {"publish": {"allow": sorted(publish)}, "subscribe": {"allow": sorted(subscribe)},
+            "allow_responses": allow_responses}
+
+
+def permissions(catalog: Catalog | None = None) -> dict[str, dict[str, Any] | None]:
+    """Identity -> its permissions (publish/subscribe allow lists, allow_responses); ``admin`` -> None
+    (no permissions block: everything)."""
+    catalog = catalog or load_catalog()
+    result: dict[str, dict[str, Any] | None] = {s: service_permissions(catalog, s) for s in SERVICES}
+    result[OPS] = ops_permissions()
+    result[ADMIN] = None
+    return result
+
+
+def document(catalog: Catalog | None = None) -> dict[str, Any]:
+    return {
+        "description": "NATS permissions of every identity, generated from the contract catalog by "
+                       "`python -m tooling.bus_permissions` (do not edit). admin: null means no restriction.",
+        "inbox_prefixes": {i: inbox_prefix(i) for i in IDENTITIES},
+        "identities": permissions(catalog),
+    }
+
+
+def render(catalog: Catalog | None = None) -> str:
+    return json.dumps(document(catalog), indent=2, sort_keys=True) + "\n"
+
+
+def server_users(public_keys: dict[str, str], catalog: Catalog | None = None) -> list[dict[str, Any]]:
+    """The ``authorization.users`` entries of the server configuration: one per identity in ``public_keys``
+    (identity -> nkey public key), each with its permissions (none for ``admin``)."""
+    perms = permissions(catalog)
+    users = []
+    for identity in IDENTITIES:
+        if identity not in public_keys:
+            continue
+        user: dict[str, Any] = {"nkey": public_keys[identity]}
+        if perms[identity] is not None:
+            user["permissions"] = {k: v for k, v in perms[identity].items() if v is not False}
+        users.append(user)
+    return users
+
+
+def authorization_block(public_keys: dict[str, str], catalog: Catalog | None = None) -> str:
+    """The server configuration's ``authorization`` block (JSON values: the configuration format accepts them,
+    and quoted strings keep ``$JS`` from reading as a variable). No ``no_auth_user``: a connection without
+    credentials is refused."""
+    return "authorization " + json.dumps({"users": server_users(public_keys, catalog)}, indent=2, sort_keys=True) + "\n"
+
+
+def differences(path: Path = DEFAULT_FILE, catalog: Catalog | None = None) -> list[str]:
+    """What differs between the committed file and the generated one ([] = none)."""
+    if not path.exists():
+        return [f"{path}: missing"]
+    committed, text = path.read_text(), render(catalog)
+    if committed == text:
+        return []
+    diff = difflib.unified_diff(committed.splitlines(), text.splitlines(), f"{path} (committed)",
+                                f"{path} (generated)", lineterm="", n=1)
+    return ["\n".join(list(diff)[:80])]
+
+
+def write(path: Path = DEFAULT_FILE, catalog: Catalog | None = None) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render(catalog))
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tooling.bus_permissions", description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 on a difference")
+    parser.add_argument("--file", type=Path, default=DEFAULT_FILE, help="where the permissions live")
+    args = parser.parse_args(argv)
+    if args.check:
+        problems = differences(args.file)
+        for p in problems:
+            print(p)
+        if problems:
+            print(f"\n{args.file} is out of date: run `python -m tooling.bus_permissions`.")
+            return 1
+        print(f"{args.file} is up to date.")
+        return 0
+    print(f"wrote {write(args.file)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
