@@ -4,7 +4,8 @@ dead-letter stream (``shared.consumer`` subscribes and fetches).
 A batch is handled in one PostgreSQL transaction:
 
 1. each message's envelope and payload are checked against the contract; a malformed message goes straight to
-   the dead-letter stream (retrying cannot fix it);
+   the dead-letter stream (retrying cannot fix it); so does a forged one: an event whose subject names a node
+   (``{node_id}``, a node-agent's) and whose payload names another (``forged``, below);
 2. one statement records every message in the inbox (``unnest``); a message already there was handled before
    and has no second effect;
 3. each new message's handler runs, its writes and outbox messages in the transaction; when one fails, the
@@ -18,6 +19,13 @@ moved to the dead-letter stream and acknowledged, so the messages behind it keep
 fix (``permanent``: PermanentError, invalid data, an unknown reference) is not retried: when the subscription
 declares ``on_refused``, that callback publishes the refusal in a new transaction that also records the inbox
 row (a redelivery has no second effect); without one the message is dead-lettered at once.
+
+Forged events. The bus lets a node-agent publish only on its own node's subjects (``tooling.bus_permissions``),
+so the node in the subject is the sender's. An event whose payload's ``node_id`` differs from it claims to speak
+for another node: its handler never runs. It is dead-lettered with reason ``forged`` on
+``deadletter.<service>.<consumer>.forged`` (headers ``Tessera-DLQ-Subject-Node`` and ``Tessera-DLQ-Payload-Node``),
+logged at error level (``consumer.forged``) and counted (``tessera_dead_letters_total{reason="forged"}``): the
+operators see it on the dead-letter page and, live, on the ops feed (``/v1/ops/events?subjects=deadletter.*.*.forged``).
 
 Order: a consumer handles a batch in stream order, and runs ``max_workers`` batches at once, so two messages
 may be handled out of order (and across replicas always may). No handler relies on delivery order: each is
@@ -85,6 +93,10 @@ class Batches:
                  js: Callable[[], JetStreamContext], lock: asyncio.Lock | None = None):
         self.service, self.consumer, self.msg, self.handler, self.on_refused = service, consumer, msg, handler, on_refused
         self.outbox, self.settings, self._pool, self._js, self.lock = outbox, settings, pool, js, lock
+        # the subject token that names the sending node, for an event that also names it in its payload
+        tokens = msg.subject.split(".")
+        self._node_token = tokens.index("{node_id}") if (
+            msg.kind == "event" and "{node_id}" in tokens and "node_id" in msg.model.model_fields) else None
 
     async def handle(self, raws: list[Msg]) -> None:
         """Handle one fetched batch (never raises: what fails is retried, refused or dead-lettered)."""
@@ -114,10 +126,25 @@ class Batches:
             env = Envelope.model_validate_json(raw.data)
             if env.type != self.msg.type:
                 raise PermanentError(f"envelope type {env.type} on a {self.msg.type} subject")
-            return _Item(raw, env, self.msg.model.model_validate(env.data))
+            data = self.msg.model.model_validate(env.data)
         except (ValidationError, PermanentError, ValueError) as exc:
             await self.dead_letter(raw, "invalid", str(exc)[:2000])
             return None
+        if self._node_token is not None and data.node_id is not None:
+            subject_node, payload_node = raw.subject.split(".")[self._node_token], str(data.node_id)
+            if subject_node.lower() != payload_node.lower():
+                await self.forged(raw, env, subject_node, payload_node)
+                return None
+        return _Item(raw, env, data)
+
+    async def forged(self, raw: Msg, env: Envelope, subject_node: str, payload_node: str) -> None:
+        """An event on one node's subject whose payload names another: never handled, dead-lettered as forged."""
+        log.error("consumer.forged", consumer=self.consumer, type=self.msg.type, subject=raw.subject,
+                  subject_node=subject_node, payload_node=payload_node, event_id=str(env.id),
+                  correlation_id=env.correlation_id)
+        await self.dead_letter(raw, "forged", f"the subject names node {subject_node}, the payload node {payload_node}",
+                               extra_headers={"Tessera-DLQ-Subject-Node": subject_node,
+                                              "Tessera-DLQ-Payload-Node": payload_node}, suffix="forged")
 
     async def _run_batch(self, items: list[_Item]) -> None:
         """One transaction for the batch: one inbox insert for every message, each new message's handler,
@@ -269,8 +296,10 @@ class Batches:
             await asyncio.sleep(interval)
             await asyncio.gather(*(raw.in_progress() for raw in raws))
 
-    async def dead_letter(self, raw: Msg, reason: str, error: str) -> None:
-        """Move ``raw`` to the dead-letter stream, with why in its headers, and acknowledge it."""
+    async def dead_letter(self, raw: Msg, reason: str, error: str, *, extra_headers: dict[str, str] | None = None,
+                          suffix: str | None = None) -> None:
+        """Move ``raw`` to the dead-letter stream, with why in its headers (and ``extra_headers``), and acknowledge
+        it; its subject is ``deadletter.<service>.<consumer>``, then ``.<suffix>`` when given."""
         consumer, md = self.consumer, raw.metadata
         headers = {k: v for k, v in (raw.headers or {}).items() if not k.startswith("Nats-")}
         headers.update({
@@ -282,8 +311,10 @@ class Batches:
             "Tessera-DLQ-Stream": md.stream,
             "Tessera-DLQ-Stream-Seq": str(md.sequence.stream),
             "Tessera-DLQ-Deliveries": str(md.num_delivered),
+            **(extra_headers or {}),
         })
-        await self._js().publish(f"{DEAD_LETTER_PREFIX}.{self.service}.{consumer}", raw.data, headers=headers)
+        subject = f"{DEAD_LETTER_PREFIX}.{self.service}.{consumer}" + (f".{suffix}" if suffix else "")
+        await self._js().publish(subject, raw.data, headers=headers)
         await raw.ack()
         DEAD_LETTERS.labels(self.service, reason).inc()
         log.error("consumer.dead_lettered", consumer=consumer, reason=reason, error=error[:300],

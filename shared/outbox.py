@@ -104,9 +104,13 @@ class OutboxRelay:
     """Publishes committed outbox rows to JetStream: those handed over at once, the table every ``poll_s``."""
 
     def __init__(self, pool: asyncpg.Pool, js: JetStreamContext, service: str, *, batch: int = 256,
-                 poll_s: float = 1.0, retention_s: float = 3600.0):
+                 poll_s: float = 1.0, retention_s: float = 3600.0, scope: tuple[str, str] | None = None):
+        """``scope`` (``shared.bus_identity.publish_scope``): (prefix, suffix): of the rows whose subject starts
+        with prefix, the table pass takes only those ending with suffix (a node-agent: its own node's; another
+        node's rows are its agent's to publish, the server refuses them from anyone else)."""
         self.pool, self.js, self.service = pool, js, service
         self.batch, self.poll_s, self.retention_s = batch, poll_s, retention_s
+        self.scope = scope
         self._wake = asyncio.Event()
         self._handed: list[Row] = []
         self.published = 0
@@ -166,10 +170,13 @@ class OutboxRelay:
 
     async def drain_once(self) -> int:
         """Publish one batch from the table; returns how many rows were published."""
+        scoped, args = "", [self.batch]
+        if self.scope:
+            scoped, args = " AND (NOT starts_with(subject, $2) OR right(subject, length($3)) = $3)", [self.batch, *self.scope]
         async with self.pool.acquire() as conn, conn.transaction():
             rows = [Row(r["id"], r["subject"], json.loads(r["headers"]), bytes(r["body"])) for r in await conn.fetch(
-                "SELECT id, subject, headers, body FROM outbox WHERE published_at IS NULL "
-                "ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED", self.batch)]
+                f"SELECT id, subject, headers, body FROM outbox WHERE published_at IS NULL{scoped} "
+                "ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED", *args)]
             if not rows:
                 return 0
             await self._publish(rows)

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import ssl
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -20,10 +21,11 @@ import asyncpg
 import structlog
 from aiohttp import web
 from faststream.nats import NatsBroker
-from faststream.nats.security import NatsNKey
+from faststream.nats.security import NatsNKey, NatsSecurity
+from faststream.security import BaseSecurity
 from nats.js import JetStreamContext
 
-from .bus_identity import inbox_prefix
+from .bus_identity import identity, inbox_prefix, publish_scope
 from .settings import ServiceSettings
 from .consumer import Consumers
 from .contract import Catalog, load_catalog
@@ -37,6 +39,14 @@ from . import rpc
 log = structlog.get_logger()
 
 
+def nats_security(settings: ServiceSettings) -> BaseSecurity | None:
+    """The bus connection's credentials (the nkey seed) and TLS (verifying the server against the CA file)."""
+    tls = ssl.create_default_context(cafile=settings.nats_ca_file) if settings.nats_ca_file else None
+    if settings.nats_nkey_file:
+        return NatsNKey(settings.nats_nkey_file, ssl_context=tls, use_ssl=tls is not None)
+    return NatsSecurity(ssl_context=tls, use_ssl=True) if tls else None
+
+
 class Runtime:
     def __init__(self, settings: ServiceSettings, *, schema: str | None = None, schema_dir: Path | None = None,
                  catalog: Catalog | None = None):
@@ -47,10 +57,12 @@ class Runtime:
         self.catalog = catalog or load_catalog()
         self.outbox = Outbox(self.service, self.catalog)
         # its identity on the bus: the nkey seed in TESSERA_NATS_NKEY_FILE, inboxes of its own (shared.bus_identity)
-        security = NatsNKey(settings.nats_nkey_file) if settings.nats_nkey_file else None
+        # and, with TESSERA_NATS_CA_FILE, TLS that verifies the server's certificate and host name
+        # (a node-agent's identity is its node's: shared.bus_identity.identity)
+        self.bus_identity = identity(self.service, settings.instance)
         self.broker = NatsBroker(settings.nats_url, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
-                                 logger=None, security=security, inbox_prefix=inbox_prefix(self.service),
-                                 error_cb=self._nats_error)
+                                 logger=None, security=nats_security(settings),
+                                 inbox_prefix=inbox_prefix(self.bus_identity), error_cb=self._nats_error)
         self.consumers = Consumers(self.service, self.broker, self.catalog, self.outbox, settings.bus, lambda: self.pool)
         self.http = web.Application(client_max_size=1 << 20)
         self.tasks: list[Callable[[], Awaitable[None]]] = []
@@ -135,7 +147,8 @@ class Runtime:
         await declare_streams(self.js, replicas=s.stream_replicas, names=own_streams(self.service))
         await ensure_streams(self.js, self.consumers.streams - set(own_streams(self.service)), replicas=s.stream_replicas)
         await self.broker.start()
-        self.relay = OutboxRelay(self._pool, self.js, self.schema)
+        # a node-agent's relay publishes its own node's rows of the shared outbox only
+        self.relay = OutboxRelay(self._pool, self.js, self.schema, scope=publish_scope(self.service, s.instance))
         self.outbox.hand_over = self.relay.take
         self._running = [asyncio.create_task(self._supervise(self.relay.run))]
         await self.consumers.start()

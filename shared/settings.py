@@ -200,6 +200,10 @@ class ServiceSettings:
     nats_nkey_file: str | None = setting("TESSERA_NATS_NKEY_FILE", None, readable_file,
                                          doc="the file holding this service's NATS nkey seed, its identity on the bus "
                                              "(unset: connect without credentials, to a server without authorization)")
+    nats_ca_file: str | None = setting("TESSERA_NATS_CA_FILE", None, readable_file,
+                                       doc="the CA certificate that signed the NATS server's: connect over TLS and verify "
+                                           "the server's certificate and name against it (unset: a plain connection, "
+                                           "for the embedded server on loopback)")
     db_dsn: str = setting("TESSERA_DB_DSN", "postgresql://postgres@127.0.0.1:5432/tessera",
                           doc="the service's own PostgreSQL role and database")
     http_host: str = setting("TESSERA_HTTP_HOST", "127.0.0.1", doc="address of the health/metrics (and API) server")

@@ -32,8 +32,10 @@ class Infra:
         return self.nats.connect_options(identity)
 
     def nkey_file(self, identity: str) -> str:
-        """The seed file of ``identity`` (a service's name, ``ops`` or ``admin``): a service's TESSERA_NATS_NKEY_FILE."""
-        return str(self.nats.identities.seed_file(identity))
+        """The seed file of ``identity`` (a service's name, ``ops``, ``admin``, or a node-agent's
+        ``shared.bus_identity.node_identity(node_id)``, created and the server reloaded when new): a service's
+        TESSERA_NATS_NKEY_FILE."""
+        return str(self.nats.identities.add(identity))
 
     @property
     def admin_dsn(self) -> str:

@@ -5,12 +5,13 @@
 committed file is not what the catalog generates. The embedded runner (``tooling.embedded``) renders the
 server's ``authorization`` block from the same functions, so what runs is what is committed.
 
-Identities. One per service (``SERVICES``; every replica of a service, and for now every node-agent, shares
-it), plus ``ops`` (read-only: operators' tools) and ``admin`` (everything: operator tooling and the test
-harness, like PostgreSQL's superuser; never a service). An identity is an NATS nkey: the server's
-configuration holds only public keys, each process holds its own seed (``TESSERA_NATS_NKEY_FILE``), and
-the server checks a signature of a fresh nonce at every connect, so neither the configuration nor the
-traffic carries anything a reader could replay. Nothing argued for passwords or tokens instead (nats-py and
+Identities. One per service (``SERVICE_IDENTITIES``; every replica of a service shares it), one per node for
+the node-agents (``node_agent_<node id in hex>``, ``node_permissions``: the committed file holds its template,
+``node_agent_{node_hex}`` with ``{node_id}`` in its subjects), plus ``ops`` (read-only: operators' tools) and
+``admin`` (everything: operator tooling and the test harness, like PostgreSQL's superuser; never a service).
+An identity is an NATS nkey: the server's configuration holds only public keys, each process holds its own
+seed (``TESSERA_NATS_NKEY_FILE``), and the server checks a signature of a fresh nonce at every connect, so
+neither the configuration nor the traffic carries anything a reader could replay. Nothing argued for passwords or tokens instead (nats-py and
 faststream take a seed file as they take a password), and nkeys are what NATS's decentralised JWT accounts
 build on, should the cluster move to them.
 
@@ -32,11 +33,15 @@ What each service may do, derived from the catalog (``ServiceContract.messages/r
   so no identity can read the replies and JetStream deliveries of another, as a shared ``_INBOX.>`` would
   allow.
 
-Node-agents name their durables after their node (``node_agent_<node id>__<name>``): their durable token
-is ``*`` until each node has an identity of its own; the filter in the create subject still limits them
-to what node-agents receive. The gateway also reads the streams for the operators' live feed and the
-dead-letter page (``services.gateway.handlers.ops``): ephemeral ordered consumers on every stream (create,
-flow-control answers) and reads of the dead-letter stream's messages. ``ops`` may read every stream the
+A node-agent speaks only for its node: it publishes its events on its node's subjects only
+(``node_agent.evt.<name>.<node id>``), subscribes to its node's commands and requests only, consumes through
+its node's durables only (``node_agent_<hex>__<name>``, ``shared.bus_identity.node_durable``), each filtered on
+its node's subject, and dead-letters under those durables' names. (The consumers of its events also check that
+the payload's node is the subject's: ``shared.batches``, reason ``forged``.)
+
+The gateway also reads the streams for the operators' live feed and the dead-letter page
+(``services.gateway.handlers.ops``): ephemeral ordered consumers on every stream (create, flow-control
+answers) and reads of the dead-letter stream's messages. ``ops`` may read every stream the
 same way (ephemeral ordered consumers, stream and consumer info, message reads) and subscribe to every
 service's events; it publishes nothing else: ordered consumers acknowledge nothing, and an identity
 allowed ``$JS.ACK.<stream>.*.>`` could settle (drop) a service's messages, which is not reading.
@@ -48,20 +53,24 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import re
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
-from shared.bus_identity import inbox_prefix
-from shared.contract import SERVICES, Catalog, ServiceContract, durable_name, load_catalog, stream_name
+from shared.bus_identity import NODE_AGENT, inbox_prefix, node_durable_suffix, node_identity
+from shared.contract import SERVICES, Catalog, Message, ServiceContract, durable_name, load_catalog, stream_name
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_FILE = ROOT / "contracts" / "asyncapi" / "nats-permissions.json"
 OPS, ADMIN = "ops", "admin"
-IDENTITIES = (*SERVICES, OPS, ADMIN)
+SERVICE_IDENTITIES = tuple(s for s in SERVICES if s != NODE_AGENT)   # a node-agent is its node's identity
+IDENTITIES = (*SERVICE_IDENTITIES, OPS, ADMIN)                        # those every installation has
+NODE_TEMPLATE = f"{NODE_AGENT}_{{node_hex}}"                          # the committed file's node identity
+NODE_IDENTITY = re.compile(rf"^{NODE_AGENT}_[0-9a-f]{{32}}$")
 DEAD_LETTER_STREAM = "TESSERA_DEADLETTER"   # shared.streams (not imported: it needs nats-py)
 DEAD_LETTER_PREFIX = "deadletter"
-PER_INSTANCE_DURABLES = ("node_agent",)     # services/node_agent/entrypoints/bus.py: durables named by node
 JS = "$JS.API"
 
 
@@ -100,7 +109,7 @@ def service_permissions(catalog: Catalog, service: str) -> dict[str, Any]:
     for type_ in contract.receives:
         msg, stream = catalog.message(type_), catalog.owner(type_).stream
         subscribe.add(msg.wildcard())
-        durable = "*" if service in PER_INSTANCE_DURABLES else durable_name(service, type_)
+        durable = durable_name(service, type_)
         publish.update({f"{JS}.STREAM.INFO.{stream}", f"{JS}.STREAM.CREATE.{stream}"})   # created if missing
         publish.update(consumer_subjects(stream, durable, msg.wildcard()))
     if service == "gateway":                            # the operators' live feed and dead-letter page
@@ -108,6 +117,58 @@ def service_permissions(catalog: Catalog, service: str) -> dict[str, Any]:
             publish.update(_stream_reads(stream))
     answers = any(m.kind == "request" for m in contract.messages)
     return _permissions(publish, subscribe, allow_responses=answers)
+
+
+def _on_node(msg: Message, node_id: str) -> str:
+    """``msg``'s subject on one node (its ``{node_id}``), any other parameter a wildcard."""
+    return re.sub(r"\{(\w+)\}", lambda m: node_id if m.group(1) == "node_id" else "*", msg.subject)
+
+
+def node_permissions(catalog: Catalog, node_id: str, identity: str | None = None) -> dict[str, Any]:
+    """The permissions of the node-agent of ``node_id`` (``identity``: its name, by default
+    ``node_identity(node_id)``; the template passes placeholders for both): the node-agent's contract with every
+    ``{node_id}`` its own."""
+    identity = identity or node_identity(node_id)
+    contract: ServiceContract = catalog.contracts[NODE_AGENT]
+    publish: set[str] = {f"{JS}.INFO"}
+    subscribe: set[str] = {inbox_prefix(identity) + ".>"}
+    for stream in (contract.stream, DEAD_LETTER_STREAM):
+        publish |= {f"{JS}.STREAM.INFO.{stream}", f"{JS}.STREAM.CREATE.{stream}", f"{JS}.STREAM.UPDATE.{stream}"}
+    for msg in contract.messages:
+        if msg.kind == "request":
+            subscribe.add(_on_node(msg, node_id))
+        elif msg.kind == "event":
+            publish.add(_on_node(msg, node_id))
+    for type_ in contract.sends:
+        publish.add(catalog.message(type_).wildcard())
+    for type_ in contract.receives:
+        msg, stream = catalog.message(type_), catalog.owner(type_).stream
+        durable = f"{identity}__{node_durable_suffix(type_)}"
+        subscribe.add(_on_node(msg, node_id))
+        publish.update({f"{JS}.STREAM.INFO.{stream}", f"{JS}.STREAM.CREATE.{stream}",
+                        f"{DEAD_LETTER_PREFIX}.{NODE_AGENT}.{durable}"})
+        publish.update(consumer_subjects(stream, durable, _on_node(msg, node_id)))
+    answers = any(m.kind == "request" for m in contract.messages)
+    return _permissions(publish, subscribe, allow_responses=answers)
+
+
+def node_template(catalog: Catalog) -> dict[str, Any]:
+    return node_permissions(catalog, "{node_id}", NODE_TEMPLATE)
+
+
+def identity_permissions(identity: str, catalog: Catalog | None = None) -> dict[str, Any] | None:
+    """The permissions of any identity: a service, a node-agent (``node_agent_<hex>``), ``ops`` or ``admin`` (None)."""
+    catalog = catalog or load_catalog()
+    if NODE_IDENTITY.match(identity):
+        node_id = str(uuid.UUID(hex=identity.rsplit("_", 1)[1]))
+        return node_permissions(catalog, node_id, identity)
+    if identity in SERVICE_IDENTITIES:
+        return service_permissions(catalog, identity)
+    if identity == OPS:
+        return ops_permissions()
+    if identity == ADMIN:
+        return None
+    raise KeyError(f"no NATS identity {identity!r}")
 
 
 def ops_permissions() -> dict[str, Any]:
@@ -127,9 +188,10 @@ def _permissions(publish: set[str], subscribe: set[str], *, allow_responses: boo
 
 def permissions(catalog: Catalog | None = None) -> dict[str, dict[str, Any] | None]:
     """Identity -> its permissions (publish/subscribe allow lists, allow_responses); ``admin`` -> None
-    (no permissions block: everything)."""
+    (no permissions block: everything); ``node_agent_{node_hex}`` -> the template of every node's."""
     catalog = catalog or load_catalog()
-    result: dict[str, dict[str, Any] | None] = {s: service_permissions(catalog, s) for s in SERVICES}
+    result: dict[str, dict[str, Any] | None] = {s: service_permissions(catalog, s) for s in SERVICE_IDENTITIES}
+    result[NODE_TEMPLATE] = node_template(catalog)
     result[OPS] = ops_permissions()
     result[ADMIN] = None
     return result
@@ -139,7 +201,7 @@ def document(catalog: Catalog | None = None) -> dict[str, Any]:
     return {
         "description": "NATS permissions of every identity, generated from the contract catalog by "
                        "`python -m tooling.bus_permissions` (do not edit). admin: null means no restriction.",
-        "inbox_prefixes": {i: inbox_prefix(i) for i in IDENTITIES},
+        "inbox_prefixes": {i: inbox_prefix(i) for i in (*IDENTITIES, NODE_TEMPLATE)},
         "identities": permissions(catalog),
     }
 
@@ -150,15 +212,16 @@ def render(catalog: Catalog | None = None) -> str:
 
 def server_users(public_keys: dict[str, str], catalog: Catalog | None = None) -> list[dict[str, Any]]:
     """The ``authorization.users`` entries of the server configuration: one per identity in ``public_keys``
-    (identity -> nkey public key), each with its permissions (none for ``admin``)."""
-    perms = permissions(catalog)
+    (identity -> nkey public key: services, ``ops``, ``admin``, node-agents), each with its permissions (none
+    for ``admin``); the fixed identities first, then the nodes' in order."""
+    catalog = catalog or load_catalog()
+    order = [i for i in IDENTITIES if i in public_keys] + sorted(i for i in public_keys if i not in IDENTITIES)
     users = []
-    for identity in IDENTITIES:
-        if identity not in public_keys:
-            continue
+    for identity in order:
+        perms = identity_permissions(identity, catalog)
         user: dict[str, Any] = {"nkey": public_keys[identity]}
-        if perms[identity] is not None:
-            user["permissions"] = {k: v for k, v in perms[identity].items() if v is not False}
+        if perms is not None:
+            user["permissions"] = {k: v for k, v in perms.items() if v is not False}
         users.append(user)
     return users
 

@@ -7,10 +7,15 @@ PostgreSQL refuses to run as root, so as root it runs as a dedicated system user
 The NATS server refuses connections without credentials: on its first start it creates an nkey for every
 identity of ``tooling.bus_permissions`` (each service, ``ops``, ``admin``) in ``<data>/identities/`` (the
 folder 0700, each seed file 0600; reused by later starts), and its configuration lists their public keys,
-each with the permissions the contract catalog gives it.
+each with the permissions the contract catalog gives it. A node-agent's identity (``node_agent_<node hex>``)
+is created when its node-agent is first started (``NatsIdentities.add``): the configuration is rendered again
+and the server reloaded (SIGHUP), and ``add`` returns once the server accepts the new identity.
+``NatsIdentities.rotate`` replaces one identity's seed the same way; the old seed is refused from then on.
 """
 from __future__ import annotations
 
+import base64
+import json
 import os
 import pwd
 import secrets
@@ -19,6 +24,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -68,8 +74,10 @@ class NatsIdentities:
     identity). Whoever holds this folder can be any identity: the runner, which hands each service its own
     file, and the test harness."""
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, reload=None):
         self.directory = Path(directory)
+        self.reload = reload   # called after a seed is added or replaced (the server's configuration changed)
+        self._lock = threading.Lock()   # node-agents may start at once, each from its own thread
 
     def seed_file(self, identity: str) -> Path:
         path = self.directory / f"{identity}.nk"
@@ -82,14 +90,38 @@ class NatsIdentities:
         self.directory.chmod(0o700)
         for identity in identities:
             path = self.directory / f"{identity}.nk"
-            if path.exists():
-                continue
-            seed = nkeys.encode_seed(secrets.token_bytes(32), nkeys.PREFIX_BYTE_USER)
-            fd = os.open(path.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(seed + b"\n")
-            os.replace(path.with_suffix(".tmp"), path)   # whole or absent, never half-written
+            if not path.exists():
+                self._write_seed(path)
         return self
+
+    @staticmethod
+    def _write_seed(path: Path) -> None:
+        seed = nkeys.encode_seed(secrets.token_bytes(32), nkeys.PREFIX_BYTE_USER)
+        fd = os.open(path.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(seed + b"\n")
+        os.replace(path.with_suffix(".tmp"), path)   # whole or absent, never half-written
+
+    def add(self, identity: str) -> Path:
+        """The seed file of ``identity``, created (and the server reloaded) when it is new: a node-agent's."""
+        path = self.directory / f"{identity}.nk"
+        with self._lock:
+            if not path.exists():
+                self.ensure([identity])
+                if self.reload:
+                    self.reload(identity)
+        return path
+
+    def rotate(self, identity: str) -> Path:
+        """Replace ``identity``'s seed with a new one and reload the server: the process holding the old seed
+        keeps its connection until it reconnects, which the old seed can no longer do; restart it (it reads
+        the same file) and nothing else changes."""
+        path = self.seed_file(identity)
+        with self._lock:
+            self._write_seed(path)
+            if self.reload:
+                self.reload(identity)
+        return path
 
     def public_key(self, identity: str) -> str:
         seed = bytearray(self.seed_file(identity).read_bytes().strip())
@@ -109,7 +141,7 @@ class EmbeddedNats:
         self.port = port or free_port()
         self.sync_always = sync_always
         self.proc: subprocess.Popen | None = None
-        self.identities = NatsIdentities(self.data_dir / "identities")
+        self.identities = NatsIdentities(self.data_dir / "identities", reload=self.reload)
 
     @property
     def url(self) -> str:
@@ -120,15 +152,16 @@ class EmbeddedNats:
         return self.identities.connect_options(identity)
 
     def config_file(self) -> Path:
-        from .bus_permissions import IDENTITIES, authorization_block   # imports the contracts: only when starting
+        from .bus_permissions import IDENTITIES, NODE_IDENTITY, authorization_block   # imports the contracts: only when starting
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
         text = NATS_CONF.read_text().replace('"./.tessera/nats"', f'"{self.data_dir / "js"}"')
         if not self.sync_always:
             text = text.replace("sync_interval: always", "sync_interval: 2m")
         keys = self.identities.ensure(IDENTITIES).public_keys()
+        known = {i: k for i, k in keys.items() if i in IDENTITIES or NODE_IDENTITY.match(i)}   # not a stale file's
         text += "\n# Generated from the contract catalog (tooling.bus_permissions); no no_auth_user: credentials required.\n"
-        text += authorization_block({i: keys[i] for i in IDENTITIES})
+        text += authorization_block(known)
         conf = self.data_dir / "nats-server.conf"
         conf.write_text(text)
         return conf
@@ -153,6 +186,39 @@ class EmbeddedNats:
             self.stop(kill=True)
             raise
         return self
+
+    def reload(self, identity: str | None = None, timeout: float = 15.0) -> None:
+        """Render the configuration again (the identities' folder as it is now) and have the running server
+        reload it (SIGHUP); with ``identity``, return once the server accepts that identity's current seed."""
+        self.config_file()
+        if self.proc is None or self.proc.poll() is not None:
+            return   # not running: the next start reads it
+        self.proc.send_signal(signal.SIGHUP)
+        if identity is None:
+            return
+        deadline = time.monotonic() + timeout
+        while not self.accepts(identity):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nats-server did not accept {identity!r} {timeout}s after a reload "
+                                   f"(see {self.data_dir / 'nats.log'})")
+            time.sleep(0.05)
+
+    def accepts(self, identity: str) -> bool:
+        """Whether the server accepts a connection signed with ``identity``'s seed (one CONNECT and PING over a
+        plain socket: blocking, no event loop needed)."""
+        seed = bytearray(self.identities.seed_file(identity).read_bytes().strip())
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=2) as sock, sock.makefile("rwb") as io:
+                info = json.loads(io.readline().split(b" ", 1)[1])
+                kp = nkeys.from_seed(seed)
+                sig = base64.urlsafe_b64encode(kp.sign(info["nonce"].encode())).rstrip(b"=").decode()
+                connect = {"verbose": False, "pedantic": False, "nkey": kp.public_key.decode(), "sig": sig,
+                           "protocol": 1}
+                io.write(b"CONNECT " + json.dumps(connect).encode() + b"\r\nPING\r\n")
+                io.flush()
+                return io.readline().startswith(b"PONG")
+        except OSError:
+            return False
 
     def stop(self, kill: bool = False) -> None:
         if self.proc and self.proc.poll() is None:

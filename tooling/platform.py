@@ -18,7 +18,7 @@ from pathlib import Path
 
 import asyncpg
 
-from shared.bus_identity import connect_options
+from shared.bus_identity import connect_options, identity as bus_identity
 from shared.secrets import ensure_key_file
 
 from .client import TesseraClient
@@ -87,8 +87,9 @@ class ServiceProcess:
 
 class Platform:
     """``nats_creds``: with a given ``nats_url``, the folder of that server's identities (``NatsIdentities``,
-    e.g. ``EmbeddedNats.identities``, or its path); each service connects with its own. Without it the services
-    connect without credentials (a server without authorization). An embedded NATS brings its own."""
+    e.g. ``EmbeddedNats.identities``, or its path); each service connects with its own, each node-agent with its
+    node's (created when it first starts: only an ``EmbeddedNats.identities`` reloads its server then). Without
+    it the services connect without credentials (a server without authorization). An embedded NATS brings its own."""
 
     def __init__(self, workdir: Path, *, nats_url: str | None = None, database_url: str | None = None,
                  env: dict[str, str] | None = None, durable: bool = True, gateway_port: int | None = None,
@@ -178,8 +179,8 @@ class Platform:
             "TESSERA_DB_DSN": service_dsn(self.database_url, service, self.secrets["db"]),
             "TESSERA_HTTP_PORT": str(self.gateway_port or 0) if service == "gateway" else "0",
         })
-        if self.nats_creds:   # its own identity on the bus (node-agents share one until each node has its own)
-            env["TESSERA_NATS_NKEY_FILE"] = str(self.nats_creds.seed_file(service))
+        if self.nats_creds:   # its own identity on the bus; a node-agent its node's, created (server reloaded) if new
+            env["TESSERA_NATS_NKEY_FILE"] = str(self.nats_creds.add(bus_identity(service, instance)))
         if service in ("gateway", "node_agent"):   # they seal and open the BMC passwords
             env["TESSERA_SECRET_KEY_FILE"] = str(ensure_key_file(self.workdir / "secret.key"))
         if service == "gateway":
@@ -228,6 +229,8 @@ class Platform:
             async with self.admin() as admin:
                 settings["TESSERA_NODE_NAME"] = (await admin.node(node_id))["name"]
         records[node_id] = settings
+        if self.nats_creds:   # the node's identity on the bus, made (and the server reloaded) off the event loop
+            await asyncio.to_thread(self.nats_creds.add, bus_identity("node_agent", node_id))
         path = self.workdir / NODE_AGENTS_FILE
         path.write_text(json.dumps(records, indent=1, sort_keys=True))
         await self._spawn(f"node_agent:{node_id}", instance=node_id, env=settings).wait_ready()

@@ -5,6 +5,7 @@ from functools import partial
 import aiohttp
 import pytest
 
+from shared.bus_identity import identity
 from shared.settings import BusSettings, ServiceSettings
 
 
@@ -15,7 +16,7 @@ async def run_service(infra, provision):
 
     async def _run(name: str, build, **overrides):
         bus = overrides.pop("bus", BusSettings(ack_wait_s=5, max_deliver=3, retry_backoff_s=[0.05, 0.1, 0.2]))
-        settings = ServiceSettings(service=name, nats_url=infra.nats_url, nats_nkey_file=infra.nkey_file(name),
+        settings = ServiceSettings(service=name, nats_url=infra.nats_url, nats_nkey_file=infra.nkey_file(identity(name, overrides.get("instance", "0"))),
                                    db_dsn=await provision(overrides.pop("schema", name)), bus=bus, **overrides)
         rt = build(settings)
         await rt.start()

@@ -1,17 +1,26 @@
 """The bus's authentication and contract-derived permissions, against the suite's nats-server (run with the
 configuration the embedded runner renders from tooling.bus_permissions): no credentials, no connection; an
-identity publishes and subscribes only where its contract says. That each service's identity can do its
+identity publishes and subscribes only where its contract says; a node-agent only for its own node (each
+node's identity is made, and the server reloaded, when it is first used). That each service's identity can do its
 job is shown by the rest of the suite, which runs every service with its own."""
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import uuid
 
 import nats
 import pytest
 from nats.js.api import DeliverPolicy
 
+from shared.bus_identity import node_identity
+from shared.contract import ServiceContract, durable_name
 from shared.streams import declare_streams
+from tests.support.bus import make_envelope, probe_runtime, publish_envelope
+from tests.support.polling import eventually
+
+NODE_A, NODE_B = str(uuid.uuid4()), str(uuid.uuid4())
 
 
 class Refusals:
@@ -43,6 +52,7 @@ async def connect(infra):
     clients = []
 
     async def _connect(identity: str):
+        infra.nkey_file(identity)    # a node-agent's identity is made (and the server reloaded) on first use
         refusals = Refusals()
         nc = await nats.connect(infra.nats_url, error_cb=refusals.error_cb, **infra.connect_options(identity))
         clients.append(nc)
@@ -148,9 +158,9 @@ async def test_ops_publishes_nothing_but_reads_a_streams_events(connect, nc):
 
 
 async def test_a_service_answers_the_requests_it_owns_and_publishes_to_no_inbox_unasked(connect):
-    node_agent, agent_refusals = await connect("node_agent")
+    node_agent, agent_refusals = await connect(node_identity(NODE_A))
     gateway, _ = await connect("gateway")
-    subject = "node_agent.rpc.console.n-1"   # node_agent.read_console
+    subject = f"node_agent.rpc.console.{NODE_A}"   # node_agent.read_console
 
     async def answer(msg) -> None:
         await msg.respond(b"tail")
@@ -166,3 +176,202 @@ async def test_a_service_answers_the_requests_it_owns_and_publishes_to_no_inbox_
     billing, refusals = await connect("billing")
     await billing.publish(subject, b"{}")    # not in billing's sends
     await refusals.wait_for("permissions violation", "publish", subject)
+
+
+async def test_a_node_agent_cannot_speak_for_another_node_and_nobody_sees_the_forgery(connect, nc):
+    agent_a, refusals = await connect(node_identity(NODE_A))
+    seen: list[str] = []
+    got_own = asyncio.Event()
+
+    async def on_msg(msg) -> None:
+        seen.append(msg.subject)
+        if msg.subject.endswith(NODE_A):
+            got_own.set()
+
+    sub = await nc.subscribe("node_agent.evt.power_changed.*", cb=on_msg)
+    await nc.flush()
+    js = nc.jetstream()
+    await declare_streams(js)
+    before = (await js.stream_info("TESSERA_NODE_AGENT")).state.last_seq
+    try:
+        await agent_a.publish(f"node_agent.evt.power_changed.{NODE_B}", b'{"forged": true}')
+        await agent_a.publish(f"node_agent.evt.power_changed.{NODE_A}", b'{"marker": true}')   # its own: allowed
+        await refusals.wait_for("permissions violation", "publish", f"node_agent.evt.power_changed.{NODE_B}")
+        await asyncio.wait_for(got_own.wait(), 10)      # in order: the refused one would have come first
+        assert seen == [f"node_agent.evt.power_changed.{NODE_A}"]
+        assert (await js.stream_info("TESSERA_NODE_AGENT")).state.last_seq == before + 1   # only its own was stored
+    finally:
+        await sub.unsubscribe()
+        await js.purge_stream("TESSERA_NODE_AGENT", subject=f"node_agent.evt.power_changed.{NODE_A}")
+
+
+async def test_a_node_agent_cannot_listen_to_another_nodes_commands_requests_or_durables(connect):
+    agent_a, refusals = await connect(node_identity(NODE_A))
+    for subject in (f"node_agent.cmd.provision.{NODE_B}", f"node_agent.rpc.console.{NODE_B}", "node_agent.cmd.>",
+                    f"_INBOX_{node_identity(NODE_B)}.>"):
+        await agent_a.subscribe(subject)
+        await refusals.wait_for("permissions violation", "subscription", f'"{subject}"')
+    durable_b = f"{node_identity(NODE_B)}__provision"
+    await agent_a.publish(f"$JS.API.CONSUMER.CREATE.TESSERA_NODE_AGENT.{durable_b}.node_agent.cmd.provision.{NODE_B}", b"{}")
+    await refusals.wait_for("permissions violation", durable_b)
+    # its own durable, filtered on another node's commands
+    own = f"{node_identity(NODE_A)}__provision"
+    await agent_a.publish(f"$JS.API.CONSUMER.CREATE.TESSERA_NODE_AGENT.{own}.node_agent.cmd.provision.{NODE_B}", b"{}")
+    await refusals.wait_for("permissions violation", f"{own}.node_agent.cmd.provision.{NODE_B}")
+    await agent_a.subscribe(f"node_agent.cmd.provision.{NODE_A}")   # its own: allowed
+    await agent_a.flush()
+    assert not any(f"provision.{NODE_A}\"" in e for e in refusals.errors)
+
+
+FORGEPROBE = ServiceContract(service="forgeprobe", title="forgeprobe", description="test-only consumer of a node's events",
+                             messages=[], receives=["node_agent.power_changed"])
+
+
+def _power_changed(node_id: str) -> dict:
+    return {"request_id": uuid.uuid4(), "allocation_id": uuid.uuid4(), "tenant_id": uuid.uuid4(), "node_id": node_id,
+            "action": "reboot", "requested_by": uuid.uuid4(), "ok": True, "power_state": "running",
+            "at": "2026-01-01T00:00:00+00:00"}
+
+
+async def test_an_event_whose_payload_names_another_node_than_its_subject_is_dead_lettered_as_forged(
+        infra, provision, nc, watch, connect):
+    """Published as admin (who may publish anywhere): the server cannot know what a payload says, its consumers
+    check it. The handler never runs; the dead letter names both nodes; operators (``ops``) read it."""
+    js = nc.jetstream()
+    await declare_streams(js)
+    handled: list[str] = []
+    rt = probe_runtime(FORGEPROBE, infra.nats_url, await provision("forgeprobe"), nkey_file=infra.nkey_file("admin"))
+
+    async def on_power_changed(ctx, event) -> None:
+        handled.append(str(event.node_id))
+
+    rt.consumers.subscribe("node_agent.power_changed", on_power_changed)
+    forged_feed = await watch("deadletter.*.*.forged")
+    ops, _ = await connect("ops")
+    ops_saw: asyncio.Queue = asyncio.Queue()
+    ops_sub = await ops.jetstream().subscribe("deadletter.forgeprobe.>", stream="TESSERA_DEADLETTER",
+                                              ordered_consumer=True, deliver_policy=DeliverPolicy.NEW, cb=ops_saw.put)
+    await rt.start()
+    try:
+        forged = make_envelope("node_agent.power_changed", _power_changed(NODE_B))
+        genuine = make_envelope("node_agent.power_changed", _power_changed(NODE_A))
+        await publish_envelope(js, f"node_agent.evt.power_changed.{NODE_A}", forged)
+        await publish_envelope(js, f"node_agent.evt.power_changed.{NODE_A}", genuine)
+        [(subject, body, headers)] = await forged_feed.wait_for(lambda i: i[1]["id"] == str(forged.id))
+        durable = durable_name("forgeprobe", "node_agent.power_changed")
+        assert subject == f"deadletter.forgeprobe.{durable}.forged"
+        assert headers["Tessera-DLQ-Reason"] == "forged"
+        assert headers["Tessera-DLQ-Subject-Node"] == NODE_A and headers["Tessera-DLQ-Payload-Node"] == NODE_B
+        assert headers["Tessera-DLQ-Subject"] == f"node_agent.evt.power_changed.{NODE_A}"
+        seen = await asyncio.wait_for(ops_saw.get(), 10)                 # operators see it as it happens
+        assert seen.headers["Tessera-DLQ-Reason"] == "forged" and json.loads(seen.data)["id"] == str(forged.id)
+        await eventually(lambda: list(handled), timeout=10, until=lambda h: h == [NODE_A], what="the genuine event handled")
+        assert NODE_B not in handled                                     # the forged one never was
+    finally:
+        await ops_sub.unsubscribe()
+        await rt.stop()
+        await js.purge_stream("TESSERA_NODE_AGENT", subject=f"node_agent.evt.power_changed.{NODE_A}")
+
+
+@pytest.fixture(scope="module")
+def tls_nats(tmp_path_factory):
+    """A nats-server as deploy/compose runs it: TLS with a certificate of the private CA `tooling.bus_keys` makes,
+    and its generated authorization block. Yields (url, secrets folder, a CA that signed nothing of it)."""
+    import subprocess
+
+    from tooling.bus_keys import main
+    from tooling.embedded import _bin, free_port, wait_port
+
+    work = tmp_path_factory.mktemp("tls-nats")
+    assert main([str(work / "s"), "--nats-host", "localhost", "--nats-host", "127.0.0.1"]) == 0
+    assert main([str(work / "stranger"), "--nats-host", "localhost"]) == 0
+    tls = work / "s" / "tls"
+    conf = work / "nats.conf"
+    conf.write_text(f'tls {{\n  cert_file: "{tls / "nats.crt"}"\n  key_file: "{tls / "nats.key"}"\n}}\n'
+                    f'include "./s/nats/authorization.conf"\n')
+    port = free_port()
+    with open(work / "nats.log", "wb") as log:
+        proc = subprocess.Popen([_bin("nats-server"), "-c", str(conf), "-a", "127.0.0.1", "-p", str(port)],
+                                stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_port(port, proc=proc)
+        yield f"tls://localhost:{port}", work / "s", work / "stranger" / "tls" / "ca.crt"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+async def test_a_service_connects_over_tls_verifying_the_server_and_nothing_else_connects(tls_nats):
+    """What a deployed service does (shared.runtime.nats_security: its seed and TESSERA_NATS_CA_FILE): it connects;
+    the same without the CA, or with a CA that did not sign the server's certificate, does not."""
+    import ssl
+
+    from faststream.nats.security import parse_security
+
+    from shared.runtime import nats_security
+    from shared.settings import ServiceSettings
+
+    url, secrets, stranger_ca = tls_nats
+    seed = str(secrets / "nats" / "identities" / "billing.nk")
+
+    def options(ca) -> dict:
+        settings = ServiceSettings(service="billing", nats_url=url, nats_nkey_file=seed, nats_ca_file=ca and str(ca))
+        return {**parse_security(nats_security(settings)), "allow_reconnect": False, "max_reconnect_attempts": 0,
+                "connect_timeout": 5, "inbox_prefix": "_INBOX_billing"}
+
+    nc = await nats.connect(url, **options(secrets / "tls" / "ca.crt"))
+    try:
+        assert nc.is_connected and nc.connected_url.scheme == "tls"
+        await nc.flush()
+    finally:
+        await nc.close()
+    failures: list[BaseException] = []
+
+    async def note(exc: Exception) -> None:
+        failures.append(exc)
+
+    with pytest.raises(Exception):
+        await nats.connect(url, error_cb=note, **options(stranger_ca))     # a server this CA did not certify: refused
+    assert any(isinstance(e, ssl.SSLCertVerificationError) for e in failures), failures
+    failures.clear()
+    with pytest.raises(Exception):
+        await nats.connect(url.replace("tls://", "nats://"), nkeys_seed=seed, allow_reconnect=False, error_cb=note,
+                           max_reconnect_attempts=0, connect_timeout=5)
+    # no plain connection: the server demands TLS (nats-py then tries it, and without the CA cannot verify)
+    assert any(isinstance(e, ssl.SSLCertVerificationError) for e in failures), failures
+
+
+async def test_node_agents_share_one_outbox_and_each_relay_publishes_its_own_nodes_rows_only(
+        infra, provision, connect, watch):
+    """Every node-agent writes to the same outbox table (one schema for the service): a relay's table pass must not
+    take another node's rows, which the server would refuse from it (and the row would wait for a publish timeout)."""
+    from shared.bus_identity import publish_scope
+    from shared.db import create_pool, migrate
+    from shared.outbox import OutboxRelay
+
+    pool = await create_pool(await provision("relayprobe"), "relayprobe", min_size=1, max_size=2)
+    try:
+        async with pool.acquire() as conn:
+            await migrate(conn, "relayprobe", None)
+            await conn.execute("DELETE FROM outbox")
+            rows = {}
+            for node in (NODE_A, NODE_B):
+                env = make_envelope("node_agent.power_changed", _power_changed(node))
+                rows[node] = env.id
+                await conn.execute("INSERT INTO outbox (id, subject, type, headers, body) VALUES ($1, $2, $3, $4, $5)",
+                                   env.id, f"node_agent.evt.power_changed.{node}", env.type, json.dumps(env.headers()),
+                                   env.model_dump_json().encode())
+        events = await watch("node_agent.evt.power_changed.*")
+        agent_a, refusals = await connect(node_identity(NODE_A))
+        relay = OutboxRelay(pool, agent_a.jetstream(), "node_agent", scope=publish_scope("node_agent", NODE_A))
+        assert await relay.drain_once() == 1
+        [(subject, body, _)] = await events.wait_for(lambda i: i[1]["id"] == str(rows[NODE_A]))
+        assert subject == f"node_agent.evt.power_changed.{NODE_A}"
+        async with pool.acquire() as conn:
+            waiting = await conn.fetch("SELECT id FROM outbox WHERE published_at IS NULL")
+        assert [r["id"] for r in waiting] == [rows[NODE_B]]          # node B's agent publishes it
+        assert not refusals.errors
+    finally:
+        await pool.close()
+        nc_js = (await connect("admin"))[0].jetstream()
+        await nc_js.purge_stream("TESSERA_NODE_AGENT", subject=f"node_agent.evt.power_changed.{NODE_A}")

@@ -10,6 +10,7 @@ import uuid
 import pytest
 
 from services.node_agent.bootstrap import build
+from shared.bus_identity import node_identity
 from services.node_agent.adapters.dataplane import probe
 from services.node_agent.adapters.dataplane.lab import Lab, is_root
 from services.node_agent.domain.dataplane.names import vxlan_name
@@ -32,7 +33,7 @@ async def kernel_agent(infra, provision):
                "TESSERA_NODE_UNDERLAY_DEV": "ul0", "TESSERA_NODE_RECONCILE_S": "3600"}
 
     async def start(driver: SimDriver | None = None):
-        settings = ServiceSettings(service="node_agent", nats_url=infra.nats_url, nats_nkey_file=infra.nkey_file("node_agent"),
+        settings = ServiceSettings(service="node_agent", nats_url=infra.nats_url, nats_nkey_file=infra.nkey_file(node_identity(lab.node_ids[0])),
                                    db_dsn=dsn, instance=str(lab.node_ids[0]),
                                    bus=BusSettings(ack_wait_s=5, max_deliver=3, retry_backoff_s=[0.05, 0.1, 0.2]))
         rt = build(settings, driver=driver or SimDriver(), environ=environ)

@@ -2,15 +2,18 @@
 every service comes up as its own process against them, with its own role and schema."""
 from __future__ import annotations
 
+import asyncio
 import json
 
 import asyncpg
 import psutil
 import pytest
 
+from shared.bus_identity import node_identity
 from shared.contract import SERVICES
 from shared.db import role_name
 from tooling.client import TesseraClient
+from tooling.bus_permissions import IDENTITIES, NODE_IDENTITY
 from tooling.platform import CORE_SERVICES, NODE_AGENTS_FILE, Platform
 from tests.support.polling import eventually
 
@@ -40,6 +43,39 @@ async def test_runner_uses_the_configured_nats_and_postgres_instead_of_embedded_
     finally:
         await p.stop()
     assert all(proc.proc.poll() is not None for proc in p.procs.values())
+
+
+async def test_rotating_one_services_credential_needs_a_restart_of_that_service_only(infra, tmp_path):
+    """A new seed for the scheduler (the server reloaded with its new public key), the scheduler restarted: it
+    consumes and publishes again (a node registered through the gateway is confirmed), the other services kept
+    their processes and their connections, and the old seed is refused."""
+    import nats
+    import signal
+
+    p = Platform(tmp_path, nats_url=infra.nats_url, nats_creds=infra.nats.identities, database_url=infra.admin_dsn)
+    p.secrets["db"] = infra.secret
+    try:
+        await p.start()
+        pids = {name: proc.proc.pid for name, proc in p.procs.items()}
+        old_seed = tmp_path / "old-scheduler.nk"
+        old_seed.write_bytes(infra.nats.identities.seed_file("scheduler").read_bytes())
+        old_seed.chmod(0o600)
+        p.kill("scheduler", signal.SIGTERM)
+        await asyncio.to_thread(infra.nats.identities.rotate, "scheduler")
+        assert infra.nats.identities.seed_file("scheduler").read_bytes() != old_seed.read_bytes()
+        await p.restart("scheduler")
+        async with p.admin() as admin:
+            node = await admin.register_node("rotated-1")
+            await admin.wait_node_registered(node["id"])     # gateway -> scheduler -> gateway, as before
+        assert {n: proc.proc.pid for n, proc in p.procs.items() if n != "scheduler"} == \
+            {n: pid for n, pid in pids.items() if n != "scheduler"}
+        for name, proc in p.procs.items():
+            assert "nats.error" not in proc.log_path.read_text(), name
+        with pytest.raises(nats.errors.Error, match="(?i)authorization violation"):
+            await nats.connect(infra.nats_url, nkeys_seed=str(old_seed), allow_reconnect=False,
+                               max_reconnect_attempts=0, connect_timeout=5)
+    finally:
+        await p.stop()
 
 
 def test_a_service_with_a_bad_setting_exits_with_one_line_naming_it(tmp_path):
@@ -96,12 +132,22 @@ async def test_the_demo_seed_has_a_tenant_admin_and_a_restart_keeps_its_nodes_sc
             # and, with the lab's bare-metal demo node, its own pool
             expected = [("shared", "H100", 16)] + ([("baremetal", "H100", 8)] if data.get("bm_node") else [])
             assert sorted((q["pool"], q["gpu_model"], q["limit"]) for q in quotas) == sorted(expected)
+        # each node-agent connected as its node, and the server refused none of them anything (not even the
+        # rows of another node in the outbox they share)
+        assert first.node_agents()
+        for name in first.node_agents():
+            node_id = name.split(":", 1)[1]
+            assert first.procs[name].env["TESSERA_NATS_NKEY_FILE"].endswith(f"/{node_identity(node_id)}.nk")
+            assert "nats.error" not in first.procs[name].log_path.read_text(), name
     finally:
         await first.stop()
     # the bus identities: one per service plus ops and admin, readable by their owner only, kept for the next run
     identities = tmp_path / "nats" / "identities"
     seeds = {f.name: f.read_bytes() for f in identities.glob("*.nk")}
-    assert set(seeds) == {f"{i}.nk" for i in (*SERVICES, "ops", "admin")}
+    # (each demo node-agent its node's, made when it first started)
+    fixed = {f"{i}.nk" for i in IDENTITIES}
+    assert fixed <= set(seeds) and {f"{node_identity(n)}.nk" for n in data["nodes"]} <= set(seeds)
+    assert all(NODE_IDENTITY.match(name[:-3]) for name in set(seeds) - fixed), seeds
     assert identities.stat().st_mode & 0o777 == 0o700
     assert {(identities / name).stat().st_mode & 0o777 for name in seeds} == {0o600}
 

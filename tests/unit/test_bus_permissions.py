@@ -65,7 +65,7 @@ def test_a_durable_consumer_gets_exactly_the_jetstream_calls_it_makes():
 
 
 def test_no_service_may_create_an_unfiltered_durable_nor_update_delete_or_purge_another_services_stream():
-    for service in SERVICES:
+    for service in bp.SERVICE_IDENTITIES:
         allow = PERMS[service]["publish"]["allow"]
         own = f"TESSERA_{service.upper()}"
         for subject in allow:
@@ -81,10 +81,12 @@ def test_no_service_may_create_an_unfiltered_durable_nor_update_delete_or_purge_
 
 def test_every_received_type_has_its_consumer_and_every_sent_type_its_publish_in_the_real_catalog():
     for service, contract in CATALOG.contracts.items():
+        if service == "node_agent":
+            continue   # a node-agent's identity is its node's: test_a_node_agent_speaks_and_listens_for_its_node_only
         allow = set(PERMS[service]["publish"]["allow"])
         for type_ in contract.receives:
             msg, stream = CATALOG.message(type_), CATALOG.owner(type_).stream
-            durable = "*" if service == "node_agent" else durable_name(service, type_)
+            durable = durable_name(service, type_)
             assert f"$JS.API.CONSUMER.CREATE.{stream}.{durable}.{msg.wildcard()}" in allow, (service, type_)
             assert msg.wildcard() in PERMS[service]["subscribe"]["allow"]
         for type_ in contract.sends:
@@ -126,7 +128,8 @@ def test_the_document_is_deterministic_and_lists_every_identity():
     text = bp.render(CATALOG)
     assert text == bp.render(CATALOG)
     doc = json.loads(text)
-    assert set(doc["identities"]) == set(bp.IDENTITIES) == {*SERVICES, "ops", "admin"}
+    assert set(bp.IDENTITIES) == {*SERVICES, "ops", "admin"} - {"node_agent"}
+    assert set(doc["identities"]) == {*bp.IDENTITIES, "node_agent_{node_hex}"}   # every node's, as a template
     assert doc["inbox_prefixes"]["billing"] == inbox_prefix("billing") == "_INBOX_billing"
     for perms in doc["identities"].values():
         if perms:
@@ -180,3 +183,74 @@ def test_identities_are_created_once_private_and_kept(tmp_path):
     assert ids.connect_options("ops") == {"inbox_prefix": "_INBOX_ops", "nkeys_seed": str(tmp_path / "identities" / "ops.nk")}
     with pytest.raises(FileNotFoundError):
         ids.seed_file("stranger")
+
+
+NODE_A, NODE_B = "4f1c2b9e-0000-4000-8000-00000000000a", "4f1c2b9e-0000-4000-8000-00000000000b"
+
+
+def test_a_node_agent_speaks_and_listens_for_its_node_only():
+    from shared.bus_identity import node_durable, node_identity
+
+    ident = node_identity(NODE_A)
+    assert ident == "node_agent_4f1c2b9e000040008000" + "00000000000a"
+    perms = bp.identity_permissions(ident, CATALOG)
+    publish, subscribe = perms["publish"]["allow"], perms["subscribe"]["allow"]
+    assert perms == bp.node_permissions(CATALOG, NODE_A)
+    for subject in (*publish, *subscribe):
+        assert NODE_B not in subject and node_identity(NODE_B) not in subject
+        assert not subject.startswith("node_agent.evt.") or subject.endswith(f".{NODE_A}"), subject
+        assert not subject.startswith(("node_agent.cmd.", "node_agent.rpc.")) or subject.endswith(f".{NODE_A}"), subject
+        assert not subject.startswith("deadletter.") or subject.startswith(f"deadletter.node_agent.{ident}__"), subject
+        if subject.startswith(("$JS.API.CONSUMER.", "$JS.ACK.")):
+            assert f".{ident}__" in subject, subject
+    assert f"node_agent.evt.power_changed.{NODE_A}" in publish
+    assert f"node_agent.cmd.provision.{NODE_A}" in subscribe and f"node_agent.rpc.console.{NODE_A}" in subscribe
+    assert "network.evt.tenant_networks_changed" in subscribe          # every node's dataplane follows the tenants
+    assert subscribe[0] == f"_INBOX_{ident}.>" and perms["allow_responses"] is True
+    durable = node_durable(NODE_A, "node_agent.provision")
+    assert f"$JS.API.CONSUMER.CREATE.TESSERA_NODE_AGENT.{durable}.node_agent.cmd.provision.{NODE_A}" in publish
+    # the committed template is the same thing with placeholders
+    template = json.dumps(PERMS["node_agent_{node_hex}"])
+    assert json.loads(template.replace("{node_hex}", ident.rsplit("_", 1)[1]).replace("{node_id}", NODE_A)) == perms
+
+
+def test_the_server_block_gives_each_node_its_own_permissions():
+    from shared.bus_identity import node_identity
+
+    keys = {"admin": "UADMIN", node_identity(NODE_B): "UNODEB", node_identity(NODE_A): "UNODEA"}
+    users = bp.server_users(keys, CATALOG)
+    assert [u["nkey"] for u in users] == ["UADMIN", "UNODEA", "UNODEB"]
+    assert f"node_agent.evt.node_provisioned.{NODE_A}" in users[1]["permissions"]["publish"]["allow"]
+    assert f"node_agent.evt.node_provisioned.{NODE_A}" not in users[2]["permissions"]["publish"]["allow"]
+    with pytest.raises(KeyError):
+        bp.identity_permissions("node_agent", CATALOG)      # no shared node-agent identity any more
+
+
+def test_a_process_connects_as_its_service_or_as_its_node():
+    from shared.bus_identity import identity, node_durable
+
+    assert identity("billing", "billing-7f9c") == "billing"
+    assert identity("node_agent", NODE_A) == "node_agent_4f1c2b9e00004000800000000000000a"
+    assert identity("node_agent", "0") == "node_agent"          # no node id: the agent refuses to start anyway
+    assert node_durable(NODE_A, "network.tenant_networks_changed").endswith("__tenant_networks")   # kept as it was
+    assert node_durable(NODE_A, "node_agent.provision") == identity("node_agent", NODE_A) + "__provision"
+
+
+def test_a_node_agents_outbox_relay_publishes_its_own_nodes_subjects_only():
+    from shared.bus_identity import publish_scope
+
+    assert publish_scope("billing", "billing-7f9c") is None
+    assert publish_scope("node_agent", NODE_A.upper()) == ("node_agent.", f".{NODE_A}")   # as its subjects spell it
+
+
+def test_adding_and_rotating_an_identity_reloads_the_server_once_each(tmp_path):
+    from tooling.embedded import NatsIdentities
+
+    reloads: list[str] = []
+    ids = NatsIdentities(tmp_path / "identities", reload=reloads.append).ensure(["billing"])
+    first = ids.add("node_agent_" + "a" * 32)
+    assert ids.add("node_agent_" + "a" * 32) == first and reloads == ["node_agent_" + "a" * 32]   # once
+    old = ids.seed_file("billing").read_bytes()
+    ids.rotate("billing")
+    assert ids.seed_file("billing").read_bytes() != old and reloads[-1] == "billing"
+    assert ids.seed_file("billing").stat().st_mode & 0o777 == 0o600

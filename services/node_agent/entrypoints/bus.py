@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from shared.bus_identity import node_durable, node_identity
 from shared.runtime import Runtime
 
 from .. import handlers
@@ -10,7 +11,8 @@ from ..contracts import PROVISION_NODE, WIPE_SLOTS
 
 
 def wire(rt: Runtime, node: handlers.Node) -> None:
-    params, durable = node.subject_params, f"node_agent_{node.id.hex}"
+    # the durables' names are those the node's identity may use (shared.bus_identity, tooling.bus_permissions)
+    params, durable = node.subject_params, node_identity(node.id)
     # one command per transaction, several at once: the driver works (seconds, for a real VM) inside the
     # consumer's transaction, and one instance must not wait for another
     rt.consumers.participate(PROVISION_NODE, invoke=partial(handlers.provision_node, node=node),
@@ -18,7 +20,7 @@ def wire(rt: Runtime, node: handlers.Node) -> None:
                              batch_size=1, max_workers=8)
     # a power action waits for the hypervisor (a stop up to its shutdown timeout): one per transaction too
     rt.consumers.subscribe("node_agent.power", partial(handlers.power, node=node), subject_params=params,
-                           durable=f"{durable}__power", batch_size=1, max_workers=4,
+                           durable=node_durable(node.id, "node_agent.power"), batch_size=1, max_workers=4,
                            on_refused=handlers.power_refused(node))
     # a wipe reads and writes the slots' disks for seconds: one per transaction, a few at once
     rt.consumers.participate(WIPE_SLOTS, invoke=partial(handlers.wipe_slots, node=node), subject_params=params,
@@ -26,12 +28,12 @@ def wire(rt: Runtime, node: handlers.Node) -> None:
     for type_, handler in (("node_agent.rewipe", handlers.rewipe), ("node_agent.burn_in", handlers.burn_in),
                            ("node_agent.set_bmc", handlers.set_bmc)):
         rt.consumers.subscribe(type_, partial(handler, node=node), subject_params=params,
-                               durable=f"{durable}__{type_.split('.')[1]}", batch_size=1, max_workers=2)
+                               durable=node_durable(node.id, type_), batch_size=1, max_workers=2)
     # a live mount waits for the kernel or the hypervisor (a VM's detach for its guest): one per transaction too
     for type_, handler in (("node_agent.mount_volume", handlers.mount_volume),
                            ("node_agent.unmount_volume", handlers.unmount_volume)):
         rt.consumers.subscribe(type_, partial(handler, node=node), subject_params=params,
-                               durable=f"{durable}__{type_.split('.')[1]}", batch_size=1, max_workers=4,
+                               durable=node_durable(node.id, type_), batch_size=1, max_workers=4,
                                on_refused=handlers.volume_refused(node))
     rt.answer("node_agent.validate_bmc", lambda req: handlers.validate_bmc(node, req), **params)
     rt.answer("node_agent.read_console", lambda req: handlers.read_console(node, rt.pool, req), **params)
@@ -39,4 +41,4 @@ def wire(rt: Runtime, node: handlers.Node) -> None:
         return   # nothing plumbed, nothing to keep up to date
     # every node sees every tenant's changes (one durable per node); the dataplane ignores tenants not here
     rt.consumers.subscribe("network.tenant_networks_changed", partial(handlers.tenant_networks_changed, node=node),
-                           durable=f"{durable}__tenant_networks")
+                           durable=node_durable(node.id, "network.tenant_networks_changed"))
