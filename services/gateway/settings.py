@@ -22,12 +22,20 @@ in the message).
 """
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 
 from shared.secrets import KEY_FILE_VAR, KEY_VAR, SecretError, key_from_env
 from shared.settings import SettingError, integer, number, setting
 
 MIN_SECRET_CHARS = 32
+
+
+def networks(raw: str) -> tuple:
+    return tuple(ipaddress.ip_network(part.strip(), strict=False) for part in raw.split(",") if part.strip())
+
+
+networks.what = "a comma-separated list of addresses or networks (CIDR)"   # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
@@ -74,6 +82,10 @@ class GatewaySettings:
                                         "(0: no limit)")
     rate_token_burst: int = setting("TESSERA_RATE_TOKEN_BURST", 200, integer(1),
                                     doc="token exchanges one source address may make at once after a pause")
+    trusted_proxies: tuple = setting("TESSERA_TRUSTED_PROXIES", (), networks,
+                                     doc="addresses or networks (CIDR) of the load balancers and proxies in front of "
+                                         "the gateway, whose X-Forwarded-For names the client (rate limits per "
+                                         "address, audit, access log); empty: the peer is the client")
     rate_hold_refusals: int = setting("TESSERA_RATE_HOLD_REFUSALS", 64, integer(0),
                                       doc="refusals of one tenant a replica holds until the refusing bucket has a "
                                           "token again (at most 1 s) before answering the 429, so a client that "

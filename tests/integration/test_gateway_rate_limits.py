@@ -9,7 +9,8 @@ import asyncio
 import re
 import uuid
 
-from tests.support.gateway import assert_problem
+from services.gateway.settings import networks
+from tests.support.gateway import ADMIN_KEY, assert_problem
 from tests.support.polling import eventually
 
 WRITE = "/v1/ssh-keys/{}"     # DELETE of a key that does not exist: a write, answered 404 without side effects
@@ -225,3 +226,19 @@ async def test_a_client_that_ignores_retry_after_is_answered_no_faster_than_its_
     done, pending = await asyncio.wait(two, return_when=asyncio.FIRST_COMPLETED)       # one place), one at once
     assert len(done) == len(pending) == 1 and done.pop().result().status == 429
     assert (await pending.pop()).status == 429
+
+
+async def test_behind_a_trusted_proxy_each_client_address_has_its_own_token_exchange_bucket_and_audit_ip(gateway):
+    """TESSERA_TRUSTED_PROXIES: from the proxy (here the test's own 127.0.0.1), X-Forwarded-For names the client:
+    two clients behind it do not share the token exchange's bucket, and the audit record shows the client's address."""
+    api = await gateway(rate_token_per_s=1, rate_token_burst=2, rate_hold_refusals=0,
+                        trusted_proxies=networks("127.0.0.1"))
+
+    async def exchange(client: str) -> int:
+        async with api.http.post("/v1/auth/token", headers={"Authorization": f"ApiKey {ADMIN_KEY}",
+                                                            "X-Forwarded-For": f"6.6.6.6, {client}"}) as r:
+            return r.status
+    assert [await exchange("198.51.100.1") for _ in range(4)].count(429) >= 1
+    assert await exchange("198.51.100.2") == 200                       # another client: a bucket of its own
+    ips = await api.scalar("SELECT array_agg(DISTINCT record->'actor'->>'ip') FROM audit_log WHERE action='createToken'")
+    assert {"198.51.100.1", "198.51.100.2"} <= set(ips) and "6.6.6.6" not in ips

@@ -15,6 +15,7 @@ from ..adapters import identity
 from ..domain.keys import hash_api_key
 from ..http.audit import audit_middleware
 from ..http.auth import auth_middleware
+from ..http.clients import client_address_middleware
 from ..http.endpoint import add_routes
 from ..http.lowlevel import answer_parser_errors_with_problems
 from ..http.openapi import ENDPOINTS
@@ -57,9 +58,10 @@ def create_app(rt: Runtime, config: GatewaySettings, app: web.Application | None
     # span's trace id and the final status: outside problems, so 4xx problems and 401s are recorded too), every
     # error a problem document; then who is calling (auth), whether it is within its rate (rate limits) and whether
     # policy lets it (a denial is a problem, and audited)
-    # — after the shedder, which refuses a flooding tenant's requests before all that work (http/ratelimit.py)
+    # — after the client's address behind the provider's proxies (http/clients.py) and the shedder, which refuses a
+    # flooding tenant's requests before all that work (http/ratelimit.py)
     shed, limit = rate_limit_middlewares(gw)
-    app.middlewares.extend([shed, telemetry_middleware(rt.service), audit_middleware, problems_middleware,
+    app.middlewares.extend([client_address_middleware(config.trusted_proxies), shed, telemetry_middleware(rt.service), audit_middleware, problems_middleware,
                             auth_middleware(gw.tokens), limit, policy_middleware(gw)])
     add_routes(app, ENDPOINTS)
     answer_parser_errors_with_problems(app)   # aiohttp's own answers to unparsable requests: problem+json too
