@@ -118,12 +118,11 @@ class PolicyCache:
         log.debug("gateway.policies_invalidated", subject=msg.subject)
 
 
-_CACHE_ATTR = "policy_cache"
-
-
 def cache_of(gw: Gateway) -> PolicyCache:
     """The gateway's policy cache (made by policy_middleware)."""
-    return getattr(gw, _CACHE_ATTR)
+    if gw.policy_cache is None:
+        raise RuntimeError("the policy middleware is not installed")
+    return gw.policy_cache
 
 
 def caller_of(principal) -> Caller:
@@ -134,7 +133,7 @@ def policy_middleware(gw: Gateway):
     """The middleware; it also gives ``gw`` its PolicyCache and registers the cache's listener with the runtime
     (started with it, after NATS is connected)."""
     cache = PolicyCache(gw)
-    setattr(gw, _CACHE_ATTR, cache)
+    gw.policy_cache = cache
     gw.rt.listen(CHANGED, cache.on_change)
     judged: dict[str, Endpoint] = {}
 

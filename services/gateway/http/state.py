@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import asyncpg
 from aiohttp import web
@@ -16,6 +17,9 @@ from ..settings import GatewaySettings
 from .auth import TokenIssuer
 from .sse import AllocationEventHub, StreamRegistry
 
+if TYPE_CHECKING:   # (policy.py imports this module)
+    from .policy import PolicyCache
+
 
 @dataclass
 class Gateway:
@@ -26,6 +30,8 @@ class Gateway:
     secret_key: bytes | None = field(init=False, repr=False)
     hub: AllocationEventHub = field(default_factory=lambda: AllocationEventHub(EVENTS_CHANNEL))
     streams: StreamRegistry = field(default_factory=StreamRegistry)
+    # the policies in force (http/policy.py), made with the policy middleware, which needs this object first
+    policy_cache: PolicyCache | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.tokens = TokenIssuer(self.config.token_secret, self.config.token_ttl_s)
