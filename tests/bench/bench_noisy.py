@@ -20,7 +20,8 @@ flood and their ratios (target ≤ 1.5), A's requests per second, every status t
 line when the flood stops, and the CPU seconds of every process per phase. The last line is one JSON object.
 
 The flood runs in processes of its own (this module with ``--flood``): in the measuring process it would
-delay B's timings by its own event-loop work. ``--bound`` sets TESSERA_SAGA_TENANT_INFLIGHT for the run
+delay B's timings by its own event-loop work. They run at ``--flood-nice`` (19 by default): a flood comes from
+other machines, and here the generator would otherwise take a core of the two the whole platform shares. ``--bound`` sets TESSERA_SAGA_TENANT_INFLIGHT for the run
 (unset: the coordinator's default), e.g. ``--bound 100000`` to see the flood without the tenant's line.
 """
 from __future__ import annotations
@@ -322,9 +323,10 @@ if __name__ == "__main__":
     ap.add_argument("--flood-c", type=int, default=8, help="A's concurrent clients per process")
     ap.add_argument("--a-write-per-s", type=int, default=0,
                     help="A's writes/s alone, set by a provider override (burst twice that); 0: as every tenant")
-    ap.add_argument("--flood-nice", type=int, default=0,
-                    help="niceness of A's processes (e.g. 19: the generator takes only CPU the platform leaves, as "
-                         "if it ran on machines of its own)")
+    ap.add_argument("--flood-nice", type=int, default=19,
+                    help="niceness of A's processes: 19 (the default) lets the generator take only the CPU the "
+                         "platform leaves, as if it ran on machines of its own (this machine has two cores for "
+                         "everything); 0 lets it compete with the platform")
     ap.add_argument("--nodes", type=int, default=2, help="B's sim nodes of 16 V100 each (A has one of its own)")
     ap.add_argument("--bound", type=int, default=0, help="TESSERA_SAGA_TENANT_INFLIGHT for the run (0: default)")
     ap.add_argument("--write-per-s", type=int, default=5,

@@ -15,6 +15,7 @@ gateway little more than reading the token, which is what keeps the other tenant
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 
 import asyncpg
@@ -88,17 +89,19 @@ class Refusals:
 
 
 class Holds:
-    """Refusals held back, per tenant, until the refusing bucket has a token again (at most ``HOLD_MAX_S``), as
-    nginx's limit_req delays the excess: a client that ignores Retry-After and asks again at once is answered no
-    faster than its bucket fills, which is what makes a flood cheap for the replica (one sleeping coroutine per
-    held request instead of a refusal every ~0.2 ms per connection). At most ``cap`` held per tenant per replica;
-    past that the 429 is answered at once."""
+    """Refusals held back, per tenant, until the refusing bucket has a token again (and a random part of that time
+    again, at most ``HOLD_MAX_S`` in all), as nginx's limit_req delays the excess: a client that ignores
+    Retry-After and asks again at once is answered no faster than its bucket fills, which is what makes a flood
+    cheap for the replica (one sleeping coroutine per held request instead of a refusal every ~0.2 ms per
+    connection). At most ``cap`` held per tenant per replica; past that the 429 is answered at once."""
 
     def __init__(self, cap: int) -> None:
         self.cap, self.held = cap, {}
 
     async def hold(self, tenant: str, until: float) -> None:
-        wait = min(until - time.monotonic(), HOLD_MAX_S)
+        # until the bucket has a token, then up to as long again at random: the held requests of a flood do not
+        # all come back at the same instant (they would take the gateway's database connections at once)
+        wait = min((until - time.monotonic()) * random.uniform(1.0, 2.0), HOLD_MAX_S)
         if wait <= 0 or self.held.get(tenant, 0) >= self.cap:
             return
         self.held[tenant] = self.held.get(tenant, 0) + 1
@@ -125,8 +128,9 @@ def _subjects(request: web.Request) -> dict[str, str] | None:
 
 
 class ShedCount:
-    """Requests refused before any other work, counted per tenant and logged once per ``every_s`` (an access
-    line per refused request would cost the gateway more than the refusal)."""
+    """Requests refused before any other work, counted per tenant and logged at most once per ``every_s``, by the
+    first refusal after that time (an access line per refused request would cost the gateway more than the
+    refusal; the HTTP metrics count every one at once)."""
 
     def __init__(self, every_s: float = 10.0) -> None:
         self.every_s, self.counts, self.since = every_s, {}, time.monotonic()
