@@ -193,10 +193,23 @@ class EmbeddedNats:
         self.config_file()
         if self.proc is None or self.proc.poll() is not None:
             return   # not running: the next start reads it
+        log = self.data_dir / "nats.log"
+        seen = log.stat().st_size if log.exists() else 0
         self.proc.send_signal(signal.SIGHUP)
         if identity is None:
             return
         deadline = time.monotonic() + timeout
+        # the whole reload first: the server accepts the new key part-way through it, and a client that connects
+        # before it ends can have its subscriptions left with the accounts being replaced (no interest seen)
+        while True:
+            with open(log, "rb") as f:
+                f.seek(seen)
+                done = f.read()
+            if b"Reloaded server configuration" in done:
+                break
+            if b"Failed to reload" in done or time.monotonic() > deadline:
+                raise RuntimeError(f"nats-server did not reload its configuration (see {log})")
+            time.sleep(0.02)
         while not self.accepts(identity):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"nats-server did not accept {identity!r} {timeout}s after a reload "

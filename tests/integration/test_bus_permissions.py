@@ -157,6 +157,14 @@ async def test_ops_publishes_nothing_but_reads_a_streams_events(connect, nc):
         await js.purge_stream("TESSERA_SCHEDULER", subject="scheduler.evt.node_changed")
 
 
+async def _request(client, subject: str):
+    """The answer, or None while the server knows no responder yet."""
+    try:
+        return await client.request(subject, b"{}", timeout=10)
+    except nats.errors.NoRespondersError:
+        return None
+
+
 async def test_a_service_answers_the_requests_it_owns_and_publishes_to_no_inbox_unasked(connect):
     node_agent, agent_refusals = await connect(node_identity(NODE_A))
     gateway, _ = await connect("gateway")
@@ -168,7 +176,10 @@ async def test_a_service_answers_the_requests_it_owns_and_publishes_to_no_inbox_
     sub = await node_agent.subscribe(subject, queue="node_agent", cb=answer)
     await node_agent.flush()
     try:
-        assert (await gateway.request(subject, b"{}", timeout=10)).data == b"tail"   # allow_responses
+        # right after the configuration reload that made NODE_A's identity, the server may take a moment to route
+        # to a new subscription (seen: "no responders" for up to ~0.1 s, then the answer), so ask until it answers
+        reply = await eventually(lambda: _request(gateway, subject), timeout=10, what="the node-agent to answer")
+        assert reply.data == b"tail"                                                   # allow_responses
         await node_agent.publish("_INBOX_gateway.unasked", b"x")                    # no request, no reply right
         await agent_refusals.wait_for("permissions violation", "_INBOX_gateway.unasked")
     finally:
