@@ -4,8 +4,9 @@ dead-letter stream (``shared.consumer`` subscribes and fetches).
 A batch is handled in one PostgreSQL transaction:
 
 1. each message's envelope and payload are checked against the contract; a malformed message goes straight to
-   the dead-letter stream (retrying cannot fix it); so does a forged one: an event whose subject names a node
-   (``{node_id}``, a node-agent's) and whose payload names another (``forged``, below);
+   the dead-letter stream (retrying cannot fix it); so does a forged one: what a node-agent sends (an event, or a
+   command to another service such as ``scheduler.report_topology``) whose subject names a node (``{node_id}``)
+   and whose payload names another (``forged``, below);
 2. one statement records every message in the inbox (``unnest``); a message already there was handled before
    and has no second effect;
 3. each new message's handler runs, its writes and outbox messages in the transaction; when one fails, the
@@ -21,7 +22,7 @@ declares ``on_refused``, that callback publishes the refusal in a new transactio
 row (a redelivery has no second effect); without one the message is dead-lettered at once.
 
 Forged events. The bus lets a node-agent publish only on its own node's subjects (``tooling.bus_permissions``),
-so the node in the subject is the sender's. An event whose payload's ``node_id`` differs from it claims to speak
+so the node in the subject is the sender's. A message whose payload's ``node_id`` differs from it claims to speak
 for another node: its handler never runs. It is dead-lettered with reason ``forged`` on
 ``deadletter.<service>.<consumer>.forged`` (headers ``Tessera-DLQ-Subject-Node`` and ``Tessera-DLQ-Payload-Node``),
 logged at error level (``consumer.forged``) and counted (``tessera_dead_letters_total{reason="forged"}``): the
@@ -94,9 +95,12 @@ class Batches:
         self.service, self.consumer, self.msg, self.handler, self.on_refused = service, consumer, msg, handler, on_refused
         self.outbox, self.settings, self._pool, self._js, self.lock = outbox, settings, pool, js, lock
         # the subject token that names the sending node, for an event that also names it in its payload
+        # (what a node-agent sends: its events, and its commands to others, e.g. scheduler.report_topology; the
+        # commands *to* a node-agent come from the gateway and the saga, and the agent refuses another node's)
         tokens = msg.subject.split(".")
         self._node_token = tokens.index("{node_id}") if (
-            msg.kind == "event" and "{node_id}" in tokens and "node_id" in msg.model.model_fields) else None
+            (msg.kind == "event" or not msg.type.startswith("node_agent.")) and "{node_id}" in tokens
+            and "node_id" in msg.model.model_fields) else None
 
     async def handle(self, raws: list[Msg]) -> None:
         """Handle one fetched batch (never raises: what fails is retried, refused or dead-lettered)."""

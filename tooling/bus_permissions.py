@@ -139,8 +139,8 @@ def node_permissions(catalog: Catalog, node_id: str, identity: str | None = None
             subscribe.add(_on_node(msg, node_id))
         elif msg.kind == "event":
             publish.add(_on_node(msg, node_id))
-    for type_ in contract.sends:
-        publish.add(catalog.message(type_).wildcard())
+    for type_ in contract.sends:                        # on its own node's subject (report_topology)
+        publish.add(_on_node(catalog.message(type_), node_id))
     for type_ in contract.receives:
         msg, stream = catalog.message(type_), catalog.owner(type_).stream
         durable = f"{identity}__{node_durable_suffix(type_)}"

@@ -386,3 +386,28 @@ async def test_node_agents_share_one_outbox_and_each_relay_publishes_its_own_nod
         await pool.close()
         nc_js = (await connect("admin"))[0].jetstream()
         await nc_js.purge_stream("TESSERA_NODE_AGENT", subject=f"node_agent.evt.power_changed.{NODE_A}")
+
+
+async def test_a_node_agent_reports_only_its_own_nodes_topology_and_a_forged_report_is_dead_lettered(
+        connect, nc, watch, run_service):
+    """``scheduler.report_topology`` travels on the reporting node's subject: the server refuses node A's report on
+    node B's subject, and the scheduler dead-letters (as forged, never handled) a report whose payload names
+    another node than its subject (published here as admin, who may publish anywhere)."""
+    from services.scheduler.bootstrap import build as scheduler_build
+    from services.node_agent.adapters.discovery.sim import sim_topology
+    agent_a, refusals = await connect(node_identity(NODE_A))
+    js = nc.jetstream()
+    await declare_streams(js)
+    before = (await js.stream_info("TESSERA_SCHEDULER")).state.last_seq
+    await agent_a.publish(f"scheduler.cmd.report_topology.{NODE_B}", b"{}")
+    await refusals.wait_for("permissions violation", "publish", f"scheduler.cmd.report_topology.{NODE_B}")
+    await agent_a.flush()
+    assert (await js.stream_info("TESSERA_SCHEDULER")).state.last_seq == before    # nothing stored
+    await run_service("scheduler", scheduler_build)
+    forged_feed = await watch("deadletter.scheduler.*.forged")
+    forged = make_envelope("scheduler.report_topology",
+                           {"node_id": NODE_B, "driver": "sim", "topology": sim_topology("forged-node").to_dict()})
+    await publish_envelope(js, f"scheduler.cmd.report_topology.{NODE_A}", forged)
+    [(subject, _, headers)] = await forged_feed.wait_for(lambda i: i[1]["id"] == str(forged.id))
+    assert subject == f"deadletter.scheduler.{durable_name('scheduler', 'scheduler.report_topology')}.forged"
+    assert headers["Tessera-DLQ-Subject-Node"] == NODE_A and headers["Tessera-DLQ-Payload-Node"] == NODE_B

@@ -37,7 +37,9 @@ async def send_command(js, type_: str, data: dict, *, env: Envelope | None = Non
     headers = env.headers()
     if msg_id:
         headers["Nats-Msg-Id"] = msg_id
-    ack = await js.publish(load_catalog().message(type_).subject, env.model_dump_json().encode(), headers=headers)
+    msg = load_catalog().message(type_)   # a subject that names a node: the node the payload names
+    subject = msg.render_subject(**{p: str(data[p]) for p in msg.params}) if msg.params else msg.subject
+    ack = await js.publish(subject, env.model_dump_json().encode(), headers=headers)
     return env, ack.seq
 
 

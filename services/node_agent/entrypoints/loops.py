@@ -29,7 +29,8 @@ async def report_topology(rt: Runtime, node: Node, node_name: str, discovery_nam
         return
     async with UnitOfWork.begin(rt.pool, rt.outbox, name="node_agent.topology") as uow:
         await uow.emit("scheduler.report_topology", ReportTopology(
-            node_id=node.id, driver=discovery_name, topology=topology), correlation_id=str(node.id))
+            node_id=node.id, driver=discovery_name, topology=topology), correlation_id=str(node.id),
+            subject_params={"node_id": str(node.id)})
     log.info("node_agent.topology_reported", node_id=str(node.id), gpus=len(topology["gpus"]))
 
 

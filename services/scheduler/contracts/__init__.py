@@ -315,7 +315,9 @@ CONTRACT = ServiceContract(
                 "queues what does not fit (fair share), preempts for higher priority.",
     messages=[
         _m("register_node", RegisterNode, "command", "A provider admin declares a node (location, pool)."),
-        _m("report_topology", ReportTopology, "command", "A node-agent reports the hardware it discovered."),
+        # on its node's subject, so the bus lets a node-agent report only its own node (tooling.bus_permissions)
+        Message("scheduler.report_topology", "scheduler.cmd.report_topology.{node_id}", ReportTopology, "command",
+                "A node-agent reports the hardware it discovered (on its node's subject)."),
         _m("approve_slot_map", ApproveSlotMap, "command", "A provider admin approves a node's proposed slot map."),
         _m("update_node", UpdateNode, "command", "A provider admin changes a node's pool, labels, taints or cordon."),
         _m("define_shape", DefineShape, "command", "A provider admin defines (or deletes) a capacity shape."),
