@@ -18,6 +18,7 @@ from faststream.nats import NatsBroker
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy as JsAckPolicy
 from nats.js.api import ConsumerConfig
+from nats.js.errors import NotFoundError
 
 from .batches import Batches, Handler
 from .contract import Catalog, ContractViolation, durable_name
@@ -141,6 +142,7 @@ class Consumers:
     async def _start_all(self, subs: list[_Subscription]) -> None:
         try:
             for sub in subs:
+                await self._follow_contract(sub)
                 sub.pull = await self.broker.connection.jetstream().pull_subscribe(
                     sub.subject, durable=sub.name, stream=sub.stream, config=self._consumer_config())
                 sub.pump = asyncio.create_task(self._pump(sub), name=f"consume {sub.name}")
@@ -151,6 +153,23 @@ class Consumers:
                     self._running.remove(sub)
                     await self._stop(sub)
             raise
+
+    async def _follow_contract(self, sub: _Subscription) -> None:
+        """A durable that exists with another filter than the contract's subject (the contract moved the message,
+        e.g. onto its node's subject) is brought to the contract's: ``pull_subscribe`` binds to an existing durable
+        as it is, and would go on reading the old subject. The server updates a durable's filter in place (NATS
+        2.10+), keeping its position; the bus permissions allow exactly the create of the new filter."""
+        js = self.broker.connection.jetstream()
+        try:
+            info = await js.consumer_info(sub.stream, sub.name)
+        except NotFoundError:
+            return   # pull_subscribe creates it
+        if info.config.filter_subject == sub.subject or info.config.filter_subjects:
+            return
+        config = self._consumer_config()
+        config.durable_name, config.filter_subject = sub.name, sub.subject
+        await js.add_consumer(sub.stream, config)
+        log.warning("consumer.filter_updated", consumer=sub.name, was=info.config.filter_subject, now=sub.subject)
 
     async def _stop(self, sub: _Subscription) -> None:
         if sub.pump is not None:

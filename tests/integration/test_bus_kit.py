@@ -172,3 +172,30 @@ async def test_purge_forgets_old_published_rows_and_inbox_entries_but_keeps_unpu
         assert await conn.fetchval("SELECT count(*) FROM outbox WHERE id = $1", old_pub.id) == 0
         assert await conn.fetchval("SELECT count(*) FROM outbox WHERE id = $1", pending.id) == 1
         assert await conn.fetchval("SELECT array_agg(event_id) FROM inbox WHERE consumer = 'purge-test'") == [new_in]
+
+
+async def test_a_durable_left_with_an_older_subject_is_brought_to_the_contracts_at_start(infra, provision, nc, watch):
+    """A contract that moves a message to another subject (as scheduler.report_topology moved onto its node's
+    subject) finds its durable, on an installation that ran before, filtered on the old one: the kit updates the
+    filter at start (the durable keeps its name and position) and the message on the new subject is handled."""
+    from shared.contract import durable_name
+    from nats.js.api import AckPolicy, ConsumerConfig
+    js = nc.jetstream()
+    await js.add_stream(StreamConfig(name="TESSERA_PROBE", subjects=["probe.>"], duplicate_window=120))
+    name = durable_name("probe", "probe.ping")
+    await js.add_consumer("TESSERA_PROBE", ConsumerConfig(durable_name=name, filter_subject="probe.cmd.ping_before",
+                                                          ack_policy=AckPolicy.EXPLICIT))
+    handled: list[int] = []
+    rt = probe_runtime(PROBE, infra.nats_url, await provision("probe"), nkey_file=infra.nkey_file("admin"))
+
+    async def on_ping(ctx, ping: Ping):
+        handled.append(ping.n)
+    rt.consumers.subscribe("probe.ping", on_ping)
+    await rt.start()
+    try:
+        assert (await js.consumer_info("TESSERA_PROBE", name)).config.filter_subject == "probe.cmd.ping"
+        n = uuid.uuid4().int % 10**6
+        await publish_envelope(js, "probe.cmd.ping", make_envelope("probe.ping", {"n": n}))
+        await eventually(lambda: n in handled, timeout=10, what="the ping on the contract's subject handled")
+    finally:
+        await rt.stop()
