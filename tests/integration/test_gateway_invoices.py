@@ -19,9 +19,16 @@ from tests.support.gateway import assert_problem, project
 UTC = timezone.utc
 
 
+_MONTHS_USED: set[datetime] = set()
+
+
 def a_month() -> tuple[datetime, datetime, str]:
-    """[start, end) of a month no other test uses, and its name (YYYY-MM)."""
+    """[start, end) of a month no other test uses, and its name (YYYY-MM): drawn at random, never twice in a
+    session (two tests that drew the same month once saw each other's rows in the provider-wide file)."""
     start = datetime(random.randint(2100, 2279), random.randint(1, 12), 1, tzinfo=UTC)
+    while start in _MONTHS_USED:
+        start = datetime(random.randint(2100, 2279), random.randint(1, 12), 1, tzinfo=UTC)
+    _MONTHS_USED.add(start)
     end = (start + timedelta(days=32)).replace(day=1)
     return start, end, start.strftime("%Y-%m")
 

@@ -240,6 +240,18 @@ def _run(world: World) -> None:
                 _fuzz(world, session, schema, operation)
 
 
+def _agent_missing(response) -> bool:
+    """A documented 502/503/504 that says a node's agent did not answer: nodes the fuzzer registers along the links
+    (POST /v1/nodes, then PUT its BMC, then validate it) have no node-agent running."""
+    if response.status_code not in (502, 503, 504):
+        return False
+    try:
+        kind = response.json().get("type", "")
+    except ValueError:
+        return False
+    return kind.rsplit("/", 1)[-1] in ("node-timeout", "node-unavailable", "node-failed")
+
+
 def _stateful(world: World) -> None:
     """Sequences of calls that follow the document's links (a created item's id into the operations on it), each
     answer checked as above plus the stateful checks: a created item can be read, a deleted one is gone."""
@@ -266,8 +278,11 @@ def _stateful(world: World) -> None:
             world.calls += 1
             if response.status_code < 300 and set((case.path_parameters or {}).values()) - set(world.ids.values()):
                 world.linked.append(case.operation.definition.raw["operationId"])   # on an item a POST made
+            checks = CHECKS + STATEFUL_CHECKS
+            if _agent_missing(response):   # a node the fuzzer registered has no agent: its documented 502/503/504
+                checks = [c for c in checks if c is not not_a_server_error]
             try:
-                case.validate_response(response, checks=CHECKS + STATEFUL_CHECKS, transport_kwargs=kwargs)
+                case.validate_response(response, checks=checks, transport_kwargs=kwargs)
             except (AssertionError, BaseExceptionGroup) as exc:
                 world.failures.append(f"{case.operation.label} (linked):\n{exc}")
 
