@@ -233,17 +233,6 @@ def write(directory: Path = DEFAULT_DIR, catalog: Catalog | None = None) -> list
     return written
 
 
-def report_check(problems: list[str], stale: str, fresh: str) -> int:
-    """What a generator's ``--check`` prints and exits with: each difference and ``stale`` (1), or ``fresh`` (0)."""
-    for p in problems:
-        print(p)
-    if problems:
-        print(f"\n{stale}")
-        return 1
-    print(fresh)
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tooling.asyncapi", description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 on a difference")
@@ -251,8 +240,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.check:
         problems = differences(args.dir)
-        return report_check(problems, f"{len(problems)} AsyncAPI document(s) out of date: run `python -m tooling.asyncapi`.",
-                            f"AsyncAPI documents in {args.dir} are up to date.")
+        for p in problems:
+            print(p)
+        if problems:
+            print(f"\n{len(problems)} AsyncAPI document(s) out of date: run `python -m tooling.asyncapi`.")
+            return 1
+        print(f"AsyncAPI documents in {args.dir} are up to date.")
+        return 0
     for path in write(args.dir):
         print(f"wrote {path}")
     return 0

@@ -1,15 +1,12 @@
 from __future__ import annotations
 
-import contextlib
 from functools import partial
 
 import aiohttp
-import nats
 import pytest
 
 from shared.bus_identity import identity
 from shared.settings import BusSettings, ServiceSettings
-from tests.support.bus import Refusals
 
 
 @pytest.fixture
@@ -79,21 +76,3 @@ def btrfs_pool(tmp_path_factory):
 
     with loop_pool(tmp_path_factory.mktemp("btrfs-pool")) as pool:
         yield pool
-
-
-@pytest.fixture
-async def connect(infra):
-    """connect(identity) -> (client, refusals): a connection as ``identity`` (closed after the test)."""
-    clients = []
-
-    async def _connect(identity: str):
-        infra.nkey_file(identity)    # a node-agent's identity is made (and the server reloaded) on first use
-        refusals = Refusals()
-        nc = await nats.connect(infra.nats_url, error_cb=refusals.error_cb, **infra.connect_options(identity))
-        clients.append(nc)
-        return nc, refusals
-
-    yield _connect
-    for nc in clients:
-        with contextlib.suppress(Exception):
-            await nc.close()

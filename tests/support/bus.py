@@ -2,8 +2,6 @@
 watching subjects, and waiting until a service's consumer has handled a message."""
 from __future__ import annotations
 
-import asyncio
-
 import json
 import uuid
 
@@ -159,26 +157,3 @@ def probe_runtime(contract: ServiceContract, nats_url: str, db_dsn: str, *, nkey
     settings = ServiceSettings(service=contract.service, nats_url=nats_url, nats_nkey_file=nkey_file, db_dsn=db_dsn,
                                bus=BusSettings(**bus))
     return Runtime(settings, catalog=Catalog([*load_catalog().contracts.values(), contract]))
-
-
-class Refusals:
-    """What the server refused on one connection: nats-py hands the server's ``-ERR 'Permissions Violation ...'``
-    to the error callback only."""
-
-    def __init__(self) -> None:
-        self.errors: list[str] = []
-        self._changed = asyncio.Event()
-
-    async def error_cb(self, exc: Exception) -> None:
-        self.errors.append(str(exc))
-        self._changed.set()
-
-    async def wait_for(self, *fragments: str, timeout: float = 10.0) -> str:
-        """The first error naming every one of ``fragments`` (case-insensitive), waiting for it."""
-        async with asyncio.timeout(timeout):
-            while True:
-                for e in self.errors:
-                    if all(f.lower() in e.lower() for f in fragments):
-                        return e
-                self._changed.clear()
-                await self._changed.wait()
