@@ -21,7 +21,8 @@ from shared.participant import invoke, over, undo
 from shared.unit_of_work import UnitOfWork
 
 from .. import contracts as c
-from . import rating
+from .rating import meter_stopped
+from .rating import publish_price_list as publish_prices
 from ..adapters.repository import PgMeterRepository
 from ..domain.model import Meter, QuotedPrice
 from ..domain.ports import MeterRepository
@@ -66,9 +67,9 @@ async def stop_meter(ctx: UnitOfWork, cmd: c.StopMeter, *, repository: Repositor
                      grace_s: int | None = None) -> None:
     """Stop the meter and, in the same unit of work, record, rate and ledger its usage (rating.meter_stopped)."""
     async def step(meters: MeterRepository, command: c.StopMeter) -> dict:
-        return await stop_step(meters, command, stopped=lambda meter: rating.meter_stopped(ctx, meter, grace_s=grace_s))
+        return await stop_step(meters, command, stopped=lambda meter: meter_stopped(ctx, meter, grace_s=grace_s))
     await undo(ctx, cmd, over(repository, step), step=c.START_METER)
 
 
 async def publish_price_list(ctx: UnitOfWork, cmd: c.PublishPriceList) -> None:
-    await rating.publish_price_list(ctx, cmd)
+    await publish_prices(ctx, cmd)

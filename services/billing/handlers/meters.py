@@ -18,7 +18,7 @@ from shared.envelope import utcnow
 from shared.runtime import Runtime
 from shared.unit_of_work import UnitOfWork
 
-from . import rating
+from .rating import rate_and_record
 from ..adapters import repository as meters_repo
 from ..domain.usage import meter_records
 
@@ -35,7 +35,7 @@ async def cut(rt: Runtime, *, now: datetime | None = None, grace_s: int | None =
         async with UnitOfWork.begin(rt.pool, rt.outbox, name="billing.cut_meters") as uow:
             meters = await meters_repo.running_to_cut(uow.conn, now, BATCH)
             records = [r for m in meters for r in meter_records(m, now)]
-            total += await rating.rate_and_record(uow, records, grace_s=grace_s)
+            total += await rate_and_record(uow, records, grace_s=grace_s)
             for m in meters:
                 await meters_repo.save_cut(uow.conn, m.id, now)
         if len(meters) < BATCH:

@@ -17,7 +17,9 @@ from shared.runtime import Runtime
 from shared.unit_of_work import UnitOfWork
 
 from .. import contracts as c
-from . import budgets, invoices, rollups
+from .budgets import usage_recorded as check_budgets
+from .invoices import assign as bill
+from .rollups import usage_recorded as roll_up
 from ..adapters import rating as repo
 from ..adapters import repository as meters_repo
 from ..adapters.ledger import PgLedger
@@ -56,7 +58,7 @@ async def rate_and_record(ctx: UnitOfWork, records: list[UsageRecord], *, correl
         appended = await PgLedger(conn).record(tenant_id=r.tenant_id, kind="charge", source_event=r.key,
                                                amount_minor=rating.amount_minor, currency=rating.currency, entry=entry)
         await repo.record_usage(conn, r, rating, appended.seq)
-        billed = await invoices.assign(ctx, r, rating, appended.seq, grace_s=grace_s)
+        billed = await bill(ctx, r, rating, appended.seq, grace_s=grace_s)
         await ctx.emit("billing.usage_rated", c.UsageRated(
             usage_key=r.key, kind=r.kind, tenant_id=r.tenant_id, user_id=r.user_id, allocation_id=r.allocation_id,
             volume_id=r.volume_id, shape=r.shape, gpu_model=r.gpu_model, pool=r.pool, spot=r.spot,
@@ -69,8 +71,8 @@ async def rate_and_record(ctx: UnitOfWork, records: list[UsageRecord], *, correl
             correlation_id=correlation_id or (str(r.allocation_id) if r.allocation_id else None))
         new.append(r)
     if new:
-        await rollups.usage_recorded(ctx, new)
-        await budgets.usage_recorded(ctx, sorted({r.tenant_id for r in new}))
+        await roll_up(ctx, new)
+        await check_budgets(ctx, sorted({r.tenant_id for r in new}))
     return len(new)
 
 
