@@ -20,9 +20,9 @@ from services.network.contracts import SlotAttachment, TenantNetworks
 
 from ...domain.dataplane.model import DesiredNode, desired_state
 from ...domain.dataplane.reconcile import Repair, plan
-from . import repair
 from .kernel import Kernel
 from .observe import observe
+from .repair import apply as apply_repairs
 
 log = structlog.get_logger()
 
@@ -123,12 +123,12 @@ class KernelDataplane(Dataplane):
             raise
         was = {key: obj.fp for key, obj in old.objects().items()}
         try:
-            repair.apply(self.kernel, new, plan(was, new))
+            apply_repairs(self.kernel, new, plan(was, new))
         except Exception:
             self.tenants, self.attachments = tenants, attachments
             now = {key: obj.fp for key, obj in new.objects().items()}
             try:
-                repair.apply(self.kernel, old, plan(now, old))
+                apply_repairs(self.kernel, old, plan(now, old))
             except Exception as undo_exc:  # noqa: BLE001 -- any failure: the periodic reconcile finishes the job
                 log.error("dataplane.rollback_failed", error=repr(undo_exc))
             raise
@@ -177,7 +177,7 @@ class KernelDataplane(Dataplane):
             if self.guest_ports:   # a VM that is not running has no tap, a VM just started is being plugged:
                 desired.slots = {a: s for a, s in desired.slots.items() if self.kernel.tap_plugged_before(s.port)}
             repairs = plan(observe(self.kernel), desired)
-            repair.apply(self.kernel, desired, repairs)
+            apply_repairs(self.kernel, desired, repairs)
             return repairs
 
     def close(self) -> None:
