@@ -52,7 +52,7 @@ from schemathesis.specs.openapi.checks import (content_type_conformance, ensure_
                                                status_code_conformance, use_after_free)
 
 from services.billing.bootstrap import build as billing_build
-from services.gateway.http.schemas.volumes import MAX_QUOTA_BYTES, MAX_QUOTA_VOLUMES
+from services.gateway.api.storage.schemas import MAX_QUOTA_BYTES, MAX_QUOTA_VOLUMES
 from services.storage.contracts import MAX_VOLUME_BYTES, MIN_VOLUME_BYTES
 from tests.support.gateway import ADMIN_KEY, project
 

@@ -11,10 +11,10 @@ from pydantic import ValidationError
 from services.gateway.http.auth import TokenIssuer
 from services.gateway.http.openapi import ENDPOINTS, document
 from services.gateway.http.problems import ProblemError, field_errors
-from services.gateway.http.schemas.allocations import AllocationCreate
-from services.gateway.http.schemas.base import Body
-from services.gateway.http.schemas.identity import TenantCreate, UserCreate
-from services.gateway.http.schemas.nodes import NodeCreate
+from services.gateway.api.allocations.schemas import AllocationCreate
+from services.gateway.http.schema_base import Body
+from services.gateway.api.identity.schemas import TenantCreate, UserCreate
+from services.gateway.api.inventory.node_schemas import NodeCreate
 from services.gateway.settings import GatewaySettings
 from services.gateway.domain.model import Principal
 from shared.settings import SettingError, load

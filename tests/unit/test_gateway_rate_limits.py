@@ -3,7 +3,7 @@ headers a client reads (draft-ietf-httpapi-ratelimit-headers-10, Retry-After).""
 from __future__ import annotations
 
 from services.gateway.domain.rate_limits import BucketState, Limit, class_of, decision, refill, take
-from services.gateway.http.schemas.rate_limits import RateLimitsSet
+from services.gateway.api.limits.schemas import RateLimitsSet
 from services.gateway.settings import GatewaySettings
 
 WRITE = Limit(per_s=2, burst=4)

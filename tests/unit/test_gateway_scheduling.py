@@ -11,12 +11,12 @@ from services.gateway.domain.model import advances, advances_to
 from services.gateway.domain.scheduling import (BUILTIN_SHAPES, NIL, PRIORITY_CLASSES, QuotaRow, ShapeInfo,
                                                 priority_class_of, quota_breach, shape_definition_errors,
                                                 usable_shapes, valid_toleration)
-from services.gateway.handlers.quotas import QuotaExceeded, quota_list
-from services.gateway.http.schemas.allocations import AllocationCreate
-from services.gateway.http.schemas.nodes import NodePatch, SlotMapApproval
-from services.gateway.http.schemas.pools import PoolDefinition
-from services.gateway.http.schemas.quotas import TenantQuotaSet, UserQuotaSet
-from services.gateway.http.schemas.shapes import ShapeDefinition
+from services.gateway.api.inventory.quotas import QuotaExceeded, quota_list
+from services.gateway.api.allocations.schemas import AllocationCreate
+from services.gateway.api.inventory.node_schemas import NodePatch, SlotMapApproval
+from services.gateway.api.inventory.pool_schemas import PoolDefinition
+from services.gateway.api.inventory.quota_schemas import TenantQuotaSet, UserQuotaSet
+from services.gateway.api.inventory.shape_schemas import ShapeDefinition
 
 T, U = uuid.uuid4(), uuid.uuid4()
 

@@ -3,8 +3,11 @@ from __future__ import annotations
 
 from shared.runtime import Runtime
 
-from ..projections import billing, budgets, invoices
-from ..projections import allocations, instances, inventory, networks, rejections, volumes, wipes
+from ..api.billing import usage_projection as billing, budget_projection as budgets, invoice_projection as invoices
+from ..api.allocations import projection as allocations, power_projection as instances
+from ..api.inventory import projection as inventory, rejections_projection as rejections, wipe_projection as wipes
+from ..api.networks import projection as networks
+from ..api.storage import projection as volumes
 
 
 def wire(rt: Runtime) -> None:

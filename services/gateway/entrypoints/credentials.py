@@ -17,7 +17,7 @@ from aiohttp import web
 
 from ..adapters import identity
 from ..domain.credentials import Keyring, Revocations, SigningKey, UserRevocation, epoch
-from ..handlers.signing_keys import rotate
+from ..api.identity.signing_keys import rotate
 from ..http.state import GATEWAY, Gateway
 
 log = structlog.get_logger()

@@ -14,9 +14,9 @@ from shared.runtime import Runtime
 from shared.unit_of_work import UnitOfWork
 
 from ..adapters import allocations as repo
-from ..adapters import instances
+from ..api.allocations import power_views as instances
 from ..contracts import PowerActionExpired
-from ..projections.allocations import append_event, lock_events
+from ..api.allocations.projection import append_event, lock_events
 
 log = structlog.get_logger()
 SWEEP_BATCH = 100

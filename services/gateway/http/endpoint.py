@@ -8,7 +8,7 @@ from typing import Any, Awaitable, Callable, Literal
 from aiohttp import web
 from pydantic import BaseModel, TypeAdapter
 
-from .schemas.base import ApiJsonSchema, Problem
+from .schema_base import ApiJsonSchema, Problem
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 EVENT_STREAM = "text/event-stream"

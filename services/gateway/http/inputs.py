@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from .endpoint import Param
 from .problems import ProblemError, field_errors, not_found, validation_problem
-from .schemas.base import Body, FieldError
+from .schema_base import Body, FieldError
 
 MAX_BODY_BYTES = 64 * 1024
 # the parsed JSON body, as the handler read it (the audit middleware records a PUT/PATCH body from it)

@@ -13,11 +13,11 @@ from aiohttp import web
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from ..handlers import ENDPOINTS as API_ENDPOINTS
+from ..api import ENDPOINTS as API_ENDPOINTS
 from .endpoint import EVENT_STREAM, NDJSON, TEXT_CSV, TEXT_HTML, TEXT_PLAIN, Endpoint, Param
 from .problems import _TITLES, PROBLEM_JSON
 from .ratelimit import RATE_LIMITED_HEADERS
-from .schemas.base import ApiJsonSchema, Problem
+from .schema_base import ApiJsonSchema, Problem
 
 _REF = "#/components/schemas/{model}"
 _SECURITY = {"bearer": [{"bearerAuth": []}], "api_key": [{"apiKey": []}], "none": []}

@@ -11,7 +11,7 @@ from ..domain.keys import CURSOR_PATTERN, BadCursor, decode_cursor, encode_curso
 from .endpoint import Param
 from .inputs import query_value
 from .problems import validation_problem
-from .schemas.base import FieldError, integer, text
+from .schema_base import FieldError, integer, text
 
 LIMIT = Param("limit", "query", "Page size.", integer(1, 100), default=20)
 CURSOR = Param("cursor", "query", "The next_cursor of the previous page.", text(49, min_length=34, pattern=CURSOR_PATTERN))

@@ -26,7 +26,7 @@ from .auth import PRINCIPAL, PUBLIC_PATHS
 from .endpoint import Endpoint
 from .policy_resources import resource_of
 from .problems import ProblemError
-from .schemas.base import Problem
+from .schema_base import Problem
 from .state import Gateway
 
 log = structlog.get_logger()

@@ -46,8 +46,8 @@ def _tags(request: web.Request, data: dict) -> dict[str, str]:
 
 
 async def _allocation(gw: Gateway, request: web.Request, data: dict, body) -> tuple[dict, dict] | None:
-    from ..handlers.images import resolve_image      # here: the handlers import the http package
-    from ..handlers.shapes import known_shapes
+    from ..api.inventory.images import resolve_image   # here: the handlers import the http package
+    from ..api.inventory.shapes import known_shapes
     async with gw.pool.acquire() as conn:
         shape = (await known_shapes(conn)).get(body.shape)
         if shape is None:

@@ -13,7 +13,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from pydantic import ValidationError
 
-from .schemas.base import FieldError, Problem
+from .schema_base import FieldError, Problem
 
 log = structlog.get_logger()
 

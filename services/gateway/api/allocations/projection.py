@@ -1,0 +1,174 @@
+"""The allocation read model (allocations_view, and allocation_events with its NOTIFY to the open streams), fed by
+allocation.*, saga.step_changed and the scheduler's queue, placement, refusal and preemption of an allocation.
+
+The saga publishes ``saga.step_changed`` only for step changes no other message states (the rule is
+``restated`` in services/saga/domain/machine.py): a step timed out, a resend is scheduled, the coordinator gave
+up, or a step was skipped. So an allocation's event stream shows saga steps only for those, and a successful
+allocation's shows none: its progress is its own events and the scheduler's. The other participants' commands
+and replies (a step invoked, answered, compensated) are not subscribed to, so not in the stream.
+
+Each handler runs in the consumer's transaction (inbox dedupe included). The view only moves
+forward, whatever order the events arrive in: ``domain.model.advances`` for the allocation's
+own lifecycle, ``advances_to`` once the scheduler is involved (REQUESTED < PROVISIONING (saga
+started) < QUEUED < PROVISIONING with slots reserved < ACTIVE ...). Every event about an
+allocation is appended to its event stream and NOTIFYs the streams watching it. ``slots_reserved`` also
+carries the node's free slots after the reservation: shown on the node (``inventory.apply_capacity``).
+"""
+from __future__ import annotations
+
+import json
+import uuid
+
+import asyncpg
+import structlog
+
+from services.allocation import contracts as ac
+from services.saga.contracts import SagaStepChanged
+from services.scheduler import contracts as sc
+from shared.envelope import Envelope
+from shared.unit_of_work import UnitOfWork
+
+from ...adapters import allocations as repo
+from ..inventory import projection as inventory
+from ...adapters.allocations import EVENTS_CHANNEL
+from ...domain.model import advances, advances_to
+
+log = structlog.get_logger()
+
+
+async def lock_events(conn: asyncpg.Connection, allocation_id: uuid.UUID) -> None:
+    """Serialise event appends per allocation until commit.
+
+    A stream reads events by ``seq``; without this, an append that took seq 9 but
+    commits after seq 10 would be skipped by a reader already past 10.
+    """
+    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 7))", str(allocation_id))
+
+
+async def append_event(conn: asyncpg.Connection, allocation_id: uuid.UUID, env: Envelope) -> bool:
+    """Record the event (once per event id) and wake the streams watching the allocation on commit."""
+    # one round trip: the NOTIFY runs only when the row was added (and is delivered on commit)
+    added = await conn.fetchval(
+        "WITH added AS (INSERT INTO allocation_events (event_id, allocation_id, type, envelope) "
+        "VALUES ($1, $2, $3, $4::jsonb) ON CONFLICT (event_id) DO NOTHING RETURNING 1) "
+        "SELECT count(pg_notify($5, $6)) FROM added", env.id, allocation_id, env.type, env.model_dump_json(),
+        EVENTS_CHANNEL, str(allocation_id))
+    return bool(added)
+
+
+async def _record(ctx: UnitOfWork, allocation_id: uuid.UUID, state: str | None = None, **fields) -> None:
+    """Append the event; move the view to ``state`` (with ``fields``) if that is forward."""
+    await lock_events(ctx.conn, allocation_id)
+    await append_event(ctx.conn, allocation_id, ctx.causation)
+    if state is None and not fields:
+        return
+    row = await repo.get(ctx.conn, allocation_id, for_update=True)
+    if row is None:
+        # not created through this gateway (the POST writes the row before the command exists): nothing to move
+        log.warning("projection.unknown_allocation", allocation_id=str(allocation_id), type=ctx.causation.type)
+        return
+    if state is not None and not advances(row["state"], state):
+        log.info("projection.stale_state_ignored", allocation_id=str(allocation_id), current=row["state"], event_state=state)
+        return
+    changes = {k: v for k, v in fields.items() if v is not None}
+    if state is not None:
+        changes["state"] = state
+    if changes:
+        await repo.update(ctx.conn, allocation_id, **changes)
+
+
+async def on_requested(ctx: UnitOfWork, data: ac.AllocationRequested) -> None:
+    await repo.insert(ctx.conn, {
+        "id": data.allocation_id, "tenant_id": data.tenant_id, "user_id": data.user_id, "name": data.name,
+        "shape": data.shape, "gpu_count": data.gpu_count, "volume_gb": data.volume_gb, "labels": data.labels,
+        "state": "REQUESTED", "created_at": data.at, "priority": data.priority, "spot": data.spot, "pool": data.pool,
+        "tolerations": data.tolerations, "fail_fast": data.fail_fast, "network_id": data.network_id,
+        "image": data.guest.image.name if data.guest else None,
+        "volumes": [v.model_dump(mode="json") for v in data.volumes], "scratch_class": data.scratch_class,
+        "price": data.price.model_dump(mode="json") if data.price is not None else None})
+    await _record(ctx, data.allocation_id)
+
+
+async def on_provisioning(ctx: UnitOfWork, data: ac.AllocationProvisioning) -> None:
+    await _record(ctx, data.allocation_id, "PROVISIONING")
+
+
+async def on_activated(ctx: UnitOfWork, data: ac.AllocationActivated) -> None:
+    instance = data.instance.model_dump_json() if data.instance else None   # what runs on the node (jsonb)
+    await _record(ctx, data.allocation_id, "ACTIVE", node_id=data.node_id, instance=instance)
+
+
+async def on_release_requested(ctx: UnitOfWork, data: ac.AllocationReleaseRequested) -> None:
+    await _record(ctx, data.allocation_id, "RELEASING", node_id=data.node_id, reason=data.reason)
+
+
+async def on_released(ctx: UnitOfWork, data: ac.AllocationReleased) -> None:
+    await _record(ctx, data.allocation_id, "RELEASED")
+
+
+async def on_failed(ctx: UnitOfWork, data: ac.AllocationFailed) -> None:
+    await _record(ctx, data.allocation_id, "FAILED", failed_step=data.failed_step, reason=data.reason)
+
+
+async def on_command_rejected(ctx: UnitOfWork, data: ac.AllocationCommandRejected) -> None:
+    # A refused request created nothing: no saga will ever move the REQUESTED view, so it fails with the reason.
+    row = await repo.get(ctx.conn, data.allocation_id) if data.command == "allocation.request" else None
+    if row is not None and row["state"] == "REQUESTED":
+        await _record(ctx, data.allocation_id, "FAILED", failed_step="request", reason=data.reason)
+        return
+    # Otherwise the view is not corrected: a release is only sent for an ACTIVE view, and the real
+    # state is never behind the view, so a rejected release means it is already releasing.
+    await _record(ctx, data.allocation_id)
+
+
+async def on_saga_step_changed(ctx: UnitOfWork, data: SagaStepChanged) -> None:
+    """A timeout, retry, give-up or skip: appended to the allocation's stream; the view is not moved."""
+    await _record(ctx, data.allocation_id)
+
+
+# --- the scheduler's part: queue, placement, refusal, preemption --------------------------------------------
+
+async def _record_scheduling(ctx: UnitOfWork, allocation_id: uuid.UUID, state: str | None = None, *,
+                             placed: bool = False, always: dict | None = None, **fields) -> None:
+    """Append the event; set ``always``; move to ``state`` with ``fields`` (None values included) if forward."""
+    await lock_events(ctx.conn, allocation_id)
+    await append_event(ctx.conn, allocation_id, ctx.causation)
+    row = await ctx.conn.fetchrow("SELECT state, placed FROM allocations_view WHERE id=$1 FOR UPDATE", allocation_id)
+    if row is None:
+        log.warning("projection.unknown_allocation", allocation_id=str(allocation_id), type=ctx.causation.type)
+        return
+    changes = dict(always or {})
+    if state is not None and advances_to(row["state"], row["placed"], state, placed):
+        changes.update(fields, state=state)
+        if placed:
+            changes["placed"] = True
+    elif state is not None:
+        log.info("projection.stale_state_ignored", allocation_id=str(allocation_id), current=row["state"],
+                 event_state=state)
+    if changes:
+        await repo.update(ctx.conn, allocation_id, **changes)
+
+
+async def on_reservation_queued(ctx: UnitOfWork, data: sc.ReservationQueued) -> None:
+    await _record_scheduling(ctx, data.allocation_id, "QUEUED", queue_position=data.position,
+                             queued_reason=data.reason)
+
+
+async def on_slots_reserved(ctx: UnitOfWork, data: sc.SlotsReserved) -> None:
+    await _record_scheduling(ctx, data.allocation_id, "PROVISIONING", placed=True, node_id=data.node_id,
+                             queue_position=None, queued_reason=None)
+    await inventory.apply_capacity(ctx.conn, data.node_id, data.capacity)   # the node's free slots after it
+
+
+async def on_slot_reservation_failed(ctx: UnitOfWork, data: sc.SlotReservationFailed) -> None:
+    """The saga fails the allocation on this reply: show FAILED at once, and why (kept even if FAILED came first)."""
+    problem = {"code": data.code, "reason": data.reason, "quota": data.quota, "limit": data.limit, "used": data.used,
+               "requested": data.requested}
+    await _record_scheduling(ctx, data.allocation_id, "FAILED", always={"problem": json.dumps(problem)},
+                             failed_step=data.step, reason=data.reason, queue_position=None, queued_reason=None)
+
+
+async def on_preemption_notice(ctx: UnitOfWork, data: sc.PreemptionNotice) -> None:
+    preemption = {"reason": data.reason, "grace_deadline": data.grace_deadline.isoformat(),
+                  "preempted_for": str(data.preempted_for)}
+    await _record_scheduling(ctx, data.allocation_id, always={"preemption": json.dumps(preemption)})

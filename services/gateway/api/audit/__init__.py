@@ -1,0 +1,1 @@
+"""The audit trail: reading, exporting and verifying it."""

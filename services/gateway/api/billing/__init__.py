@@ -1,0 +1,1 @@
+"""Billing: price lists, usage, FOCUS exports, invoices, budgets and spend caps."""

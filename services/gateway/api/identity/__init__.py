@@ -1,0 +1,1 @@
+"""Identity: tenants, users, tokens, API keys, SSH keys and signing keys."""

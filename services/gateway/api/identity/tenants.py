@@ -1,0 +1,94 @@
+"""Tenants (provider admins) and their users (provider admins, or the tenant's own admins)."""
+from __future__ import annotations
+
+import uuid
+
+from aiohttp import web
+
+from ...adapters import identity
+from ...contracts import TenantCreated, UserCreated
+from ...domain.keys import hash_api_key, new_api_key
+from ...http.auth import principal_of, require_provider_admin
+from ...http.endpoint import Endpoint, Param, respond
+from ...http.inputs import path_uuid, read_body
+from ...http.problems import ProblemError, forbidden, not_found
+from .schemas import TenantCreate, TenantList, TenantOut, UserCreate, UserCreatedOut, UserList, UserOut
+from ...http.state import gateway_of
+
+TENANT_ID = Param("tenant_id", "path", "The tenant's id.", uuid.UUID, required=True)
+
+
+async def require_tenant(conn, tenant_id: uuid.UUID) -> None:
+    """404 unless the tenant exists."""
+    if not await identity.tenant_exists(conn, tenant_id):
+        raise not_found("tenant")
+
+
+async def create_tenant(request: web.Request) -> web.Response:
+    admin = require_provider_admin(request)
+    body = await read_body(request, TenantCreate)
+    gw, tenant_id = gateway_of(request), uuid.uuid4()
+    async with gw.unit_of_work("gateway.create_tenant") as uow:
+        conn = uow.conn
+        row = await identity.create_tenant(conn, tenant_id, body.name, admin.user_id)
+        if row is None:
+            raise ProblemError(409, f"a tenant named {body.name!r} already exists", slug="name-taken")
+        await uow.emit("gateway.tenant_created", TenantCreated(tenant_id=tenant_id, name=body.name,
+                            created_by=admin.user_id), correlation_id=str(tenant_id), tenant_id=tenant_id)
+    return respond(TenantOut(**dict(row)), 201)
+
+
+async def list_tenants(request: web.Request) -> web.Response:
+    require_provider_admin(request)
+    async with gateway_of(request).pool.acquire() as conn:
+        rows = await identity.list_tenants(conn)
+    return respond(TenantList(items=[TenantOut(**dict(r)) for r in rows]))
+
+
+def _tenant_for_user_admin(request: web.Request) -> uuid.UUID:
+    """The path's tenant, if the caller may manage its users (403 otherwise, whether or not it exists)."""
+    tenant_id = path_uuid(request, "tenant_id", "tenant")
+    if not principal_of(request).may_manage_users_of(tenant_id):
+        raise forbidden("only a provider admin or this tenant's admin may manage its users")
+    return tenant_id
+
+
+async def create_user(request: web.Request) -> web.Response:
+    tenant_id = _tenant_for_user_admin(request)
+    body = await read_body(request, UserCreate)
+    gw, caller = gateway_of(request), principal_of(request)
+    user_id, key = uuid.uuid4(), new_api_key()
+    async with gw.unit_of_work("gateway.create_user") as uow:
+        conn = uow.conn
+        await require_tenant(conn, tenant_id)
+        row = await identity.create_user(conn, user_id, tenant_id, body.name, body.role, caller.user_id)
+        if row is None:
+            raise ProblemError(409, f"the tenant already has a user named {body.name!r}", slug="name-taken")
+        await identity.add_api_key(conn, user_id, hash_api_key(key))
+        await uow.emit("gateway.user_created", UserCreated(
+            user_id=user_id, tenant_id=tenant_id, name=body.name, role=body.role, created_by=caller.user_id),
+            correlation_id=str(user_id), tenant_id=tenant_id)
+    return respond(UserCreatedOut(**dict(row), api_key=key), 201)
+
+
+async def list_users(request: web.Request) -> web.Response:
+    tenant_id = _tenant_for_user_admin(request)
+    async with gateway_of(request).pool.acquire() as conn:
+        await require_tenant(conn, tenant_id)
+        rows = await identity.list_users(conn, tenant_id)
+    return respond(UserList(items=[UserOut(**dict(r)) for r in rows]))
+
+
+ENDPOINTS = [
+    Endpoint("POST", "/v1/tenants", create_tenant, "createTenant", "Create a tenant (provider admin)", "tenants",
+             {201: TenantOut}, body=TenantCreate, errors=(400, 401, 403, 409, 413, 415, 422)),
+    Endpoint("GET", "/v1/tenants", list_tenants, "listTenants", "List tenants (provider admin)", "tenants",
+             {200: TenantList}, errors=(401, 403)),
+    Endpoint("POST", "/v1/tenants/{tenant_id}/users", create_user, "createUser",
+             "Create a tenant user or admin (provider admin, or the tenant's admin)", "tenants",
+             {201: UserCreatedOut}, body=UserCreate, params=(TENANT_ID,), errors=(400, 401, 403, 404, 409, 413, 415, 422),
+             description="The response carries the user's API key; it is shown once and only its hash is kept."),
+    Endpoint("GET", "/v1/tenants/{tenant_id}/users", list_users, "listUsers",
+             "List a tenant's users (provider admin, or the tenant's admin)", "tenants",
+             {200: UserList}, params=(TENANT_ID,), errors=(401, 403, 404)),
+]

@@ -1,0 +1,1 @@
+"""Inventory: nodes and their BMCs, pools, shapes, images, wipes and GPU quotas."""

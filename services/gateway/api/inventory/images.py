@@ -1,0 +1,146 @@
+"""The image catalog: provider admins add and delete images; every signed-in caller lists the images it may
+see (provider admins: all; a tenant's members: the public ones and their tenant's private ones).
+
+Images are catalog data the gateway owns (like identity): no service is told of a change. An allocation
+snapshots its image into the allocation.request command, so deleting an image never touches an allocation.
+An image a caller may not see is a 404 (or, named by an allocation request, a 422), never a 403.
+"""
+from __future__ import annotations
+
+import re
+import uuid
+
+import asyncpg
+import structlog
+from aiohttp import web
+
+from services.node_agent.contracts import ImageRef
+
+from ...adapters import identity
+from . import image_views as repo
+from ...domain.guest import may_see_image
+from ...domain.model import Principal
+from ...http.auth import principal_of, require_provider_admin
+from ...http.endpoint import Endpoint, Param, respond
+from ...http.inputs import path_uuid, query_value, read_body
+from ...http.paging import CURSOR, LIMIT, page, position
+from ...http.problems import ProblemError, not_found, printable, validation_problem
+from ...http.schema_base import UUID_PATTERN, FieldError
+from .image_schemas import ImageCreate, ImageOut, ImagePage
+from ...http.state import gateway_of
+
+log = structlog.get_logger()
+IMAGE_ID = Param("image_id", "path", "The image's id.", uuid.UUID, required=True)
+
+
+def image_out(row: asyncpg.Record) -> ImageOut:
+    fields = {k: row[k] for k in ("id", "name", "os", "format", "source", "sha256", "min_disk_gb", "visibility",
+                                  "tenant_id", "kernel", "initrd", "kernel_args", "created_at")}
+    return ImageOut(**fields, default=row["is_default"], links={"self": f"/v1/images/{row['id']}"})
+
+
+def image_ref(row: asyncpg.Record) -> ImageRef:
+    """The snapshot of a catalog row an allocation boots."""
+    return ImageRef(image_id=row["id"], **{k: row[k] for k in ("name", "os", "format", "source", "sha256", "min_disk_gb",
+                                                               "kernel", "initrd", "kernel_args")})
+
+
+def _seen_as(p: Principal) -> uuid.UUID | None:
+    """The tenant whose view of the catalog the caller has; None: all of it (a provider admin)."""
+    return None if p.is_provider_admin else p.tenant_id
+
+
+async def _visible(conn: asyncpg.Connection, p: Principal, *, image_id: uuid.UUID | None = None,
+                   name: str | None = None) -> asyncpg.Record | None:
+    row = await repo.find(conn, image_id=image_id, name=name)
+    if row is None or not may_see_image(row["tenant_id"], row["visibility"], caller_tenant=p.tenant_id,
+                                        provider_admin=p.is_provider_admin):
+        return None
+    return row
+
+
+async def resolve_image(conn: asyncpg.Connection, p: Principal, ref: str | None) -> asyncpg.Record | None:
+    """The image an allocation request names (its name or id), or the catalog's default when it names none
+    (None: no default). A 422 on ``image`` naming it when the caller may not see it."""
+    if ref is None:
+        return await repo.default(conn)
+    row = await _visible(conn, p, image_id=uuid.UUID(ref) if re.fullmatch(UUID_PATTERN, ref) else None, name=ref)
+    if row is None:
+        shown = printable(ref, 63)
+        raise validation_problem([FieldError(field="image", message=f"no image {shown!r} (GET /v1/images lists them)",
+                                             code="unknown_image")], f"unknown image {shown!r}")
+    return row
+
+
+async def create_image(request: web.Request) -> web.Response:
+    p = require_provider_admin(request)
+    body = await read_body(request, ImageCreate)
+    errors = body.rule_errors()
+    if errors:
+        raise validation_problem([FieldError(field=f, message=m, code="image_rule") for f, m in errors])
+    image = {"id": uuid.uuid4(), **body.model_dump()}
+    async with gateway_of(request).pool.acquire() as conn, conn.transaction():
+        if body.tenant_id is not None and not await identity.tenant_exists(conn, body.tenant_id):
+            raise validation_problem([FieldError(field="tenant_id", message=f"no tenant {body.tenant_id}",
+                                                 code="unknown_tenant")], f"unknown tenant {body.tenant_id}")
+        row = await repo.insert(conn, image, p.user_id)
+    if row is None:
+        raise ProblemError(409, f"an image named {body.name!r} already exists", slug="name-taken")
+    log.info("audit.image_created", user_id=str(p.user_id), image_id=str(row["id"]), name=row["name"],
+             visibility=row["visibility"], tenant=str(row["tenant_id"]) if row["tenant_id"] else None,
+             default=row["is_default"])
+    out = image_out(row)
+    return respond(out, 201, headers={"Location": out.links.self})
+
+
+async def list_images(request: web.Request) -> web.Response:
+    p = principal_of(request)
+    limit, after = query_value(request, LIMIT), position(request)
+    async with gateway_of(request).pool.acquire() as conn:
+        rows = await repo.page(conn, _seen_as(p), limit + 1, after)
+    items, next_cursor = page(rows, limit)
+    return respond(ImagePage(items=[image_out(r) for r in items], next_cursor=next_cursor))
+
+
+async def get_image(request: web.Request) -> web.Response:
+    p = principal_of(request)
+    image_id = path_uuid(request, "image_id", "image")
+    async with gateway_of(request).pool.acquire() as conn:
+        row = await _visible(conn, p, image_id=image_id)
+    if row is None:
+        raise not_found("image")
+    return respond(image_out(row))
+
+
+async def delete_image(request: web.Request) -> web.Response:
+    p = require_provider_admin(request)
+    image_id = path_uuid(request, "image_id", "image")
+    async with gateway_of(request).pool.acquire() as conn:
+        row = await repo.delete(conn, image_id)
+    if row is None:
+        raise not_found("image")
+    log.info("audit.image_deleted", user_id=str(p.user_id), image_id=str(image_id), name=row["name"],
+             default=row["is_default"])
+    return web.Response(status=204)
+
+
+ENDPOINTS = [
+    Endpoint("POST", "/v1/images", create_image, "createImage", "Add an image to the catalog (provider admin)", "images",
+             {201: ImageOut}, body=ImageCreate, errors=(400, 401, 403, 409, 413, 415, 422),
+             headers={201: {"Location": "The image (/v1/images/{id})."}},
+             description="A name already in the catalog is a 409; a private image's tenant_id must name an existing "
+                         "tenant (a 422 naming it). `default: true` makes it the image an allocation naming none "
+                         "boots, taking the mark from the previous default (only a public image can be the "
+                         "default). The nodes fetch `source` (and `kernel`, `initrd`) and check `sha256` when they "
+                         "boot it."),
+    Endpoint("GET", "/v1/images", list_images, "listImages", "List the images the caller may boot, newest first",
+             "images", {200: ImagePage}, params=(LIMIT, CURSOR), errors=(401, 422),
+             description="Provider admins see every image; a tenant's members the public images and their tenant's "
+                         "private ones."),
+    Endpoint("GET", "/v1/images/{image_id}", get_image, "getImage", "Read an image", "images", {200: ImageOut},
+             params=(IMAGE_ID,), errors=(401, 404), description="An image the caller may not see is a 404."),
+    Endpoint("DELETE", "/v1/images/{image_id}", delete_image, "deleteImage", "Delete an image (provider admin)", "images",
+             {204: None}, params=(IMAGE_ID,), errors=(401, 403, 404),
+             description="Allocations that boot it keep their snapshot of it; new requests can no longer name it. "
+                         "Deleting the default image leaves the catalog without a default."),
+]

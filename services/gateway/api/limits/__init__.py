@@ -1,0 +1,1 @@
+"""Rate limits: a tenant's request rates."""

@@ -1,0 +1,1 @@
+"""Tenant networks, their rules and attachments."""

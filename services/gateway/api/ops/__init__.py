@@ -1,0 +1,1 @@
+"""Operator views: dead letters and the live bus."""

@@ -1,0 +1,1 @@
+"""Policies: the Cedar policies that judge mutating requests."""

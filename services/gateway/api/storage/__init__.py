@@ -1,0 +1,1 @@
+"""Storage: volumes, their attachments and storage quotas."""

@@ -1,0 +1,196 @@
+"""Storage classes and storage quotas: every caller reads the classes the provider offers; provider admins set a
+tenant's quota in a class, tenant admins split it among users, members read theirs (as for GPU quotas,
+``handlers.quotas``); and the charge a volume's creation or growth takes against them.
+
+The storage service applies every quota change and checks each volume against them atomically; the gateway
+checks first, against its own view, atomically too (``charge`` holds the quota rows while it counts), so
+concurrent requests never get past a limit together. Another tenant's quotas are a 404, never a 403.
+"""
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict
+
+import asyncpg
+from aiohttp import web
+
+from services.storage.contracts import SetStorageQuota
+
+from ...adapters import inventory, volumes as repo
+from ...domain.scheduling import NIL
+from ...domain.volumes import Limits, Offer, StorageClass, storage_breach, tenant_limits
+from ...http.auth import principal_of, require_provider_admin
+from ...http.endpoint import Endpoint, Param, respond
+from ...http.inputs import path_uuid, path_value, read_body
+from ...http.problems import forbidden, not_found, validation_problem
+from ...http.schema_base import FieldError
+from .schemas import (StorageClassList, StorageClassName, StorageClassOut, StorageQuotaList, StorageQuotaOut,
+                      StorageQuotaSet, StorageQuotaSetOut, StorageShareOut)
+from ...http.state import gateway_of
+from ..inventory.quotas import USER_ID, QuotaExceeded, visible_tenant
+from ..identity.tenants import TENANT_ID, require_tenant
+
+STORAGE_CLASS = Param("storage_class", "path", "The storage class (GET /v1/storage-classes).", StorageClassName,
+                      required=True)
+
+
+def class_problem(field: str, name: str | None, offer: Offer) -> Exception:
+    offered = ", ".join(offer.names) or "none (no class was announced yet)"
+    message = (f"no default storage class is offered; name one of: {offered}" if name is None
+               else f"no storage class {name!r}; offered: {offered}")
+    return validation_problem([FieldError(field=field, message=message, code="unknown_storage_class")])
+
+
+async def offered_class(conn: asyncpg.Connection, name: str | None, field: str = "storage_class") -> tuple[Offer, StorageClass]:
+    """The offer and the class ``name`` names (None: the default class); a 422 naming ``field`` and the offered
+    classes otherwise."""
+    offer = await repo.offer(conn)
+    found = offer.find(name)
+    if found is None:
+        raise class_problem(field, name, offer)
+    return offer, found
+
+
+def _limits(row: asyncpg.Record | None) -> tuple[int | None, int | None]:
+    return (row["max_bytes"], row["max_volumes"]) if row is not None else (None, None)
+
+
+async def charge(conn: asyncpg.Connection, tenant_id: uuid.UUID, user_id: uuid.UUID, storage_class: str, offer: Offer,
+                 *, requested_bytes: int, requested_volumes: int, lock: bool = True) -> None:
+    """Raise QuotaExceeded (403) when the tenant's or the user's quota in the class cannot take the request.
+
+    ``lock``: hold the two quota rows until commit (tenant's first), so the count stays true until the caller's
+    volume row is written; a request that changes nothing in the class's use may leave it False (a fast check)."""
+    if lock:
+        tenant_row, user_row = await repo.lock_quotas(conn, tenant_id, storage_class, user_id)
+    else:
+        tenant_row = await repo.quota_row(conn, tenant_id, storage_class)
+        user_row = await repo.quota_row(conn, tenant_id, storage_class, user_id)
+    tenant = (tenant_limits(*_limits(tenant_row), offer), await repo.use_of(conn, tenant_id, storage_class))
+    own = Limits(*_limits(user_row))
+    user = (own, await repo.use_of(conn, tenant_id, storage_class, user_id)) if own != Limits() else None
+    breach = storage_breach(storage_class, tenant, user, requested_bytes=requested_bytes,
+                            requested_volumes=requested_volumes)
+    if breach is not None:
+        raise QuotaExceeded(breach)
+
+
+async def list_storage_classes(request: web.Request) -> web.Response:
+    async with gateway_of(request).pool.acquire() as conn:
+        offer = await repo.offer(conn)
+    return respond(StorageClassList(items=[StorageClassOut(**asdict(c)) for c in offer.classes],
+                                    default_quota_bytes=offer.default_quota_bytes,
+                                    default_quota_volumes=offer.default_quota_volumes))
+
+
+def storage_quota_list(tenant_id: uuid.UUID, offer: Offer, rows: list, usage: list) -> StorageQuotaList:
+    """Per class (offered, quota set, or holding volumes): effective limits, use, and the users' shares."""
+    classes = sorted(set(offer.names) | {r["storage_class"] for r in rows} | {u["storage_class"] for u in usage})
+    items = []
+    for name in classes:
+        own = next((r for r in rows if r["storage_class"] == name and r["user_id"] == NIL), None)
+        limits = tenant_limits(*_limits(own), offer)
+        held = [u for u in usage if u["storage_class"] == name]
+        shares = []
+        for r in (r for r in rows if r["storage_class"] == name and r["user_id"] != NIL):
+            mine = [u for u in held if u["user_id"] == r["user_id"]]
+            shares.append(StorageShareOut(user_id=r["user_id"], max_bytes=r["max_bytes"], max_volumes=r["max_volumes"],
+                                          provisioned_bytes=sum(u["provisioned_bytes"] for u in mine),
+                                          volumes=sum(u["volumes"] for u in mine), version=r["version"]))
+        items.append(StorageQuotaOut(
+            tenant_id=tenant_id, storage_class=name, max_bytes=limits.max_bytes, max_volumes=limits.max_volumes,
+            quota_set=own is not None and _limits(own) != (None, None),
+            provisioned_bytes=sum(u["provisioned_bytes"] for u in held), volumes=sum(u["volumes"] for u in held),
+            used_bytes=sum(u["used_bytes"] for u in held), version=own["version"] if own else None, users=shares))
+    return StorageQuotaList(items=items)
+
+
+async def list_storage_quotas(request: web.Request) -> web.Response:
+    tenant_id = visible_tenant(request)
+    async with gateway_of(request).pool.acquire() as conn:
+        await require_tenant(conn, tenant_id)
+        offer = await repo.offer(conn)
+        rows, usage = await repo.quotas_of(conn, tenant_id), await repo.usage_by_class(conn, tenant_id)
+    return respond(storage_quota_list(tenant_id, offer, rows, usage))
+
+
+async def _offered_or_404(conn: asyncpg.Connection, name: str) -> Offer:
+    offer = await repo.offer(conn)
+    if offer.find(name) is None:
+        raise not_found("storage class")
+    return offer
+
+
+async def set_tenant_storage_quota(request: web.Request) -> web.Response:
+    admin = require_provider_admin(request)
+    tenant_id = path_uuid(request, "tenant_id", "tenant")
+    storage_class = path_value(request, STORAGE_CLASS)
+    body = await read_body(request, StorageQuotaSet)
+    gw = gateway_of(request)
+    async with gw.unit_of_work("gateway.set_tenant_storage_quota") as uow:
+        await require_tenant(uow.conn, tenant_id)
+        await _offered_or_404(uow.conn, storage_class)
+        await uow.emit("storage.set_quota", SetStorageQuota(
+            tenant_id=tenant_id, storage_class=storage_class, max_bytes=body.max_bytes, max_volumes=body.max_volumes,
+            set_by=admin.user_id), correlation_id=f"storage-quota:{tenant_id}", tenant_id=tenant_id)
+    return respond(StorageQuotaSetOut(tenant_id=tenant_id, storage_class=storage_class, max_bytes=body.max_bytes,
+                                      max_volumes=body.max_volumes), 202)
+
+
+def _share_problems(body: StorageQuotaSet, tenant: Limits) -> list[FieldError]:
+    checks = [("max_bytes", body.max_bytes, tenant.max_bytes), ("max_volumes", body.max_volumes, tenant.max_volumes)]
+    return [FieldError(field=f, message=f"must not exceed the tenant's limit {limit}", code="quota_rule")
+            for f, value, limit in checks if value is not None and limit is not None and value > limit]
+
+
+async def set_user_storage_quota(request: web.Request) -> web.Response:
+    """A tenant admin's split: the user must be the tenant's, each limit at most the tenant's (effective) one."""
+    tenant_id = visible_tenant(request)
+    caller = principal_of(request)
+    if not caller.may_manage_users_of(tenant_id):
+        raise forbidden("only this tenant's admin (or a provider admin) may split its storage quota")
+    user_id = path_uuid(request, "user_id", "user")
+    storage_class = path_value(request, STORAGE_CLASS)
+    body = await read_body(request, StorageQuotaSet)
+    gw = gateway_of(request)
+    async with gw.unit_of_work("gateway.set_user_storage_quota") as uow:
+        conn = uow.conn
+        if not await inventory.user_in_tenant(conn, user_id, tenant_id):
+            raise not_found("user")
+        offer = await _offered_or_404(conn, storage_class)
+        tenant = tenant_limits(*_limits(await repo.quota_row(conn, tenant_id, storage_class)), offer)
+        problems = _share_problems(body, tenant)
+        if problems:
+            raise validation_problem(problems)
+        await uow.emit("storage.set_quota", SetStorageQuota(
+            tenant_id=tenant_id, storage_class=storage_class, user_id=user_id, max_bytes=body.max_bytes,
+            max_volumes=body.max_volumes, set_by=caller.user_id),
+            correlation_id=f"storage-quota:{tenant_id}", tenant_id=tenant_id)
+    return respond(StorageQuotaSetOut(tenant_id=tenant_id, storage_class=storage_class, user_id=user_id,
+                                      max_bytes=body.max_bytes, max_volumes=body.max_volumes), 202)
+
+
+_WRITE_ERRORS = (400, 401, 403, 404, 413, 415, 422)
+
+ENDPOINTS = [
+    Endpoint("GET", "/v1/storage-classes", list_storage_classes, "listStorageClasses",
+             "List the storage classes the provider offers", "storage", {200: StorageClassList}, errors=(401,),
+             description="Each class's backend and largest volume, which one is the default, and the quota a tenant "
+                         "has in each class when none is set for it."),
+    Endpoint("GET", "/v1/tenants/{tenant_id}/storage-quotas", list_storage_quotas, "listStorageQuotas",
+             "Read a tenant's storage quotas and their use (the tenant's members, or a provider admin)", "quotas",
+             {200: StorageQuotaList}, params=(TENANT_ID,), errors=(401, 404),
+             description="Per storage class: the limits that apply (the provider's, else the defaults), the bytes "
+                         "and number of live volumes they are charged with, what the storage systems report the "
+                         "volumes use, and the users' shares. Another tenant's quotas are a 404."),
+    Endpoint("PUT", "/v1/tenants/{tenant_id}/storage-quotas/{storage_class}", set_tenant_storage_quota,
+             "setTenantStorageQuota", "Set a tenant's quota in one storage class (provider admin)", "quotas",
+             {202: StorageQuotaSetOut}, body=StorageQuotaSet, params=(TENANT_ID, STORAGE_CLASS), errors=_WRITE_ERRORS,
+             description="null: the default. Lowering a limit below current use blocks new volumes and growth; it "
+                         "never destroys a volume. A class not offered is a 404."),
+    Endpoint("PUT", "/v1/tenants/{tenant_id}/users/{user_id}/storage-quotas/{storage_class}", set_user_storage_quota,
+             "setUserStorageQuota", "Split the tenant's storage quota for one user (the tenant's admin)", "quotas",
+             {202: StorageQuotaSetOut}, body=StorageQuotaSet, params=(TENANT_ID, USER_ID, STORAGE_CLASS),
+             errors=_WRITE_ERRORS, description="The user must belong to the tenant; each limit must not exceed the "
+                                               "tenant's own (a 422); null: no own limit (the tenant's applies)."),
+]

@@ -1,1 +1,0 @@
-"""The HTTP API's request and response models, one module per resource (``base``: what they share)."""
