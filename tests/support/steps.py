@@ -1,0 +1,50 @@
+"""A connection for unit tests of saga participants over fakes: it holds only what the participant kit
+(shared.participant) keeps in the database, the step outcomes, so a handler runs through the kit as in
+production (one effect per key, tombstones, deferred answers) with no I/O.
+
+Every other statement fails the test: a handler that reaches SQL past its repository port is caught here.
+``transaction()`` is a savepoint over the fakes it was given: what they hold is put back when the block raises.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+
+class StepConnection:
+    def __init__(self, *fakes: Any):
+        self.fakes = fakes            # each with snapshot() and restore(state)
+        self.outcomes: dict[str, tuple[str, dict]] = {}
+
+    @contextlib.asynccontextmanager
+    async def transaction(self, **_: Any) -> AsyncIterator[None]:
+        states = [f.snapshot() for f in self.fakes]
+        saved = dict(self.outcomes)
+        try:
+            yield
+        except BaseException:
+            for fake, state in zip(self.fakes, states):
+                fake.restore(state)
+            self.outcomes = saved
+            raise
+
+    async def execute(self, sql: str, *args: Any) -> str:
+        if sql.startswith("SELECT pg_advisory_xact_lock"):
+            return "SELECT 1"
+        if sql.startswith("INSERT INTO step_outcomes"):
+            key, status, result = args
+            self.outcomes[key] = (status, json.loads(result))
+            return "INSERT 0 1"
+        raise AssertionError(f"SQL outside the repository port: {sql}")
+
+    async def fetchrow(self, sql: str, *args: Any) -> dict | None:
+        if sql.startswith("SELECT status, result FROM step_outcomes"):
+            found = self.outcomes.get(args[0])
+            return None if found is None else {"status": found[0], "result": json.dumps(found[1])}
+        raise AssertionError(f"SQL outside the repository port: {sql}")
+
+    def status(self, key: str) -> str | None:
+        """The recorded outcome's status of ``key`` (None: never handled)."""
+        return self.outcomes[key][0] if key in self.outcomes else None
