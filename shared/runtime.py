@@ -1,10 +1,14 @@
 """The process skeleton every service shares: connect, migrate, subscribe, relay, serve health.
 
 A service's bootstrap builds a ``Runtime`` and passes a ``wire`` function that
-registers its subscribers, HTTP routes and background loops. Nothing connects
-before ``Runtime.start()``. Subscribers registered ``leader_only`` do not start
-with the runtime: the service starts and stops them as it gains and loses
-leadership (``rt.consumers.start_leader_only()`` / ``stop_leader_only()``).
+registers its subscribers, HTTP routes and periodic work. Nothing connects
+before ``Runtime.start()``.
+
+Periodic work has one form, ``rt.every(seconds, step)``: on every replica, or
+with ``leader=<service>`` on the one replica that leads (shared.periodic).
+Subscribers registered ``leader_only`` do not start with the runtime: they
+follow a leadership's hooks (``lead.on_gain(rt.consumers.start_leader_only)``,
+``lead.on_lose(rt.consumers.stop_leader_only)``).
 """
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ from .db import create_pool, migrate
 from .health import add_health_routes
 from .observability import configure_logging, configure_tracing
 from .outbox import Outbox, OutboxRelay
+from .periodic import Lease, Leadership, lock_name, periodic
 from .streams import declare_streams, ensure_streams, own_streams
 from . import rpc
 
@@ -70,6 +75,7 @@ class Runtime:
         self.readiness: list[tuple[str, Callable[[], Awaitable[bool]]]] = []
         self.responders: list[tuple[str, Callable, dict[str, str]]] = []
         self.listeners: list[tuple[str, Callable]] = []
+        self.leaderships: dict[str, Leadership] = {}
         self._answering: list = []
         self._pool: asyncpg.Pool | None = None
         self._running: list[asyncio.Task] = []
@@ -99,22 +105,34 @@ class Runtime:
         """Answer the request ``type_`` (one this service owns, see shared.rpc) with ``handler`` once started."""
         self.responders.append((type_, handler, params))
 
-    def background(self, loop: Callable[[], Awaitable[None]]) -> None:
-        """Run ``loop`` for the life of the process (restarted after an unexpected error)."""
-        self.tasks.append(loop)
+    def background(self, work: Callable[[], Awaitable[None]]) -> None:
+        """Run ``work`` once, at start, in the background (run again after an unexpected error). Periodic
+        work is ``every``'s."""
+        self.tasks.append(work)
 
-    def every(self, seconds: float, step: Callable[[], Awaitable[object]]) -> None:
-        """Run ``step`` every ``seconds`` (first after one interval) for the life of the process; a step that
-        raises is logged and the next one runs on time."""
-        async def loop() -> None:
-            while True:
-                await asyncio.sleep(seconds)
-                try:
-                    await step()
-                except Exception as exc:   # noqa: BLE001 -- the next round tries again
-                    log.error("periodic.failed", step=getattr(step, "__qualname__", str(step)), error=repr(exc))
-        loop.__qualname__ = f"every({seconds:g}s, {getattr(step, '__qualname__', step)})"
-        self.tasks.append(loop)
+    def every(self, seconds: float, step: Callable[[], Awaitable[object]], *, leader: str | None = None,
+              at_once: bool = False) -> None:
+        """Run ``step`` every ``seconds`` for the life of the process, first after one period (at once with
+        ``at_once``). With ``leader``, only while this replica leads that leadership (``leader(...)``): one
+        replica at a time runs it, another takes over when the leader dies or stops, and it runs at once on a
+        replica that gains it. A step that raises is logged and the next one runs on time; a stop ends it."""
+        self.tasks.append(periodic(seconds, step, leadership=self.leader(leader) if leader else None,
+                                   at_once=at_once))
+
+    def leader(self, name: str, *, elect: bool | None = None) -> Leadership:
+        """The leadership ``name`` (this service's name, or ``<service>.<role>``: the lock is database-wide),
+        made on first use and run with the runtime. ``elect=False`` (given on first use) turns election off:
+        every replica leads."""
+        if name != self.service and not name.startswith(f"{self.service}."):
+            raise ValueError(f"leadership {name!r}: it must be named {self.service!r} or {self.service}.<role>")
+        lead = self.leaderships.get(name)
+        if lead is None:
+            lease = Lease(self.settings.db_dsn, lock_name(name)) if elect is not False else None
+            lead = self.leaderships[name] = Leadership(name, lease)
+            self.tasks.append(lead.run)
+        elif elect is not None and elect != (lead.lease is not None):
+            raise ValueError(f"leadership {name!r}: election was turned {'on' if lead.lease else 'off'} already")
+        return lead
 
     def listen(self, type_: str, callback: Callable[[object], Awaitable[None]]) -> None:
         """Hand every message of ``type_`` to ``callback`` in **this** process, once started: a plain core-NATS

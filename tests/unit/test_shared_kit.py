@@ -1,6 +1,7 @@
-"""Pure parts of the shared kit: envelope, fault labels, DSNs, stream declarations."""
+"""Pure parts of the shared kit: envelope, fault labels, DSNs, stream declarations, periodic loops."""
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
@@ -9,6 +10,7 @@ from pydantic import ValidationError
 from shared.db import role_name, service_dsn
 from shared.envelope import Envelope, utcnow
 from shared.participant import FAULT_LABEL, injected_fault
+from shared.periodic import Leadership, periodic
 from shared.streams import DEAD_LETTER_STREAM, stream_configs
 from shared.wire import StepCommand, step_key
 
@@ -63,3 +65,85 @@ def test_a_bad_setting_is_refused_naming_the_variable(monkeypatch):
             m.setenv(name, value)
             with pytest.raises(ValueError, match=name):
                 ServiceSettings.from_env("billing")
+
+
+async def run_for(loop, seconds: float) -> None:
+    task = asyncio.create_task(loop())
+    await asyncio.sleep(seconds)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_a_periodic_step_that_raises_is_logged_and_the_next_one_runs_on_time():
+    calls = []
+
+    async def step():
+        calls.append(len(calls))
+        if len(calls) == 1:
+            raise RuntimeError("first round fails")
+    await run_for(periodic(0.01, step, at_once=True), 0.1)
+    assert len(calls) >= 3
+
+
+async def test_a_periodic_step_runs_first_after_one_period_unless_at_once():
+    calls = []
+
+    async def step():
+        calls.append(1)
+    await run_for(periodic(10, step), 0.05)
+    assert calls == []
+    await run_for(periodic(10, step, at_once=True), 0.05)
+    assert calls == [1]
+
+
+async def test_a_leader_only_step_runs_only_while_its_replica_leads():
+    lead, calls = Leadership("probe", lease=None), []
+
+    async def step():
+        calls.append(1)
+    task = asyncio.create_task(periodic(0.01, step, leadership=lead)())
+    await asyncio.sleep(0.05)
+    assert calls == []
+    lead.leading.set()
+    await asyncio.sleep(0.05)
+    assert calls
+    lead.leading.clear()
+    await asyncio.sleep(0.02)   # a step in flight may finish
+    seen = len(calls)
+    await asyncio.sleep(0.05)
+    assert len(calls) == seen
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_a_leadership_without_election_leads_at_once_and_steps_down_in_reverse_order_when_stopped():
+    lead, said = Leadership("probe", lease=None), []
+    for name in ("index", "consumers"):
+        async def gain(name=name):
+            said.append(f"gain {name}")
+
+        async def lose(name=name):
+            said.append(f"lose {name}")
+        lead.on_gain(gain)
+        lead.on_lose(lose)
+    task = asyncio.create_task(lead.run())
+    await asyncio.wait_for(lead.leading.wait(), 1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not lead.leading.is_set()
+    assert said == ["gain index", "gain consumers", "lose consumers", "lose index"]
+
+
+def test_a_leadership_is_named_after_its_service():
+    from shared.runtime import Runtime
+    from shared.settings import ServiceSettings
+
+    rt = Runtime(ServiceSettings(service="billing", db_dsn="postgresql://127.0.0.1/x"))
+    assert rt.leader("billing") is rt.leader("billing") and rt.leader("billing.invoices").name == "billing.invoices"
+    with pytest.raises(ValueError, match="storage"):
+        rt.leader("storage")
+    with pytest.raises(ValueError, match="election"):
+        rt.leader("billing", elect=False)
