@@ -1,18 +1,20 @@
-"""The active scheduler's background work: leadership, preemptions whose grace has ended, stats.
+"""The active scheduler's periodic work and leadership: preemptions whose grace has ended, quota use, the
+queue's tick, stats.
 
-Only the leader consumes commands (its subscribers are the kit's leader-only ones) and runs the loops that
-act; a standby waits on the advisory lock. When leadership is lost the subscribers stop and the index is
-dropped: whoever leads next reloads it from PostgreSQL. Every transaction here is a ``UnitOfWork``.
+Only the leader (the kit's leadership ``scheduler``, shared.periodic) consumes commands (its subscribers are
+the kit's leader-only ones) and runs the loops that act; a standby waits on the advisory lock. On gaining it,
+a replica loads the index from PostgreSQL and announces the catalog before it consumes; when it loses it, the
+subscribers stop and the index is dropped. With election off every replica leads, guarded by SQL alone.
+Every transaction here is a ``UnitOfWork``.
 """
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
 from functools import partial
 
 import structlog
 
 from services.allocation.contracts import PreemptAllocation
+from shared.periodic import Leadership
 from shared.unit_of_work import UnitOfWork
 from shared.envelope import utcnow
 from shared.runtime import Runtime
@@ -20,45 +22,38 @@ from shared.runtime import Runtime
 from .. import contracts as c
 from ..adapters import catalog
 from ..adapters import queue as pending
-from ..adapters.leader import LeaderLease
 from ..adapters.metrics import FRAGMENTATION, LEADER, UTILISATION
 from ..handlers import ActiveScheduler
 from ..handlers.placing import settle
+from ..settings import SchedulerSettings
 
 log = structlog.get_logger()
 
 
-class Leadership:
-    """Consume (and decide) only while holding the lease."""
+def wire(rt: Runtime, active: ActiveScheduler, settings: SchedulerSettings) -> Leadership:
+    """Register the leadership (what a replica does as it gains and loses it) and the leader's loops;
+    returns the leadership (tests and the benchmark watch its ``leading``)."""
+    lead = rt.leader("scheduler", elect=settings.leader_election)
 
-    def __init__(self, rt: Runtime, active: ActiveScheduler, lease: LeaderLease | None):
-        self.rt, self.active, self.lease = rt, active, lease
-        self.leading = asyncio.Event()
+    async def gained() -> None:
+        await active.load(rt.pool)
+        await announce_catalog(rt)
+        await rt.consumers.start_leader_only()
+        LEADER.set(1)
 
-    async def run(self) -> None:
-        if self.lease is None:      # election off: every replica consumes (the SQL guards alone apply)
-            await self.active.load(self.rt.pool)
-            await self.rt.consumers.start_leader_only()
-            self.leading.set()
-            await asyncio.Event().wait()
-        while True:
-            await self.lease.acquire()
-            try:
-                await self.active.load(self.rt.pool)
-                await announce_catalog(self.rt)
-                await self.rt.consumers.start_leader_only()
-                self.leading.set()
-                LEADER.set(1)
-                await self.lease.watch()
-            finally:
-                LEADER.set(0)
-                self.leading.clear()
-                await self.rt.consumers.stop_leader_only()
-                self.active.unload()
-                await self.lease.release()
-            # A replica that just lost its session stands back for a few probes, so a healthy standby
-            # takes over rather than the one whose connection failed.
-            await asyncio.sleep(self.lease.probe_s * 4)
+    async def lost() -> None:
+        LEADER.set(0)
+        await rt.consumers.stop_leader_only()   # messages in flight finish before the index is dropped
+        active.unload()
+
+    lead.on_gain(gained)
+    lead.on_lose(lost)
+    rt.every(min(1.0, max(settings.preemption_grace_s / 4, 0.05)), partial(send_due_preemptions, rt),
+             leader="scheduler", at_once=True)
+    rt.every(settings.stats_s, partial(publish_stats, rt, active), leader="scheduler", at_once=True)
+    rt.every(1.0, partial(publish_quota_use, rt), leader="scheduler", at_once=True)
+    rt.every(min(max(settings.aging_s / 4, 0.5), 5.0), partial(tick, rt, active), leader="scheduler", at_once=True)
+    return lead
 
 
 async def announce_catalog(rt: Runtime) -> int:
@@ -75,14 +70,6 @@ async def announce_catalog(rt: Runtime) -> int:
     return len(items)
 
 
-async def while_leading(leadership: Leadership, every_s: float, step: Callable[[], Awaitable[object]]) -> None:
-    """Run ``step`` every ``every_s`` seconds, while this replica is the leader."""
-    while True:
-        await leadership.leading.wait()
-        await step()
-        await asyncio.sleep(every_s)
-
-
 async def send_due_preemptions(rt: Runtime) -> int:
     """Send ``allocation.preempt`` for every preemption whose grace period has ended; returns how many."""
     async with UnitOfWork.begin(rt.pool, rt.outbox, name="scheduler.preemptions") as uow:
@@ -96,9 +83,6 @@ async def send_due_preemptions(rt: Runtime) -> int:
         log.info("scheduler.preemptions_sent", victims=[str(p["victim"]) for p in due])
     return len(due)
 
-
-async def preemption_loop(rt: Runtime, leadership: Leadership, every_s: float) -> None:
-    await while_leading(leadership, every_s, partial(send_due_preemptions, rt))
 
 
 async def publish_stats(rt: Runtime, active: ActiveScheduler) -> None:
@@ -133,9 +117,6 @@ async def publish_quota_use(rt: Runtime) -> int:
     return len(rows)
 
 
-async def quota_use_loop(rt: Runtime, leadership: Leadership, every_s: float) -> None:
-    await while_leading(leadership, every_s, partial(publish_quota_use, rt))
-
 
 async def tick(rt: Runtime, active: ActiveScheduler) -> int:
     """Re-evaluate the queue without an event: after a takeover (the placements a crashed leader had not
@@ -154,11 +135,3 @@ async def tick(rt: Runtime, active: ActiveScheduler) -> int:
                 active.needs_reload = True
                 raise
         return len(placed)
-
-
-async def tick_loop(rt: Runtime, active: ActiveScheduler, leadership: Leadership, every_s: float) -> None:
-    await while_leading(leadership, every_s, partial(tick, rt, active))
-
-
-async def stats_loop(rt: Runtime, active: ActiveScheduler, leadership: Leadership, every_s: float) -> None:
-    await while_leading(leadership, every_s, partial(publish_stats, rt, active))
