@@ -12,7 +12,7 @@ from pathlib import Path
 from shared.runtime import Runtime
 from shared.settings import ServiceSettings, load
 
-from .entrypoints import bus
+from .entrypoints import bus, loops
 from .settings import BillingSettings
 
 
@@ -22,4 +22,5 @@ def build(settings: ServiceSettings | None = None, config: BillingSettings | Non
     config = load(BillingSettings, **overrides) if config is None else config
     rt = Runtime(settings, schema_dir=Path(__file__).parent / "schema")
     bus.wire(rt, config)
+    loops.wire(rt, config)
     return rt

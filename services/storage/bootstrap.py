@@ -13,7 +13,7 @@ from pathlib import Path
 from shared.runtime import Runtime
 from shared.settings import ServiceSettings, load
 
-from .entrypoints import bus
+from .entrypoints import bus, loops
 from .handlers.lifecycle import Backends
 from .settings import StorageSettings
 
@@ -26,5 +26,6 @@ def build(settings: ServiceSettings | None = None, storage: StorageSettings | No
     storage = storage or load(StorageSettings, os.environ)
     backends = storage.backends() if backends is None else backends
     rt = Runtime(settings, schema_dir=Path(__file__).parent / "schema")
-    bus.wire(rt, storage.policy, backends, storage.usage_interval_s)
+    bus.wire(rt, storage.policy, backends)
+    loops.wire(rt, storage.policy, backends, storage.usage_interval_s)
     return rt

@@ -1,4 +1,4 @@
-"""Billing's subscribers, answers and loops: wire message → handler, nothing else."""
+"""Billing's subscribers and answers: wire message → handler, nothing else (its periodic work: loops.py)."""
 from __future__ import annotations
 
 from functools import partial
@@ -7,7 +7,7 @@ from shared.runtime import Runtime
 
 from .. import handlers
 from ..contracts import START_METER
-from ..handlers import budgets, invoices, meters, rating
+from ..handlers import budgets, invoices, rating
 from ..settings import BillingSettings
 
 
@@ -21,9 +21,3 @@ def wire(rt: Runtime, config: BillingSettings) -> None:
     rt.consumers.subscribe("storage.volume_changed", rating.on_volume_changed)
     rt.consumers.subscribe("storage.usage_reported", partial(rating.on_usage_reported, grace_s=grace))
     rt.answer("billing.verify_ledger", partial(invoices.verify_ledger, rt))
-    if config.checkpoint_s > 0:   # each replica may: a checkpoint of the same size is stored once
-        rt.every(config.checkpoint_s, partial(rating.checkpoint, rt))
-    if config.cut_s > 0:
-        rt.every(config.cut_s, partial(meters.cut, rt, grace_s=grace))
-    rt.every(config.invoice_tick_s, partial(invoices.tick, rt))
-    rt.every(config.webhook_tick_s, partial(budgets.deliver_due, rt, config=config))

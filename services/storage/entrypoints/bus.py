@@ -1,4 +1,4 @@
-"""Storage's subscribers and loops: wire message → handler, nothing else.
+"""Storage's subscribers: wire message → handler, nothing else (what it does on its own: loops.py).
 
 Every handler that calls a backend handles one message per transaction (``batch_size=1``): a backend call is
 slow next to a database write, and a batch would hold its locks across all of them.
@@ -8,7 +8,6 @@ from __future__ import annotations
 from functools import partial
 
 from shared.runtime import Runtime
-from shared.unit_of_work import UnitOfWork
 
 from .. import handlers
 from ..contracts import PROVISION_VOLUME
@@ -16,7 +15,7 @@ from ..domain.model import StoragePolicy
 from ..handlers.lifecycle import Backends
 
 
-def wire(rt: Runtime, policy: StoragePolicy, backends: Backends, usage_interval_s: float) -> None:
+def wire(rt: Runtime, policy: StoragePolicy, backends: Backends) -> None:
     rt.consumers.participate(PROVISION_VOLUME, batch_size=1,
                              invoke=partial(handlers.provision_volume, policy=policy, backends=backends,
                                             sim_faults=rt.settings.sim_faults),
@@ -34,8 +33,3 @@ def wire(rt: Runtime, policy: StoragePolicy, backends: Backends, usage_interval_
     rt.consumers.subscribe("node_agent.volume_mount_changed",
                            partial(handlers.volume_mount_changed, backends=backends), batch_size=1)
     rt.consumers.subscribe("storage.set_quota", partial(handlers.set_quota, policy=policy))
-
-    def begin():
-        return UnitOfWork.begin(rt.pool, rt.outbox, name="storage.background")
-    rt.background(partial(handlers.announce_classes, begin, policy))
-    rt.background(partial(handlers.report_usage_forever, begin, backends, usage_interval_s))

@@ -1,8 +1,8 @@
 """What the service says on its own, not in answer to a message: the storage classes it offers (once, on start)
 and what the tenants' volumes use (every TESSERA_STORAGE_USAGE_INTERVAL_S).
 
-Both run as background loops of the runtime, each unit of work opened with ``begin`` (no causing message: each
-names its own correlation id) and published through the outbox.
+entrypoints/loops.py runs both (the usage report on the leader only), each unit of work opened with ``begin`` (no
+causing message: each names its own correlation id) and published through the outbox.
 
 The usage report reads ``usage`` from each live volume's backend outside any transaction (btrfs commits once
 per read for current numbers: a few ms), then stores ``used_bytes`` on the volumes (no version change: usage is
@@ -11,7 +11,6 @@ volume whose backend fails is left out of that report and logged; the others are
 """
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections import defaultdict
 from collections.abc import Callable
@@ -66,13 +65,3 @@ async def report_usage(begin: Begin, backends: Backends, *,
             await ctx.emit("storage.usage_reported", c.UsageReported(tenant_id=tenant_id, volumes=volumes, at=at),
                            correlation_id=correlation, tenant_id=tenant_id)
     return len(used)
-
-
-async def report_usage_forever(begin: Begin, backends: Backends, interval_s: float) -> None:
-    """A usage report at once, then every ``interval_s`` (a failing report is the runtime's to restart)."""
-    while True:
-        await report_usage(begin, backends)
-        task = asyncio.current_task()
-        if task is not None and task.cancelling():   # a stop that a library call swallowed (3.11's wait_for)
-            raise asyncio.CancelledError
-        await asyncio.sleep(interval_s)
