@@ -16,9 +16,10 @@ from .adapters.burn_in import BurnInConfigError, burn_in_from_env
 from .adapters.dataplane import Dataplane, Kernel, KernelDataplane, NullDataplane
 from .adapters.discovery import Discovery, DiscoveryError, discovery_from_env
 from .adapters.drivers import DRIVERS, DriverConfigError, ProvisioningDriver
+from .adapters.records import PgNodeRecords
+from .adapters.wipe import Wiper
 from .domain.dataplane.names import node_tag
 from .entrypoints import bus, loops
-from .adapters.wipe import Wiper
 from .handlers import Node, stored_bmc
 from .settings import NodeAgentSettings, load_settings, parse_node_id, service_settings
 
@@ -68,19 +69,19 @@ def build(settings: ServiceSettings | None = None, *, driver: ProvisioningDriver
         secret_key = key_from_env(environ)
     except (ValueError, SecretError, BurnInConfigError) as exc:
         raise SettingError(str(exc)) from None
-    node = Node(node_id, driver, settings.sim_faults, build_dataplane(own, node_id, driver.guest_ports),
-                wiper=wiper, burn_in=burn_in, secret_key=secret_key)
+    node = Node(id=node_id, driver=driver, records=partial(PgNodeRecords, node_id=node_id), wiper=wiper,
+                burn_in=burn_in, sim_faults=settings.sim_faults,
+                dataplane=build_dataplane(own, node_id, driver.guest_ports), secret_key=secret_key)
     discovery = build_discovery(environ)
     node_name = own.node_name or str(node_id)
-    driver.bind(node_id, partial(discovery[1], node_name))
-    driver.started = node.plug
     rt = Runtime(settings, schema_dir=Path(__file__).parent / "schema")
-    if hasattr(driver, "bmc_source"):   # bare metal: the BMC the gateway registered for this node
-        driver.bmc_source = lambda: stored_bmc(node, rt.pool)
+    # the node's part of the driver: an instance started is plugged into its network; bare metal's BMC is the
+    # one the gateway registered for this node
+    driver.bind(node_id, partial(discovery[1], node_name), instance_started=node.plug,
+                bmc=lambda: stored_bmc(node, rt.pool))
     bus.wire(rt, node)
     loops.wire(rt, node, node_name=node_name, discovery=discovery, reconcile_s=own.reconcile_s)
     rt.readiness.append(("driver", node.driver_ready))
     rt.on_stop.append(node.close)
-    if hasattr(driver, "close"):   # e.g. the redfish driver's media server
-        rt.on_stop.append(driver.close)
+    rt.on_stop.append(driver.close)
     return rt

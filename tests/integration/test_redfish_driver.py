@@ -60,17 +60,15 @@ async def lab(image):
         await asyncio.to_thread(started.stop)
 
 
-def make_driver(lab, state_dir, *, password: str | None = None, **env) -> RedfishDriver:
+def make_driver(lab, state_dir, *, password: str | None = None, bmc_source=None, **env) -> RedfishDriver:
     config = RedfishConfig.from_env({"TESSERA_REDFISH_STATE_DIR": str(state_dir),
                                      "TESSERA_REDFISH_MEDIA_LISTEN": f"{lab.host_address}:0",
                                      "TESSERA_REDFISH_SERVER_ADDRESS": lab.server_address,
                                      "TESSERA_REDFISH_POLL_S": "0.2", **env})
-    driver = RedfishDriver(config)
 
     async def bmc():
         return lab.bmc_config(password)
-    driver.bmc_source = bmc
-    return driver
+    return RedfishDriver(config, bmc_source=bmc_source or bmc)
 
 
 def spec_for(image) -> InstanceSpec:
@@ -195,12 +193,11 @@ async def test_a_power_on_that_does_not_take_effect_in_time_fails_naming_the_pha
 
 @on_lab
 async def test_an_unreachable_bmc_fails_at_the_first_phase_and_leaves_no_record(lab, image, tmp_path):
-    driver = make_driver(lab, tmp_path)
     closed = BmcConfig(f"http://127.0.0.1:{free_port()}", lab.server_system_id, "admin", "pw", verify_tls=False)
 
     async def unreachable():
         return closed
-    driver.bmc_source = unreachable
+    driver = make_driver(lab, tmp_path, bmc_source=unreachable)
     await failed_provision(driver, image, r"^power_off: the BMC is unreachable .*Connection refused")
     assert await driver.list_instances() == [] and not await asyncio.to_thread(lab.running)
     with pytest.raises(BmcError) as caught:

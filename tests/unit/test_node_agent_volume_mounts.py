@@ -15,7 +15,7 @@ from services.node_agent.domain.vm.domain_xml import DomainSpec, Nic, domain_nam
 from services.node_agent.domain.vm.filesystems import Filesystem, filesystem_xml
 from services.node_agent.domain.volumes import (InvalidVolume, MountedVolume, Volume, check_distinct,
                                                  client_mount_argv, simulated_mount, virtiofs_tag, within)
-from services.node_agent.handlers.provisioning import volumes as volumes_of
+from services.node_agent.handlers.spec import volumes as volumes_of
 from services.storage.contracts import VolumeExport
 
 VID = uuid.UUID("0123abcd-4567-89ef-0123-456789abcdef")

@@ -20,6 +20,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ..domain.model import Check
+from ..domain.ports import BurnIn
+
 CHECKS = ("gpus_present", "retired_pages", "row_remap", "xid", "temperature", "nvme_read")
 XID_RECOVERY_FIELD = 230   # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (nvml.h); 0 = none
 
@@ -29,14 +32,7 @@ class BurnInConfigError(ValueError):
 
 
 @dataclass(frozen=True)
-class Check:
-    name: str
-    ok: bool
-    detail: str = ""
-
-
-@dataclass(frozen=True)
-class SimBurnIn:
+class SimBurnIn(BurnIn):
     """Every check passes, except the one TESSERA_SIM_BURN_IN names to fail."""
 
     fail: str | None = None
@@ -48,7 +44,7 @@ class SimBurnIn:
 
 
 @dataclass(frozen=True)
-class NvmlBurnIn:
+class NvmlBurnIn(BurnIn):
     expect_gpus: int | None = None
     max_temp_c: int = 85
     nvme_glob: str = "/dev/nvme*n*"
@@ -117,7 +113,7 @@ def _nvml_loads() -> bool:
 
 
 @dataclass(frozen=True)
-class AutoBurnIn:
+class AutoBurnIn(BurnIn):
     """NVML's checks when NVML loads on this host, else the sim's; decided when a burn-in runs, not at start (the
     bootstrap touches no hardware)."""
 
@@ -129,7 +125,7 @@ class AutoBurnIn:
         return (self.nvml if _nvml_loads() else self.sim).run()
 
 
-def burn_in_from_env(environ: Mapping[str, str] | None = None):
+def burn_in_from_env(environ: Mapping[str, str] | None = None) -> BurnIn:
     environ = os.environ if environ is None else environ
     kind = (environ.get("TESSERA_BURN_IN") or "auto").strip()
     sim = (environ.get("TESSERA_SIM_BURN_IN") or "pass").strip()

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from services.node_agent.domain import wipe as plan
+from services.node_agent.domain.ports import SlotWiper
 from services.node_agent.domain.wipe import DeviceEvidence, SlotEvidence, WipePolicy, WipePolicyError
 
 ENV_DEVICES = "TESSERA_WIPE_DEVICES"
@@ -95,7 +96,7 @@ class _Transcript:
         self.commands.append(line)
 
 
-class Wiper:
+class Wiper(SlotWiper):
     """Wipes slots on this node. ``device_map`` (slot -> block devices) overrides sysfs discovery;
     ``simulate`` runs nothing; ``samples`` is the number of 4 KiB blocks verified besides the ends."""
 

@@ -9,6 +9,27 @@ from .vm.domain_xml import SlotDevices
 from .volumes import Volume
 
 
+@dataclass(frozen=True)
+class KeptInstance:
+    """An instance as the node keeps it: the allocation's instance, and the provision command it was made from
+    (JSON, as it arrived; None for an instance recorded before commands were kept), so a reconcile can make it
+    again."""
+
+    allocation_id: uuid.UUID
+    instance_id: str
+    slots: tuple[int, ...]
+    command: str | None = None
+
+
+@dataclass(frozen=True)
+class Check:
+    """One burn-in check's outcome: ``detail`` says what it found."""
+
+    name: str
+    ok: bool
+    detail: str = ""
+
+
 class InvalidRequest(ValueError):
     """A provisioning request that can never be carried out as given (e.g. no slots)."""
 

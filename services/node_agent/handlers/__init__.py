@@ -1,11 +1,16 @@
-"""The node-agent's handlers: provisioning (saga steps, tenant networks), running instances (power, console,
-reconcile) and their volumes mounted live."""
-from .hardware import burn_in, rewipe, set_bmc, stored_bmc, validate_bmc, wipe_slots
+"""The node-agent's handlers, each over the node it serves (``node.Node``, its ports): provisioning (saga steps,
+tenant networks), running instances (power, console, reconcile), their volumes mounted live, the wipe of slots,
+and the node's hardware (burn-in, BMC)."""
+from .hardware import burn_in, set_bmc, stored_bmc, validate_bmc
 from .instances import power, power_refused, read_console, reconcile_instances
-from .provisioning import (Node, deprovision_node, instance_info, load_network, provision_node, reconcile_network,
-                           refresh_gauge, tenant_networks_changed)
+from .node import Node, RecordsFactory
+from .provisioning import (deprovision_node, deprovision_step, instance_info, load_network, provision_node,
+                           provision_step, reconcile_network, refresh_gauge, tenant_networks_changed)
 from .volumes import mount_volume, unmount_volume, volume_refused
+from .wipe import rewipe, wipe_slots, wipe_step
 
-__all__ = ["burn_in", "rewipe", "set_bmc", "stored_bmc", "validate_bmc", "wipe_slots", "Node", "deprovision_node", "instance_info", "load_network", "power", "power_refused", "provision_node", "read_console",
-           "reconcile_instances", "reconcile_network", "refresh_gauge", "tenant_networks_changed", "mount_volume",
-           "unmount_volume", "volume_refused"]
+__all__ = ["burn_in", "set_bmc", "stored_bmc", "validate_bmc", "power", "power_refused", "read_console",
+           "reconcile_instances", "Node", "RecordsFactory", "deprovision_node", "deprovision_step", "instance_info",
+           "load_network", "provision_node", "provision_step", "reconcile_network", "refresh_gauge",
+           "tenant_networks_changed", "mount_volume", "unmount_volume", "volume_refused", "rewipe", "wipe_slots",
+           "wipe_step"]

@@ -1,77 +1,26 @@
-"""The node-agent's hardware lifecycle handlers (issue 12): the wipe of released slots (a release saga step)
-and a provider admin's re-wipe, the burn-in before hand-off, and the node's BMC (register, validate).
+"""The node's hardware lifecycle besides the wipe (``wipe``): the burn-in before hand-off, and the node's BMC
+(register, validate, and the one the redfish driver drives).
 
-The wipe never fails the step for a slot whose wipe failed: that is an outcome, recorded as evidence and
-answered in ``quarantine`` (the scheduler keeps the slot out of service). An error no wipe outcome covers
-(the database, the bus) propagates and the command is retried. The BMC password arrives sealed and is
-unsealed only to call the BMC; it is never logged.
+The BMC password arrives sealed and is unsealed only to call the BMC; it is never logged.
 """
 from __future__ import annotations
 
 import asyncio
 import time
-from functools import partial
 
 import asyncpg
 import structlog
 
 from shared.envelope import utcnow
-from shared.participant import invoke
 from shared.refusals import PermanentError
 from shared.secrets import SecretError, unseal
 from shared.unit_of_work import UnitOfWork
 
 from .. import contracts as c
-from ..adapters import hardware
 from ..adapters.drivers.redfish.bmc import BmcConfig, BmcError, validate as validate_bmc_call
-from .provisioning import Node
+from .node import Node
 
 log = structlog.get_logger()
-DEFAULT_POLICY = "nvme-secure-erase"
-
-
-def _evidence(ev) -> c.SlotWipe:
-    return c.SlotWipe.model_validate(ev.to_dict())
-
-
-async def _wipe_one(node: Node, slot: int, detail) -> c.SlotWipe:
-    policy = (detail.wipe_policy if detail is not None else None) or DEFAULT_POLICY
-    ev = await node.wiper.wipe_slot(slot, nvme_pci=detail.nvme_pci if detail else None,
-                                    gpu_pci=detail.gpu_pci if detail else None, policy=policy)
-    return _evidence(ev)
-
-
-async def _wipe(node: Node, conn: asyncpg.Connection, cmd: c.WipeSlots) -> dict:
-    details = {d.index: d for d in cmd.slot_details}
-    slots = sorted(set(cmd.slots) | set(details))
-    evidence = list(await asyncio.gather(*(_wipe_one(node, s, details.get(s)) for s in slots)))
-    await hardware.record_wipes(conn, node.id, evidence, allocation_id=cmd.allocation_id)
-    quarantine = [{"slot": e.slot, "reason": e.reason or "wipe failed"} for e in evidence if not e.ok]
-    for e in evidence:
-        (log.warning if not e.ok else log.info)("node_agent.slot_wiped", allocation_id=str(cmd.allocation_id),
-                                                slot=e.slot, ok=e.ok, reason=e.reason,
-                                                method=[d.method for d in e.devices], seconds=e.duration_s)
-    return {"node_id": node.id, "evidence": [e.model_dump(mode="json") for e in evidence], "quarantine": quarantine}
-
-
-async def wipe_slots(ctx: UnitOfWork, cmd: c.WipeSlots, *, node: Node) -> None:
-    """Release step: wipe each slot once per idempotency key; replies slots_wiped with the evidence."""
-    if cmd.node_id != node.id:
-        raise PermanentError(f"wipe for node {cmd.node_id} arrived at node {node.id}")
-    await invoke(ctx, cmd, partial(_wipe, node), step=c.WIPE_SLOTS, subject_params=node.subject_params)
-
-
-async def rewipe(ctx: UnitOfWork, cmd: c.Rewipe, *, node: Node) -> None:
-    """A provider admin's re-wipe of a quarantined slot: always answers slot_rewiped, ok or not."""
-    if cmd.node_id != node.id:
-        raise PermanentError(f"re-wipe for node {cmd.node_id} arrived at node {node.id}")
-    evidence = await _wipe_one(node, cmd.slot, cmd.slot_detail)
-    await hardware.record_wipes(ctx.conn, node.id, [evidence], request_id=cmd.request_id)
-    log.info("node_agent.slot_rewiped", slot=cmd.slot, ok=evidence.ok, reason=evidence.reason,
-             requested_by=str(cmd.requested_by))
-    await ctx.emit("node_agent.slot_rewiped", c.SlotRewiped(
-        request_id=cmd.request_id, node_id=node.id, slot=cmd.slot, ok=evidence.ok, evidence=evidence,
-        requested_by=cmd.requested_by), subject_params=node.subject_params)
 
 
 async def burn_in(ctx: UnitOfWork, cmd: c.RunBurnIn, *, node: Node) -> None:
@@ -93,7 +42,7 @@ async def set_bmc(ctx: UnitOfWork, cmd: c.SetBmc, *, node: Node) -> None:
     """Keep the node's BMC (the highest version wins)."""
     if cmd.node_id != node.id:
         raise PermanentError(f"BMC for node {cmd.node_id} arrived at node {node.id}")
-    kept = await hardware.keep_bmc(ctx.conn, cmd)
+    kept = await node.records(ctx.conn).keep_bmc(cmd)
     log.info("node_agent.bmc_set", version=cmd.version, kept=kept, removed=cmd.bmc is None,
              url=cmd.bmc.url if cmd.bmc else None)
 
@@ -109,7 +58,7 @@ def bmc_config(node: Node, bmc: c.Bmc) -> BmcConfig:
 async def stored_bmc(node: Node, pool: asyncpg.Pool) -> BmcConfig | None:
     """The redfish driver's BMC: the one registered for this node (None: none)."""
     async with pool.acquire() as conn:
-        bmc = await hardware.bmc_of(conn, node.id)
+        bmc = await node.records(conn).bmc()
     return bmc_config(node, bmc) if bmc is not None else None
 
 
@@ -132,4 +81,4 @@ def _since(started: float) -> float:
     return round(time.perf_counter() - started, 3)
 
 
-__all__ = ["bmc_config", "burn_in", "rewipe", "set_bmc", "stored_bmc", "validate_bmc", "wipe_slots"]
+__all__ = ["bmc_config", "burn_in", "set_bmc", "stored_bmc", "validate_bmc"]

@@ -23,9 +23,10 @@ from shared.refusals import PermanentError
 from shared.unit_of_work import UnitOfWork
 
 from .. import contracts as c
-from ..adapters import repository
 from ..adapters.drivers import DriverError
-from .provisioning import Node, _spec
+from ..domain.model import KeptInstance
+from .node import Node
+from .spec import instance_spec
 
 log = structlog.get_logger()
 
@@ -43,9 +44,10 @@ async def power(ctx: UnitOfWork, cmd: c.RequestPower, *, node: Node) -> None:
     wait behind a slow provision counts."""
     if cmd.node_id != node.id:
         raise PermanentError(f"power action for node {cmd.node_id} arrived at node {node.id}")
-    await repository.lock_allocation(ctx.conn, node.id, cmd.allocation_id)
+    records = node.records(ctx.conn)
+    await records.lock_allocation(cmd.allocation_id)
     state, reason, received_at = "unknown", None, utcnow()
-    if not tenants_instance(await repository.command_of(ctx.conn, node.id, cmd.allocation_id), cmd.tenant_id):
+    if not tenants_instance(await records.command_of(cmd.allocation_id), cmd.tenant_id):
         reason = f"allocation {cmd.allocation_id} has no instance on node {node.id}"
     elif received_at > cmd.expires_at:
         reason = (f"expired: the node received it at {received_at.isoformat()}, after its deadline "
@@ -75,7 +77,7 @@ async def _power_state(node: Node, allocation_id: uuid.UUID) -> str:
 async def read_console(node: Node, pool: asyncpg.Pool, req: c.ReadConsole) -> c.ConsoleChunk:
     """The answer to node_agent.read_console: only the requesting tenant's own allocation has a console."""
     async with pool.acquire() as conn:
-        command = await repository.command_of(conn, node.id, req.allocation_id)
+        command = await node.records(conn).command_of(req.allocation_id)
     if not tenants_instance(command, req.tenant_id):
         return c.ConsoleChunk(found=False, offset=0, next_offset=0)
     chunk = await node.driver.console(req.allocation_id, req.offset, req.limit)
@@ -98,14 +100,15 @@ async def reconcile_instances(node: Node, pool: asyncpg.Pool, outbox: Outbox) ->
     problems = []
     running = {i.allocation_id: i for i in await node.driver.list_instances()}
     async with pool.acquire() as conn:
-        rows = await repository.rows(conn, node.id)
+        rows = await node.records(conn).instances()
     for allocation_id in set(running) | set(rows):
         if (allocation_id in running) == (allocation_id in rows):
             continue
         async with pool.acquire() as conn, conn.transaction():
-            if not await repository.try_lock_allocation(conn, node.id, allocation_id):
+            records = node.records(conn)
+            if not await records.try_lock_allocation(allocation_id):
                 continue   # a command for it is being handled: it decides
-            row = await repository.get_row(conn, node.id, allocation_id)
+            row = await records.instance(allocation_id)
             found = await node.driver.instance_of(allocation_id)   # again, under the lock
             if found is not None and row is None:
                 await node.driver.deprovision(allocation_id)
@@ -120,18 +123,18 @@ async def reconcile_instances(node: Node, pool: asyncpg.Pool, outbox: Outbox) ->
     return problems
 
 
-async def _remake(node: Node, allocation_id: uuid.UUID, row) -> c.InstanceProblem:
+async def _remake(node: Node, allocation_id: uuid.UUID, row: KeptInstance) -> c.InstanceProblem:
     """The allocation's instance vanished (a host reboot, someone's virsh undefine): make it again from its command."""
     detail = "the instance vanished"
-    if row["command"] is None:
-        return c.InstanceProblem(node_id=node.id, allocation_id=allocation_id, instance_id=row["instance_id"],
+    if row.command is None:
+        return c.InstanceProblem(node_id=node.id, allocation_id=allocation_id, instance_id=row.instance_id,
                                  problem="instance_missing", detail=f"{detail}; no command kept to make it again")
     try:
-        await node.driver.provision(_spec(c.ProvisionNode.model_validate_json(row["command"]), await node.guest_mtu()))
+        await node.driver.provision(instance_spec(c.ProvisionNode.model_validate_json(row.command), await node.guest_mtu()))
     except Exception as exc:   # noqa: BLE001 -- reported: an operator (or the next reconcile) takes it from here
-        return c.InstanceProblem(node_id=node.id, allocation_id=allocation_id, instance_id=row["instance_id"],
+        return c.InstanceProblem(node_id=node.id, allocation_id=allocation_id, instance_id=row.instance_id,
                                  problem="instance_missing", detail=f"{detail}; making it again failed: {exc}"[:2000])
-    return c.InstanceProblem(node_id=node.id, allocation_id=allocation_id, instance_id=row["instance_id"],
+    return c.InstanceProblem(node_id=node.id, allocation_id=allocation_id, instance_id=row.instance_id,
                              problem="instance_restarted", detail=f"{detail}; made again from its image")
 
 

@@ -1,5 +1,5 @@
 """The node-agent's saga-step handlers: provision and deprovision an allocation through the driver,
-plumbing its tenant network through the dataplane around it (issue 4).
+plumbing its tenant network through the dataplane around it.
 
 Both run inside the consumer's transaction: the driver acts first, the row and
 the reply commit after it. A crash between the two leaves an instance with no
@@ -13,88 +13,31 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
 
 import asyncpg
 import structlog
 from prometheus_client import Gauge
 
-from shared.unit_of_work import UnitOfWork
-from shared.refusals import PermanentError
 from services.network.contracts import TenantNetworks
 from shared.outbox import Outbox
-from shared.participant import StepRejected, invoke, undo
+from shared.participant import StepRejected, invoke, over, undo
+from shared.refusals import PermanentError
+from shared.unit_of_work import UnitOfWork
 
 from .. import contracts as c
-from ..adapters import network as netrepo
-from ..adapters import repository
-from ..adapters.dataplane import Dataplane, KernelError, NullDataplane
-from ..adapters.drivers import DriverError, ProvisioningDriver
+from ..adapters.dataplane import KernelError
+from ..adapters.drivers import DriverError
 from ..domain.dataplane.model import InvalidAttachment
 from ..domain.dataplane.reconcile import Repair
-from ..domain.dataplane.names import slot_port_name
-from ..domain.model import BootImage, GuestConfig, Instance, InstanceSpec, InvalidRequest, NicConfig, checked_slots
-from ..domain.vm.domain_xml import SlotDevices
-from ..domain.volumes import Volume, check_distinct
+from ..domain.model import Instance, InvalidRequest
+from ..domain.ports import NodeRecords
+from .node import Node
+from .spec import instance_spec
 
 log = structlog.get_logger()
 
 INSTANCES = Gauge("tessera_node_instances", "Instances on the node, as its driver reports them", ["node_id"])
-
-
-@dataclass(frozen=True)
-class Node:
-    """The node this process serves: its id, its driver, whether sim fault labels apply, its dataplane."""
-
-    id: uuid.UUID
-    driver: ProvisioningDriver
-    sim_faults: bool = False
-    dataplane: Dataplane = field(default_factory=NullDataplane)
-    # one thread for every kernel call: pyroute2's sync sockets stay on the thread that made them
-    kernel_thread: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "dataplane"), repr=False)
-    # the wipe engine (release and re-wipe), the burn-in checks and the platform key that opens the BMC password
-    wiper: Any = None
-    burn_in: Any = None
-    secret_key: bytes | None = field(default=None, repr=False)
-    # set once the stored desired state is loaded: a command handled before that would be undone by the load
-    loaded: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
-
-    async def guest_mtu(self) -> int | None:
-        """The MTU of the node's tenant networks for a guest NIC (None without a dataplane)."""
-        if self.dataplane.kind == "none":
-            return None
-        try:
-            return await self.plumbing(self.dataplane.guest_mtu)
-        except KernelError as exc:
-            raise InvalidRequest(f"network: {exc}") from exc
-
-    async def plug(self, allocation_id: uuid.UUID) -> None:
-        """The driver started the allocation's VM: plug its tap into the tenant network (guest ports only)."""
-        if self.dataplane.kind != "none":
-            await self.plumbing(self.dataplane.plug, allocation_id)
-
-    async def plumbing(self, fn, *args):
-        """Run a blocking dataplane call on the node's kernel thread, once the stored state is loaded."""
-        if self.dataplane.kind != "none":
-            await self.loaded.wait()
-        return await asyncio.get_running_loop().run_in_executor(self.kernel_thread, fn, *args)
-
-    @property
-    def subject_params(self) -> dict[str, str]:
-        return {"node_id": str(self.id)}
-
-    async def driver_ready(self) -> bool:
-        """Readiness: the driver answers (list_instances raises when it cannot reach its hypervisor/BMC)."""
-        await self.driver.list_instances()
-        return True
-
-    async def close(self) -> None:
-        """At stop: release the dataplane's kernel sockets on their thread, then the thread."""
-        await asyncio.get_running_loop().run_in_executor(self.kernel_thread, self.dataplane.close)
-        self.kernel_thread.shutdown(wait=False)
 
 
 async def refresh_gauge(node: Node) -> None:
@@ -110,43 +53,6 @@ def _addressed_here(node: Node, cmd: c.ProvisionNode | c.DeprovisionNode) -> Non
         raise PermanentError(f"command for node {cmd.node_id} arrived at node {node.id}")
 
 
-def _guest(guest: c.Guest | None) -> GuestConfig | None:
-    if guest is None:
-        return None
-    i = guest.image
-    return GuestConfig(BootImage(i.name, i.format, i.source, i.sha256, i.min_disk_gb, i.kernel, i.initrd, i.kernel_args),
-                       guest.hostname, tuple(guest.ssh_keys), tuple(guest.dns))
-
-
-def _nic(cmd: c.ProvisionNode, mtu: int | None) -> NicConfig | None:
-    att, tenant = cmd.attachment, cmd.tenant_networks
-    if att is None:
-        return None
-    gateway = next((n.gateway_ip for n in (tenant.networks if tenant else []) if n.network_id == att.network_id), None)
-    return NicConfig(slot_port_name(att.attachment_id), att.mac_address.lower(), att.ip_address, att.prefix_len, gateway,
-                     mtu)
-
-
-def _spec(cmd: c.ProvisionNode, mtu: int | None = None) -> InstanceSpec:
-    """The driver's view of the command; raises InvalidRequest (the step fails) for a detail no driver can use."""
-    try:
-        devices = tuple(SlotDevices(d.index, d.gpu_pci, d.nvme_pci, d.ib_vf_pci, d.ib_guid, d.numa, d.cpu_cores,
-                                    d.memory_gb) for d in cmd.slot_details)
-    except ValueError as exc:
-        raise InvalidRequest(f"slot details: {exc}") from None
-    return InstanceSpec(cmd.allocation_id, cmd.tenant_id, cmd.node_id, checked_slots(cmd.slots),
-                        cmd.volume_id, cmd.ip_address, cmd.mac_address, devices, _guest(cmd.guest), _nic(cmd, mtu),
-                        volumes(cmd.volumes))
-
-
-def volumes(exports) -> tuple[Volume, ...]:
-    """The domain's view of storage's exports; raises InvalidRequest for one no node can mount (or a clash)."""
-    try:
-        return check_distinct(Volume.of(e.volume_id, e.name, e.mode, e.backend, e.source, e.options) for e in exports)
-    except ValueError as exc:
-        raise InvalidRequest(f"volumes: {exc}") from None
-
-
 async def instance_info(node: Node, allocation_id: uuid.UUID, instance_id: str) -> c.InstanceInfo:
     """What the tenant sees of the instance (driver, dataplane, passthrough, boot time ...)."""
     details = await node.driver.instance_info(allocation_id)
@@ -154,7 +60,7 @@ async def instance_info(node: Node, allocation_id: uuid.UUID, instance_id: str) 
                           node_id=node.id, **details)
 
 
-async def _plumb(node: Node, conn: asyncpg.Connection, cmd: c.ProvisionNode) -> bool:
+async def _plumb(node: Node, records: NodeRecords, cmd: c.ProvisionNode) -> bool:
     """Record and plumb the attachment when one is given and the dataplane is real; True when it did.
     Raises StepRejected for an attachment that cannot be plumbed (the kernel is left as it was)."""
     if cmd.attachment is None or node.dataplane.kind == "none":
@@ -162,8 +68,8 @@ async def _plumb(node: Node, conn: asyncpg.Connection, cmd: c.ProvisionNode) -> 
     tenant = cmd.tenant_networks
     if tenant is None or tenant.tenant_id != cmd.tenant_id or cmd.attachment.allocation_id != cmd.allocation_id:
         raise StepRejected("network: the attachment needs the tenant_networks of the command's tenant and allocation")
-    tenant = await netrepo.keep_tenant(conn, node.id, tenant)
-    await netrepo.record_attachment(conn, node.id, cmd.tenant_id, cmd.attachment)
+    tenant = await records.keep_tenant(tenant)
+    await records.record_attachment(cmd.tenant_id, cmd.attachment)
     try:
         await node.plumbing(node.dataplane.attach, tenant, cmd.attachment)
     except (InvalidAttachment, KernelError) as exc:
@@ -171,10 +77,12 @@ async def _plumb(node: Node, conn: asyncpg.Connection, cmd: c.ProvisionNode) -> 
     return True
 
 
-async def _provision(node: Node, conn: asyncpg.Connection, cmd: c.ProvisionNode) -> dict:
+async def provision_step(records: NodeRecords, cmd: c.ProvisionNode, *, node: Node) -> dict:
+    """The step's effect (the network plumbed, the instance made and recorded); returns the reply's fields.
+    Raises StepRejected, leaving no network behind, when the request or the driver refuses it."""
     try:
-        spec = _spec(cmd, await node.guest_mtu())
-        plumbed = await _plumb(node, conn, cmd)
+        spec = instance_spec(cmd, await node.guest_mtu())
+        plumbed = await _plumb(node, records, cmd)
         try:
             instance_id = await node.driver.provision(spec)
         except BaseException:
@@ -183,19 +91,20 @@ async def _provision(node: Node, conn: asyncpg.Connection, cmd: c.ProvisionNode)
             raise
     except (InvalidRequest, DriverError) as exc:
         raise StepRejected(str(exc)) from exc
-    await repository.record(conn, node.id, Instance(cmd.allocation_id, instance_id, spec.slots), cmd)
+    await records.record_instance(Instance(cmd.allocation_id, instance_id, spec.slots), cmd)
     info = await instance_info(node, cmd.allocation_id, instance_id)
     log.info("node_agent.provisioned", allocation_id=str(cmd.allocation_id), instance_id=instance_id,
              driver=node.driver.name, passthrough=info.passthrough, boot_s=info.boot_s)
     return {"node_id": node.id, "instance_id": instance_id, "instance": info.model_dump(mode="json")}
 
 
-async def _deprovision(node: Node, conn: asyncpg.Connection, cmd: c.DeprovisionNode) -> dict:
+async def deprovision_step(records: NodeRecords, cmd: c.DeprovisionNode, *, node: Node) -> dict:
+    """Undo's effect: nothing of the allocation left on the node, nor in its records (safe when never made)."""
     # the driver is asked even without a row: a crash may have left an instance that never got one
     await node.driver.deprovision(cmd.allocation_id)
     await node.plumbing(node.dataplane.detach, cmd.allocation_id)
-    await netrepo.forget_attachment(conn, node.id, cmd.allocation_id)
-    gone = await repository.forget(conn, node.id, cmd.allocation_id)
+    await records.forget_attachment(cmd.allocation_id)
+    gone = await records.forget_instance(cmd.allocation_id)
     log.info("node_agent.deprovisioned", allocation_id=str(cmd.allocation_id), instance_id=gone)
     return {"node_id": node.id}
 
@@ -203,8 +112,8 @@ async def _deprovision(node: Node, conn: asyncpg.Connection, cmd: c.DeprovisionN
 async def provision_node(ctx: UnitOfWork, cmd: c.ProvisionNode, *, node: Node) -> None:
     """Provision once per idempotency key; replies node_provisioned or node_provision_failed."""
     _addressed_here(node, cmd)
-    await repository.lock_allocation(ctx.conn, node.id, cmd.allocation_id)
-    await invoke(ctx, cmd, partial(_provision, node), step=c.PROVISION_NODE,
+    await node.records(ctx.conn).lock_allocation(cmd.allocation_id)
+    await invoke(ctx, cmd, over(node.records, partial(provision_step, node=node)), step=c.PROVISION_NODE,
                  sim_faults=node.sim_faults, subject_params=node.subject_params)
     ctx.on_commit(partial(refresh_gauge, node))   # after the reply is handed over: listing may wait on libvirt
 
@@ -212,8 +121,8 @@ async def provision_node(ctx: UnitOfWork, cmd: c.ProvisionNode, *, node: Node) -
 async def deprovision_node(ctx: UnitOfWork, cmd: c.DeprovisionNode, *, node: Node) -> None:
     """Remove the allocation (idempotent); a driver error propagates, so the command is retried, then dead-lettered."""
     _addressed_here(node, cmd)
-    await repository.lock_allocation(ctx.conn, node.id, cmd.allocation_id)
-    await undo(ctx, cmd, partial(_deprovision, node), step=c.PROVISION_NODE,
+    await node.records(ctx.conn).lock_allocation(cmd.allocation_id)
+    await undo(ctx, cmd, over(node.records, partial(deprovision_step, node=node)), step=c.PROVISION_NODE,
                subject_params=node.subject_params)
     ctx.on_commit(partial(refresh_gauge, node))
 
@@ -223,7 +132,7 @@ async def tenant_networks_changed(ctx: UnitOfWork, tenant: TenantNetworks, *, no
     An older or repeated snapshot changes nothing; a kernel error propagates (retried, then dead-lettered)."""
     if node.dataplane.kind == "none":
         return
-    kept = await netrepo.keep_tenant(ctx.conn, node.id, tenant)
+    kept = await node.records(ctx.conn).keep_tenant(tenant)
     if kept.version == tenant.version:
         try:
             await node.plumbing(node.dataplane.update_tenant, tenant)
@@ -234,7 +143,7 @@ async def tenant_networks_changed(ctx: UnitOfWork, tenant: TenantNetworks, *, no
 async def load_network(node: Node, pool: asyncpg.Pool) -> None:
     """Give the dataplane the desired inputs stored before a restart (no kernel change)."""
     async with pool.acquire() as conn:
-        tenants, attachments = await netrepo.load(conn, node.id)
+        tenants, attachments = await node.records(conn).desired_network()
     await asyncio.get_running_loop().run_in_executor(node.kernel_thread, node.dataplane.load, tenants, attachments)
     node.loaded.set()
 

@@ -19,19 +19,21 @@ import structlog
 from shared.unit_of_work import UnitOfWork
 
 from .. import contracts as c
-from ..adapters import repository
 from ..adapters.drivers import DriverError
 from ..domain.model import InvalidRequest
+from ..domain.ports import NodeRecords
 from .instances import tenants_instance
-from .provisioning import Node, volumes
+from .node import Node
+from .spec import volumes
 
 log = structlog.get_logger()
 
 
 async def mount_volume(ctx: UnitOfWork, cmd: c.MountVolume, *, node: Node) -> None:
     """Mount the export into the allocation's instance; answer volume_mount_changed (ok, or the reason)."""
-    await repository.lock_allocation(ctx.conn, node.id, cmd.allocation_id)
-    command = await repository.command_of(ctx.conn, node.id, cmd.allocation_id)
+    records = node.records(ctx.conn)
+    await records.lock_allocation(cmd.allocation_id)
+    command = await records.command_of(cmd.allocation_id)
     mount, reason = None, _not_here(node, cmd, command)
     if reason is None:
         try:
@@ -40,14 +42,15 @@ async def mount_volume(ctx: UnitOfWork, cmd: c.MountVolume, *, node: Node) -> No
         except (InvalidRequest, DriverError) as exc:
             reason = str(exc)
         else:
-            await _keep(ctx, node, command, add=cmd.export)
+            await _keep(records, command, add=cmd.export)
     await _answer(ctx, node, cmd, cmd.export.volume_id, mounted=mount is not None, reason=reason, mount=mount)
 
 
 async def unmount_volume(ctx: UnitOfWork, cmd: c.UnmountVolume, *, node: Node) -> None:
     """Unmount the volume from the allocation's instance (idempotent); answer volume_mount_changed."""
-    await repository.lock_allocation(ctx.conn, node.id, cmd.allocation_id)
-    command = await repository.command_of(ctx.conn, node.id, cmd.allocation_id)
+    records = node.records(ctx.conn)
+    await records.lock_allocation(cmd.allocation_id)
+    command = await records.command_of(cmd.allocation_id)
     mounted, reason = False, _not_here(node, cmd, command)
     if reason is None:
         try:
@@ -56,7 +59,7 @@ async def unmount_volume(ctx: UnitOfWork, cmd: c.UnmountVolume, *, node: Node) -
             reason = str(exc)
             mounted = await _mounted(node, cmd.allocation_id, cmd.volume_id)
         else:
-            await _keep(ctx, node, command, remove=cmd.volume_id)
+            await _keep(records, command, remove=cmd.volume_id)
     await _answer(ctx, node, cmd, cmd.volume_id, mounted=mounted, reason=reason)
 
 
@@ -74,12 +77,12 @@ async def _mounted(node: Node, allocation_id: uuid.UUID, volume_id: uuid.UUID) -
     return any(m["volume_id"] == str(volume_id) for m in mounts)
 
 
-async def _keep(ctx: UnitOfWork, node: Node, command: str, *, add=None, remove: uuid.UUID | None = None) -> None:
+async def _keep(records: NodeRecords, command: str, *, add=None, remove: uuid.UUID | None = None) -> None:
     """The kept provision command with the volume added (replacing one of its id) or removed."""
     cmd = c.ProvisionNode.model_validate_json(command)
     gone = add.volume_id if add is not None else remove
     kept = [v for v in cmd.volumes if v.volume_id != gone] + ([add] if add is not None else [])
-    await repository.keep_command(ctx.conn, node.id, cmd.allocation_id, cmd.model_copy(update={"volumes": kept}))
+    await records.keep_command(cmd.model_copy(update={"volumes": kept}))
 
 
 async def _answer(ctx: UnitOfWork, node: Node, cmd: c.MountVolume | c.UnmountVolume, volume_id: uuid.UUID, *,

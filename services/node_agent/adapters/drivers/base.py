@@ -17,6 +17,7 @@ from typing import Literal, Mapping
 
 from ...domain.model import Instance, InstanceSpec
 from ...domain.volumes import MountedVolume, Volume
+from .redfish.bmc import BmcConfig
 
 
 class DriverError(Exception):
@@ -28,6 +29,10 @@ class DriverConfigError(ValueError):
 
 
 PowerAction = Literal["reboot", "stop", "start"]
+# what the node offers its driver (``ProvisioningDriver.bind``): the callback it wants once an instance started,
+# and where the BMC registered for the node is (its password unsealed; None when none is registered)
+InstanceStarted = Callable[[uuid.UUID], Awaitable[None]]
+BmcSource = Callable[[], Awaitable[BmcConfig | None]]
 
 
 @dataclass(frozen=True)
@@ -52,10 +57,6 @@ class ProvisioningDriver(abc.ABC):
     # True: the slots' devices are not on this host (sim; a VM host with passthrough off): with no disks named
     # in TESSERA_WIPE_DEVICES, the wipe on release is simulated, and its evidence says so
     devices_simulated: bool = False
-    # Called with the allocation id once the hypervisor started the instance, before the driver waits for the
-    # guest: the node plugs the instance's network port (a tap exists only once its instance runs). Set by the
-    # node; None: nothing to plug.
-    started: Callable[[uuid.UUID], Awaitable[None]] | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> "ProvisioningDriver":
@@ -120,6 +121,15 @@ class ProvisioningDriver(abc.ABC):
         Raises DriverError when it cannot (the volume stays mounted)."""
         raise DriverError(f"the {self.name} driver cannot unmount volumes from a running instance")
 
-    def bind(self, node_id: uuid.UUID, topology: Callable[[], dict]) -> None:
-        """Tell the driver which node it serves and how to read the node's topology (a blocking call); the
-        bootstrap calls it once, before anything runs. Drivers that need neither ignore it."""
+    def bind(self, node_id: uuid.UUID, topology: Callable[[], dict], *, instance_started: InstanceStarted | None = None,
+             bmc: BmcSource | None = None) -> None:
+        """Tell the driver what the node offers it; the bootstrap calls it once, before anything runs. Each driver
+        keeps what it uses and ignores the rest (the sim driver: all of it).
+
+        ``node_id``: the node it serves; ``topology``: how to read the node's topology (a blocking call);
+        ``instance_started``: to call with the allocation id once the hypervisor started an instance, before the
+        driver waits for the guest (the node plugs the instance's network port: a tap exists only once its
+        instance runs); ``bmc``: the BMC registered for the node (bare metal)."""
+
+    async def close(self) -> None:
+        """At stop: release what the driver holds (the redfish driver's media server). Nothing, by default."""

@@ -36,7 +36,8 @@ from ....domain.model import Instance, InstanceSpec
 from ....domain.vm import cloudinit
 from ....domain.vm.domain_xml import (BootFiles, DomainSpec, Nic, domain_name, domain_xml, fit_to_host, parse_metadata,
                                       slot_resources)
-from ..base import Console, DriverConfigError, DriverError, PowerAction, ProvisioningDriver
+from ..base import (BmcSource, Console, DriverConfigError, DriverError, InstanceStarted, PowerAction,
+                    ProvisioningDriver)
 from ..volumes import VolumeConfig
 from . import boot, host, images
 from .config import LibvirtConfig
@@ -56,6 +57,7 @@ class LibvirtDriver(LibvirtVolumes, ProvisioningDriver):
         self.views = Views(volumes or VolumeConfig())
         self.node_id: uuid.UUID | None = None
         self._topology: Callable[[], dict] | None = None
+        self._instance_started: InstanceStarted | None = None
         self._host_slots: list | None = None
         self._conn = None
         self._pool = ThreadPoolExecutor(4, "libvirt")
@@ -77,8 +79,9 @@ class LibvirtDriver(LibvirtVolumes, ProvisioningDriver):
         except SettingError as exc:
             raise DriverConfigError(str(exc)) from None
 
-    def bind(self, node_id: uuid.UUID, topology: Callable[[], dict]) -> None:
-        self.node_id, self._topology = node_id, topology
+    def bind(self, node_id: uuid.UUID, topology: Callable[[], dict], *, instance_started: InstanceStarted | None = None,
+             bmc: BmcSource | None = None) -> None:
+        self.node_id, self._topology, self._instance_started = node_id, topology, instance_started
 
     # -- libvirt, on the driver's threads ---------------------------------------------------------------
     async def _call(self, fn, *args):
@@ -230,8 +233,8 @@ class LibvirtDriver(LibvirtVolumes, ProvisioningDriver):
     async def _provision(self, spec: InstanceSpec) -> str:
         name, created = await self._call(self._create, spec)
         try:
-            if self.started is not None:
-                await self.started(spec.allocation_id)
+            if self._instance_started is not None:
+                await self._instance_started(spec.allocation_id)
             await self._wait_ready(spec.allocation_id)
         except BaseException:
             await self._call(self._remove, spec.allocation_id)
@@ -353,8 +356,8 @@ class LibvirtDriver(LibvirtVolumes, ProvisioningDriver):
     async def power(self, allocation_id: uuid.UUID, action: PowerAction) -> str:
         async with self._lock(allocation_id):
             state, started = await self._call(self._power, allocation_id, action)
-            if started and self.started is not None:
-                await self.started(allocation_id)   # a fresh QEMU made a fresh tap: plug it again
+            if started and self._instance_started is not None:
+                await self._instance_started(allocation_id)   # a fresh QEMU made a fresh tap: plug it again
         return state
 
     def _console(self, allocation_id: uuid.UUID, offset: int, limit: int) -> Console | None:

@@ -21,7 +21,7 @@ mounts); nothing carries it to a physical server over the network, so a provisio
 that reason (no BMC call is made). An appliance's volume (lustre, vast, weka) is rendered only, as everywhere here:
 its client mount command is kept in the record and the mount reported ``simulated``. There is no live mount.
 
-The BMC comes from the node (``bmc_source``, set by the node; the registered BMC, its password unsealed), so a
+The BMC comes from the node (``bind``'s ``bmc``: the registered BMC, its password unsealed), so a
 BMC registered or changed at run time is used from the next operation on. Records live in the state directory
 (``records``) and survive a restart of the node-agent. sushy blocks: every BMC call runs on a worker thread. A
 phase that runs out of time stops waiting for its thread (it ends with sushy's own request timeout); the
@@ -41,7 +41,7 @@ import structlog
 from ....domain.model import Instance, InstanceSpec
 from ....domain.volumes import MountedVolume, Volume, simulated_mount
 from ....domain.vm import cloudinit
-from ..base import DriverError, PowerAction, ProvisioningDriver
+from ..base import BmcSource, DriverError, InstanceStarted, PowerAction, ProvisioningDriver
 from ..libvirt.images import ImageError, boot_file
 from .bmc import BmcClient, BmcConfig, BmcError, RequestCounter, validate as validate_bmc
 from .config import RedfishConfig
@@ -49,7 +49,6 @@ from .media import MediaError, MediaServer, build_iso, new_token
 from .records import Records, instance_id
 
 log = structlog.get_logger()
-BmcSource = Callable[[], Awaitable["BmcConfig | None"]]
 _LATE = {"power_off": "the server did not power off", "insert_media": "the BMC did not take the boot media",
          "boot_override": "the BMC did not set the boot override", "power_on": "the server did not power on",
          "deploy": "the server did not report ready", "eject": "the BMC did not eject the media"}
@@ -82,12 +81,10 @@ class _Run:
 class RedfishDriver(ProvisioningDriver):
     name = "redfish"
     persistent = True
-    # set by the node: the node's registered BMC (password unsealed), or None when it has none
-    bmc_source: BmcSource | None = None
-
     def __init__(self, config: RedfishConfig, bmc_source: BmcSource | None = None):
+        """``bmc_source``: the BMC to drive (a lab's, a test's); None: the one the node registered (``bind``)."""
         self.config = config
-        self.bmc_source = bmc_source
+        self._bmc_source = bmc_source
         self.records = Records(config.records_dir)
         self.media = MediaServer(config.media_listen, config.media_url)
         self.node_id: uuid.UUID | None = None
@@ -97,8 +94,11 @@ class RedfishDriver(ProvisioningDriver):
     def from_env(cls, environ: Mapping[str, str]) -> "RedfishDriver":
         return cls(RedfishConfig.from_env(environ))
 
-    def bind(self, node_id: uuid.UUID, topology: Callable[[], dict]) -> None:
+    def bind(self, node_id: uuid.UUID, topology: Callable[[], dict], *, instance_started: InstanceStarted | None = None,
+             bmc: BmcSource | None = None) -> None:
         self.node_id = node_id
+        if self._bmc_source is None:
+            self._bmc_source = bmc
 
     async def close(self) -> None:
         """Stop the media server (the records stay)."""
@@ -110,7 +110,7 @@ class RedfishDriver(ProvisioningDriver):
         return await asyncio.to_thread(validate_bmc, bmc)
 
     async def _bmc(self) -> BmcConfig:
-        bmc = await self.bmc_source() if self.bmc_source is not None else None
+        bmc = await self._bmc_source() if self._bmc_source is not None else None
         if bmc is None:
             raise DriverError("no BMC registered for this node")
         return bmc
@@ -286,7 +286,7 @@ class RedfishDriver(ProvisioningDriver):
 
     async def _power_state(self) -> str:
         """running, stopped, or unknown when the BMC cannot say (these reads are not counted in the record)."""
-        bmc = await self.bmc_source() if self.bmc_source is not None else None
+        bmc = await self._bmc_source() if self._bmc_source is not None else None
         if bmc is None:
             return "unknown"
         with BmcClient(bmc) as client:
