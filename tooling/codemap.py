@@ -34,8 +34,8 @@ END = "<!-- codemap:end -->"
 GATEWAY_API = "services/gateway/api/"
 _KIND_NOTES = {"listener": " (listener)", "responder": " (answers)"}
 # where the gateway's route table may live, the slice layout's assembly point first
-ROUTE_TABLES = ("services.gateway.entrypoints.http", "services.gateway.api", "services.gateway.handlers",
-                "services.gateway.http.openapi")
+ROUTE_TABLES = ("services.gateway.entrypoints.http", "services.gateway.entrypoints.openapi", "services.gateway.api",
+                "services.gateway.handlers", "services.gateway.http.openapi")
 
 
 def route_table() -> list:
