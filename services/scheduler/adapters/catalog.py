@@ -32,6 +32,11 @@ async def all_shapes(conn: asyncpg.Connection) -> list[dict[str, Any]]:
     return [dict(r) for r in await conn.fetch("SELECT * FROM shapes WHERE NOT deleted")]
 
 
+async def every_shape(conn: asyncpg.Connection) -> list[dict[str, Any]]:
+    """Every shape, deleted ones included (running allocations keep theirs)."""
+    return [dict(r) for r in await conn.fetch("SELECT * FROM shapes")]
+
+
 async def upsert_pool(conn: asyncpg.Connection, p: dict[str, Any]) -> dict[str, Any]:
     row = await conn.fetchrow(
         "INSERT INTO pools (name, policy, taints, description) VALUES ($1,$2,$3::jsonb,$4) "

@@ -24,49 +24,11 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass
 
 import asyncpg
 
-NIL = uuid.UUID(int=0)
-
-
-class QuotaExceeded(Exception):
-    def __init__(self, quota: str, limit: int | None, used: int, requested: int):
-        super().__init__(f"no quota {quota}: the tenant may not allocate {requested} GPU(s) there" if limit is None
-                         else f"quota {quota} exceeded: limit {limit}, in use {used}, requested {requested}")
-        self.quota, self.limit, self.used, self.requested = quota, limit, used, requested
-
-
-class SlotTaken(Exception):
-    """The chosen slots were no longer free (the in-memory index was stale): nothing was claimed."""
-
-
-class ShapeDeleted(Exception):
-    """The request's shape was deleted meanwhile (a deletion committed before the claim): nothing was claimed."""
-
-
-@dataclass(frozen=True)
-class Claim:
-    allocation_id: uuid.UUID
-    tenant_id: uuid.UUID
-    user_id: uuid.UUID | None
-    node_id: uuid.UUID
-    slots: tuple[int, ...]
-    shape: str
-    gpu_model: str
-    pool: str
-    units: int                      # GPUs charged against quota
-    priority: int = 0
-    spot: bool = False
-    mig_profile: str | None = None
-    mig_per_gpu: int = 0
-
-
-def quota_name(tenant_id, gpu_model: str, pool: str, user_id=None) -> str:
-    """The readable name (the domain's QuotaKey.name, plus the user for a tenant admin's split)."""
-    base = f"tenant/{tenant_id}/{gpu_model}/{pool}"
-    return base if user_id in (None, NIL) else f"{base}/user/{user_id}"
+# the claim's vocabulary lives in the domain (the repository port speaks it); callers still find it here
+from ..domain.claims import NIL, Claim, QuotaExceeded, ShapeDeleted, SlotTaken, quota_name  # noqa: F401
 
 
 async def claim(conn: asyncpg.Connection, c: Claim, *, count: bool = True) -> tuple[list[dict], dict | None]:
@@ -111,6 +73,26 @@ async def capacity(conn: asyncpg.Connection, node_id: uuid.UUID) -> dict:
 async def held(conn: asyncpg.Connection, allocation_id: uuid.UUID) -> dict | None:
     row = await conn.fetchrow("SELECT * FROM allocations WHERE allocation_id=$1", allocation_id)
     return dict(row) if row else None
+
+
+async def holdings(conn: asyncpg.Connection, node_id: uuid.UUID | None = None,
+                   known: list[uuid.UUID] = ()) -> list[dict]:
+    """Every allocation row; with ``node_id``, that node's, less the ``known`` ones."""
+    if node_id is None:
+        return [dict(r) for r in await conn.fetch("SELECT * FROM allocations")]
+    return [dict(r) for r in await conn.fetch(
+        "SELECT * FROM allocations WHERE node_id=$1 AND NOT (allocation_id = ANY($2::uuid[]))", node_id, list(known))]
+
+
+async def holdings_on(conn: asyncpg.Connection, node_id: uuid.UUID) -> int:
+    """How many allocations hold slots on the node."""
+    return await conn.fetchval("SELECT count(*) FROM allocations WHERE node_id=$1", node_id)
+
+
+async def quota_used(conn: asyncpg.Connection, tenant_id: uuid.UUID, gpu_model: str, pool: str) -> int | None:
+    """What the tenant's own quota row counts as used (None: it has none)."""
+    return await conn.fetchval("SELECT used FROM quotas WHERE tenant_id=$1 AND gpu_model=$2 AND pool=$3 AND "
+                               "user_id=$4", tenant_id, gpu_model, pool, NIL)
 
 
 async def slot_details(conn: asyncpg.Connection, node_id: uuid.UUID, slots: list[int]) -> list[dict]:

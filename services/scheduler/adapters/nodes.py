@@ -129,3 +129,12 @@ async def return_slot(conn: asyncpg.Connection, node_id: uuid.UUID, slot: int) -
         await conn.execute("UPDATE nodes SET version = version + 1 WHERE id=$1", node_id)
         await conn.execute("SELECT capacity_changed(ARRAY[$1]::uuid[])", node_id)
     return bool(done)
+
+
+async def renew_quarantine(conn: asyncpg.Connection, node_id: uuid.UUID, slot: int, reason: str) -> bool:
+    """A quarantined slot's new reason (a re-wipe failed again); False if it was not quarantined."""
+    if not await conn.fetchval("UPDATE slots SET quarantine_reason=$3 WHERE node_id=$1 AND idx=$2 "
+                               "AND quarantine_reason IS NOT NULL RETURNING true", node_id, slot, reason):
+        return False
+    await conn.execute("UPDATE nodes SET version = version + 1 WHERE id=$1", node_id)
+    return True

@@ -81,6 +81,12 @@ async def mark_sent(conn: asyncpg.Connection, victim: uuid.UUID) -> None:
     await conn.execute("UPDATE preemptions SET sent_at = now() WHERE victim=$1", victim)
 
 
+async def preemption_pairs(conn: asyncpg.Connection) -> list[tuple[uuid.UUID, uuid.UUID]]:
+    """(victim, preemptor) of every preemption whose victim still holds its slots."""
+    return [(r["victim"], r["preemptor"]) for r in await conn.fetch(
+        "SELECT p.victim, p.preemptor FROM preemptions p JOIN allocations a ON a.allocation_id = p.victim")]
+
+
 async def preemptions_total(conn: asyncpg.Connection) -> int:
     return await conn.fetchval("SELECT count(*) FROM preemptions")
 

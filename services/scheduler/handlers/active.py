@@ -15,24 +15,27 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 import asyncpg
 import structlog
 
-from ..adapters import catalog, nodes
-from ..adapters import queue as pending
-from ..adapters.claims import NIL
+from ..adapters.repository import PgSchedulerRepository
+from ..domain.claims import NIL
 from ..domain.inventory import Inventory, NodeState, Placement, Pool, Request, SlotTaken
 from ..domain.queue import FairQueue, QueueFull
 from ..domain.quota import QuotaBook, QuotaKey
+from ..domain.ports import SchedulerRepository
 from ..domain.scheduler import Scheduler
 from ..domain.shapes import Shape
 from ..domain.topology import SlotMap
 from ..settings import SchedulerSettings
 
 log = structlog.get_logger()
+
+RepositoryFactory = Callable[[asyncpg.Connection], SchedulerRepository]
 
 
 def node_state(row: dict[str, Any]) -> NodeState:
@@ -59,8 +62,12 @@ def request_of(cmd: dict[str, Any], shape: Shape, enqueued_at: float = 0.0) -> R
 
 
 class ActiveScheduler:
-    def __init__(self, settings: SchedulerSettings):
+    """The index, and how its handlers reach storage: ``repository`` builds the ``SchedulerRepository`` on a unit
+    of work's connection (the asyncpg one unless told otherwise: the unit tests pass an in-memory fake)."""
+
+    def __init__(self, settings: SchedulerSettings, *, repository: RepositoryFactory = PgSchedulerRepository):
         self.settings = settings
+        self.repository = repository
         self.sched: Scheduler | None = None
         self.shapes: dict[str, Shape] = {}
         self.all_shapes: dict[str, Shape] = {}    # deleted ones too: running allocations keep theirs
@@ -76,30 +83,30 @@ class ActiveScheduler:
         started = time.perf_counter()
         self.pool = pool
         async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
-            sched = await self._build(conn)
+            sched = await self._build(self.repository(conn))
         self.sched, self.needs_reload = sched, False
         self._loaded.set()
         log.info("scheduler.index_loaded", nodes=len(sched.inv), holdings=len(sched.inv.holdings()),
                  pending=len(sched.queue), seconds=round(time.perf_counter() - started, 3))
 
-    async def _build(self, conn: asyncpg.Connection) -> Scheduler:
-        shape_rows = await conn.fetch("SELECT * FROM shapes")
+    async def _build(self, store: SchedulerRepository) -> Scheduler:
+        shape_rows = await store.shapes()
         self.all_shapes = {r["name"]: shape_of(dict(r)) for r in shape_rows}
         self.shapes = {r["name"]: self.all_shapes[r["name"]] for r in shape_rows if not r["deleted"]}
         inv = Inventory()
-        for p in await catalog.all_pools(conn):
+        for p in await store.pools():
             inv.set_pool(Pool(p["name"], p["policy"], p["taints"]))
-        for row in await nodes.all_nodes(conn):
+        for row in await store.nodes():
             inv.upsert_node(node_state(row))
         quotas = QuotaBook()
-        for q in await catalog.all_quotas(conn):
+        for q in await store.quotas():
             if q["user_id"] == NIL:
                 quotas.set_limit(QuotaKey(q["tenant_id"], q["gpu_model"], q["pool"]), q["limit"], q["guaranteed"])
         sched = Scheduler(inv, quotas, FairQueue(self.settings.queue_per_tenant), aging_s=self.settings.aging_s,
                           clock=time.time)
-        for a in await conn.fetch("SELECT * FROM allocations"):
-            self._adopt(sched, dict(a))
-        await self._load_queue(conn, sched)
+        for a in await store.holdings():
+            self._adopt(sched, a)
+        await self._load_queue(store, sched)
         return sched
 
     def _adopt(self, sched: Scheduler, a: dict[str, Any]) -> None:
@@ -111,8 +118,8 @@ class ActiveScheduler:
         except (SlotTaken, KeyError) as exc:   # a slot retired by a newer map: the row still counts in SQL
             log.warning("scheduler.holding_not_indexed", allocation_id=str(a["allocation_id"]), error=repr(exc))
 
-    async def _load_queue(self, conn: asyncpg.Connection, sched: Scheduler) -> None:
-        for p in await pending.all_pending(conn):
+    async def _load_queue(self, store: SchedulerRepository, sched: Scheduler) -> None:
+        for p in await store.all_pending():
             shape = self.shapes.get(p["request"]["shape"])
             if shape is None:
                 continue
@@ -124,9 +131,8 @@ class ActiveScheduler:
                 continue
             if p["nominated_node"] is not None and sched.inv.node(p["nominated_node"]) is not None:
                 sched.restore_nomination(req.allocation_id, p["nominated_node"])
-        for r in await conn.fetch("SELECT p.victim, p.preemptor FROM preemptions p "
-                                  "JOIN allocations a ON a.allocation_id = p.victim"):
-            sched.restore_preemption(r["victim"], r["preemptor"])
+        for victim, preemptor in await store.preemption_pairs():
+            sched.restore_preemption(victim, preemptor)
 
     async def ensure_loaded(self) -> Scheduler:
         """The index, waiting for the first load, and reloading first when a failure marked it stale."""
@@ -167,24 +173,22 @@ class ActiveScheduler:
         """Undo a placement the database refused (the domain's release would also re-run the queue)."""
         self.sched.unplace(allocation_id)
 
-    async def resync_node(self, conn: asyncpg.Connection, node_id: uuid.UUID) -> None:
+    async def resync_node(self, store: SchedulerRepository, node_id: uuid.UUID) -> None:
         """Add to the index the holdings on one node that the database has and the index missed (what made
         a claim fail). Holdings only the index has are kept: they may be decisions of this process whose
         transactions have not committed yet; a failed one marks the index for a full reload instead."""
         sched = self.sched
         node = sched.inv.node(node_id)
         known = set(node.allocs) if node is not None else set()
-        for r in await conn.fetch("SELECT * FROM allocations WHERE node_id=$1 AND NOT (allocation_id = ANY($2::uuid[]))",
-                                  node_id, list(known)):
-            self._adopt(sched, dict(r))
-        row = await nodes.get(conn, node_id)
+        for r in await store.holdings(node_id, list(known)):
+            self._adopt(sched, r)
+        row = await store.node(node_id)
         if row is not None:
             self.apply_node(row)
 
-    async def resync_quota(self, conn: asyncpg.Connection, key: QuotaKey) -> None:
+    async def resync_quota(self, store: SchedulerRepository, key: QuotaKey) -> None:
         """Make the index's use of one quota what the database holds."""
-        used = await conn.fetchval("SELECT used FROM quotas WHERE tenant_id=$1 AND gpu_model=$2 AND pool=$3 AND "
-                                   "user_id=$4", key.tenant_id, key.gpu_model, key.pool, NIL)
+        used = await store.quota_used(key.tenant_id, key.gpu_model, key.pool)
         if used is not None:
             book = self.sched.quotas
             book.refund(key, book.used(key))

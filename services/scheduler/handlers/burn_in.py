@@ -20,7 +20,6 @@ from services.node_agent.contracts import BurnInFinished, RunBurnIn, SlotRewiped
 from shared.unit_of_work import UnitOfWork
 
 from .. import contracts as c
-from ..adapters import nodes
 from .active import ActiveScheduler
 from .common import Rejected, admin, emit_node
 from .placing import place_waiting
@@ -48,29 +47,31 @@ async def run_burn_in(ctx: UnitOfWork, cmd: c.RunBurnInRequest, *, active: Activ
     """A provider admin re-runs the burn-in: the node leaves service until it passes. Rejected: unknown node,
     no approved map, a status it cannot be re-run from, allocations on the node."""
     await active.ensure_loaded()
+    store = active.repository(ctx.conn)
 
     async def body() -> None:
-        node = await nodes.get(ctx.conn, cmd.node_id, lock=True)
+        node = await store.node(cmd.node_id, lock=True)
         if node is None:
             raise Rejected(f"unknown node {cmd.node_id}")
         if node["approved_slot_map"] is None or node["status"] not in _RERUN_FROM:
             raise Rejected(f"node {cmd.node_id} is {node['status']}: a burn-in runs on an approved node "
                            f"({', '.join(_RERUN_FROM)})")
-        held = await ctx.conn.fetchval("SELECT count(*) FROM allocations WHERE node_id=$1", cmd.node_id)
+        held = await store.holdings_on(cmd.node_id)
         if held:
             raise Rejected(f"node {cmd.node_id} runs {held} allocation(s): drain it before a burn-in")
         run = start_burn_in(cmd.node_id, cmd.requested_by)
-        await nodes.update(ctx.conn, cmd.node_id, {"status": "burn_in", "burn_in": run, "review": []})
-        active.apply_node(await nodes.get(ctx.conn, cmd.node_id))
-        await emit_node(ctx, cmd.node_id)
+        await store.update_node(cmd.node_id, {"status": "burn_in", "burn_in": run, "review": []})
+        active.apply_node(await store.node(cmd.node_id))
+        await emit_node(ctx, store, cmd.node_id)
         await send_burn_in(ctx, cmd.node_id, run)
-    await admin(ctx, "scheduler.run_burn_in", str(cmd.node_id), body)
+    await admin(ctx, store, "scheduler.run_burn_in", str(cmd.node_id), body)
 
 
 async def burn_in_finished(ctx: UnitOfWork, evt: BurnInFinished, *, active: ActiveScheduler) -> None:
     """The node's burn-in result: schedulable on a pass, burn_in_failed naming the failed checks otherwise."""
     await active.ensure_loaded()
-    node = await nodes.get(ctx.conn, evt.node_id, lock=True)
+    store = active.repository(ctx.conn)
+    node = await store.node(evt.node_id, lock=True)
     run = (node or {}).get("burn_in") or {}
     if node is None or node["status"] != "burn_in" or run.get("run_id") != str(evt.run_id):
         log.info("scheduler.burn_in_result_stale", node_id=str(evt.node_id), run_id=str(evt.run_id))
@@ -80,10 +81,10 @@ async def burn_in_finished(ctx: UnitOfWork, evt: BurnInFinished, *, active: Acti
     if not evt.passed and not failed:
         failed = ["burn-in failed (no check named)"]
     run = {**run, "state": "passed" if evt.passed else "failed", "checks": checks, "finished_at": evt.at.isoformat()}
-    await nodes.update(ctx.conn, evt.node_id, {"status": "schedulable" if evt.passed else "burn_in_failed",
+    await store.update_node(evt.node_id, {"status": "schedulable" if evt.passed else "burn_in_failed",
                                                "burn_in": run, "review": [] if evt.passed else failed})
-    active.apply_node(await nodes.get(ctx.conn, evt.node_id))
-    await emit_node(ctx, evt.node_id)
+    active.apply_node(await store.node(evt.node_id))
+    await emit_node(ctx, store, evt.node_id)
     if evt.passed:
         await place_waiting(ctx, active)
     else:
@@ -93,19 +94,18 @@ async def burn_in_finished(ctx: UnitOfWork, evt: BurnInFinished, *, active: Acti
 async def slot_rewiped(ctx: UnitOfWork, evt: SlotRewiped, *, active: ActiveScheduler) -> None:
     """A provider admin's re-wipe ran: a success returns the quarantined slot, a failure renews its reason."""
     await active.ensure_loaded()
-    await nodes.get(ctx.conn, evt.node_id, lock=True)
+    store = active.repository(ctx.conn)
+    await store.node(evt.node_id, lock=True)
     if evt.ok:
-        if not await nodes.return_slot(ctx.conn, evt.node_id, evt.slot):
+        if not await store.return_slot(evt.node_id, evt.slot):
             return
         await ctx.emit("scheduler.slot_state_changed", c.SlotStateChanged(node_id=evt.node_id, slot=evt.slot,
                                                                           state="returned", reason="re-wipe passed"))
     else:
         reason = f"re-wipe failed: {evt.evidence.reason or 'unknown'}"[:2000]
-        if not await ctx.conn.fetchval("UPDATE slots SET quarantine_reason=$3 WHERE node_id=$1 AND idx=$2 "
-                                       "AND quarantine_reason IS NOT NULL RETURNING true", evt.node_id, evt.slot, reason):
+        if not await store.renew_quarantine(evt.node_id, evt.slot, reason):
             return
-        await ctx.conn.execute("UPDATE nodes SET version = version + 1 WHERE id=$1", evt.node_id)
-    active.apply_node(await nodes.get(ctx.conn, evt.node_id))
-    await emit_node(ctx, evt.node_id)
+    active.apply_node(await store.node(evt.node_id))
+    await emit_node(ctx, store, evt.node_id)
     if evt.ok:
         await place_waiting(ctx, active)

@@ -18,7 +18,7 @@ from shared.refusals import Refusal, text_safe
 from shared.unit_of_work import UnitOfWork
 
 from .. import contracts as c
-from ..adapters import nodes
+from ..domain.ports import SchedulerRepository
 from .active import ActiveScheduler
 
 log = structlog.get_logger()
@@ -60,10 +60,12 @@ async def reject(ctx: UnitOfWork, command: str, target: str, reason: str) -> Non
                    c.AdminCommandRejected(command=command, target=target, target_kind=kind, reason=reason))
 
 
-async def admin(ctx: UnitOfWork, command: str, target: str, body: Callable[[], Awaitable[None]]) -> None:
-    """Run ``body`` in a savepoint; a ``Rejected`` rolls back everything it wrote and emits the rejection."""
+async def admin(ctx: UnitOfWork, store: SchedulerRepository, command: str, target: str,
+                body: Callable[[], Awaitable[None]]) -> None:
+    """Run ``body`` in a savepoint of ``store``; a ``Rejected`` rolls back everything it wrote and emits the
+    rejection."""
     try:
-        async with ctx.conn.transaction():
+        async with store.savepoint():
             await body()
     except Rejected as rej:
         await reject(ctx, command, target, rej.reason)
@@ -80,8 +82,8 @@ def refused(command: str, active: ActiveScheduler) -> Refusal:
     return on_refused
 
 
-async def emit_node(ctx: UnitOfWork, node_id: uuid.UUID) -> dict:
+async def emit_node(ctx: UnitOfWork, store: SchedulerRepository, node_id: uuid.UUID) -> dict:
     """Emit ``scheduler.node_changed`` with the node's whole committed-to-be document; returns it."""
-    doc = await nodes.document(ctx.conn, node_id)
+    doc = await store.node_document(node_id)
     await ctx.emit("scheduler.node_changed", c.NodeChanged(**doc))
     return doc

@@ -14,7 +14,6 @@ from dataclasses import replace
 from shared.unit_of_work import UnitOfWork
 
 from .. import contracts as c
-from ..adapters import catalog, nodes
 from ..domain.topology import NodeTopology, SlotMap, TopologyError, compare, derive_slot_map
 from .active import ActiveScheduler
 from .common import Rejected, admin, emit_node
@@ -33,15 +32,16 @@ async def register_node(ctx: UnitOfWork, cmd: c.RegisterNode, *, active: ActiveS
     from its topology report takes the declaration. Rejected: a name another node has, another
     declaration under a declared id, an unknown pool."""
     await active.ensure_loaded()
+    store = active.repository(ctx.conn)
     async def body() -> None:
-        if not await catalog.pool_exists(ctx.conn, cmd.pool):
+        if not await store.pool_exists(cmd.pool):
             raise Rejected(f"unknown pool {cmd.pool!r}")
-        node = await nodes.get(ctx.conn, cmd.node_id, lock=True)
-        holder = await nodes.name_holder(ctx.conn, cmd.name)
+        node = await store.node(cmd.node_id, lock=True)
+        holder = await store.node_name_holder(cmd.name)
         if holder is not None and holder != cmd.node_id:
             raise Rejected(f"node name {cmd.name!r} is taken by node {holder}")
         if node is None:
-            if not await nodes.insert(ctx.conn, cmd.node_id, _declared(cmd)):
+            if not await store.insert_node(cmd.node_id, _declared(cmd)):
                 raise Rejected(f"node name {cmd.name!r} was taken by another node meanwhile")
         elif node["declared"]:
             diff = [k for k in _DECLARED if node[k] != getattr(cmd, k)]
@@ -49,12 +49,12 @@ async def register_node(ctx: UnitOfWork, cmd: c.RegisterNode, *, active: ActiveS
                 raise Rejected(f"node {cmd.node_id} is registered with other {', '.join(diff)}")
             return   # the same declaration again: nothing to do
         else:
-            await nodes.update(ctx.conn, cmd.node_id, {**_declared(cmd), "declared": True})
+            await store.update_node(cmd.node_id, {**_declared(cmd), "declared": True})
         await ctx.emit("scheduler.node_registered", c.NodeRegistered(
             node_id=cmd.node_id, name=cmd.name, gpu_model=cmd.gpu_model, gpu_count=cmd.gpu_count))
-        active.apply_node(await nodes.get(ctx.conn, cmd.node_id))
-        await emit_node(ctx, cmd.node_id)
-    await admin(ctx, "scheduler.register_node", str(cmd.node_id), body)
+        active.apply_node(await store.node(cmd.node_id))
+        await emit_node(ctx, store, cmd.node_id)
+    await admin(ctx, store, "scheduler.register_node", str(cmd.node_id), body)
 
 
 def _parse(topology: dict) -> NodeTopology:
@@ -88,20 +88,21 @@ async def report_topology(ctx: UnitOfWork, cmd: c.ReportTopology, *, active: Act
     """Store what discovery found and derive a proposed slot map (idempotent: the same topology again
     changes nothing). Rejected: a malformed topology."""
     await active.ensure_loaded()
+    store = active.repository(ctx.conn)
     async def body() -> None:
         t = _parse(cmd.topology)
-        node = await nodes.get(ctx.conn, cmd.node_id, lock=True)
+        node = await store.node(cmd.node_id, lock=True)
         if node is not None and node["topology"] == t.to_dict() and node["driver"] == cmd.driver:
             return
         fields = _discovery_fields(node, t, cmd)
         if node is None:   # reported before it was declared: known by id until the admin declares it
-            await nodes.insert(ctx.conn, cmd.node_id, {"name": f"undeclared-{cmd.node_id}", "gpu_model": t.gpus[0].model,
+            await store.insert_node(cmd.node_id, {"name": f"undeclared-{cmd.node_id}", "gpu_model": t.gpus[0].model,
                                                        "gpu_count": len(t.gpus), "declared": False, **fields})
         else:
-            await nodes.update(ctx.conn, cmd.node_id, fields)
-        active.apply_node(await nodes.get(ctx.conn, cmd.node_id))
-        await emit_node(ctx, cmd.node_id)
-    await admin(ctx, "scheduler.report_topology", str(cmd.node_id), body)
+            await store.update_node(cmd.node_id, fields)
+        active.apply_node(await store.node(cmd.node_id))
+        await emit_node(ctx, store, cmd.node_id)
+    await admin(ctx, store, "scheduler.report_topology", str(cmd.node_id), body)
 
 
 def _approved_map(node: dict, cmd: c.ApproveSlotMap) -> SlotMap:
@@ -116,8 +117,9 @@ async def approve_slot_map(ctx: UnitOfWork, cmd: c.ApproveSlotMap, *, active: Ac
     node passed its burn-in (sent here, when burn-in is on; see handlers/burn_in.py).
     Rejected: unknown node, no proposal, a proposal number that is not the current one."""
     await active.ensure_loaded()
+    store = active.repository(ctx.conn)
     async def body() -> None:
-        node = await nodes.get(ctx.conn, cmd.node_id, lock=True)
+        node = await store.node(cmd.node_id, lock=True)
         if node is None:
             raise Rejected(f"unknown node {cmd.node_id}")
         if node["proposed_slot_map"] is None:
@@ -127,39 +129,40 @@ async def approve_slot_map(ctx: UnitOfWork, cmd: c.ApproveSlotMap, *, active: Ac
                            f"{node['proposal']}")
         slot_map = _approved_map(node, cmd)
         doc = slot_map.to_dict()
-        await nodes.install_slots(ctx.conn, cmd.node_id, json.loads(json.dumps(doc["slots"])))
+        await store.install_slots(cmd.node_id, json.loads(json.dumps(doc["slots"])))
         # the approved hardware is what the node is from now on (the declaration was the admin's expectation)
         burn_in = start_burn_in(cmd.node_id, cmd.approved_by) if active.settings.burn_in else None
-        await nodes.update(ctx.conn, cmd.node_id, {"approved_slot_map": doc, "proposed_slot_map": None,
+        await store.update_node(cmd.node_id, {"approved_slot_map": doc, "proposed_slot_map": None,
                                                    "status": "burn_in" if burn_in else "schedulable", "review": [],
                                                    **({"burn_in": burn_in} if burn_in else {}),
                                                    "gpu_model": slot_map.slots[0].gpu_model if slot_map.slots
                                                    else node["gpu_model"], "gpu_count": len(slot_map.slots) or
                                                    node["gpu_count"]})
-        active.apply_node(await nodes.get(ctx.conn, cmd.node_id))
-        await emit_node(ctx, cmd.node_id)
+        active.apply_node(await store.node(cmd.node_id))
+        await emit_node(ctx, store, cmd.node_id)
         if burn_in:
             await send_burn_in(ctx, cmd.node_id, burn_in)
         else:
             await place_waiting(ctx, active)
-    await admin(ctx, "scheduler.approve_slot_map", str(cmd.node_id), body)
+    await admin(ctx, store, "scheduler.approve_slot_map", str(cmd.node_id), body)
 
 
 async def update_node(ctx: UnitOfWork, cmd: c.UpdateNode, *, active: ActiveScheduler) -> None:
     """Change pool, labels, taints or cordon. Cordon stops new placements only. Rejected: unknown node
     or pool."""
     await active.ensure_loaded()
+    store = active.repository(ctx.conn)
     async def body() -> None:
-        node = await nodes.get(ctx.conn, cmd.node_id, lock=True)
+        node = await store.node(cmd.node_id, lock=True)
         if node is None:
             raise Rejected(f"unknown node {cmd.node_id}")
-        if cmd.pool is not None and not await catalog.pool_exists(ctx.conn, cmd.pool):
+        if cmd.pool is not None and not await store.pool_exists(cmd.pool):
             raise Rejected(f"unknown pool {cmd.pool!r}")
         fields = {k: getattr(cmd, k) for k in ("pool", "labels", "taints", "cordoned") if getattr(cmd, k) is not None}
         if not fields:
             raise Rejected("nothing to change")
-        await nodes.update(ctx.conn, cmd.node_id, fields)
-        active.apply_node(await nodes.get(ctx.conn, cmd.node_id))
-        await emit_node(ctx, cmd.node_id)
+        await store.update_node(cmd.node_id, fields)
+        active.apply_node(await store.node(cmd.node_id))
+        await emit_node(ctx, store, cmd.node_id)
         await place_waiting(ctx, active)
-    await admin(ctx, "scheduler.update_node", str(cmd.node_id), body)
+    await admin(ctx, store, "scheduler.update_node", str(cmd.node_id), body)

@@ -1,6 +1,6 @@
 """Turning the index's decisions into committed claims and replies.
 
-A placement decided in memory becomes real only through ``claims.claim`` (conditional SQL). A request
+A placement decided in memory becomes real only through the repository's ``claim`` (conditional SQL). A request
 placed out of the queue (after a release, an approval, an uncordon, a quota raise) is answered here:
 its pending row is taken, its slots claimed, and the deferred reserve step finished through the kit
 (``shared.participant.finish``): its outcome recorded under the idempotency key it arrived with, and
@@ -24,9 +24,8 @@ from shared import participant
 from shared.unit_of_work import UnitOfWork
 
 from .. import contracts as c
-from ..adapters import claims
-from ..adapters import queue as pending
 from ..adapters.metrics import PENDING, PREEMPTIONS, QUEUE_WAIT
+from ..domain import claims
 from ..domain.inventory import Placement, Request
 from ..domain.queue import QueueFull
 from ..domain.quota import QuotaKey
@@ -59,17 +58,18 @@ async def commit(ctx: UnitOfWork, active: ActiveScheduler, req: Request, p: Plac
     """Claim what the index decided: (slot details, the node's capacity after it, None unless ``count``).
     On SlotTaken / QuotaExceeded / ShapeDeleted the index is corrected (decision undone, node or quota
     re-read) and the exception propagates; nothing was written."""
+    store = active.repository(ctx.conn)
     try:
         # quota use: published by a loop
-        return await claims.claim(ctx.conn, claim_of(req, p, cmd), count=count)
+        return await store.claim(claim_of(req, p, cmd), count=count)
     except claims.SlotTaken as exc:
         log.warning("scheduler.index_stale", allocation_id=str(req.allocation_id), error=str(exc))
         active.forget(req.allocation_id)
-        await active.resync_node(ctx.conn, p.node_id)
+        await active.resync_node(store, p.node_id)
         raise
     except claims.QuotaExceeded:
         active.forget(req.allocation_id)
-        await active.resync_quota(ctx.conn, QuotaKey(req.tenant_id, p.gpu_model, p.pool))
+        await active.resync_quota(store, QuotaKey(req.tenant_id, p.gpu_model, p.pool))
         raise
     except claims.ShapeDeleted:
         active.forget(req.allocation_id)
@@ -112,9 +112,10 @@ async def settle(ctx: UnitOfWork, active: ActiveScheduler, placed: list[tuple[Re
     """Claim and answer each request the index placed out of the queue. The claims do not count capacity;
     once they are all made, the nodes they took slots on are counted at once (in node order, the
     transaction's last locks) and each reply carries its node's count."""
+    store = active.repository(ctx.conn)
     claimed = []
     for req, p in placed:
-        row = await pending.get(ctx.conn, req.allocation_id, lock=True)
+        row = await store.pending(req.allocation_id, lock=True)
         if row is None:
             # The queue entry has not committed yet (its reserve handler is still in its transaction): it waits
             # again and the next pass places it. Had that handler failed, it marked the index for a reload,
@@ -126,23 +127,23 @@ async def settle(ctx: UnitOfWork, active: ActiveScheduler, placed: list[tuple[Re
                 active.needs_reload = True
             continue
         try:
-            async with ctx.conn.transaction():
+            async with store.savepoint():
                 details, _ = await commit(ctx, active, req, p, row["request"], count=False)
-                await pending.remove(ctx.conn, req.allocation_id)
+                await store.dequeue(req.allocation_id)
         except claims.SlotTaken:
             active.sched.queue.push(req)        # stale index: it waits again, the node was re-read
             continue
         except claims.QuotaExceeded as exc:     # a tenant admin's split for this user is used up
-            await pending.remove(ctx.conn, req.allocation_id)
+            await store.dequeue(req.allocation_id)
             await conclude(ctx, row["request"], "failed", quota_failure(exc), row["correlation_id"])
             continue
         except claims.ShapeDeleted as exc:      # queued just before its shape's deletion committed
-            await pending.remove(ctx.conn, req.allocation_id)
+            await store.dequeue(req.allocation_id)
             await conclude(ctx, row["request"], "failed", {"reason": str(exc), "code": "unknown-shape"},
                            row["correlation_id"])
             continue
         claimed.append((req, p, row, details))
-    capacity = await claims.capacity_changed(ctx.conn, [p.node_id for _, p, _, _ in claimed])
+    capacity = await store.capacity_changed([p.node_id for _, p, _, _ in claimed])
     for req, p, row, details in claimed:
         waited = (datetime.now(UTC) - row["enqueued_at"]).total_seconds()
         QUEUE_WAIT.labels(str(req.tenant_id)).observe(waited)
@@ -169,15 +170,15 @@ async def notify_preemption(ctx: UnitOfWork, active: ActiveScheduler, req: Reque
                             victims: tuple[uuid.UUID, ...]) -> None:
     """Record each victim with its grace deadline and send ``scheduler.preemption_notice``; the request
     stays queued, nominated to the victims' node (the index reserved it: backfill cannot take it)."""
+    store = active.repository(ctx.conn)
     node = None
     for victim in victims:
-        row = await claims.held(ctx.conn, victim)
+        row = await store.held(victim)
         if row is None:
             continue
         victim_class = "a spot allocation" if row["spot"] else f"priority {row['priority']}"
         reason = f"preempted for allocation {req.allocation_id} (priority {req.priority}) over {victim_class}"
-        rec = await pending.record_preemption(ctx.conn, row, req.allocation_id, reason,
-                                              active.settings.preemption_grace_s)
+        rec = await store.record_preemption(row, req.allocation_id, reason, active.settings.preemption_grace_s)
         if rec is None:
             continue
         node = row["node_id"]
@@ -187,6 +188,6 @@ async def notify_preemption(ctx: UnitOfWork, active: ActiveScheduler, req: Reque
             preempted_for=req.allocation_id, grace_deadline=rec["grace_deadline"]),
             correlation_id=str(victim), tenant_id=row["tenant_id"])
     if node is not None:
-        await pending.nominate(ctx.conn, req.allocation_id, node)
+        await store.nominate(req.allocation_id, node)
     log.info("scheduler.preemption_noticed", preemptor=str(req.allocation_id), victims=[str(v) for v in victims],
              at=time.time())

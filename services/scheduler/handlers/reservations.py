@@ -21,7 +21,6 @@ import uuid
 from functools import partial
 from typing import Any
 
-import asyncpg
 import structlog
 
 from shared import participant
@@ -29,10 +28,10 @@ from shared.participant import Outcome, injected_fault
 from shared.unit_of_work import UnitOfWork
 
 from .. import contracts as c
-from ..adapters import claims, nodes
-from ..adapters import queue as pending
 from ..adapters.metrics import LATENCY
+from ..domain import claims
 from ..domain.inventory import Placement
+from ..domain.ports import SchedulerRepository
 from ..domain.scheduler import Decision
 from .active import ActiveScheduler, request_of
 from .common import Rejected, admin, emit_node
@@ -63,7 +62,7 @@ async def reserve_slots(ctx: UnitOfWork, cmd: c.ReserveSlots, *, active: ActiveS
     if prior is not None and prior.status != "deferred":
         await participant.answer(ctx, c.RESERVE_SLOTS, data, prior, tenant_id=cmd.tenant_id, compensated=_CANCELLED)
         return
-    queued, held = await pending.standing(ctx.conn, cmd.allocation_id)
+    queued, held = await active.repository(ctx.conn).standing(cmd.allocation_id)
     if queued:
         await _queued(ctx, active, data, "already waiting in the queue", again=True)
         return
@@ -86,8 +85,9 @@ async def _decide(ctx: UnitOfWork, active: ActiveScheduler, cmd: c.ReserveSlots,
     if held is not None:   # reserved before under another key: the same answer, no second reservation
         node = uuid.UUID(held["node_id"])
         p = Placement(node, held["pool"], held["gpu_model"], tuple(held["slots"]), held["mig_profile"])
-        details = await claims.slot_details(ctx.conn, node, list(held["slots"]))
-        await conclude(ctx, data, "done", reserved_result(p, details, capacity=await claims.capacity(ctx.conn, node)))
+        store = active.repository(ctx.conn)
+        details = await store.slot_details(node, list(held["slots"]))
+        await conclude(ctx, data, "done", reserved_result(p, details, capacity=await store.capacity(node)))
         return "placed"
     shape = active.shapes.get(cmd.shape)
     if shape is None:
@@ -139,10 +139,11 @@ async def _fail(ctx: UnitOfWork, data: dict, reason: str, code: str) -> str:
 
 
 async def _enqueue(ctx: UnitOfWork, active: ActiveScheduler, req, d: Decision, data: dict) -> str:
-    if not await claims.hold_shape(ctx.conn, req.shape.name):   # deleted meanwhile: nothing may wait for it
+    store = active.repository(ctx.conn)
+    if not await store.hold_shape(req.shape.name):   # deleted meanwhile: nothing may wait for it
         active.sched.cancel(req.allocation_id)
         return await _fail(ctx, data, f"shape {req.shape.name!r} was deleted", "unknown-shape")
-    await pending.add(ctx.conn, data, ctx.causation.correlation_id)
+    await store.enqueue(data, ctx.causation.correlation_id)
     if d.victims:
         await notify_preemption(ctx, active, req, d.victims)
     await _queued(ctx, active, data, d.reason)
@@ -164,34 +165,36 @@ async def release_slots(ctx: UnitOfWork, cmd: c.ReleaseSlots, *, active: ActiveS
     """Saga step or compensation: free the allocation's slots, refund its quota, drop it from the queue
     if it waits there, then re-evaluate the queue. Idempotent; safe when nothing was held."""
     await active.ensure_loaded()
-    await participant.undo(ctx, cmd, partial(_release, ctx=ctx, active=active), step=c.RESERVE_SLOTS)
+    await participant.undo(ctx, cmd, participant.over(active.repository, partial(_release, ctx=ctx, active=active)),
+                           step=c.RESERVE_SLOTS)
 
 
-async def _quarantine(ctx: UnitOfWork, cmd: c.ReleaseSlots, active: ActiveScheduler) -> uuid.UUID | None:
+async def _quarantine(ctx: UnitOfWork, store: SchedulerRepository, cmd: c.ReleaseSlots) -> uuid.UUID | None:
     """Quarantine the slots whose wipe failed, before the release frees the rest (the held row names the node);
     the operator event per slot and the node's document go out with the release. Returns the node."""
-    held = await claims.held(ctx.conn, cmd.allocation_id) if cmd.quarantine else None
+    held = await store.held(cmd.allocation_id) if cmd.quarantine else None
     if held is None:
         return None
     node_id = held["node_id"]
-    await nodes.get(ctx.conn, node_id, lock=True)
+    await store.node(node_id, lock=True)
     reasons = {q.slot: q.reason for q in cmd.quarantine if q.slot in held["slots"]}
-    for slot in await nodes.quarantine(ctx.conn, node_id, reasons):
+    for slot in await store.quarantine_slots(node_id, reasons):
         await ctx.emit("scheduler.slot_state_changed", c.SlotStateChanged(
             node_id=node_id, slot=slot, state="quarantined", reason=reasons[slot], allocation_id=cmd.allocation_id))
         log.warning("scheduler.slot_quarantined", node_id=str(node_id), slot=slot, reason=reasons[slot])
     return node_id
 
 
-async def _release(conn: asyncpg.Connection, cmd: c.ReleaseSlots, *, ctx: UnitOfWork, active: ActiveScheduler) -> dict:
-    quarantined_on = await _quarantine(ctx, cmd, active)
-    row, capacity = await claims.release(conn, cmd.allocation_id)    # quota use: published by a loop
+async def _release(store: SchedulerRepository, cmd: c.ReleaseSlots, *, ctx: UnitOfWork,
+                   active: ActiveScheduler) -> dict:
+    quarantined_on = await _quarantine(ctx, store, cmd)
+    row, capacity = await store.release(cmd.allocation_id)    # quota use: published by a loop
     if quarantined_on is not None:
-        node_row = await nodes.get(conn, quarantined_on)
-        await emit_node(ctx, quarantined_on)
+        node_row = await store.node(quarantined_on)
+        await emit_node(ctx, store, quarantined_on)
         # the index learns of the quarantine before it frees the allocation's slots
         ctx.on_commit(partial(_apply_node, active, node_row))
-    queued = await pending.remove(conn, cmd.allocation_id)
+    queued = await store.dequeue(cmd.allocation_id)
     if queued is not None and queued["idempotency_key"] != cmd.compensates:
         await conclude(ctx, queued["request"], "failed", {"reason": "released while waiting", "code": "cancelled"},
                        queued["correlation_id"])
@@ -211,9 +214,10 @@ async def cancel_request(ctx: UnitOfWork, cmd: c.CancelRequest, *, active: Activ
     """Withdraw a queued request: its step is answered failed ``cancelled``. Rejected (nothing changes):
     no such pending request, or one of another tenant."""
     await active.ensure_loaded()
+    store = active.repository(ctx.conn)
 
     async def body() -> None:
-        row = await pending.remove(ctx.conn, cmd.allocation_id)
+        row = await store.dequeue(cmd.allocation_id)
         if row is None:
             raise Rejected(f"allocation {cmd.allocation_id} has no pending request")
         if row["tenant_id"] != cmd.tenant_id:
@@ -222,4 +226,4 @@ async def cancel_request(ctx: UnitOfWork, cmd: c.CancelRequest, *, active: Activ
                                                        "code": "cancelled"}, row["correlation_id"])
         active.sched.cancel(cmd.allocation_id)
         await settle(ctx, active, active.sched.tick())
-    await admin(ctx, "scheduler.cancel_request", str(cmd.allocation_id), body)
+    await admin(ctx, store, "scheduler.cancel_request", str(cmd.allocation_id), body)
