@@ -2,7 +2,6 @@
 projections' subscribers, the HTTP API and the periodic work. Settings are read here, once."""
 from __future__ import annotations
 
-from functools import partial
 from pathlib import Path
 
 from shared.runtime import Runtime
@@ -19,6 +18,5 @@ def build(settings: ServiceSettings | None = None, config: GatewaySettings | Non
     rt = Runtime(settings, schema_dir=Path(__file__).parent / "schema")
     bus.wire(rt)
     create_app(rt, config)
-    rt.background(partial(loops.purge_idempotency_keys_forever, rt, config.idempotency_ttl_s))
-    rt.background(partial(loops.expire_power_actions_forever, rt, config.power_action_grace_s, config.power_sweep_s))
+    loops.wire(rt, config)
     return rt

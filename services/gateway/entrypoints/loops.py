@@ -1,11 +1,11 @@
-"""Periodic work, run by the runtime for the life of the process: forget idempotency keys once their retention
-has passed; fail the power actions no node answered by their deadline plus a grace.
+"""Periodic work (the kit's ``rt.every``): forget idempotency keys once their retention has passed; fail the
+power actions no node answered by their deadline plus a grace.
 
 Every replica runs both: each change is one idempotent statement (a key already purged, an action no longer
 pending, is left alone), so no leader is needed."""
 from __future__ import annotations
 
-import asyncio
+from functools import partial
 
 import structlog
 
@@ -17,27 +17,34 @@ from ..adapters import allocations as repo
 from ..api.allocations import power_views as instances
 from ..contracts import PowerActionExpired
 from ..api.allocations.projection import append_event, lock_events
+from ..settings import GatewaySettings
 
 log = structlog.get_logger()
 SWEEP_BATCH = 100
+PURGE_EVERY_S = 600.0   # a key outlives its retention by ten minutes at most
 
 
-async def purge_idempotency_keys_forever(rt: Runtime, ttl_s: float, every_s: float = 600.0) -> None:
-    """Delete keys older than ``ttl_s`` every ``every_s``; a key may be reused after that (runs until cancelled)."""
-    while True:
-        async with rt.pool.acquire() as conn:
-            purged = await repo.purge_idempotency_keys(conn, ttl_s)
-        if purged:
-            log.info("idempotency_keys.purged", count=purged)
-        await asyncio.sleep(every_s)
+def wire(rt: Runtime, config: GatewaySettings) -> None:
+    # every replica: one DELETE of the keys past their retention, idempotent
+    rt.every(PURGE_EVERY_S, partial(purge_idempotency_keys, rt, config.idempotency_ttl_s), at_once=True)
+    # every replica: each action is failed under its row lock, once (a replica second to it finds it done)
+    rt.every(config.power_sweep_s, partial(expire_overdue_power_actions, rt, config.power_action_grace_s),
+             at_once=True)
 
 
-async def expire_power_actions_forever(rt: Runtime, grace_s: float, every_s: float) -> None:
-    """Every ``every_s``, fail the pending actions past their deadline plus ``grace_s`` (runs until cancelled)."""
-    while True:
-        while await expire_power_actions(rt, grace_s) == SWEEP_BATCH:
-            pass   # a full batch: more may be overdue
-        await asyncio.sleep(every_s)
+async def purge_idempotency_keys(rt: Runtime, ttl_s: float) -> int:
+    """Delete keys older than ``ttl_s``; a key may be reused after that. Returns how many."""
+    async with rt.pool.acquire() as conn:
+        purged = await repo.purge_idempotency_keys(conn, ttl_s)
+    if purged:
+        log.info("idempotency_keys.purged", count=purged)
+    return purged
+
+
+async def expire_overdue_power_actions(rt: Runtime, grace_s: float) -> None:
+    """Fail every pending action past its deadline plus ``grace_s``, a batch at a time."""
+    while await expire_power_actions(rt, grace_s) == SWEEP_BATCH:
+        pass   # a full batch: more may be overdue
 
 
 async def expire_power_actions(rt: Runtime, grace_s: float) -> int:

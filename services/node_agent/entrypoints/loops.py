@@ -1,4 +1,7 @@
-"""The node-agent's background work: the instance gauge at start, the topology report, the network reconcile."""
+"""The node-agent's background work: at start, the instance gauge, the topology report and the load of the
+stored network state; then, periodically, the network and instance reconciles.
+
+Every loop runs on every replica: each agent is its own node's only replica, and reconciles that node alone."""
 from __future__ import annotations
 
 import asyncio
@@ -34,20 +37,22 @@ async def report_topology(rt: Runtime, node: Node, node_name: str, discovery_nam
     log.info("node_agent.topology_reported", node_id=str(node.id), gpus=len(topology["gpus"]))
 
 
-async def reconcile_forever(rt: Runtime, node: Node, every_s: float) -> None:
-    """Load the stored desired state, then reconcile at once and every ``every_s`` seconds (a timer, not a wait)."""
+async def load_stored_network(rt: Runtime, node: Node) -> None:
+    """Once at start (again after an error): the stored desired state, before any command or reconcile acts."""
     await load_network(node, rt.pool)
-    while True:
-        await reconcile_network(node, rt.pool, rt.outbox)
-        await asyncio.sleep(every_s)
 
 
-async def reconcile_instances_forever(rt: Runtime, node: Node, every_s: float) -> None:
-    """At start and every ``every_s`` seconds: the driver's instances against the node's records."""
-    await node.loaded.wait()   # an orphan's network is detached through the loaded dataplane
-    while True:
-        await reconcile_instances(node, rt.pool, rt.outbox)
-        await asyncio.sleep(every_s)
+async def network_reconcile(rt: Runtime, node: Node) -> None:
+    """One reconcile of the node's network plumbing against its stored state, once that is loaded."""
+    await node.loaded.wait()
+    await reconcile_network(node, rt.pool, rt.outbox)
+
+
+async def instance_reconcile(rt: Runtime, node: Node) -> None:
+    """The driver's instances against the node's records, once the stored state is loaded (an orphan's network
+    is detached through the loaded dataplane)."""
+    await node.loaded.wait()
+    await reconcile_instances(node, rt.pool, rt.outbox)
 
 
 def wire(rt: Runtime, node: Node, *, node_name: str, discovery: tuple[str, Callable[[str], dict]],
@@ -57,8 +62,10 @@ def wire(rt: Runtime, node: Node, *, node_name: str, discovery: tuple[str, Calla
     rt.background(partial(refresh_gauge, node))   # runs once at start, so the gauge exists before any command
     rt.background(partial(report_topology, rt, node, node_name, *discovery))
     if node.dataplane.kind != "none":
-        rt.background(partial(reconcile_forever, rt, node, reconcile_s))
+        rt.background(partial(load_stored_network, rt, node))
+        # per node: this agent is its node's only replica
+        rt.every(reconcile_s, partial(network_reconcile, rt, node), at_once=True)
     else:
         node.loaded.set()
-    if node.driver.persistent:
-        rt.background(partial(reconcile_instances_forever, rt, node, reconcile_s))
+    if node.driver.persistent:   # per node, as above
+        rt.every(reconcile_s, partial(instance_reconcile, rt, node), at_once=True)

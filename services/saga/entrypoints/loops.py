@@ -1,13 +1,11 @@
-"""The deadline loop: every ``poll_s`` it feeds passed step and undo deadlines to their sagas.
+"""The deadline loop: every ``poll_s`` it feeds passed step and undo deadlines to their sagas, and starts waiting
+requests of tenants with room in their line that an ending saga missed (handlers.fill_short_lines).
 
-A plain short poll: deadlines are rows in saga_steps, claimed with SKIP LOCKED,
-so any number of coordinator replicas can run this loop and each passed deadline
-is handled once (one ``UnitOfWork`` per saga, see handlers.expire_due). The same loop starts waiting requests
-of tenants with room in their line that an ending saga missed (handlers.fill_short_lines).
+A plain short poll, on every replica: deadlines are rows in saga_steps, claimed with SKIP LOCKED, and a tenant's
+line is filled under its lock (not waited for), so replicas share the passed deadlines and each is handled once
+(one ``UnitOfWork`` per saga, see handlers.expire_due).
 """
 from __future__ import annotations
-
-import asyncio
 
 from shared.runtime import Runtime
 
@@ -15,14 +13,9 @@ from .. import handlers
 from ..domain.model import Policy
 
 
-def deadline_loop(rt: Runtime, policy: Policy, poll_s: float):
-    async def deadlines() -> None:
-        while True:
-            await handlers.expire_due(rt.pool, rt.outbox, policy)
-            await handlers.fill_short_lines(rt.pool, rt.outbox, policy)
-            await asyncio.sleep(poll_s)
-    return deadlines
-
-
 def wire(rt: Runtime, policy: Policy, poll_s: float) -> None:
-    rt.background(deadline_loop(rt, policy, poll_s))
+    async def deadlines() -> None:
+        await handlers.expire_due(rt.pool, rt.outbox, policy)
+        await handlers.fill_short_lines(rt.pool, rt.outbox, policy)
+    # every replica: claims are SKIP LOCKED and line fills take the tenant's lock without waiting
+    rt.every(poll_s, deadlines, at_once=True)
