@@ -40,7 +40,7 @@ its node's subject, and dead-letters under those durables' names. (The consumers
 the payload's node is the subject's: ``shared.batches``, reason ``forged``.)
 
 The gateway also reads the streams for the operators' live feed and the dead-letter page
-(``services.gateway.handlers.ops``): ephemeral ordered consumers on every stream (create, flow-control
+(``services.gateway.api.ops.routes``): ephemeral ordered consumers on every stream (create, flow-control
 answers) and reads of the dead-letter stream's messages. ``ops`` may read every stream the
 same way (ephemeral ordered consumers, stream and consumer info, message reads) and subscribe to every
 service's events; it publishes nothing else: ordered consumers acknowledge nothing, and an identity

@@ -94,3 +94,34 @@ def test_the_kit_holds_only_what_services_import():
                 used |= {n.split(".")[1] for n in imports(p) if n.startswith("shared.")}
         grown = len(used) > before
     assert kit - used == set(), "kit modules no service uses belong in tooling/ or with their owner"
+
+
+GATEWAY_API = "services.gateway.api"
+
+
+def _gateway_modules(folder: str) -> list[tuple[Path, str]]:
+    """(path, dotted name) of every module under services/gateway/<folder>."""
+    root = REPO / "services" / "gateway" / folder
+    return [(p, ".".join(p.relative_to(REPO).with_suffix("").parts)) for p in py_files(str(root.relative_to(REPO)))]
+
+
+def _slice_of(name: str) -> str | None:
+    """The api/ slice a module name belongs to (None: not in a slice)."""
+    parts = name.split(".")
+    return parts[3] if name.startswith(GATEWAY_API + ".") and len(parts) > 3 else None
+
+
+def test_no_gateway_slice_imports_another():
+    """A slice reaches what it shares with another through the gateway's lower layer (http/, domain/, adapters/),
+    never through the other slice: imports inside functions count too (``imports`` walks the whole tree)."""
+    breaches = [f"{path.relative_to(REPO)} imports {name}" for path, module in _gateway_modules("api")
+                for name in imports(path)
+                if _slice_of(name) not in (None, _slice_of(module)) and _slice_of(module) is not None]
+    assert breaches == []
+
+
+def test_the_gateway_http_plumbing_imports_no_slice():
+    """http/ is plumbing: the route table reaches it as an argument (entrypoints/http.py gathers it)."""
+    breaches = [f"{path.relative_to(REPO)} imports {name}" for path, _module in _gateway_modules("http")
+                for name in imports(path) if name == GATEWAY_API or name.startswith(GATEWAY_API + ".")]
+    assert breaches == []

@@ -10,7 +10,7 @@ import uuid
 from pathlib import Path
 from types import SimpleNamespace
 
-from services.gateway.adapters.audit_state import STATE_READERS
+from services.gateway.entrypoints.http import STATE_READERS
 from tests.support.gateway import assert_problem, node_doc, project
 
 REPO = Path(__file__).resolve().parents[2]
@@ -139,7 +139,7 @@ async def test_no_bmc_secret_is_among_the_states(api):
 
 
 async def test_a_state_that_cannot_be_read_never_fails_the_request(api, monkeypatch):
-    from services.gateway.adapters import audit_state
+    from services.gateway.entrypoints import http as audit_state
 
     async def broken(conn, params, principal):
         raise TimeoutError("the view is locked")

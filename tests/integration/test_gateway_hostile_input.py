@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 
 from services.gateway.http.inputs import MAX_JSON_DEPTH
-from services.gateway.http.openapi import document
+from services.gateway.entrypoints.openapi import document
 from tests.support.gateway import ADMIN_KEY
 
 

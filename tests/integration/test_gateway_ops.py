@@ -21,7 +21,7 @@ async def test_served_openapi_document_equals_the_committed_contract(api):
     r = await api.anonymous().get("/openapi.json")
     assert r.status == 200 and r.content_type == "application/json"
     committed = json.loads((REPO / "contracts" / "openapi.json").read_text())
-    assert r.body == committed, "regenerate: python -m services.gateway.http.openapi > contracts/openapi.json"
+    assert r.body == committed, "regenerate: python -m services.gateway.entrypoints.openapi > contracts/openapi.json"
     assert r.body["openapi"].startswith("3.1")
 
 

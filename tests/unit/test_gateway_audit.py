@@ -60,7 +60,7 @@ def test_every_update_and_delete_of_the_contract_has_a_state_reader():
     import json
     from pathlib import Path
 
-    from services.gateway.adapters.audit_state import STATE_READERS
+    from services.gateway.entrypoints.http import STATE_READERS
     doc = json.loads((Path(__file__).resolve().parents[2] / "contracts" / "openapi.json").read_text())
     updates = {op["operationId"] for ops in doc["paths"].values() for m, op in ops.items()
                if m in ("put", "patch", "delete")}
@@ -92,7 +92,7 @@ def test_a_change_is_redacted_and_rendered_as_a_cadf_attachment_and_a_k8s_respon
 
 async def test_a_path_value_that_names_no_row_is_answered_none_without_a_query():
     """A malformed uuid, a NUL (hostile input PostgreSQL refuses) or a key read without a caller names nothing."""
-    from services.gateway.adapters.audit_state import STATE_READERS
+    from services.gateway.entrypoints.http import STATE_READERS
 
     class NoQuery:
         async def fetchval(self, *args):

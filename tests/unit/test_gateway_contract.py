@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from services.gateway.http.auth import TokenIssuer
-from services.gateway.http.openapi import ENDPOINTS, document
+from services.gateway.entrypoints.openapi import ENDPOINTS, document
 from services.gateway.http.problems import ProblemError, field_errors
 from services.gateway.api.allocations.schemas import AllocationCreate
 from services.gateway.http.schema_base import Body

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from services.gateway.http.endpoint import Param
 from services.gateway.http.inputs import MAX_JSON_DEPTH, json_depth, parse_value
-from services.gateway.http.openapi import ENDPOINTS, document
+from services.gateway.entrypoints.openapi import ENDPOINTS, document
 from services.gateway.http.problems import ProblemError, field_errors
 from services.gateway.api.allocations.schemas import AllocationCreate
 from services.gateway.api.identity.api_key_schemas import ApiKeyCreate, UserPatch

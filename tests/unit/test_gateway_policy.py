@@ -130,7 +130,7 @@ def test_a_request_that_does_not_fit_the_schema_is_denied_not_allowed():
 
 
 def test_the_schema_of_the_gateways_route_table_has_one_action_per_judged_operation():
-    from services.gateway.http.policy import PolicySchema, mutating_endpoints
+    from services.gateway.entrypoints.http import POLICY_SCHEMA as PolicySchema, mutating_endpoints
     text, schema, defaults = PolicySchema.get()
     judged = mutating_endpoints()
     assert {"createAllocation", "createVolume", "attachVolume", "requestPowerAction", "releaseAllocation"} <= set(judged)

@@ -67,7 +67,7 @@ def test_the_default_limits_are_generous_and_overrides_are_optional():
 
 
 def test_every_api_operation_documents_the_429_and_its_retry_after():
-    from services.gateway.http.openapi import document
+    from services.gateway.entrypoints.openapi import document
     for path, item in document()["paths"].items():
         for method, op in item.items():
             if path.startswith("/v1/"):

@@ -11,7 +11,8 @@ from services.gateway.domain.model import advances, advances_to
 from services.gateway.domain.scheduling import (BUILTIN_SHAPES, NIL, PRIORITY_CLASSES, QuotaRow, ShapeInfo,
                                                 priority_class_of, quota_breach, shape_definition_errors,
                                                 usable_shapes, valid_toleration)
-from services.gateway.api.inventory.quotas import QuotaExceeded, quota_list
+from services.gateway.adapters.admission import QuotaExceeded
+from services.gateway.api.inventory.quotas import quota_list
 from services.gateway.api.allocations.schemas import AllocationCreate
 from services.gateway.api.inventory.node_schemas import NodePatch, SlotMapApproval
 from services.gateway.api.inventory.pool_schemas import PoolDefinition

@@ -1,7 +1,7 @@
 """allocations_view, allocation_events and idempotency_keys (asyncpg; the caller owns the transaction).
 
-The handlers and the projection share the view's rows; the projection alone appends the events
-(``projections.allocations``), which the streams read here.
+The handlers and the projection share the view's rows; the projections alone append the events
+(``append_event``: the allocations slice's and the wipes'), which the streams read here.
 """
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import uuid
 from datetime import datetime
 
 import asyncpg
+
+from shared.envelope import Envelope
 
 EVENTS_CHANNEL = "gateway_allocation_events"
 _COLS = ("id, tenant_id, name, shape, gpu_count, volume_gb, labels, state, node_id, failed_step, reason, "
@@ -110,3 +112,23 @@ async def seq_of(conn: asyncpg.Connection, allocation_id: uuid.UUID, event_id: u
 def labels_of(row: asyncpg.Record) -> dict[str, str]:
     value = row["labels"]
     return json.loads(value) if isinstance(value, str) else dict(value or {})
+
+
+async def lock_events(conn: asyncpg.Connection, allocation_id: uuid.UUID) -> None:
+    """Serialise event appends per allocation until commit.
+
+    A stream reads events by ``seq``; without this, an append that took seq 9 but
+    commits after seq 10 would be skipped by a reader already past 10.
+    """
+    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 7))", str(allocation_id))
+
+
+async def append_event(conn: asyncpg.Connection, allocation_id: uuid.UUID, env: Envelope) -> bool:
+    """Record the event (once per event id) and wake the streams watching the allocation on commit."""
+    # one round trip: the NOTIFY runs only when the row was added (and is delivered on commit)
+    added = await conn.fetchval(
+        "WITH added AS (INSERT INTO allocation_events (event_id, allocation_id, type, envelope) "
+        "VALUES ($1, $2, $3, $4::jsonb) ON CONFLICT (event_id) DO NOTHING RETURNING 1) "
+        "SELECT count(pg_notify($5, $6)) FROM added", env.id, allocation_id, env.type, env.model_dump_json(),
+        EVENTS_CHANNEL, str(allocation_id))
+    return bool(added)

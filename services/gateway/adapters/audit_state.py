@@ -1,6 +1,7 @@
-"""What an update or delete acted on, as the gateway's own tables and views show it (asyncpg): one state reader
-per PUT, PATCH and DELETE operation of contracts/openapi.json, so the audit middleware (http/audit.py) can record
-the target's state before and after the request.
+"""What an update or delete acted on, as the gateway's own tables and views show it (asyncpg): every PUT, PATCH and
+DELETE operation of contracts/openapi.json declares a state reader (its Endpoint's ``audit_state``, next to its
+handler in its api/ slice), so the audit middleware (http/audit.py) can record the target's state before and
+after the request. This module is what the readers are made of.
 
 A reader is one SELECT of a ``jsonb_build_object`` naming only what describes the target (a quota's limits, a
 node's status, cordon and labels, a volume's size and state, a budget's amount, thresholds and webhook url…),
@@ -17,7 +18,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any, Callable
 
 import asyncpg
 
@@ -45,104 +46,17 @@ class StateReader:
         return json.loads(state) if isinstance(state, str) else state
 
 
-def _ids(*names: str) -> Args:
+def ids(*names: str) -> Args:
+    """The path parameters ``names``, as uuids."""
     return lambda params, _principal: tuple(uuid.UUID(params[n]) for n in names)
 
 
-def _plain(*names: str) -> Args:
+def plain(*names: str) -> Args:
+    """The path parameters ``names``, as they are."""
     return lambda params, _principal: tuple(params[n] for n in names)
 
 
-def _quota(user: bool) -> Args:
-    def args(params: dict[str, str], _principal) -> tuple:
-        return (uuid.UUID(params["tenant_id"]), params["pool"], params["gpu_model"],
-                uuid.UUID(params["user_id"]) if user else NIL)
-    return args
-
-
-def _storage_quota(user: bool) -> Args:
-    def args(params: dict[str, str], _principal) -> tuple:
-        return uuid.UUID(params["tenant_id"]), params["storage_class"], uuid.UUID(params["user_id"]) if user else NIL
-    return args
-
-
-def _own_key(params: dict[str, str], principal) -> tuple:
-    return principal.user_id, params["name"]   # a key is its owner's: the caller's, never another user's
-
-
-def _obj(table: str, where: str, *members: str) -> str:
+def select_object(table: str, where: str, *members: str) -> str:
+    """A SELECT of one jsonb object of ``members`` (columns; a quoted one keeps its quotes in SQL only)."""
     pairs = ", ".join(f"'{m.strip(chr(34))}', {m}" for m in members)
     return f"SELECT jsonb_build_object({pairs}) FROM {table} WHERE {where}"
-
-
-_NODE = _obj("nodes_view", "id = $1", "name", "status", "cordoned", "labels", "taints", "pool", "region", "site",
-             "rack", "gpu_model", "gpu_count", "quarantined", "version")
-_BMC = _obj("node_bmcs", "node_id = $1 AND url IS NOT NULL", "url", "system_id", "username", "verify_tls", "version",
-            "set_by", "updated_at")
-_SHAPE = _obj("shapes_view", "name = $1", "kind", "gpu_count", "gpu_model", "mig_profile", "deleted", "version")
-_QUOTA = _obj("quotas_view", "tenant_id = $1 AND pool = $2 AND gpu_model = $3 AND user_id = $4",
-              '"limit"', "guaranteed", "used", "version")
-_STORAGE_QUOTA = _obj("volume_quotas_view", "tenant_id = $1 AND storage_class = $2 AND user_id = $3",
-                      "max_bytes", "max_volumes", "effective_max_bytes", "effective_max_volumes", "version")
-_VOLUME = _obj("volumes_view", "id = $1", "name", "storage_class", "size_bytes", "pending_size_bytes", "state",
-               "attachments", "version")
-_BUDGET = _obj("budgets_view", "tenant_id = $1", "amount_minor", "currency", "thresholds", "webhook_url", "version")
-_SPEND_CAP = _obj("tenant_spend_caps", "tenant_id = $1", "amount_minor", "currency", "set_by", "set_at")
-_POLICY = _obj("policies", "id = $1 AND ($2::uuid IS NULL OR tenant_id = $2)", "scope", "tenant_id", "name", "version",
-               "enabled", "text")
-
-
-_RATE_LIMITS = _obj("tenant_rate_limits", "tenant_id = $1", "read_per_s", "read_burst", "write_per_s", "write_burst",
-                    "user_read_per_s", "user_read_burst", "user_write_per_s", "user_write_burst", "sse_connections",
-                    "set_by", "set_at")
-_API_KEY = ("SELECT jsonb_build_object('id', k.id, 'name', k.name, 'expires_at', k.expires_at, 'revoked_at', "
-            "k.revoked_at) FROM api_keys k JOIN users u ON u.id = k.user_id "
-            "WHERE u.tenant_id = $1 AND k.user_id = $2 AND k.id = $3")
-_USER = _obj("users", "tenant_id = $1 AND id = $2", "name", "role", "disabled_at")
-
-
-def _api_key(params: dict[str, str], _principal) -> tuple:
-    return uuid.UUID(params["tenant_id"]), uuid.UUID(params["user_id"]), params["key_id"]
-
-
-def _policy(params: dict[str, str], principal) -> tuple:
-    return uuid.UUID(params["policy_id"]), principal.tenant_id   # a tenant admin reads its own tenant's only
-
-STATE_READERS: dict[str, Callable[..., Awaitable[dict | None]]] = {
-    "deleteSshKey": StateReader(_obj("ssh_keys", "user_id = $1 AND name = $2", "name", "key_type", "fingerprint",
-                                     "created_at"), _own_key),
-    "updateNode": StateReader(_NODE, _ids("node_id")),
-    "setNodeBmc": StateReader(_BMC, _ids("node_id")),
-    "deleteNodeBmc": StateReader(_BMC, _ids("node_id")),
-    "definePool": StateReader(_obj("pools_view", "name = $1", "policy", "taints", "description", "version"),
-                              _plain("name")),
-    "defineShape": StateReader(_SHAPE, _plain("name")),
-    "deleteShape": StateReader(_SHAPE, _plain("name")),
-    "deleteImage": StateReader(_obj("images", "id = $1", "name", "os", "format", "visibility", "tenant_id",
-                                    "min_disk_gb", "is_default"), _ids("image_id")),
-    "setTenantQuota": StateReader(_QUOTA, _quota(user=False)),
-    "setUserQuota": StateReader(_QUOTA, _quota(user=True)),
-    "releaseAllocation": StateReader(_obj("allocations_view", "id = $1", "name", "state", "shape", "gpu_count",
-                                          "node_id", "release_requested_at"), _ids("allocation_id")),
-    "deleteNetwork": StateReader(_obj("networks_view", "id = $1", "name", "state", "reason"), _ids("network_id")),
-    "removeNetworkRule": StateReader(_obj("network_rules_view", "id = $2 AND network_id = $1", "direction",
-                                          "protocol", "port_from", "port_to", "remote_network_id", "remote_cidr",
-                                          "state"), _ids("network_id", "rule_id")),
-    "setTenantStorageQuota": StateReader(_STORAGE_QUOTA, _storage_quota(user=False)),
-    "setUserStorageQuota": StateReader(_STORAGE_QUOTA, _storage_quota(user=True)),
-    "resizeVolume": StateReader(_VOLUME, _ids("volume_id")),
-    "deleteVolume": StateReader(_VOLUME, _ids("volume_id")),
-    "detachVolume": StateReader(_VOLUME, _ids("volume_id")),
-    "putPriceList": StateReader(_obj("price_lists_view", "version = $1", "currency", "effective_from", "body",
-                                     "published_by", "published_at"), _plain("version")),
-    "putBudget": StateReader(_BUDGET, _ids("tenant_id")),
-    "deleteBudget": StateReader(_BUDGET, _ids("tenant_id")),
-    "putSpendCap": StateReader(_SPEND_CAP, _ids("tenant_id")),
-    "replacePolicy": StateReader(_POLICY, _policy),
-    "revokeApiKey": StateReader(_API_KEY, _api_key),
-    "putRateLimits": StateReader(_RATE_LIMITS, _ids("tenant_id")),
-    "deleteRateLimits": StateReader(_RATE_LIMITS, _ids("tenant_id")),
-    "updateUser": StateReader(_USER, _ids("tenant_id", "user_id")),
-    "deletePolicy": StateReader(_POLICY, _policy),
-    "deleteSpendCap": StateReader(_SPEND_CAP, _ids("tenant_id")),
-}

@@ -1,5 +1,6 @@
 """The scheduler's inventory as the HTTP handlers read it: nodes_view (scheduler columns), shapes_view, pools_view
-and quotas_view (asyncpg; the caller owns the transaction). The projections write them (``projections.inventory``).
+and quotas_view (asyncpg; the caller owns the transaction). The inventory slice's projection writes them (api/inventory/projection.py;
+the free slots also from the allocations slice's: ``apply_capacity``).
 """
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import uuid
 from typing import Any
 
 import asyncpg
+
+from services.scheduler import contracts as sc
 
 from ..domain.scheduling import NIL, QuotaRow, ShapeInfo
 
@@ -112,3 +115,14 @@ async def quota_rows(conn: asyncpg.Connection, tenant_id: uuid.UUID, pool: str, 
 
 async def user_in_tenant(conn: asyncpg.Connection, user_id: uuid.UUID, tenant_id: uuid.UUID) -> bool:
     return bool(await conn.fetchval("SELECT 1 FROM users WHERE id=$1 AND tenant_id=$2", user_id, tenant_id))
+
+
+async def apply_capacity(conn: asyncpg.Connection, node_id: uuid.UUID, capacity: sc.NodeCapacity | None) -> bool:
+    """Show the node's free-slot count if it is newer (a higher capacity seq) than the one shown; True when
+    applied. Needs no node document yet: a count may overtake the node's first document."""
+    if capacity is None:          # a message from before counts were carried
+        return False
+    return bool(await conn.fetchval(
+        "INSERT INTO node_capacity_view (node_id, free_slots, seq) VALUES ($1, $2, $3) ON CONFLICT (node_id) DO "
+        "UPDATE SET free_slots=EXCLUDED.free_slots, seq=EXCLUDED.seq, changed_at=now() "
+        "WHERE node_capacity_view.seq < EXCLUDED.seq RETURNING 1", node_id, capacity.free_slots, capacity.seq))

@@ -1,5 +1,5 @@
 """volumes_view, volume_quotas_view and storage_classes_view as the HTTP handlers read and request them (asyncpg;
-the caller owns the transaction). The projection applies the storage service's events (``projections.volumes``).
+the caller owns the transaction). The projection applies the storage service's events (``api/storage/projection.py``).
 
 Every read of a volume takes the caller's tenant: another tenant's volume is simply not found.
 """
@@ -12,7 +12,7 @@ from datetime import datetime
 import asyncpg
 
 from ..domain.scheduling import NIL
-from ..domain.volumes import LIVE, NO_OFFER, ENDED_ALLOCATION, Offer, StorageClass, Use
+from ..domain.volumes import ENDED_ALLOCATION, LIVE, NO_OFFER, Offer, StorageClass, Use
 
 VOL_COLS = ("id, tenant_id, user_id, name, storage_class, backend, size_bytes, pending_size_bytes, used_bytes, shared, "
             "scratch, state, reason, attachments, version, created_at, updated_at")

@@ -96,7 +96,7 @@ def parse_public_key(line: str) -> PublicKey:
 
 
 def explain_public_key(line: str) -> str | None:
-    """Why ``line`` is refused, or None when it is a valid key (for ``http.schemas.base.Explained``)."""
+    """Why ``line`` is refused, or None when it is a valid key (for ``http.schema_base.Explained``)."""
     try:
         parse_public_key(line)
     except BadKey as exc:

@@ -3,9 +3,14 @@ from __future__ import annotations
 
 from shared.runtime import Runtime
 
-from ..api.billing import usage_projection as billing, budget_projection as budgets, invoice_projection as invoices
-from ..api.allocations import projection as allocations, power_projection as instances
-from ..api.inventory import projection as inventory, rejections_projection as rejections, wipe_projection as wipes
+from ..api.allocations import power_projection as instances
+from ..api.allocations import projection as allocations
+from ..api.billing import budget_projection as budgets
+from ..api.billing import invoice_projection as invoices
+from ..api.billing import usage_projection as billing
+from ..api.inventory import projection as inventory
+from ..api.inventory import rejections_projection as rejections
+from ..api.inventory import wipe_projection as wipes
 from ..api.networks import projection as networks
 from ..api.storage import projection as volumes
 

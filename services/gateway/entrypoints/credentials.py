@@ -16,8 +16,8 @@ import structlog
 from aiohttp import web
 
 from ..adapters import identity
-from ..domain.credentials import Keyring, Revocations, SigningKey, UserRevocation, epoch
 from ..api.identity.signing_keys import rotate
+from ..domain.credentials import Keyring, Revocations, SigningKey, UserRevocation, epoch
 from ..http.state import GATEWAY, Gateway
 
 log = structlog.get_logger()

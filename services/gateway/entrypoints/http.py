@@ -1,4 +1,5 @@
-"""The gateway's HTTP application: middlewares, the route table, startup and shutdown, on the runtime's aiohttp app.
+"""The gateway's HTTP application: the route table (every slice's endpoints, gathered here and only here),
+middlewares, startup and shutdown, on the runtime's aiohttp app.
 
 The API shares the port of /healthz, /readyz and /metrics (TESSERA_HTTP_PORT).
 """
@@ -12,14 +13,30 @@ from aiohttp import web
 from shared.runtime import Runtime
 
 from ..adapters import identity
+from ..api.allocations import console, power
+from ..api.allocations import routes as allocations
+from ..api.audit import routes as audit
+from ..api.billing import budgets, invoices
+from ..api.billing import usage as billing
+from ..api.identity import api_keys, auth, ssh_keys, tenants
+from ..api.inventory import bmc, images, nodes, pools, quotas, shapes, wipes
+from ..api.limits import routes as rate_limits
+from ..api.networks import routes as networks
+from ..api.ops import routes as ops
+from ..api.policies import routes as policies
+from ..api.storage import attachments as volume_attachments
+from ..api.storage import quotas as storage_quotas
+from ..api.storage import volumes
 from ..domain.keys import hash_api_key
 from ..http.audit import audit_middleware
 from ..http.auth import auth_middleware
 from ..http.clients import client_address_middleware
-from ..http.endpoint import add_routes
+from ..http.endpoint import AuditState, add_routes
 from ..http.lowlevel import answer_parser_errors_with_problems
-from ..http.openapi import ENDPOINTS
+from ..http.openapi import with_openapi
 from ..http.policy import policy_middleware
+from ..http.policy_cache import PolicySchema
+from ..http.policy_cache import mutating_endpoints as judged_of
 from ..http.problems import problems_middleware
 from ..http.ratelimit import rate_limit_middlewares
 from ..http.state import GATEWAY, Gateway
@@ -28,6 +45,25 @@ from ..settings import GatewaySettings
 from .credentials import REVOKED, credential_state, on_revoked
 
 log = structlog.get_logger()
+
+# every endpoint, in the order the OpenAPI document lists them, GET /openapi.json last
+ENDPOINTS = with_openapi([
+    *auth.ENDPOINTS, *tenants.ENDPOINTS, *ssh_keys.ENDPOINTS, *nodes.ENDPOINTS, *bmc.ENDPOINTS,
+    *pools.ENDPOINTS, *shapes.ENDPOINTS, *images.ENDPOINTS, *quotas.ENDPOINTS, *allocations.ENDPOINTS,
+    *power.ENDPOINTS, *console.ENDPOINTS, *wipes.ENDPOINTS, *ops.ENDPOINTS, *networks.ENDPOINTS,
+    *storage_quotas.ENDPOINTS, *volumes.ENDPOINTS, *volume_attachments.ENDPOINTS,
+    *billing.ENDPOINTS, *invoices.ENDPOINTS, *budgets.ENDPOINTS,
+    *api_keys.ENDPOINTS, *policies.ENDPOINTS, *rate_limits.ENDPOINTS,
+    *audit.ENDPOINTS])
+# the state reader of each PUT, PATCH and DELETE operation, by operationId (the audit middleware's)
+STATE_READERS: dict[str, AuditState] = {e.operation_id: e.audit_state for e in ENDPOINTS if e.audit_state is not None}
+# the Cedar schema of this route table (the policy middleware builds its own from the same list)
+POLICY_SCHEMA = PolicySchema(ENDPOINTS)
+
+
+def mutating_endpoints():
+    """The operations policies judge, by operationId."""
+    return judged_of(ENDPOINTS)
 
 
 async def _bootstrap_admin(app: web.Application) -> AsyncIterator[None]:
@@ -61,8 +97,9 @@ def create_app(rt: Runtime, config: GatewaySettings, app: web.Application | None
     # — after the client's address behind the provider's proxies (http/clients.py) and the shedder, which refuses a
     # flooding tenant's requests before all that work (http/ratelimit.py)
     shed, limit = rate_limit_middlewares(gw)
-    app.middlewares.extend([client_address_middleware(config.trusted_proxies), shed, telemetry_middleware(rt.service), audit_middleware, problems_middleware,
-                            auth_middleware(gw.tokens), limit, policy_middleware(gw)])
+    app.middlewares.extend([client_address_middleware(config.trusted_proxies), shed, telemetry_middleware(rt.service),
+                            audit_middleware(STATE_READERS), problems_middleware, auth_middleware(gw.tokens), limit,
+                            policy_middleware(gw, ENDPOINTS)])
     add_routes(app, ENDPOINTS)
     answer_parser_errors_with_problems(app)   # aiohttp's own answers to unparsable requests: problem+json too
     app.cleanup_ctx.append(_bootstrap_admin)

@@ -23,9 +23,10 @@ on the counter is the intended follow-up; nothing is spooled for a later retry (
 would be neither chained nor durable across replicas). A streamed answer (a followed console, an export) has been
 sent by then: its failure is logged and counted only.
 
-Before and after: a PUT, PATCH or DELETE whose operation has a state reader (adapters/audit_state.py: all of
-them, a test says so) reads the target's state just before the handler runs and just after it returns, each on
-its own pooled connection (none is held while the handler runs), and a success (2xx) records them as
+Before and after: a PUT, PATCH or DELETE whose operation has a state reader (its Endpoint's ``audit_state``,
+gathered by entrypoints/http.py and given to ``audit_middleware``: all of them, a test says so) reads the target's
+state just before the handler runs and just after it returns, each on its own pooled connection (none is held
+while the handler runs), and a success (2xx) records them as
 ``change: {before, after}``, redacted like a body. A refused request records no state: a caller refused for
 another tenant's object must not find that object's state in a record. The before-read runs ahead of the auth
 middleware, so a reader that needs the caller (an SSH key is its owner's) gets the bearer token's principal,
@@ -47,10 +48,10 @@ from prometheus_client import Counter
 
 from shared import ledger_store
 
-from ..adapters.audit_state import STATE_READERS
-from ..domain.audit import AUDITED_METHODS, AUDITED_READS, BODY_METHODS, CHANGE_METHODS, MAX_AGENT, OBSERVER, \
-    bounded_body, change_failed, change_of, outcome_of, storable, target_of, tenant_of
+from ..domain.audit import (AUDITED_METHODS, AUDITED_READS, BODY_METHODS, CHANGE_METHODS, MAX_AGENT, OBSERVER,
+                            bounded_body, change_failed, change_of, outcome_of, storable, target_of, tenant_of)
 from .auth import API_KEY_ID, PRINCIPAL, credentials
+from .endpoint import AuditState
 from .inputs import JSON_BODY
 from .problems import PROBLEM_JSON, ProblemError, problem_response
 from .state import gateway_of
@@ -134,8 +135,8 @@ def _audited(request: web.Request) -> bool:
             and (request.method in AUDITED_METHODS or route.name in AUDITED_READS))
 
 
-def _state_reader(request: web.Request):
-    return STATE_READERS.get(request.match_info.route.name) if request.method in CHANGE_METHODS else None
+def _state_reader(request: web.Request, readers: dict[str, AuditState]) -> AuditState | None:
+    return readers.get(request.match_info.route.name) if request.method in CHANGE_METHODS else None
 
 
 def _caller(request: web.Request):
@@ -189,13 +190,23 @@ async def _record(request: web.Request, resp, status: int, received: datetime, s
         return False
 
 
-@web.middleware
-async def audit_middleware(request: web.Request, handler) -> web.StreamResponse:
-    """Record every mutating request on a declared route after its handler ran (see the module docstring)."""
+def audit_middleware(readers: dict[str, AuditState]):
+    """The middleware recording every mutating request on a declared route after its handler ran (see the module
+    docstring); ``readers``: the state reader of each PUT, PATCH and DELETE operation, by operationId (read at
+    each request)."""
+
+    @web.middleware
+    async def audit(request: web.Request, handler) -> web.StreamResponse:
+        return await _audit(request, handler, readers)
+
+    return audit
+
+
+async def _audit(request: web.Request, handler, readers: dict[str, AuditState]) -> web.StreamResponse:
     if not _audited(request):
         return await handler(request)
     received, started = datetime.now(timezone.utc), time.perf_counter()
-    reader = _state_reader(request)
+    reader = _state_reader(request, readers)
     before = await _read_state(request, reader) if reader else (None, None)
     try:
         resp = await handler(request)

@@ -11,6 +11,12 @@ from pydantic import BaseModel, TypeAdapter
 from .schema_base import ApiJsonSchema, Problem
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# (request, its JSON body, the parsed body model or None) -> the policy resource's (attributes, tags), or None when
+# the request is not valid (http/policy.py)
+PolicyResource = Callable[[web.Request, dict, Any], Awaitable[tuple[dict, dict] | None]]
+# (connection, path parameters, principal) -> the target's state as JSON, or None when there is none
+# (http/audit.py; adapters/audit_state.py)
+AuditState = Callable[[Any, dict[str, str], Any], Awaitable[dict | None]]
 EVENT_STREAM = "text/event-stream"
 TEXT_PLAIN = "text/plain"
 TEXT_HTML = "text/html"
@@ -53,7 +59,8 @@ class Endpoint:
 
     Error responses (problem+json) are added by the generator from ``errors``: a ``Problem`` unless ``problems``
     names the problem models (with extension members) that status may carry. ``headers``: status -> the response
-    headers it always carries -> their description.
+    headers it always carries -> their description. ``policy_resource`` and ``audit_state``: what the policy and
+    audit middlewares read of this operation's requests (neither is part of the OpenAPI document).
     """
 
     method: str
@@ -70,6 +77,10 @@ class Endpoint:
     description: str = ""
     problems: dict[int, tuple[type[Problem], ...]] = field(default_factory=dict)
     headers: dict[int, dict[str, str]] = field(default_factory=dict)
+    # what a policy judges of a request, for an operation with a resource type of its own (http/policy.py)
+    policy_resource: PolicyResource | None = field(default=None, compare=False)
+    # the target's state before and after, for a PUT, PATCH or DELETE (http/audit.py)
+    audit_state: AuditState | None = field(default=None, compare=False)
 
 
 def add_routes(app: web.Application, endpoints: list[Endpoint]) -> None:

@@ -1,11 +1,11 @@
-"""The OpenAPI 3.1 document, generated from the route table and the pydantic models.
+"""The OpenAPI 3.1 document of a route table, generated from its endpoints and their pydantic models.
 
-Served at GET /openapi.json and committed at contracts/openapi.json; regenerate with
-``python -m services.gateway.http.openapi > contracts/openapi.json`` (a test keeps them equal).
+The gateway's route table is gathered in entrypoints/http.py, which serves it at GET /openapi.json
+(``with_openapi``); it is committed at contracts/openapi.json: regenerate with
+``python -m services.gateway.entrypoints.openapi > contracts/openapi.json`` (a test keeps them equal).
 """
 from __future__ import annotations
 
-import functools
 import json
 import re
 
@@ -13,8 +13,9 @@ from aiohttp import web
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from ..api import ENDPOINTS as API_ENDPOINTS
 from .endpoint import EVENT_STREAM, NDJSON, TEXT_CSV, TEXT_HTML, TEXT_PLAIN, Endpoint, Param
+from .policy import PolicyDeniedProblem
+from .policy_cache import MUTATING, NOT_JUDGED
 from .problems import _TITLES, PROBLEM_JSON
 from .ratelimit import RATE_LIMITED_HEADERS
 from .schema_base import ApiJsonSchema, Problem
@@ -23,23 +24,24 @@ _REF = "#/components/schemas/{model}"
 _SECURITY = {"bearer": [{"bearerAuth": []}], "api_key": [{"apiKey": []}], "none": []}
 
 
-async def serve_openapi(_request: web.Request) -> web.Response:
-    return web.Response(text=json.dumps(document()), content_type="application/json")
+def with_openapi(api: list[Endpoint]) -> list[Endpoint]:
+    """``api`` and, last, GET /openapi.json: the document of that whole list."""
+    endpoints: list[Endpoint] = []
 
+    async def serve_openapi(_request: web.Request) -> web.Response:
+        return web.Response(text=json.dumps(document(endpoints)), content_type="application/json")
 
-OPENAPI = Endpoint("GET", "/openapi.json", serve_openapi, "getOpenApi", "This OpenAPI document", "meta",
-                   {200: "application/json"}, security="none")
-ENDPOINTS = [*API_ENDPOINTS, OPENAPI]
+    endpoints += [*api, Endpoint("GET", "/openapi.json", serve_openapi, "getOpenApi", "This OpenAPI document", "meta",
+                                 {200: "application/json"}, security="none")]
+    return endpoints
 
 
 def _judged(e: Endpoint) -> bool:
     """Whether policy may refuse the operation (http/policy.py: every mutating /v1 operation but a few)."""
-    from .policy import MUTATING, NOT_JUDGED
     return e.method in MUTATING and e.path.startswith("/v1/") and e.operation_id not in NOT_JUDGED
 
 
 def _models(endpoints: list[Endpoint]) -> list[type[BaseModel]]:
-    from .policy import PolicyDeniedProblem
     found: list[type[BaseModel]] = [Problem, PolicyDeniedProblem]
     for e in endpoints:
         for m in [e.body, *e.responses.values(), *(m for ms in e.problems.values() for m in ms)]:
@@ -87,7 +89,6 @@ def _operation(e: Endpoint, ref) -> dict:
     problems = dict(e.problems)
     errors = list(e.errors)
     if _judged(e):                          # and every judged one by a policy (a 403 naming it)
-        from .policy import PolicyDeniedProblem
         problems[403] = (*problems.get(403, (Problem,)), PolicyDeniedProblem)
         errors += [] if 403 in errors else [403]
     for status in (*errors, *((429,) if limited else ()), 500):
@@ -138,17 +139,26 @@ def _links(paths: dict[str, dict], schemas: dict) -> None:
             post["responses"][status]["links"] = dict(sorted(links.items()))
 
 
-@functools.cache
-def document() -> dict:
-    """The whole document (pure; cached)."""
-    mapping, top = models_json_schema([(m, "validation") for m in _models(ENDPOINTS)], ref_template=_REF,
+_DOCUMENTS: dict[tuple[int, ...], tuple[list[Endpoint], dict]] = {}
+
+
+def document(endpoints: list[Endpoint]) -> dict:
+    """The whole document of ``endpoints`` (pure; cached per list of endpoints)."""
+    key = tuple(map(id, endpoints))
+    if key not in _DOCUMENTS:   # (the list is kept with it, so the ids stay its endpoints')
+        _DOCUMENTS[key] = list(endpoints), _document(endpoints)
+    return _DOCUMENTS[key][1]
+
+
+def _document(endpoints: list[Endpoint]) -> dict:
+    mapping, top = models_json_schema([(m, "validation") for m in _models(endpoints)], ref_template=_REF,
                                       schema_generator=ApiJsonSchema)
 
     def ref(model: type[BaseModel]) -> dict:
         return mapping[(model, "validation")]
 
     paths: dict[str, dict] = {}
-    for e in ENDPOINTS:
+    for e in endpoints:
         paths.setdefault(e.path, {})[e.method.lower()] = _operation(e, ref)
     _links(paths, top.get("$defs", {}))
     return {
@@ -168,9 +178,6 @@ def document() -> dict:
     }
 
 
-def render() -> str:
-    return json.dumps(document(), indent=2) + "\n"
-
-
-if __name__ == "__main__":
-    print(render(), end="")
+def render(endpoints: list[Endpoint]) -> str:
+    """The document as committed (contracts/openapi.json)."""
+    return json.dumps(document(endpoints), indent=2) + "\n"

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import asyncpg
 from aiohttp import web
@@ -15,10 +14,8 @@ from shared.unit_of_work import UnitOfWork
 from ..adapters.allocations import EVENTS_CHANNEL
 from ..settings import GatewaySettings
 from .auth import TokenIssuer
+from .policy_cache import PolicyCache
 from .sse import AllocationEventHub, StreamRegistry
-
-if TYPE_CHECKING:   # (policy.py imports this module)
-    from .policy import PolicyCache
 
 
 @dataclass

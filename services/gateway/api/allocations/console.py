@@ -19,14 +19,14 @@ from aiohttp import web
 from shared.rpc import RpcError, RpcUnavailable
 
 from ...adapters import allocations as views
-from .console_views import NodeConsole
 from ...http.auth import require_tenant_member
 from ...http.endpoint import TEXT_PLAIN, Endpoint, Param
 from ...http.inputs import path_uuid, query_value
+from ...http.params import ALLOCATION_ID
 from ...http.problems import ProblemError, not_found
 from ...http.schema_base import integer
 from ...http.state import Gateway, gateway_of
-from .events import ALLOCATION_ID
+from .console_views import NodeConsole
 from .power import node_of
 
 log = structlog.get_logger()

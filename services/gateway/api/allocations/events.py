@@ -16,6 +16,7 @@ from ...adapters import allocations as repo
 from ...http.auth import require_tenant_member
 from ...http.endpoint import EVENT_STREAM, Endpoint, Param
 from ...http.inputs import header_value, path_uuid
+from ...http.params import ALLOCATION_ID
 from ...http.problems import not_found
 from ...http.schema_base import text
 from ...http.sse import KEEPALIVE, event_bytes, open_stream, tenant_stream
@@ -23,7 +24,6 @@ from ...http.state import Gateway, gateway_of
 
 log = structlog.get_logger()
 
-ALLOCATION_ID = Param("allocation_id", "path", "The allocation's id.", uuid.UUID, required=True)
 LAST_EVENT_ID = Param("Last-Event-ID", "header", "Resume after this event id (sent by EventSource on reconnect); "
                       "one this allocation never had replays from the start.", text(128))
 _PAGE = 500

@@ -9,12 +9,12 @@ import asyncpg
 from services.node_agent.contracts import Guest
 
 from ...adapters import ssh_keys
+from ...adapters.catalog import image_ref, resolve_image
 from ...domain.guest import MAX_GUEST_KEYS, guest_keys, hostname_for
 from ...domain.model import Principal
 from ...http.problems import printable, validation_problem
-from .schemas import AllocationCreate
 from ...http.schema_base import FieldError
-from ..inventory.images import image_ref, resolve_image
+from .schemas import AllocationCreate
 
 
 async def _named_keys(conn: asyncpg.Connection, p: Principal, names: list[str] | None) -> list[str] | None:

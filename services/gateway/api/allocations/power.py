@@ -2,7 +2,7 @@
 
 A request is a privileged mutation: it is recorded (``instance_actions``, the audit record: who asked what
 of which allocation on which node) and sent to the node (``node_agent.power``) in one unit of work, and
-logged with the user id. The node answers with ``node_agent.power_changed`` (``projections.instances``):
+logged with the user id. The node answers with ``node_agent.power_changed`` (``power_projection``):
 the action ends succeeded or failed, and the instance shows its new power state.
 
 The command carries a deadline (``expires_at``: the request's time plus TESSERA_POWER_ACTION_TTL_S): a node
@@ -25,16 +25,17 @@ from services.node_agent.contracts import RequestPower
 from shared.envelope import utcnow
 
 from ...adapters import allocations as views
-from . import power_views as repo
 from ...domain.model import Principal
 from ...http.auth import require_tenant_member
 from ...http.endpoint import Endpoint, Param, respond
 from ...http.inputs import path_uuid, path_value, query_value
 from ...http.paging import CURSOR, LIMIT, page, position
+from ...http.params import ALLOCATION_ID
+from ...http.policy import tags
 from ...http.problems import ProblemError, not_found
-from .power_schemas import PowerAction, PowerActionOut, PowerActionPage
 from ...http.state import gateway_of
-from .events import ALLOCATION_ID
+from . import power_views as repo
+from .power_schemas import PowerAction, PowerActionOut, PowerActionPage
 
 log = structlog.get_logger()
 ACTION = Param("action", "path", "reboot, stop or start (anything else is a 422).", PowerAction, required=True)
@@ -112,6 +113,12 @@ async def get_action(request: web.Request) -> web.Response:
 
 
 _BASE = "/v1/allocations/{allocation_id}/actions"
+async def power_resource(request: web.Request, data: dict, _body) -> tuple[dict, dict]:
+    """The policy resource of a power action: the allocation and the action."""
+    return ({"allocation_id": request.match_info["allocation_id"], "action": request.match_info["action"]},
+            tags(request, data))
+
+
 ENDPOINTS = [
     Endpoint("POST", _BASE + "/{action}", request_action, "requestPowerAction",
              "Reboot, stop or start the allocation's instance", "allocations", {202: PowerActionOut},
@@ -125,7 +132,8 @@ ENDPOINTS = [
                          "then (plus a grace) ends `failed`, naming the node and the deadline "
                          "(gateway.power_action_expired in the stream); should the node's answer still come, the "
                          "action shows it, its reason saying it came late. An action other than reboot, stop "
-                         "or start is a 422 naming `action`. Each request is recorded with the caller's user id."),
+                         "or start is a 422 naming `action`. Each request is recorded with the caller's user id.",
+             policy_resource=power_resource),
     Endpoint("GET", _BASE, list_actions, "listPowerActions", "List the power actions asked of the allocation, newest "
              "first", "allocations", {200: PowerActionPage}, params=(ALLOCATION_ID, LIMIT, CURSOR),
              errors=(401, 403, 404, 422)),

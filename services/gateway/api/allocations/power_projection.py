@@ -19,8 +19,8 @@ import structlog
 from services.node_agent.contracts import InstanceProblem, PowerChanged
 from shared.unit_of_work import UnitOfWork
 
+from ...adapters.allocations import append_event, lock_events
 from . import power_views as repo
-from .projection import append_event, lock_events
 
 log = structlog.get_logger()
 

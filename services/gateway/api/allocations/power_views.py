@@ -1,7 +1,7 @@
 """instance_actions and the instance columns of allocations_view (asyncpg; the caller owns the transaction).
 
 An action row is the audit record of a tenant's power action: who asked what of which allocation on which
-node, and what came of it (``projections.instances`` records the node's answer; the sweep,
+node, and what came of it (``power_projection`` records the node's answer; the sweep,
 ``entrypoints.loops``, fails an action no node answered by its deadline plus a grace).
 """
 from __future__ import annotations

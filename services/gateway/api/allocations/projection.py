@@ -19,41 +19,19 @@ from __future__ import annotations
 import json
 import uuid
 
-import asyncpg
 import structlog
 
 from services.allocation import contracts as ac
 from services.saga.contracts import SagaStepChanged
 from services.scheduler import contracts as sc
-from shared.envelope import Envelope
 from shared.unit_of_work import UnitOfWork
 
 from ...adapters import allocations as repo
-from ..inventory import projection as inventory
-from ...adapters.allocations import EVENTS_CHANNEL
+from ...adapters import inventory
+from ...adapters.allocations import append_event, lock_events
 from ...domain.model import advances, advances_to
 
 log = structlog.get_logger()
-
-
-async def lock_events(conn: asyncpg.Connection, allocation_id: uuid.UUID) -> None:
-    """Serialise event appends per allocation until commit.
-
-    A stream reads events by ``seq``; without this, an append that took seq 9 but
-    commits after seq 10 would be skipped by a reader already past 10.
-    """
-    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 7))", str(allocation_id))
-
-
-async def append_event(conn: asyncpg.Connection, allocation_id: uuid.UUID, env: Envelope) -> bool:
-    """Record the event (once per event id) and wake the streams watching the allocation on commit."""
-    # one round trip: the NOTIFY runs only when the row was added (and is delivered on commit)
-    added = await conn.fetchval(
-        "WITH added AS (INSERT INTO allocation_events (event_id, allocation_id, type, envelope) "
-        "VALUES ($1, $2, $3, $4::jsonb) ON CONFLICT (event_id) DO NOTHING RETURNING 1) "
-        "SELECT count(pg_notify($5, $6)) FROM added", env.id, allocation_id, env.type, env.model_dump_json(),
-        EVENTS_CHANNEL, str(allocation_id))
-    return bool(added)
 
 
 async def _record(ctx: UnitOfWork, allocation_id: uuid.UUID, state: str | None = None, **fields) -> None:

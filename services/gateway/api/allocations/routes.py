@@ -26,27 +26,26 @@ from shared.envelope import utcnow
 from shared.unit_of_work import UnitOfWork
 
 from ...adapters import allocations as repo
+from ...adapters.admission import QuotaProblem, SpendCapProblem, check_quota, check_spend_cap
+from ...adapters.audit_state import StateReader, ids, select_object
+from ...adapters.catalog import known_shapes, resolve_image, resolve_shape
 from ...adapters.inventory import plain
 from ...domain.keys import fingerprint
 from ...domain.model import RELEASE_ALREADY_REQUESTED, Principal, allocation_links
 from ...domain.scheduling import DEFAULT_POOL, PRIORITY_CLASSES, ShapeInfo, priority_class_of
-from ...http.auth import require_tenant_member
+from ...http.auth import principal_of, require_tenant_member
 from ...http.endpoint import Endpoint, Param, respond
 from ...http.inputs import header_value, path_uuid, query_value, read_body
 from ...http.paging import CURSOR, LIMIT, page, position
+from ...http.params import ALLOCATION_ID
 from ...http.problems import ProblemError, not_found
-from .schemas import AllocationCreate, AllocationOut, AllocationPage
 from ...http.schema_base import FieldError, Problem, text
-from .power_schemas import InstanceOut
-from ..billing.budget_schemas import SpendCapProblem
-from ..inventory.quota_schemas import QuotaProblem
 from ...http.state import gateway_of
-from .events import ALLOCATION_ID, ENDPOINTS as EVENT_ENDPOINTS
-from .volumes import charge_scratch, scratch_class, volume_refs
-from ..billing.budgets import check_spend_cap
+from .events import ENDPOINTS as EVENT_ENDPOINTS
 from .guests import guest_for
-from ..inventory.quotas import check_quota
-from ..inventory.shapes import resolve_shape
+from .power_schemas import InstanceOut
+from .schemas import AllocationCreate, AllocationOut, AllocationPage
+from .volumes import charge_scratch, scratch_class, volume_refs
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
@@ -225,6 +224,31 @@ IDEMPOTENCY = Param(IDEMPOTENCY_HEADER, "header", "Retry-safe creation: the same
 _CREATED = {"Location": "The allocation (/v1/allocations/{id})."}
 _BODY_ERRORS = (400, 401, 403, 413, 415, 422)
 
+async def allocation_resource(request: web.Request, data: dict, body) -> tuple[dict, dict] | None:
+    """The policy resource of a POST /v1/allocations: its shape, pool, image and flags; its tags are its labels.
+    None for an unknown shape or image (the handler answers those with their 422)."""
+    async with gateway_of(request).pool.acquire() as conn:
+        shape = (await known_shapes(conn)).get(body.shape)
+        if shape is None:
+            return None
+        try:
+            image = await resolve_image(conn, principal_of(request), body.image)
+        except ProblemError:
+            return None
+    attrs = {"name": body.name, "shape": shape.name, "gpu_count": shape.gpu_count, "pool": body.pool or DEFAULT_POOL,
+             "image_approved": True, "spot": body.spot, "privileged": data.get("privileged") is True,
+             "priority_class": body.priority_class}
+    if shape.gpu_model:
+        attrs["gpu_model"] = shape.gpu_model
+    if image is not None:
+        attrs["image"] = image["name"]
+    return attrs, {str(k): str(v) for k, v in body.labels.items()}   # an allocation's tags are its labels
+
+
+_ALLOCATION = StateReader(select_object("allocations_view", "id = $1", "name", "state", "shape", "gpu_count",
+                                        "node_id", "release_requested_at"), ids("allocation_id"))
+
+
 ENDPOINTS = [
     Endpoint("POST", "/v1/allocations", create_allocation, "createAllocation", "Request an allocation", "allocations",
              {202: AllocationOut}, body=AllocationCreate, params=(IDEMPOTENCY,), errors=_BODY_ERRORS,
@@ -247,7 +271,8 @@ ENDPOINTS = [
                          "allocation for its whole life (null: none was in force or matched; its usage is then rated "
                          "hourly with the list in force, or left unrated). A tenant whose rated spend this month "
                          "reached the provider's spend cap is refused with 403 `spend-cap-exceeded` (members limit, "
-                         "used, currency; checked by the gateway only, running allocations are untouched)."),
+                         "used, currency; checked by the gateway only, running allocations are untouched).",
+             policy_resource=allocation_resource),
     Endpoint("GET", "/v1/allocations", list_allocations, "listAllocations", "List the tenant's allocations, newest first",
              "allocations", {200: AllocationPage}, params=(LIMIT, CURSOR), errors=(401, 403, 422)),
     Endpoint("GET", "/v1/allocations/{allocation_id}", get_allocation, "getAllocation", "Read an allocation",
@@ -256,6 +281,7 @@ ENDPOINTS = [
              "Release an ACTIVE allocation, or cancel a QUEUED one", "allocations", {202: AllocationOut},
              params=(ALLOCATION_ID,), errors=(401, 403, 404, 409), headers={202: _CREATED},
              description="Repeating it while RELEASING or RELEASED answers 202 again. A QUEUED allocation is "
-                         "cancelled: it ends FAILED (cancelled) once the scheduler dropped it."),
+                         "cancelled: it ends FAILED (cancelled) once the scheduler dropped it.",
+             audit_state=_ALLOCATION),
     *EVENT_ENDPOINTS,
 ]

@@ -7,16 +7,31 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
+from services.storage.contracts import MAX_ATTACHED
+
 from ...domain.model import State
 from ...domain.scheduling import TOLERATION
 from ...http.schema_base import UUID_PATTERN, Body, Int, Labels, Out, ResourceName, ShapeName, Uuid, omittable, text
+from ...http.schema_types import MAX_INLINE_KEY_CHARS, Mode, StorageClassName, public_key
 from .power_schemas import InstanceOut
-from ..identity.ssh_key_schemas import MAX_INLINE_KEY_CHARS, InlinePublicKey, KeyName
-from ..storage.schemas import AllocationVolume, AllocationVolumes, Mode, StorageClassName
 
 Toleration = text(200, pattern=TOLERATION)
+InlinePublicKey = public_key(MAX_INLINE_KEY_CHARS)
+KeyName = ResourceName
 # an image's name (services.scheduler.contracts.NAME) or its id
 ImageRef = text(63, min_length=1, pattern=r"^(?:[a-z0-9]([a-z0-9.\-]{0,61}[a-z0-9])?|" + UUID_PATTERN[1:-1] + ")$")
+
+
+class AllocationVolume(Body):
+    """An existing volume of the tenant an allocation mounts at /mnt/<name>."""
+
+    volume_id: Uuid
+    mode: Mode = "rw"
+
+
+AllocationVolumes = Field(default_factory=list, max_length=MAX_ATTACHED,
+                          description=f"At most {MAX_ATTACHED} volumes of the tenant to mount, each at /mnt/<name>: "
+                                      "available, or in use and shared (another is a 422 naming it), each once.")
 
 
 class AllocationCreate(Body):

@@ -13,12 +13,12 @@ import asyncpg
 from services.storage.contracts import GB, VolumeRef
 
 from ...adapters import volumes as repo
+from ...adapters.admission import charge, class_problem
 from ...domain.model import Principal
 from ...domain.volumes import READY, Offer, StorageClass
 from ...http.problems import validation_problem
-from .schemas import AllocationCreate
 from ...http.schema_base import FieldError
-from ..storage.quotas import class_problem, charge
+from .schemas import AllocationCreate
 
 
 def _field(i: int) -> str:

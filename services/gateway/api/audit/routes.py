@@ -16,8 +16,6 @@ from aiohttp import web
 
 from shared import ledger_store
 
-from . import views as repo
-from .views import AuditFilter
 from ...domain.audit import cadf, k8s
 from ...http.audit import AUDIT_TABLE
 from ...http.auth import principal_of, require_provider_admin
@@ -25,9 +23,11 @@ from ...http.endpoint import NDJSON, Endpoint, Param, respond
 from ...http.inputs import query_value
 from ...http.paging import CURSOR, LIMIT, page, position
 from ...http.problems import forbidden
-from .schemas import AuditPage, AuditRecord, AuditVerification
 from ...http.schema_base import Instant, text
 from ...http.state import gateway_of
+from . import views as repo
+from .schemas import AuditPage, AuditRecord, AuditVerification
+from .views import AuditFilter
 
 log = structlog.get_logger()
 

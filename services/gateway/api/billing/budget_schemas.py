@@ -9,7 +9,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import ConfigDict, Field
 
-from ...http.schema_base import Body, Explained, Out, Problem, integer, text
+from ...http.schema_base import Body, Explained, Out, integer, text
 
 MAX_MINOR = 10**15
 BudgetCurrency = text(3, min_length=3, pattern=r"^[A-Z]{3}$")
@@ -152,9 +152,3 @@ class BudgetView(Out):
     spend_cap: SpendCapOut | None = Field(description="The provider's cap on the tenant (null: none).")
 
 
-class SpendCapProblem(Problem):
-    """403 spend-cap-exceeded: the tenant's month-to-date rated spend reached the provider's cap."""
-
-    limit: int
-    used: int
-    currency: str

@@ -28,54 +28,20 @@ from aiohttp import web
 
 from services.billing.contracts import DeleteBudget, SetBudget
 
+from ...adapters.admission import month_spend, month_start
+from ...adapters.audit_state import StateReader, ids, select_object
 from ...http.auth import principal_of, require_provider_admin
 from ...http.endpoint import Endpoint, respond
 from ...http.inputs import path_uuid, read_body
-from ...http.problems import ProblemError, forbidden, validation_problem
+from ...http.params import TENANT_ID
+from ...http.problems import forbidden, validation_problem
 from ...http.schema_base import FieldError
-from .budget_schemas import (BudgetAccepted, BudgetDeleteAccepted, BudgetOut, BudgetSet, BudgetView, CrossingOut,
-                             DeliveryOut, SpendCapOut, SpendCapProblem, SpendCapSet, ThresholdOut)
 from ...http.state import gateway_of
-from ..inventory.quotas import visible_tenant
-from ..identity.tenants import TENANT_ID, require_tenant
+from ...http.tenancy import require_tenant, visible_tenant
+from .budget_schemas import (BudgetAccepted, BudgetDeleteAccepted, BudgetOut, BudgetSet, BudgetView, CrossingOut,
+                             DeliveryOut, SpendCapOut, SpendCapSet, ThresholdOut)
 
 DELIVERIES_SHOWN = 50
-
-
-def month_start(now: datetime) -> datetime:
-    """The start of ``now``'s calendar month, UTC."""
-    return now.astimezone(timezone.utc).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-
-
-async def month_spend(conn: asyncpg.Connection, tenant_id: uuid.UUID, currency: str, now: datetime) -> int:
-    """The tenant's rated spend in ``currency`` of usage records starting in ``now``'s UTC month (minor units)."""
-    return await conn.fetchval(
-        "SELECT coalesce(sum(amount_minor), 0)::bigint FROM usage_view WHERE tenant_id=$1 AND rated AND currency=$2 "
-        "AND period_start >= $3", tenant_id, currency, month_start(now))
-
-
-class SpendCapExceeded(ProblemError):
-    """403 spend-cap-exceeded with the members ``limit``, ``used`` and ``currency`` (as quota-exceeded's)."""
-
-    def __init__(self, limit: int, used: int, currency: str):
-        super().__init__(403, f"the tenant's spend cap is reached: {used} of {limit} {currency} (minor units) this "
-                              "month; new allocations are refused until the provider raises or removes it",
-                         slug="spend-cap-exceeded", title="Spend cap exceeded")
-        self.limit, self.used, self.currency = limit, used, currency
-
-    def to_problem(self, instance: str | None = None) -> SpendCapProblem:
-        return SpendCapProblem(**super().to_problem(instance).model_dump(), limit=self.limit, used=self.used,
-                               currency=self.currency)
-
-
-async def check_spend_cap(conn: asyncpg.Connection, tenant_id: uuid.UUID, now: datetime) -> None:
-    """Raise SpendCapExceeded when the tenant has a cap and its month-to-date spend has reached it."""
-    cap = await conn.fetchrow("SELECT amount_minor, currency FROM tenant_spend_caps WHERE tenant_id=$1", tenant_id)
-    if cap is None:
-        return
-    used = await month_spend(conn, tenant_id, cap["currency"], now)
-    if used >= cap["amount_minor"]:
-        raise SpendCapExceeded(cap["amount_minor"], used, cap["currency"])
 
 
 def _budget_admin(request: web.Request) -> uuid.UUID:
@@ -212,6 +178,12 @@ _BUDGET = "/v1/tenants/{tenant_id}/budget"
 _CAP = "/v1/tenants/{tenant_id}/spend-cap"
 _WRITE_ERRORS = (400, 401, 403, 404, 413, 415, 422)
 
+_BUDGET_STATE = StateReader(select_object("budgets_view", "tenant_id = $1", "amount_minor", "currency", "thresholds",
+                                          "webhook_url", "version"), ids("tenant_id"))
+_SPEND_CAP = StateReader(select_object("tenant_spend_caps", "tenant_id = $1", "amount_minor", "currency", "set_by",
+                                       "set_at"), ids("tenant_id"))
+
+
 ENDPOINTS = [
     Endpoint("PUT", _BUDGET, put_budget, "putBudget", "Set the tenant's monthly budget (the tenant's admins, or a "
              "provider admin)", "billing", {202: BudgetAccepted}, body=BudgetSet, params=(TENANT_ID,),
@@ -219,7 +191,8 @@ ENDPOINTS = [
              description="Replaces the budget whole; billing applies it (GET …/budget shows it then) and alerts once a "
                          "month per threshold, calling the webhook (signed with webhook_secret) when one is set. A "
                          "webhook_url without a webhook_secret gets one generated, returned once in this response; "
-                         "the secret is never shown again. The tenant's users get 403, other tenants' members 404."),
+                         "the secret is never shown again. The tenant's users get 403, other tenants' members 404.",
+             audit_state=_BUDGET_STATE),
     Endpoint("GET", _BUDGET, get_budget, "getBudget", "Read the tenant's budget, this month's standing, the crossed "
              "thresholds and webhook deliveries (the tenant's admins, or a provider admin)", "billing",
              {200: BudgetView}, params=(TENANT_ID,), errors=(401, 403, 404),
@@ -228,14 +201,17 @@ ENDPOINTS = [
                          "that refuses allocations). Deliveries: the latest 50 webhook calls and their state."),
     Endpoint("DELETE", _BUDGET, delete_budget, "deleteBudget", "Delete the tenant's budget (the tenant's admins, or a "
              "provider admin)", "billing", {202: BudgetDeleteAccepted}, params=(TENANT_ID,), errors=(401, 403, 404),
-             description="Billing deletes it: no more alerts. Accepted whether or not a budget is set."),
+             description="Billing deletes it: no more alerts. Accepted whether or not a budget is set.",
+             audit_state=_BUDGET_STATE),
     Endpoint("PUT", _CAP, put_spend_cap, "putSpendCap", "Cap a tenant's monthly spend (provider admin)", "billing",
              {200: SpendCapOut}, body=SpendCapSet, params=(TENANT_ID,), errors=_WRITE_ERRORS,
              description="Once the tenant's rated spend this month (UTC) in the currency reaches amount_minor, "
                          "POST /v1/allocations is refused with 403 `spend-cap-exceeded`; running allocations are "
                          "untouched. Enforced by the gateway only, from its view of rated usage (usage is rated "
-                         "when metered, so the spend can pass the cap by what runs meanwhile)."),
+                         "when metered, so the spend can pass the cap by what runs meanwhile).",
+             audit_state=_SPEND_CAP),
     Endpoint("DELETE", _CAP, delete_spend_cap, "deleteSpendCap", "Remove a tenant's spend cap (provider admin)",
              "billing", {204: None}, params=(TENANT_ID,), errors=(401, 403, 404),
-             description="New allocations are no longer refused for spend. Answered 204 whether or not one was set."),
+             description="New allocations are no longer refused for spend. Answered 204 whether or not one was set.",
+             audit_state=_SPEND_CAP),
 ]

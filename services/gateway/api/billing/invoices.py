@@ -28,8 +28,8 @@ from ...http.inputs import path_uuid, query_value
 from ...http.paging import CURSOR, LIMIT, page, position
 from ...http.problems import forbidden, not_found
 from ...http.schema_base import text
-from .invoice_schemas import PERIOD_PATTERN, InvoiceAmount, InvoiceLineOut, InvoiceOut, InvoicePage, InvoiceSummary
 from ...http.state import gateway_of
+from .invoice_schemas import PERIOD_PATTERN, InvoiceAmount, InvoiceLineOut, InvoiceOut, InvoicePage, InvoiceSummary
 
 UTC = timezone.utc
 INVOICE_ID = Param("invoice_id", "path", "The invoice's id.", uuid.UUID, required=True)

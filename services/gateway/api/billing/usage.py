@@ -28,21 +28,20 @@ import structlog
 from aiohttp import web
 
 from services.billing import contracts as bc
-from services.billing.contracts import (VERSION_PATTERN, PricingError, PublishPriceList, check_price_list,
-                                        currency_exponent, focus)
+from services.billing.contracts import VERSION_PATTERN, PricingError, PublishPriceList, check_price_list, currency_exponent, focus
 from shared import rpc
 
+from ...adapters.audit_state import StateReader, plain, select_object
 from ...http.auth import principal_of, require_provider_admin
 from ...http.endpoint import TEXT_CSV, Endpoint, Param, respond
 from ...http.inputs import path_value, query_value, read_body
 from ...http.problems import ProblemError, validation_problem
-from ...http.schema_base import FieldError, text
-from ...http.schema_base import Instant
+from ...http.schema_base import FieldError, Instant, text
+from ...http.state import gateway_of
+from .invoice_schemas import PERIOD_PATTERN
+from .invoices import invoice_reader, month_bounds, scoped_tenant
 from .usage_schemas import (GpuPriceOut, LedgerVerificationOut, PriceListAccepted, PriceListList, PriceListOut,
                             PriceListPut, PriceListRejectionOut, UsageGroupOut, UsageReport)
-from .invoice_schemas import PERIOD_PATTERN
-from ...http.state import gateway_of
-from .invoices import invoice_reader, month_bounds, scoped_tenant
 
 log = structlog.get_logger()
 # the wire's units (services.billing.contracts): GPU-seconds, byte-seconds (GB = 10**9 bytes), prices in micros
@@ -282,13 +281,18 @@ async def verify_ledger(request: web.Request) -> web.Response:
         duration_ms=result.duration_ms, verified_at=result.at))
 
 
+_PRICE_LIST = StateReader(select_object("price_lists_view", "version = $1", "currency", "effective_from", "body",
+                                        "published_by", "published_at"), plain("version"))
+
+
 ENDPOINTS = [
     Endpoint("PUT", "/v1/price-lists/{version}", put_price_list, "putPriceList",
              "Publish a price-list version (provider admin)", "billing", {202: PriceListAccepted},
              body=PriceListPut, params=(VERSION,), errors=(400, 401, 403, 409, 413, 415, 422),
              description="Prices in integer micros per GPU-hour / GB-hour. A version already in force cannot change "
                          "(409; publish a new version), none may take effect in the past (422). Billing stores it "
-                         "or refuses it; GET /v1/price-lists shows which."),
+                         "or refuses it; GET /v1/price-lists shows which.",
+             audit_state=_PRICE_LIST),
     Endpoint("GET", "/v1/price-lists", list_price_lists, "listPriceLists", "List the price-list versions", "billing",
              {200: PriceListList}, errors=(401,),
              description="Every published version, oldest first, and which one is in force now; provider admins "

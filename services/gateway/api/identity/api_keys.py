@@ -1,5 +1,5 @@
 """A user's API keys (several, named, with an optional expiry) and disabling a user; the signing-key routes of
-handlers/signing_keys.py are listed here too.
+signing_keys.py are listed here too.
 
 Who: a user manages their own keys; the tenant's admins those of every user of the tenant; provider admins
 everyone's. Another tenant's members get a 404 (they learn nothing), the tenant's other users a 403. Only the
@@ -20,17 +20,17 @@ import asyncpg
 from aiohttp import web
 
 from ...adapters import identity
+from ...adapters.audit_state import StateReader, ids, select_object
 from ...contracts import CredentialRevoked
 from ...domain.keys import hash_api_key, new_api_key
 from ...http.auth import principal_of
 from ...http.endpoint import Endpoint, Param, respond
 from ...http.inputs import path_uuid, read_body
+from ...http.params import TENANT_ID
 from ...http.problems import ProblemError, forbidden, not_found
-from .api_key_schemas import (KEY_ID_PATTERN, ApiKeyCreate, ApiKeyCreatedOut, ApiKeyList, ApiKeyOut, KeyId, UserPatch,
-                              UserStateOut)
 from ...http.state import gateway_of
 from . import signing_keys
-from .tenants import TENANT_ID
+from .api_key_schemas import KEY_ID_PATTERN, ApiKeyCreate, ApiKeyCreatedOut, ApiKeyList, ApiKeyOut, KeyId, UserPatch, UserStateOut
 
 MAX_LIVE_KEYS = 20      # keys per user that can still obtain a token
 LISTED_KEYS = 100
@@ -138,6 +138,17 @@ async def update_user(request: web.Request) -> web.Response:
 _KEYS = "/v1/tenants/{tenant_id}/users/{user_id}/api-keys"
 _USER_PARAMS = (TENANT_ID, USER_ID)
 
+def _api_key(params: dict[str, str], _principal) -> tuple:
+    return uuid.UUID(params["tenant_id"]), uuid.UUID(params["user_id"]), params["key_id"]
+
+
+_API_KEY = StateReader("SELECT jsonb_build_object('id', k.id, 'name', k.name, 'expires_at', k.expires_at, "
+                       "'revoked_at', k.revoked_at) FROM api_keys k JOIN users u ON u.id = k.user_id "
+                       "WHERE u.tenant_id = $1 AND k.user_id = $2 AND k.id = $3", _api_key)
+_USER = StateReader(select_object("users", "tenant_id = $1 AND id = $2", "name", "role", "disabled_at"),
+                    ids("tenant_id", "user_id"))
+
+
 ENDPOINTS = [
     Endpoint("POST", _KEYS, create_api_key, "createApiKey", "Create an API key for a user (the user, the tenant's "
              "admins, or a provider admin)", "tenants", {201: ApiKeyCreatedOut}, body=ApiKeyCreate,
@@ -152,11 +163,13 @@ ENDPOINTS = [
              "tenant's admins, or a provider admin)", "tenants", {204: None}, params=(*_USER_PARAMS, KEY_ID),
              errors=(401, 403, 404),
              description="The key obtains no more tokens, and the tokens it obtained stop working at once on every "
-                         "replica. Answered 204 again for a key already revoked."),
+                         "replica. Answered 204 again for a key already revoked.",
+             audit_state=_API_KEY),
     Endpoint("PATCH", "/v1/tenants/{tenant_id}/users/{user_id}", update_user, "updateUser",
              "Disable or enable a user (the tenant's admins, or a provider admin)", "tenants", {200: UserStateOut},
              body=UserPatch, params=_USER_PARAMS, errors=(400, 401, 403, 404, 409, 413, 415, 422),
              description="A disabled user obtains no token and the tokens it holds stop working at once; enabled "
-                         "again, it signs in anew (tokens from before stay refused). Not yourself (409 `own-user`)."),
+                         "again, it signs in anew (tokens from before stay refused). Not yourself (409 `own-user`).",
+             audit_state=_USER),
     *signing_keys.ENDPOINTS,
 ]

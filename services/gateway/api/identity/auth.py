@@ -4,13 +4,13 @@ from __future__ import annotations
 from aiohttp import web
 
 from ...adapters import identity
+from ...domain.audit import api_key_id
 from ...domain.keys import hash_api_key
 from ...domain.model import Principal
-from ...domain.audit import api_key_id
 from ...http.auth import API_KEY_ID, PRINCIPAL, credentials, unauthorized
 from ...http.endpoint import Endpoint, respond
-from .schemas import TokenOut
 from ...http.state import gateway_of
+from .schemas import TokenOut
 
 
 async def exchange_token(request: web.Request) -> web.Response:

@@ -18,8 +18,8 @@ from ...contracts import CredentialRevoked
 from ...domain.credentials import new_kid
 from ...http.auth import require_provider_admin
 from ...http.endpoint import Endpoint, respond
-from .api_key_schemas import SigningKeyList, SigningKeyOut
 from ...http.state import Gateway, gateway_of
+from .api_key_schemas import SigningKeyList, SigningKeyOut
 
 
 async def rotate(gw: Gateway, by: uuid.UUID | None, *, older_than_s: float | None = None) -> str | None:

@@ -2,29 +2,15 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, ClassVar
+from typing import ClassVar
 
-from pydantic import Field, StringConstraints
+from pydantic import Field
 
-from ...domain.ssh_keys import KEY_TYPES, MAX_KEY_CHARS, PUBLIC_KEY_PATTERN, explain_public_key
-from ...http.schema_base import Body, Explained, Out, ResourceName, Text
-
-# A key sent inline with an allocation request is at most this long (RSA up to 8192 bits with a comment), so that
-# 33 of them stay within the 64 KiB a body may have; a longer key is stored (POST /v1/ssh-keys) and named.
-MAX_INLINE_KEY_CHARS = 1536
-
-
-def public_key(max_chars: int) -> Any:
-    """The type of one OpenSSH public key line of at most ``max_chars`` characters (a 422 saying why otherwise)."""
-    return Annotated[str, StringConstraints(min_length=1, max_length=max_chars), Text(),
-                     Explained(PUBLIC_KEY_PATTERN, explain_public_key, "ssh_public_key"),
-                     Field(description=f"One OpenSSH public key line: the type ({', '.join(KEY_TYPES)}), one space, "
-                                       "the key as base64 (its blob names the same type), then optionally a space "
-                                       f"and a comment. At most {max_chars} characters.")]
-
+from ...domain.ssh_keys import MAX_KEY_CHARS
+from ...http.schema_base import Body, Out, ResourceName
+from ...http.schema_types import public_key
 
 PublicKey = public_key(MAX_KEY_CHARS)
-InlinePublicKey = public_key(MAX_INLINE_KEY_CHARS)
 KeyName = ResourceName
 
 

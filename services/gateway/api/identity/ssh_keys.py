@@ -8,14 +8,15 @@ import structlog
 from aiohttp import web
 
 from ...adapters import ssh_keys as repo
+from ...adapters.audit_state import StateReader, select_object
 from ...domain.guest import MAX_GUEST_KEYS
 from ...domain.ssh_keys import parse_public_key
 from ...http.auth import principal_of
 from ...http.endpoint import Endpoint, Param, respond
 from ...http.inputs import path_value, read_body
 from ...http.problems import ProblemError, not_found
-from .ssh_key_schemas import KeyName, SshKeyCreate, SshKeyList, SshKeyOut
 from ...http.state import gateway_of
+from .ssh_key_schemas import KeyName, SshKeyCreate, SshKeyList, SshKeyOut
 
 log = structlog.get_logger()
 MAX_KEYS_PER_USER = MAX_GUEST_KEYS    # so that "all my keys" always fits one guest
@@ -72,6 +73,14 @@ async def delete_key(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
+def _own_key(params: dict[str, str], principal) -> tuple:
+    return principal.user_id, params["name"]   # a key is its owner's: the caller's, never another user's
+
+
+_SSH_KEY = StateReader(select_object("ssh_keys", "user_id = $1 AND name = $2", "name", "key_type", "fingerprint",
+                                     "created_at"), _own_key)
+
+
 ENDPOINTS = [
     Endpoint("POST", "/v1/ssh-keys", add_key, "addSshKey", "Store an SSH public key of the caller", "ssh-keys",
              {201: SshKeyOut}, body=SshKeyCreate, errors=(400, 401, 409, 413, 415, 422),
@@ -84,5 +93,6 @@ ENDPOINTS = [
              "ssh-keys", {200: SshKeyOut}, params=(KEY_NAME,), errors=(401, 404, 422)),
     Endpoint("DELETE", "/v1/ssh-keys/{name}", delete_key, "deleteSshKey", "Delete one of the caller's SSH public keys",
              "ssh-keys", {204: None}, params=(KEY_NAME,), errors=(401, 404, 422),
-             description="Allocations already requested keep the keys they were given."),
+             description="Allocations already requested keep the keys they were given.",
+             audit_state=_SSH_KEY),
 ]

@@ -9,19 +9,13 @@ from ...adapters import identity
 from ...contracts import TenantCreated, UserCreated
 from ...domain.keys import hash_api_key, new_api_key
 from ...http.auth import principal_of, require_provider_admin
-from ...http.endpoint import Endpoint, Param, respond
+from ...http.endpoint import Endpoint, respond
 from ...http.inputs import path_uuid, read_body
-from ...http.problems import ProblemError, forbidden, not_found
-from .schemas import TenantCreate, TenantList, TenantOut, UserCreate, UserCreatedOut, UserList, UserOut
+from ...http.params import TENANT_ID
+from ...http.problems import ProblemError, forbidden
 from ...http.state import gateway_of
-
-TENANT_ID = Param("tenant_id", "path", "The tenant's id.", uuid.UUID, required=True)
-
-
-async def require_tenant(conn, tenant_id: uuid.UUID) -> None:
-    """404 unless the tenant exists."""
-    if not await identity.tenant_exists(conn, tenant_id):
-        raise not_found("tenant")
+from ...http.tenancy import require_tenant
+from .schemas import TenantCreate, TenantList, TenantOut, UserCreate, UserCreatedOut, UserList, UserOut
 
 
 async def create_tenant(request: web.Request) -> web.Response:

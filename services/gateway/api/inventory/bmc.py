@@ -22,15 +22,16 @@ from services.node_agent.contracts import Bmc, SetBmc
 from shared.rpc import RpcError, RpcUnavailable
 from shared.secrets import KEY_FILE_VAR, KEY_VAR, seal
 
-from . import bmc_views as repo
-from . import node_views as nodes
+from ...adapters.audit_state import StateReader, ids, select_object
 from ...http.auth import require_provider_admin
 from ...http.endpoint import Endpoint, respond
 from ...http.inputs import path_uuid, read_body
+from ...http.params import NODE_ID
 from ...http.problems import ProblemError, not_found
-from .bmc_schemas import BmcOut, BmcReport, BmcSet
 from ...http.state import Gateway, gateway_of
-from .nodes import NODE_ID
+from . import bmc_views as repo
+from . import node_views as nodes
+from .bmc_schemas import BmcOut, BmcReport, BmcSet
 
 log = structlog.get_logger()
 
@@ -124,6 +125,10 @@ _PATH = "/v1/nodes/{node_id}/bmc"
 _WRITE_ONLY = ("The password is write-only: sealed at rest (and on the bus to the node's agent) with the platform's "
                "secret key, bound to the node; it is never returned or logged.")
 # validate first: a document-order client (the OpenAPI fuzz test) checks a node before it registers a BMC there
+_BMC = StateReader(select_object("node_bmcs", "node_id = $1 AND url IS NOT NULL", "url", "system_id", "username",
+                                 "verify_tls", "version", "set_by", "updated_at"), ids("node_id"))
+
+
 ENDPOINTS = [
     Endpoint("POST", _PATH + "/validate", validate_bmc, "validateNodeBmc",
              "Check a node's BMC through its node-agent (provider admin)", "nodes", {200: BmcReport},
@@ -141,8 +146,10 @@ ENDPOINTS = [
              description="Bare metal through Redfish: the node's agent drives the node through this BMC. "
                          + _WRITE_ONLY + " The registration reaches the node's agent as node_agent.set_bmc (the "
                          "highest `version` wins). Without a platform key (TESSERA_SECRET_KEY or "
-                         "TESSERA_SECRET_KEY_FILE) it is a 503 `no-secret-key`. An unknown node is a 404."),
+                         "TESSERA_SECRET_KEY_FILE) it is a 503 `no-secret-key`. An unknown node is a 404.",
+             audit_state=_BMC),
     Endpoint("DELETE", _PATH, delete_bmc, "deleteNodeBmc", "Remove a node's BMC (provider admin)", "nodes",
              {204: None}, params=(NODE_ID,), errors=(401, 403, 404),
-             description="The node's agent forgets it (node_agent.set_bmc without a BMC). 404 when none is registered."),
+             description="The node's agent forgets it (node_agent.set_bmc without a BMC). 404 when none is registered.",
+             audit_state=_BMC),
 ]

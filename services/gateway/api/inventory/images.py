@@ -7,27 +7,24 @@ An image a caller may not see is a 404 (or, named by an allocation request, a 42
 """
 from __future__ import annotations
 
-import re
 import uuid
 
 import asyncpg
 import structlog
 from aiohttp import web
 
-from services.node_agent.contracts import ImageRef
-
 from ...adapters import identity
-from . import image_views as repo
-from ...domain.guest import may_see_image
-from ...domain.model import Principal
+from ...adapters import images as repo
+from ...adapters.audit_state import StateReader, ids, select_object
+from ...adapters.catalog import seen_as, visible_image
 from ...http.auth import principal_of, require_provider_admin
 from ...http.endpoint import Endpoint, Param, respond
 from ...http.inputs import path_uuid, query_value, read_body
 from ...http.paging import CURSOR, LIMIT, page, position
-from ...http.problems import ProblemError, not_found, printable, validation_problem
-from ...http.schema_base import UUID_PATTERN, FieldError
-from .image_schemas import ImageCreate, ImageOut, ImagePage
+from ...http.problems import ProblemError, not_found, validation_problem
+from ...http.schema_base import FieldError
 from ...http.state import gateway_of
+from .image_schemas import ImageCreate, ImageOut, ImagePage
 
 log = structlog.get_logger()
 IMAGE_ID = Param("image_id", "path", "The image's id.", uuid.UUID, required=True)
@@ -37,39 +34,6 @@ def image_out(row: asyncpg.Record) -> ImageOut:
     fields = {k: row[k] for k in ("id", "name", "os", "format", "source", "sha256", "min_disk_gb", "visibility",
                                   "tenant_id", "kernel", "initrd", "kernel_args", "created_at")}
     return ImageOut(**fields, default=row["is_default"], links={"self": f"/v1/images/{row['id']}"})
-
-
-def image_ref(row: asyncpg.Record) -> ImageRef:
-    """The snapshot of a catalog row an allocation boots."""
-    return ImageRef(image_id=row["id"], **{k: row[k] for k in ("name", "os", "format", "source", "sha256", "min_disk_gb",
-                                                               "kernel", "initrd", "kernel_args")})
-
-
-def _seen_as(p: Principal) -> uuid.UUID | None:
-    """The tenant whose view of the catalog the caller has; None: all of it (a provider admin)."""
-    return None if p.is_provider_admin else p.tenant_id
-
-
-async def _visible(conn: asyncpg.Connection, p: Principal, *, image_id: uuid.UUID | None = None,
-                   name: str | None = None) -> asyncpg.Record | None:
-    row = await repo.find(conn, image_id=image_id, name=name)
-    if row is None or not may_see_image(row["tenant_id"], row["visibility"], caller_tenant=p.tenant_id,
-                                        provider_admin=p.is_provider_admin):
-        return None
-    return row
-
-
-async def resolve_image(conn: asyncpg.Connection, p: Principal, ref: str | None) -> asyncpg.Record | None:
-    """The image an allocation request names (its name or id), or the catalog's default when it names none
-    (None: no default). A 422 on ``image`` naming it when the caller may not see it."""
-    if ref is None:
-        return await repo.default(conn)
-    row = await _visible(conn, p, image_id=uuid.UUID(ref) if re.fullmatch(UUID_PATTERN, ref) else None, name=ref)
-    if row is None:
-        shown = printable(ref, 63)
-        raise validation_problem([FieldError(field="image", message=f"no image {shown!r} (GET /v1/images lists them)",
-                                             code="unknown_image")], f"unknown image {shown!r}")
-    return row
 
 
 async def create_image(request: web.Request) -> web.Response:
@@ -97,7 +61,7 @@ async def list_images(request: web.Request) -> web.Response:
     p = principal_of(request)
     limit, after = query_value(request, LIMIT), position(request)
     async with gateway_of(request).pool.acquire() as conn:
-        rows = await repo.page(conn, _seen_as(p), limit + 1, after)
+        rows = await repo.page(conn, seen_as(p), limit + 1, after)
     items, next_cursor = page(rows, limit)
     return respond(ImagePage(items=[image_out(r) for r in items], next_cursor=next_cursor))
 
@@ -106,7 +70,7 @@ async def get_image(request: web.Request) -> web.Response:
     p = principal_of(request)
     image_id = path_uuid(request, "image_id", "image")
     async with gateway_of(request).pool.acquire() as conn:
-        row = await _visible(conn, p, image_id=image_id)
+        row = await visible_image(conn, p, image_id=image_id)
     if row is None:
         raise not_found("image")
     return respond(image_out(row))
@@ -122,6 +86,10 @@ async def delete_image(request: web.Request) -> web.Response:
     log.info("audit.image_deleted", user_id=str(p.user_id), image_id=str(image_id), name=row["name"],
              default=row["is_default"])
     return web.Response(status=204)
+
+
+_IMAGE = StateReader(select_object("images", "id = $1", "name", "os", "format", "visibility", "tenant_id",
+                                   "min_disk_gb", "is_default"), ids("image_id"))
 
 
 ENDPOINTS = [
@@ -142,5 +110,6 @@ ENDPOINTS = [
     Endpoint("DELETE", "/v1/images/{image_id}", delete_image, "deleteImage", "Delete an image (provider admin)", "images",
              {204: None}, params=(IMAGE_ID,), errors=(401, 403, 404),
              description="Allocations that boot it keep their snapshot of it; new requests can no longer name it. "
-                         "Deleting the default image leaves the catalog without a default."),
+                         "Deleting the default image leaves the catalog without a default.",
+             audit_state=_IMAGE),
 ]

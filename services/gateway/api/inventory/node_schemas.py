@@ -7,8 +7,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from ...http.schema_base import (Body, GpuModel, Int, Labels, Out, Problem, Rejection, ResourceName, ShapeName,
-                                 Taints, omittable, text)
+from ...http.schema_base import (Body, GpuModel, Int, Labels, Out, Problem, Rejection, ResourceName, ShapeName, Taints,
+                                 omittable, text)
 
 NodeStatus = Literal["registering", "registered", "pending_approval", "burn_in", "burn_in_failed", "schedulable",
                      "needs_review", "rejected"]

@@ -12,17 +12,18 @@ from aiohttp import web
 from services.scheduler.contracts import ApproveSlotMap, RegisterNode, RunBurnInRequest, UpdateNode
 
 from ...adapters import inventory
-from . import node_views as nodes
+from ...adapters.audit_state import StateReader, ids, select_object
 from ...http.auth import require_provider_admin
-from ...http.endpoint import Endpoint, Param, respond
+from ...http.endpoint import Endpoint, respond
 from ...http.inputs import path_uuid, read_body
+from ...http.params import NODE_ID
 from ...http.problems import ProblemError, not_found
+from ...http.state import Gateway, gateway_of
+from . import node_views as nodes
 from .node_schemas import (BurnIn, NodeCreate, NodeDetail, NodeList, NodeOut, NodePatch, ProposalProblem,
                            QuarantinedSlot, SlotMapApproval)
-from ...http.state import Gateway, gateway_of
 
 log = structlog.get_logger()
-NODE_ID = Param("node_id", "path", "The node's id.", uuid.UUID, required=True)
 _WRITE_ERRORS = (400, 401, 403, 404, 413, 415, 422)
 
 
@@ -162,6 +163,11 @@ async def run_burn_in(request: web.Request) -> web.Response:
     return respond(node_detail(row), 202)
 
 
+_NODE = StateReader(select_object("nodes_view", "id = $1", "name", "status", "cordoned", "labels", "taints", "pool",
+                                  "region", "site", "rack", "gpu_model", "gpu_count", "quarantined", "version"),
+                    ids("node_id"))
+
+
 ENDPOINTS = [
     Endpoint("POST", "/v1/nodes", register_node, "registerNode", "Register a node (provider admin)", "nodes",
              {202: NodeOut}, body=NodeCreate, errors=(400, 401, 403, 409, 413, 415, 422),
@@ -180,7 +186,8 @@ ENDPOINTS = [
     Endpoint("PATCH", "/v1/nodes/{node_id}", patch_node, "updateNode",
              "Change a node's pool, labels, taints or cordon (provider admin)", "nodes", {202: NodeDetail},
              body=NodePatch, params=(NODE_ID,), errors=_WRITE_ERRORS,
-             description="The answer shows the document as requested; GET shows it once the scheduler applied it."),
+             description="The answer shows the document as requested; GET shows it once the scheduler applied it.",
+             audit_state=_NODE),
     Endpoint("POST", "/v1/nodes/{node_id}/cordon", _cordon(True), "cordonNode",
              "Cordon a node: no new placements (provider admin)", "nodes", {202: NodeDetail}, params=(NODE_ID,),
              errors=(401, 403, 404), description="Running allocations stay."),

@@ -22,6 +22,7 @@ import structlog
 from services.scheduler import contracts as sc
 from shared.unit_of_work import UnitOfWork
 
+from ...adapters.inventory import apply_capacity
 from ...domain.scheduling import NIL
 
 log = structlog.get_logger()
@@ -52,17 +53,6 @@ async def apply_node(conn: asyncpg.Connection, d: sc.NodeChanged) -> bool:
         _j(d.taints), d.cordoned, d.proposal, _j(d.proposed_slot_map), _j(d.approved_slot_map), _j(d.review),
         d.free_slots, d.version, _j(quarantined), _j(burn_in))
     return bool(applied)
-
-
-async def apply_capacity(conn: asyncpg.Connection, node_id: uuid.UUID, capacity: sc.NodeCapacity | None) -> bool:
-    """Show the node's free-slot count if it is newer (a higher capacity seq) than the one shown; True when
-    applied. Needs no node document yet: a count may overtake the node's first document."""
-    if capacity is None:          # a message from before counts were carried
-        return False
-    return bool(await conn.fetchval(
-        "INSERT INTO node_capacity_view (node_id, free_slots, seq) VALUES ($1, $2, $3) ON CONFLICT (node_id) DO "
-        "UPDATE SET free_slots=EXCLUDED.free_slots, seq=EXCLUDED.seq, changed_at=now() "
-        "WHERE node_capacity_view.seq < EXCLUDED.seq RETURNING 1", node_id, capacity.free_slots, capacity.seq))
 
 
 async def mark_registered(conn: asyncpg.Connection, node_id: uuid.UUID, name: str, gpu_model: str, gpu_count: int) -> None:

@@ -7,8 +7,7 @@ from typing import ClassVar
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
-from ...http.schema_base import Body, Int, Out, Problem, constraints
-
+from ...http.schema_base import Body, Int, Out, constraints
 
 # --- requests ---------------------------------------------------------------------------------------
 
@@ -73,10 +72,3 @@ class UserQuotaSetOut(UserQuotaOut):
     gpu_model: str
 
 
-class QuotaProblem(Problem):
-    """403 quota-exceeded: the quota that refuses the request, its limit, current use and the GPUs asked for."""
-
-    quota: str
-    limit: int
-    used: int
-    requested: int

@@ -8,55 +8,26 @@ from __future__ import annotations
 
 import uuid
 
-import asyncpg
 from aiohttp import web
 
 from services.scheduler.contracts import SetQuota
 
 from ...adapters import inventory
-from ...domain.model import Principal
-from ...domain.scheduling import DEFAULT_POOL, NIL, QuotaBreach, ShapeInfo, quota_breach
+from ...adapters.audit_state import StateReader, select_object
+from ...domain.scheduling import NIL
 from ...http.auth import principal_of, require_provider_admin
 from ...http.endpoint import Endpoint, Param, respond
 from ...http.inputs import path_uuid, path_value, read_body
-from ...http.problems import ProblemError, forbidden, not_found, validation_problem
+from ...http.params import TENANT_ID, USER_ID
+from ...http.problems import forbidden, not_found, validation_problem
 from ...http.schema_base import FieldError, GpuModel, ShapeName
-from .quota_schemas import (QuotaList, QuotaOut, QuotaProblem, TenantQuotaSet, UserQuotaOut, UserQuotaSet,
-                            UserQuotaSetOut)
 from ...http.state import gateway_of
-from ..identity.tenants import TENANT_ID, require_tenant
+from ...http.tenancy import require_tenant, visible_tenant
+from .quota_schemas import QuotaList, QuotaOut, TenantQuotaSet, UserQuotaOut, UserQuotaSet, UserQuotaSetOut
 
-USER_ID = Param("user_id", "path", "The user's id (a user of this tenant).", uuid.UUID, required=True)
 POOL = Param("pool", "path", "The node pool.", ShapeName, required=True)
 GPU_MODEL = Param("gpu_model", "path", "The GPU model (as the nodes report it, e.g. H100).", GpuModel, required=True)
 _WRITE_ERRORS = (400, 401, 403, 404, 413, 415, 422)
-
-
-class QuotaExceeded(ProblemError):
-    """403 quota-exceeded with the members ``quota``, ``limit``, ``used`` and ``requested``."""
-
-    def __init__(self, breach: QuotaBreach):
-        super().__init__(403, f"quota {breach.quota} exceeded: limit {breach.limit}, used {breach.used}, "
-                              f"requested {breach.requested}", slug="quota-exceeded", title="Quota exceeded")
-        self.breach = breach
-
-    def to_problem(self, instance: str | None = None) -> QuotaProblem:
-        b = self.breach
-        return QuotaProblem(**super().to_problem(instance).model_dump(), quota=b.quota, limit=b.limit, used=b.used,
-                            requested=b.requested)
-
-
-async def check_quota(conn: asyncpg.Connection, p: Principal, shape: ShapeInfo, pool: str | None) -> None:
-    """Raise QuotaExceeded when the quota view proves the request cannot be admitted (see quota_breach)."""
-    pool = pool or DEFAULT_POOL
-    rows = await inventory.quota_rows(conn, p.tenant_id, pool, p.user_id)
-    if not rows:
-        return
-    models = [] if shape.gpu_model else await inventory.pool_models(conn, pool)
-    breach = quota_breach(rows, tenant_id=p.tenant_id, user_id=p.user_id, pool=pool, gpu_model=shape.gpu_model,
-                          pool_models=models, requested=shape.gpu_count)
-    if breach is not None:
-        raise QuotaExceeded(breach)
 
 
 async def set_tenant_quota(request: web.Request) -> web.Response:
@@ -74,15 +45,6 @@ async def set_tenant_quota(request: web.Request) -> web.Response:
             set_by=admin.user_id), correlation_id=f"quota:{tenant_id}", tenant_id=tenant_id)
     return respond(QuotaOut(tenant_id=tenant_id, pool=pool, gpu_model=model, limit=body.limit, guaranteed=body.guaranteed,
                             used=current["used"] if current else 0, version=current["version"] if current else None), 202)
-
-
-def visible_tenant(request: web.Request) -> uuid.UUID:
-    """The path's tenant if the caller may read it: provider admins any, members their own (404 otherwise)."""
-    tenant_id = path_uuid(request, "tenant_id", "tenant")
-    p = principal_of(request)
-    if not p.is_provider_admin and p.tenant_id != tenant_id:
-        raise not_found("tenant")
-    return tenant_id
 
 
 def quota_list(tenant_id: uuid.UUID, rows: list[dict]) -> QuotaList:
@@ -133,6 +95,17 @@ async def set_user_quota(request: web.Request) -> web.Response:
                                    version=current["version"] if current else None), 202)
 
 
+def _quota(user: bool):
+    def args(params: dict[str, str], _principal) -> tuple:
+        return (uuid.UUID(params["tenant_id"]), params["pool"], params["gpu_model"],
+                uuid.UUID(params["user_id"]) if user else NIL)
+    return args
+
+
+_QUOTA = select_object("quotas_view", "tenant_id = $1 AND pool = $2 AND gpu_model = $3 AND user_id = $4",
+                       '"limit"', "guaranteed", "used", "version")
+
+
 ENDPOINTS = [
     Endpoint("GET", "/v1/tenants/{tenant_id}/quotas", list_quotas, "listQuotas",
              "Read a tenant's quotas and their use (the tenant's members, or a provider admin)", "quotas",
@@ -143,10 +116,12 @@ ENDPOINTS = [
              "Set a tenant's GPU quota for one pool and model (provider admin)", "quotas", {202: QuotaOut},
              body=TenantQuotaSet, params=(TENANT_ID, POOL, GPU_MODEL), errors=_WRITE_ERRORS,
              description="guaranteed must not exceed limit. Lowering a limit below current use blocks new "
-                         "allocations and never evicts running ones."),
+                         "allocations and never evicts running ones.",
+             audit_state=StateReader(_QUOTA, _quota(user=False))),
     Endpoint("PUT", "/v1/tenants/{tenant_id}/users/{user_id}/quotas/{pool}/{gpu_model}", set_user_quota,
              "setUserQuota", "Split the tenant's quota for one user (the tenant's admin)", "quotas",
              {202: UserQuotaSetOut}, body=UserQuotaSet, params=(TENANT_ID, USER_ID, POOL, GPU_MODEL),
              errors=_WRITE_ERRORS, description="The user must belong to the tenant; the limit must not exceed the "
-                                               "tenant's own limit (422)."),
+                                               "tenant's own limit (422).",
+             audit_state=StateReader(_QUOTA, _quota(user=True))),
 ]

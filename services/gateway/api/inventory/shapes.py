@@ -1,20 +1,21 @@
 """Capacity shapes: anyone signed in lists them; provider admins define and delete them (through the scheduler)."""
 from __future__ import annotations
 
-import asyncpg
 from aiohttp import web
 
 from services.scheduler.contracts import DefineShape
 
 from ...adapters import inventory
-from ...domain.scheduling import ShapeInfo, shape_definition_errors, usable_shapes
+from ...adapters.audit_state import StateReader, plain, select_object
+from ...adapters.catalog import known_shapes
+from ...domain.scheduling import ShapeInfo, shape_definition_errors
 from ...http.auth import require_provider_admin
 from ...http.endpoint import Endpoint, Param, respond
 from ...http.inputs import path_value, read_body
 from ...http.problems import ProblemError, not_found, validation_problem
 from ...http.schema_base import FieldError, ShapeName
-from .shape_schemas import ShapeConflictProblem, ShapeDefinition, ShapeList, ShapeOut
 from ...http.state import gateway_of
+from .shape_schemas import ShapeConflictProblem, ShapeDefinition, ShapeList, ShapeOut
 
 SHAPE_NAME = Param("name", "path", "The shape's name (lower case, digits, '.' and '-').", ShapeName, required=True)
 
@@ -22,20 +23,6 @@ SHAPE_NAME = Param("name", "path", "The shape's name (lower case, digits, '.' an
 def shape_out(s: ShapeInfo, last_rejection: dict | None = None) -> ShapeOut:
     return ShapeOut(name=s.name, kind=s.kind, gpu_count=s.gpu_count, gpu_model=s.gpu_model, mig_profile=s.mig_profile,
                     deleted=s.deleted, version=s.version, last_rejection=last_rejection)
-
-
-async def known_shapes(conn: asyncpg.Connection) -> dict[str, ShapeInfo]:
-    return usable_shapes(await inventory.shapes(conn))
-
-
-async def resolve_shape(conn: asyncpg.Connection, name: str) -> ShapeInfo:
-    """The shape a request names; a 422 on ``shape`` naming the known shapes when it is unknown or deleted."""
-    known = await known_shapes(conn)
-    if name not in known:
-        names = ", ".join(sorted(known)) or "none"
-        raise validation_problem([FieldError(field="shape", message=f"unknown shape; known shapes: {names}",
-                                             code="unknown_shape")], f"unknown shape {name!r}; known shapes: {names}")
-    return known[name]
 
 
 async def list_shapes(request: web.Request) -> web.Response:
@@ -110,6 +97,10 @@ async def delete_shape(request: web.Request) -> web.Response:
                                        deleted=True, version=shape.version)), 202)
 
 
+_SHAPE = StateReader(select_object("shapes_view", "name = $1", "kind", "gpu_count", "gpu_model", "mig_profile",
+                                   "deleted", "version"), plain("name"))
+
+
 ENDPOINTS = [
     Endpoint("GET", "/v1/shapes", list_shapes, "listShapes", "List the capacity shapes a tenant may ask for", "shapes",
              {200: ShapeList}, errors=(401,),
@@ -118,11 +109,13 @@ ENDPOINTS = [
              "shapes", {202: ShapeOut}, body=ShapeDefinition, params=(SHAPE_NAME,),
              errors=(400, 401, 403, 413, 415, 422),
              description="Sent to the scheduler; GET /v1/shapes shows it once applied (a refusal is kept as "
-                         "last_rejection)."),
+                         "last_rejection).",
+             audit_state=_SHAPE),
     Endpoint("DELETE", "/v1/shapes/{name}", delete_shape, "deleteShape", "Delete a capacity shape (provider admin)",
              "shapes", {202: ShapeOut}, params=(SHAPE_NAME,), errors=(401, 403, 404, 409, 422),
              problems={409: (ShapeConflictProblem,)},
              description="New requests for it are refused. 409 (naming how many live allocations use it) while "
                          "allocations use it, or when it is the platform's last shape; the scheduler checks "
-                         "again when it applies the deletion (a refusal is kept as last_rejection)."),
+                         "again when it applies the deletion (a refusal is kept as last_rejection).",
+             audit_state=_SHAPE),
 ]

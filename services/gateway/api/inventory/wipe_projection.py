@@ -13,8 +13,8 @@ import structlog
 from services.node_agent.contracts import SlotRewiped, SlotsWiped
 from shared.unit_of_work import UnitOfWork
 
+from ...adapters.allocations import append_event, lock_events
 from . import wipe_views as repo
-from ..allocations.projection import append_event, lock_events
 
 log = structlog.get_logger()
 

@@ -1,5 +1,5 @@
 """allocation_wipes and slot_wipes: the evidence of every slot wipe the node-agents reported (asyncpg; the caller
-owns the transaction). The projection writes them (``projections.wipes``); GET /v1/allocations/{id}/wipe reads
+owns the transaction). The projection writes them (``wipe_projection``); GET /v1/allocations/{id}/wipe reads
 them.
 
 A release's wipe is recorded once per allocation and slot; a re-wipe once per request. A re-wipe is linked to

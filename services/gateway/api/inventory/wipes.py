@@ -2,7 +2,7 @@
 provider admin's re-wipe of a quarantined slot.
 
 The release saga has the node-agent wipe the allocation's slots before they return to the pool; the evidence
-(``node_agent.slots_wiped``) is projected by ``projections.wipes``. A slot whose wipe failed is quarantined by
+(``node_agent.slots_wiped``) is projected by ``wipe_projection``. A slot whose wipe failed is quarantined by
 the scheduler (the node's document lists it); a re-wipe (``node_agent.rewipe``) that passes returns it, its
 evidence (``node_agent.slot_rewiped``) showing on the allocation whose release left the slot quarantined.
 """
@@ -19,16 +19,15 @@ from services.scheduler.contracts import SlotDetail
 
 from ...adapters import allocations as views
 from ...adapters import inventory
-from . import wipe_views as repo
 from ...http.auth import principal_of, require_provider_admin
 from ...http.endpoint import Endpoint, Param, respond
 from ...http.inputs import path_uuid, path_value
+from ...http.params import ALLOCATION_ID, NODE_ID
 from ...http.problems import ProblemError, forbidden, not_found
 from ...http.schema_base import integer
-from .wipe_schemas import AllocationWipe, RewipeAccepted, SlotWipe
 from ...http.state import gateway_of
-from ..allocations.events import ALLOCATION_ID
-from .nodes import NODE_ID
+from . import wipe_views as repo
+from .wipe_schemas import AllocationWipe, RewipeAccepted, SlotWipe
 
 log = structlog.get_logger()
 MAX_SLOT = 1023

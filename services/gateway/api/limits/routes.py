@@ -11,15 +11,16 @@ import uuid
 from aiohttp import web
 
 from ...adapters import rate_limits as repo
+from ...adapters.audit_state import StateReader, ids, select_object
 from ...http.auth import principal_of, require_provider_admin
 from ...http.endpoint import Endpoint, respond
 from ...http.inputs import read_body
+from ...http.params import TENANT_ID
 from ...http.problems import forbidden
 from ...http.ratelimit import Limits
-from .schemas import EffectiveLimits, LimitOut, RateLimitsOut, RateLimitsSet
 from ...http.state import gateway_of
-from ..inventory.quotas import visible_tenant
-from ..identity.tenants import TENANT_ID, require_tenant
+from ...http.tenancy import require_tenant, visible_tenant
+from .schemas import EffectiveLimits, LimitOut, RateLimitsOut, RateLimitsSet
 
 
 def _view(tenant_id: uuid.UUID, limits: Limits, sse_default: int, row) -> RateLimitsOut:
@@ -73,18 +74,26 @@ async def delete_rate_limits(request: web.Request) -> web.Response:
 
 _PATH = "/v1/tenants/{tenant_id}/rate-limits"
 
+_RATE_LIMITS = StateReader(select_object("tenant_rate_limits", "tenant_id = $1", "read_per_s", "read_burst",
+                                         "write_per_s", "write_burst", "user_read_per_s", "user_read_burst",
+                                         "user_write_per_s", "user_write_burst", "sse_connections", "set_by",
+                                         "set_at"), ids("tenant_id"))
+
+
 ENDPOINTS = [
     Endpoint("PUT", _PATH, put_rate_limits, "putRateLimits", "Override a tenant's rate limits (provider admin)",
              "tenants", {200: RateLimitsOut}, body=RateLimitsSet, params=(TENANT_ID,),
              errors=(400, 401, 403, 404, 413, 415, 422),
              description="Replaces the tenant's overrides whole; a field left out takes the gateway's setting again. "
                          "Applies at the tenant's next request, on every gateway replica. A bucket shrunk below what "
-                         "it holds is cut to its new burst at the tenant's next request."),
+                         "it holds is cut to its new burst at the tenant's next request.",
+             audit_state=_RATE_LIMITS),
     Endpoint("GET", _PATH, get_rate_limits, "getRateLimits", "Read a tenant's rate limits (the tenant's admins, or a "
              "provider admin)", "tenants", {200: RateLimitsOut}, params=(TENANT_ID,), errors=(401, 403, 404),
              description="The limits in force (overrides where set, else the gateway's settings) and which are "
                          "overridden. The tenant's users get 403, other tenants' members 404."),
     Endpoint("DELETE", _PATH, delete_rate_limits, "deleteRateLimits", "Remove a tenant's rate-limit overrides "
              "(provider admin)", "tenants", {204: None}, params=(TENANT_ID,), errors=(401, 403, 404),
-             description="The gateway's settings apply again. Answered 204 whether or not any were set."),
+             description="The gateway's settings apply again. Answered 204 whether or not any were set.",
+             audit_state=_RATE_LIMITS),
 ]

@@ -17,14 +17,15 @@ from aiohttp import web
 from services.network.contracts import (AddSecurityRule, CreateNetwork, DeleteNetwork, RemoveSecurityRule, SecurityRule,
                                         rule_problems)
 
-from . import views as repo
+from ...adapters.audit_state import StateReader, ids, select_object
 from ...http.auth import require_tenant_member
 from ...http.endpoint import Endpoint, Param, respond
 from ...http.inputs import path_uuid, read_body
 from ...http.problems import ProblemError, not_found, validation_problem
 from ...http.schema_base import FieldError
-from .schemas import AttachmentList, AttachmentOut, NetworkCreate, NetworkList, NetworkOut, RuleCreate, RuleOut
 from ...http.state import gateway_of
+from . import views as repo
+from .schemas import AttachmentList, AttachmentOut, NetworkCreate, NetworkList, NetworkOut, RuleCreate, RuleOut
 
 
 def network_out(row: asyncpg.Record, rules: list[asyncpg.Record]) -> NetworkOut:
@@ -168,6 +169,12 @@ NETWORK_ID = Param("network_id", "path", "The network's id.", uuid.UUID, require
 RULE_ID = Param("rule_id", "path", "The rule's id.", uuid.UUID, required=True)
 _BODY_ERRORS = (400, 401, 403, 404, 409, 413, 415, 422)
 
+_NETWORK = StateReader(select_object("networks_view", "id = $1", "name", "state", "reason"), ids("network_id"))
+_RULE = StateReader(select_object("network_rules_view", "id = $2 AND network_id = $1", "direction", "protocol",
+                                  "port_from", "port_to", "remote_network_id", "remote_cidr", "state"),
+                    ids("network_id", "rule_id"))
+
+
 ENDPOINTS = [
     Endpoint("POST", "/v1/networks", create_network, "createNetwork", "Create a network of the tenant", "networks",
              {202: NetworkOut}, body=NetworkCreate, errors=(400, 401, 403, 409, 413, 415, 422),
@@ -180,13 +187,15 @@ ENDPOINTS = [
     Endpoint("GET", "/v1/networks/{network_id}", get_network, "getNetwork", "Read a network and its rules", "networks",
              {200: NetworkOut}, params=(NETWORK_ID,), errors=(401, 403, 404)),
     Endpoint("DELETE", "/v1/networks/{network_id}", delete_network, "deleteNetwork", "Delete a network without attachments",
-             "networks", {202: NetworkOut}, params=(NETWORK_ID,), errors=(401, 403, 404, 409)),
+             "networks", {202: NetworkOut}, params=(NETWORK_ID,), errors=(401, 403, 404, 409),
+             audit_state=_NETWORK),
     Endpoint("POST", "/v1/networks/{network_id}/rules", add_rule, "addNetworkRule", "Add a security rule", "networks",
              {202: RuleOut}, body=RuleCreate, params=(NETWORK_ID,), errors=_BODY_ERRORS,
              description="Ingress from another network of the tenant, or egress to an outside CIDR. Accepted as "
                          "`adding`; then `active`, or `rejected` with the reason."),
     Endpoint("DELETE", "/v1/networks/{network_id}/rules/{rule_id}", remove_rule, "removeNetworkRule",
-             "Remove a security rule", "networks", {202: RuleOut}, params=(NETWORK_ID, RULE_ID), errors=(401, 403, 404, 409)),
+             "Remove a security rule", "networks", {202: RuleOut}, params=(NETWORK_ID, RULE_ID), errors=(401, 403, 404, 409),
+             audit_state=_RULE),
     Endpoint("GET", "/v1/networks/{network_id}/attachments", list_attachments, "listNetworkAttachments",
              "List the network's attachments (allocation, address, MAC, node)", "networks", {200: AttachmentList},
              params=(NETWORK_ID,), errors=(401, 403, 404)),

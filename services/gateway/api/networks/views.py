@@ -1,6 +1,6 @@
 """networks_view, network_rules_view and network_attachments_view as the HTTP handlers read and request them
 (asyncpg; the caller owns the transaction). The projection applies the network service's events
-(``projections.networks``).
+(``api/networks/projection.py``).
 
 Every read takes the caller's tenant: another tenant's network is simply not found.
 """

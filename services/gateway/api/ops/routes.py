@@ -14,15 +14,15 @@ from pydantic import Field
 
 from shared.streams import DEAD_LETTER_STREAM, stream_configs
 
-from .rules import intersect, valid_filter
 from ...http.auth import require_provider_admin
 from ...http.endpoint import EVENT_STREAM, Endpoint, Param, respond
 from ...http.inputs import parse_value, query_value
 from ...http.problems import validation_problem
 from ...http.schema_base import FieldError, integer, text
-from .schemas import DeadLetter, DeadLetterList
 from ...http.sse import KEEPALIVE, event_bytes, json_line, open_stream
 from ...http.state import gateway_of
+from .rules import intersect, valid_filter
+from .schemas import DeadLetter, DeadLetterList
 
 log = structlog.get_logger()
 

@@ -15,19 +15,21 @@ import asyncpg
 from aiohttp import web
 
 from ...adapters import policies as repo
+from ...adapters.audit_state import StateReader, select_object
 from ...contracts import PolicyChanged
 from ...domain.model import Principal
 from ...domain.policy import OPERATION_RESOURCE, Caller, Policy, PolicyBook, PolicyInvalid, Resource, check, parse_one
 from ...http.auth import principal_of
 from ...http.endpoint import Endpoint, Param, respond
 from ...http.inputs import path_value, query_value, read_body
-from ...http.policy import PolicySchema, cache_of, mutating_endpoints
+from ...http.policy import cache_of
+from ...http.policy_cache import PolicySchema
 from ...http.problems import ProblemError, forbidden, not_found, validation_problem
 from ...http.schema_base import FieldError, text
+from ...http.state import gateway_of
+from ...http.tenancy import require_tenant
 from .schemas import (PolicyCreate, PolicyDecision, PolicyEvaluate, PolicyList, PolicyOut, PolicyReplace,
                       PolicyVersionOut, PolicyVersions)
-from ...http.state import gateway_of
-from ..identity.tenants import require_tenant
 
 POLICY_ID = Param("policy_id", "path", "The policy's id (a default provider policy: its @id).",
                   text(128, min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$"), required=True)
@@ -46,9 +48,14 @@ def _invalid(exc: PolicyInvalid) -> ProblemError:
                               f"the policy does not validate: {str(exc)[:1000]}")
 
 
-def _checked(text_: str, tenant_id: uuid.UUID | None) -> dict:
+def _schema(request: web.Request) -> PolicySchema:
+    """The Cedar schema of the route table this gateway serves (the policy middleware's)."""
+    return cache_of(gateway_of(request)).schema
+
+
+def _checked(request: web.Request, text_: str, tenant_id: uuid.UUID | None) -> dict:
     try:
-        return check(text_, PolicySchema.get()[1], tenant_id=tenant_id)
+        return check(text_, _schema(request).get()[1], tenant_id=tenant_id)
     except PolicyInvalid as exc:
         raise _invalid(exc) from None
 
@@ -65,8 +72,8 @@ def _builtin_out(p: Policy) -> PolicyOut:
                      builtin=True, version=1, created_by=None, updated_by=None, created_at=None, updated_at=None)
 
 
-def _builtin(policy_id: str) -> Policy | None:
-    return next((p for p in PolicySchema.get()[2] if p.policy_id == policy_id), None)
+def _builtin(request: web.Request, policy_id: str) -> Policy | None:
+    return next((p for p in _schema(request).get()[2] if p.policy_id == policy_id), None)
 
 
 def _may_touch(p: Principal, scope: str, tenant_id: uuid.UUID | None) -> bool:
@@ -103,7 +110,7 @@ async def create_policy(request: web.Request) -> web.Response:
                                                  code="missing")])
         if not _may_touch(p, "tenant", tenant_id):
             raise not_found("tenant")
-    _checked(body.text, tenant_id)
+    _checked(request, body.text, tenant_id)
     async with gateway_of(request).unit_of_work("gateway.create_policy") as uow:
         if tenant_id is not None:
             await require_tenant(uow.conn, tenant_id)
@@ -121,7 +128,7 @@ async def _visible(conn: asyncpg.Connection, request: web.Request, *, lock: bool
     try:
         policy_id = uuid.UUID(raw)
     except ValueError:
-        if p.is_provider_admin and _builtin(raw) is not None:
+        if p.is_provider_admin and _builtin(request, raw) is not None:
             raise ProblemError(409, f"{raw} is a default provider policy: read-only (policy_defaults.cedar)") from None
         raise not_found("policy") from None
     row = await repo.get(conn, policy_id, lock=lock)
@@ -131,7 +138,7 @@ async def _visible(conn: asyncpg.Connection, request: web.Request, *, lock: bool
 
 
 async def get_policy(request: web.Request) -> web.Response:
-    found = _builtin(request.match_info["policy_id"])
+    found = _builtin(request, request.match_info["policy_id"])
     if found is not None and _admin(request).is_provider_admin:
         return respond(_builtin_out(found))
     async with gateway_of(request).pool.acquire() as conn:
@@ -146,7 +153,7 @@ async def list_policies(request: web.Request) -> web.Response:
             rows = await repo.listed(conn, provider=only is None, tenant_id=only, every_tenant=only is None)
         else:
             rows = await repo.listed(conn, provider=False, tenant_id=p.tenant_id)
-    builtins = [_builtin_out(b) for b in PolicySchema.get()[2]] if p.is_provider_admin and only is None else []
+    builtins = [_builtin_out(b) for b in _schema(request).get()[2]] if p.is_provider_admin and only is None else []
     return respond(PolicyList(items=builtins + [_out(r) for r in rows]))
 
 
@@ -155,7 +162,7 @@ async def replace_policy(request: web.Request) -> web.Response:
     body = await read_body(request, PolicyReplace)
     async with gateway_of(request).unit_of_work("gateway.replace_policy") as uow:
         row = await _visible(uow.conn, request, lock=True)
-        _checked(body.text, row["tenant_id"])
+        _checked(request, body.text, row["tenant_id"])
         row = await repo.replace(uow.conn, row["id"], body.model_dump(), principal_of(request).user_id)
         await _emit(request, uow, row, "updated")
     return respond(_out(row))
@@ -183,14 +190,14 @@ async def evaluate_policy(request: web.Request) -> web.Response:
     tenant_id = body.tenant_id if p.is_provider_admin else p.tenant_id
     if not p.is_provider_admin and body.tenant_id not in (None, p.tenant_id):
         raise not_found("tenant")
-    endpoint = mutating_endpoints().get(body.operation)
+    endpoint = _schema(request).judged.get(body.operation)
     if endpoint is None:
         raise validation_problem([FieldError(field="operation", message="not a mutating operation the policies "
                                              "judge (see docs/policies.md)", code="unknown_operation")])
     scope = "provider" if p.is_provider_admin else "tenant"
     candidate = []
     if body.candidate is not None:
-        _checked(body.candidate, tenant_id if scope == "tenant" else None)
+        _checked(request, body.candidate, tenant_id if scope == "tenant" else None)
         candidate = [Policy("candidate", scope, tenant_id if scope == "tenant" else None, parse_one(body.candidate))]
     book = await cache_of(gateway_of(request)).book()
     trial = PolicyBook(book.schema, book.policies + candidate)
@@ -204,6 +211,14 @@ async def evaluate_policy(request: web.Request) -> web.Response:
 
 _ONE = "/v1/policies/{policy_id}"
 _WRITE_ERRORS = (400, 401, 403, 404, 413, 415, 422)
+
+def _policy_key(params: dict[str, str], principal) -> tuple:
+    return uuid.UUID(params["policy_id"]), principal.tenant_id   # a tenant admin reads its own tenant's only
+
+
+_POLICY = StateReader(select_object("policies", "id = $1 AND ($2::uuid IS NULL OR tenant_id = $2)", "scope",
+                                    "tenant_id", "name", "version", "enabled", "text"), _policy_key)
+
 
 ENDPOINTS = [
     Endpoint("POST", "/v1/policies", create_policy, "createPolicy", "Create a provider or tenant policy (Cedar)",
@@ -222,11 +237,13 @@ ENDPOINTS = [
     Endpoint("PUT", _ONE, replace_policy, "replacePolicy", "Replace a policy (a new version)", "policies",
              {200: PolicyOut}, body=PolicyReplace, params=(POLICY_ID,), errors=_WRITE_ERRORS + (409,),
              description="The text is checked as on creation; every version is kept (GET …/versions). A default "
-                         "provider policy is read-only (409)."),
+                         "provider policy is read-only (409).",
+             audit_state=_POLICY),
     Endpoint("DELETE", _ONE, delete_policy, "deletePolicy", "Delete a policy", "policies", {204: None},
              params=(POLICY_ID,), errors=(401, 403, 404, 409, 422),
              description="Applies within a second on every replica. Its versions stay in the database (the last one "
-                         "marked deleted); a default provider policy is read-only (409)."),
+                         "marked deleted); a default provider policy is read-only (409).",
+             audit_state=_POLICY),
     Endpoint("GET", _ONE + "/versions", list_versions, "listPolicyVersions", "List a policy's versions", "policies",
              {200: PolicyVersions}, params=(POLICY_ID,), errors=(401, 403, 404, 422)),
     Endpoint("POST", "/v1/policies/evaluate", evaluate_policy, "evaluatePolicy", "What a request would get under the "

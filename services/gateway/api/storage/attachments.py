@@ -13,14 +13,16 @@ from aiohttp import web
 
 from services.storage.contracts import AttachVolume, DetachVolume
 
-from ...adapters import allocations, volumes as repo
+from ...adapters import allocations
+from ...adapters import volumes as repo
 from ...http.auth import require_tenant_member
 from ...http.endpoint import Endpoint, Param, respond
 from ...http.inputs import path_uuid, read_body
+from ...http.policy import tags
 from ...http.problems import ProblemError, not_found
-from .schemas import AttachmentCreate, VolumeOut
 from ...http.state import gateway_of
-from .volumes import VOLUME_ID, blocking_attachments, require_ready, volume_of, volume_out
+from .schemas import AttachmentCreate, VolumeOut
+from .volumes import VOLUME_ID, VOLUME_STATE, blocking_attachments, require_ready, volume_of, volume_out
 
 
 async def _others_holding(conn, row, allocation_id: uuid.UUID, tenant_id: uuid.UUID) -> list[str]:
@@ -89,6 +91,12 @@ async def detach_volume(request: web.Request) -> web.Response:
 ATTACHED_ALLOCATION = Param("allocation_id", "path", "The allocation the volume is attached to.", uuid.UUID,
                             required=True)
 
+async def attachment_resource(request: web.Request, data: dict, body) -> tuple[dict, dict]:
+    """The policy resource of an attachment: the volume, the allocation and the mode."""
+    return ({"volume_id": request.match_info["volume_id"], "allocation_id": str(body.allocation_id),
+             "mode": body.mode}, tags(request, data))
+
+
 ENDPOINTS = [
     Endpoint("POST", "/v1/volumes/{volume_id}/attachments", attach_volume, "attachVolume",
              "Attach a volume to a running allocation of the tenant", "storage", {202: VolumeOut},
@@ -96,10 +104,12 @@ ENDPOINTS = [
              description="The allocation must be ACTIVE (a 409 otherwise: name the volume in the allocation request "
                          "instead); another tenant's allocation is a 404. A volume that is not shared and is attached "
                          "elsewhere is a 409. Accepted with the attachment `attaching`; its node mounts it at "
-                         "/mnt/<name> (`attached`), or the attachment shows `failed` with the reason."),
+                         "/mnt/<name> (`attached`), or the attachment shows `failed` with the reason.",
+             policy_resource=attachment_resource),
     Endpoint("DELETE", "/v1/volumes/{volume_id}/attachments/{allocation_id}", detach_volume, "detachVolume",
              "Detach a volume from an allocation", "storage", {202: VolumeOut}, params=(VOLUME_ID, ATTACHED_ALLOCATION),
              errors=(401, 403, 404, 409),
              description="Accepted with the attachment `detaching`; its node unmounts it and the attachment goes. "
-                         "Repeating it while detaching answers 202 again; while still attaching, a 409."),
+                         "Repeating it while detaching answers 202 again; while still attaching, a 409.",
+             audit_state=VOLUME_STATE),
 ]

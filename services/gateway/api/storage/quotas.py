@@ -1,6 +1,6 @@
 """Storage classes and storage quotas: every caller reads the classes the provider offers; provider admins set a
 tenant's quota in a class, tenant admins split it among users, members read theirs (as for GPU quotas,
-``handlers.quotas``); and the charge a volume's creation or growth takes against them.
+api/inventory/quotas.py); and the charge a volume's creation or growth takes against them.
 
 The storage service applies every quota change and checks each volume against them atomically; the gateway
 checks first, against its own view, atomically too (``charge`` holds the quota rows while it counts), so
@@ -16,63 +16,26 @@ from aiohttp import web
 
 from services.storage.contracts import SetStorageQuota
 
-from ...adapters import inventory, volumes as repo
+from ...adapters import inventory
+from ...adapters import volumes as repo
+from ...adapters.admission import limits_of
+from ...adapters.audit_state import StateReader, select_object
 from ...domain.scheduling import NIL
-from ...domain.volumes import Limits, Offer, StorageClass, storage_breach, tenant_limits
+from ...domain.volumes import Limits, Offer, tenant_limits
 from ...http.auth import principal_of, require_provider_admin
 from ...http.endpoint import Endpoint, Param, respond
 from ...http.inputs import path_uuid, path_value, read_body
+from ...http.params import TENANT_ID, USER_ID
 from ...http.problems import forbidden, not_found, validation_problem
 from ...http.schema_base import FieldError
-from .schemas import (StorageClassList, StorageClassName, StorageClassOut, StorageQuotaList, StorageQuotaOut,
-                      StorageQuotaSet, StorageQuotaSetOut, StorageShareOut)
+from ...http.schema_types import StorageClassName
 from ...http.state import gateway_of
-from ..inventory.quotas import USER_ID, QuotaExceeded, visible_tenant
-from ..identity.tenants import TENANT_ID, require_tenant
+from ...http.tenancy import require_tenant, visible_tenant
+from .schemas import (StorageClassList, StorageClassOut, StorageQuotaList, StorageQuotaOut, StorageQuotaSet,
+                      StorageQuotaSetOut, StorageShareOut)
 
 STORAGE_CLASS = Param("storage_class", "path", "The storage class (GET /v1/storage-classes).", StorageClassName,
                       required=True)
-
-
-def class_problem(field: str, name: str | None, offer: Offer) -> Exception:
-    offered = ", ".join(offer.names) or "none (no class was announced yet)"
-    message = (f"no default storage class is offered; name one of: {offered}" if name is None
-               else f"no storage class {name!r}; offered: {offered}")
-    return validation_problem([FieldError(field=field, message=message, code="unknown_storage_class")])
-
-
-async def offered_class(conn: asyncpg.Connection, name: str | None, field: str = "storage_class") -> tuple[Offer, StorageClass]:
-    """The offer and the class ``name`` names (None: the default class); a 422 naming ``field`` and the offered
-    classes otherwise."""
-    offer = await repo.offer(conn)
-    found = offer.find(name)
-    if found is None:
-        raise class_problem(field, name, offer)
-    return offer, found
-
-
-def _limits(row: asyncpg.Record | None) -> tuple[int | None, int | None]:
-    return (row["max_bytes"], row["max_volumes"]) if row is not None else (None, None)
-
-
-async def charge(conn: asyncpg.Connection, tenant_id: uuid.UUID, user_id: uuid.UUID, storage_class: str, offer: Offer,
-                 *, requested_bytes: int, requested_volumes: int, lock: bool = True) -> None:
-    """Raise QuotaExceeded (403) when the tenant's or the user's quota in the class cannot take the request.
-
-    ``lock``: hold the two quota rows until commit (tenant's first), so the count stays true until the caller's
-    volume row is written; a request that changes nothing in the class's use may leave it False (a fast check)."""
-    if lock:
-        tenant_row, user_row = await repo.lock_quotas(conn, tenant_id, storage_class, user_id)
-    else:
-        tenant_row = await repo.quota_row(conn, tenant_id, storage_class)
-        user_row = await repo.quota_row(conn, tenant_id, storage_class, user_id)
-    tenant = (tenant_limits(*_limits(tenant_row), offer), await repo.use_of(conn, tenant_id, storage_class))
-    own = Limits(*_limits(user_row))
-    user = (own, await repo.use_of(conn, tenant_id, storage_class, user_id)) if own != Limits() else None
-    breach = storage_breach(storage_class, tenant, user, requested_bytes=requested_bytes,
-                            requested_volumes=requested_volumes)
-    if breach is not None:
-        raise QuotaExceeded(breach)
 
 
 async def list_storage_classes(request: web.Request) -> web.Response:
@@ -89,7 +52,7 @@ def storage_quota_list(tenant_id: uuid.UUID, offer: Offer, rows: list, usage: li
     items = []
     for name in classes:
         own = next((r for r in rows if r["storage_class"] == name and r["user_id"] == NIL), None)
-        limits = tenant_limits(*_limits(own), offer)
+        limits = tenant_limits(*limits_of(own), offer)
         held = [u for u in usage if u["storage_class"] == name]
         shares = []
         for r in (r for r in rows if r["storage_class"] == name and r["user_id"] != NIL):
@@ -99,7 +62,7 @@ def storage_quota_list(tenant_id: uuid.UUID, offer: Offer, rows: list, usage: li
                                           volumes=sum(u["volumes"] for u in mine), version=r["version"]))
         items.append(StorageQuotaOut(
             tenant_id=tenant_id, storage_class=name, max_bytes=limits.max_bytes, max_volumes=limits.max_volumes,
-            quota_set=own is not None and _limits(own) != (None, None),
+            quota_set=own is not None and limits_of(own) != (None, None),
             provisioned_bytes=sum(u["provisioned_bytes"] for u in held), volumes=sum(u["volumes"] for u in held),
             used_bytes=sum(u["used_bytes"] for u in held), version=own["version"] if own else None, users=shares))
     return StorageQuotaList(items=items)
@@ -158,7 +121,7 @@ async def set_user_storage_quota(request: web.Request) -> web.Response:
         if not await inventory.user_in_tenant(conn, user_id, tenant_id):
             raise not_found("user")
         offer = await _offered_or_404(conn, storage_class)
-        tenant = tenant_limits(*_limits(await repo.quota_row(conn, tenant_id, storage_class)), offer)
+        tenant = tenant_limits(*limits_of(await repo.quota_row(conn, tenant_id, storage_class)), offer)
         problems = _share_problems(body, tenant)
         if problems:
             raise validation_problem(problems)
@@ -171,6 +134,16 @@ async def set_user_storage_quota(request: web.Request) -> web.Response:
 
 
 _WRITE_ERRORS = (400, 401, 403, 404, 413, 415, 422)
+
+def _storage_quota(user: bool):
+    def args(params: dict[str, str], _principal) -> tuple:
+        return uuid.UUID(params["tenant_id"]), params["storage_class"], uuid.UUID(params["user_id"]) if user else NIL
+    return args
+
+
+_STORAGE_QUOTA = select_object("volume_quotas_view", "tenant_id = $1 AND storage_class = $2 AND user_id = $3",
+                               "max_bytes", "max_volumes", "effective_max_bytes", "effective_max_volumes", "version")
+
 
 ENDPOINTS = [
     Endpoint("GET", "/v1/storage-classes", list_storage_classes, "listStorageClasses",
@@ -187,10 +160,12 @@ ENDPOINTS = [
              "setTenantStorageQuota", "Set a tenant's quota in one storage class (provider admin)", "quotas",
              {202: StorageQuotaSetOut}, body=StorageQuotaSet, params=(TENANT_ID, STORAGE_CLASS), errors=_WRITE_ERRORS,
              description="null: the default. Lowering a limit below current use blocks new volumes and growth; it "
-                         "never destroys a volume. A class not offered is a 404."),
+                         "never destroys a volume. A class not offered is a 404.",
+             audit_state=StateReader(_STORAGE_QUOTA, _storage_quota(user=False))),
     Endpoint("PUT", "/v1/tenants/{tenant_id}/users/{user_id}/storage-quotas/{storage_class}", set_user_storage_quota,
              "setUserStorageQuota", "Split the tenant's storage quota for one user (the tenant's admin)", "quotas",
              {202: StorageQuotaSetOut}, body=StorageQuotaSet, params=(TENANT_ID, USER_ID, STORAGE_CLASS),
              errors=_WRITE_ERRORS, description="The user must belong to the tenant; each limit must not exceed the "
-                                               "tenant's own (a 422); null: no own limit (the tenant's applies)."),
+                                               "tenant's own (a 422); null: no own limit (the tenant's applies).",
+             audit_state=StateReader(_STORAGE_QUOTA, _storage_quota(user=True))),
 ]

@@ -12,14 +12,12 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from services.storage.contracts import (CLASS_NAME_PATTERN, MAX_ATTACHED, MAX_VOLUME_BYTES, MIN_VOLUME_BYTES,
-                                        VOLUME_NAME_PATTERN)
+from services.storage.contracts import MAX_VOLUME_BYTES, MIN_VOLUME_BYTES, VOLUME_NAME_PATTERN
 
 from ...http.schema_base import Body, Int, Out, Uuid, integer, text
+from ...http.schema_types import Mode, StorageClassName
 
 VolumeName = text(63, min_length=1, pattern=VOLUME_NAME_PATTERN)
-StorageClassName = text(32, min_length=1, pattern=CLASS_NAME_PATTERN)
-Mode = Literal["rw", "ro"]
 MAX_QUOTA_BYTES = 1 << 62
 MAX_QUOTA_VOLUMES = 1_000_000
 _OWNED = frozenset({"id", "tenant_id", "user_id", "backend", "used_bytes", "requested_size_bytes", "scratch", "state",
@@ -51,18 +49,6 @@ class AttachmentCreate(Body):
     server_owned: ClassVar[frozenset[str]] = frozenset({"state", "node_id", "reason"})
     allocation_id: Uuid = Field(description="An ACTIVE allocation of the tenant.")
     mode: Mode = Field(default="rw", description="rw, or ro (the slots cannot write).")
-
-
-class AllocationVolume(Body):
-    """An existing volume of the tenant an allocation mounts at /mnt/<name>."""
-
-    volume_id: Uuid
-    mode: Mode = "rw"
-
-
-AllocationVolumes = Field(default_factory=list, max_length=MAX_ATTACHED,
-                          description=f"At most {MAX_ATTACHED} volumes of the tenant to mount, each at /mnt/<name>: "
-                                      "available, or in use and shared (another is a 422 naming it), each once.")
 
 
 class StorageQuotaSet(Body):

@@ -2,7 +2,7 @@
 
 Writes are accepted with 202 and travel to the storage service as commands through the outbox; the read model
 shows 'creating' (or the pending size, or 'deleting') until the service answers with the volume's new document
-(``projections.volumes``), or refuses (state 'rejected', or the reason). Another tenant's volume, or a malformed
+(``projection``), or refuses (state 'rejected', or the reason). Another tenant's volume, or a malformed
 id, is a 404, never a 403, and is never listed. A creation or a growth is charged against the tenant's and the
 user's storage quota atomically first (``storage_quotas.charge``): over it is a 403 quota-exceeded and nothing
 is sent.
@@ -17,17 +17,18 @@ from aiohttp import web
 from services.storage.contracts import CreateVolume, DestroyVolume, ResizeVolume
 
 from ...adapters import volumes as repo
+from ...adapters.admission import QuotaProblem, charge, offered_class
+from ...adapters.audit_state import StateReader, ids, select_object
 from ...domain.volumes import READY, mount_point, volume_links
 from ...http.auth import require_tenant_member
 from ...http.endpoint import Endpoint, Param, respond
 from ...http.inputs import path_uuid, query_value, read_body
 from ...http.paging import CURSOR, LIMIT, page, position
+from ...http.policy import tags
 from ...http.problems import ProblemError, not_found, validation_problem
 from ...http.schema_base import FieldError, Problem
-from ..inventory.quota_schemas import QuotaProblem
-from .schemas import VolumeCreate, VolumeOut, VolumePage, VolumeResize
 from ...http.state import gateway_of
-from .quotas import charge, offered_class
+from .schemas import VolumeCreate, VolumeOut, VolumePage, VolumeResize
 
 
 def volume_out(row: asyncpg.Record | dict) -> VolumeOut:
@@ -163,6 +164,18 @@ VOLUME_ID = Param("volume_id", "path", "The volume's id.", uuid.UUID, required=T
 _BODY_ERRORS = (400, 401, 403, 404, 409, 413, 415, 422)
 _QUOTA = {403: (Problem, QuotaProblem)}
 
+async def volume_resource(request: web.Request, data: dict, body) -> tuple[dict, dict]:
+    """The policy resource of a POST /v1/volumes: its name, size, sharing and class."""
+    attrs = {"name": body.name, "size_bytes": body.size_bytes, "shared": body.shared}
+    if body.storage_class:
+        attrs["storage_class"] = body.storage_class
+    return attrs, tags(request, data)
+
+
+VOLUME_STATE = StateReader(select_object("volumes_view", "id = $1", "name", "storage_class", "size_bytes",
+                                         "pending_size_bytes", "state", "attachments", "version"), ids("volume_id"))
+
+
 ENDPOINTS = [
     Endpoint("POST", "/v1/volumes", create_volume, "createVolume", "Create a volume of the tenant", "storage",
              {202: VolumeOut}, body=VolumeCreate, errors=(400, 401, 403, 409, 413, 415, 422), problems=_QUOTA,
@@ -171,7 +184,8 @@ ENDPOINTS = [
                          "(state `rejected`, with the reason). An unknown storage class or a size above the class's "
                          "largest volume is a 422; a name the tenant's live volumes already use is a 409. Over the "
                          "tenant's (or the user's) storage quota in the class: 403 `quota-exceeded` with the "
-                         "members quota (e.g. `storage:standard:bytes`), limit, used and requested."),
+                         "members quota (e.g. `storage:standard:bytes`), limit, used and requested.",
+             policy_resource=volume_resource),
     Endpoint("GET", "/v1/volumes", list_volumes, "listVolumes", "List the tenant's volumes, newest first", "storage",
              {200: VolumePage}, params=(LIMIT, CURSOR), errors=(401, 403, 422)),
     Endpoint("GET", "/v1/volumes/{volume_id}", get_volume, "getVolume", "Read a volume and its attachments", "storage",
@@ -180,9 +194,11 @@ ENDPOINTS = [
              {202: VolumeOut}, body=VolumeResize, params=(VOLUME_ID,), errors=_BODY_ERRORS, problems=_QUOTA,
              description="Volumes only grow: a size not above the current one is a 422. The growth is charged "
                          "against the storage quota (403 `quota-exceeded`). The new size shows as "
-                         "`requested_size_bytes` until the storage service applied it."),
+                         "`requested_size_bytes` until the storage service applied it.",
+             audit_state=VOLUME_STATE),
     Endpoint("DELETE", "/v1/volumes/{volume_id}", delete_volume, "deleteVolume", "Delete a volume and its data",
              "storage", {202: VolumeOut}, params=(VOLUME_ID,), errors=(401, 403, 404, 409),
              description="A volume still being created, attached, or named by an allocation that has not ended is a "
-                         "409. Accepted as `deleting`; once deleted it is a 404 and no longer listed."),
+                         "409. Accepted as `deleting`; once deleted it is a 404 and no longer listed.",
+             audit_state=VOLUME_STATE),
 ]
