@@ -4,7 +4,8 @@ messages of kind ``request`` (subject ``<service>.rpc.…``, outside every strea
 The owner answers (``Runtime.answer``, one queue group per service, so replicas share the load); a
 requester sends with ``request``. Both sides check the catalog: only the owner answers, only the owner or
 a service whose contract ``sends`` it asks. A request never changes state: nothing is retried, stored or
-deduplicated; a requester that gets no answer in time says so (``RpcUnavailable``). A handler's error is
+deduplicated; a requester that gets no answer says why (``RpcUnavailable``): nobody is subscribed
+(``RpcNoResponders``, told by the server at once) or nobody answered in time (``RpcTimeout``). A handler's error is
 returned to the requester as ``RpcError`` (header ``Tessera-Error``), never as a made-up reply.
 """
 from __future__ import annotations
@@ -33,6 +34,14 @@ class RpcUnavailable(RpcError):
     """Nobody answered: no responder is subscribed, or none answered within the timeout."""
 
 
+class RpcNoResponders(RpcUnavailable):
+    """No responder is subscribed: told by the server at once (the owner is not connected)."""
+
+
+class RpcTimeout(RpcUnavailable):
+    """A responder is subscribed but none answered within the timeout."""
+
+
 async def serve(nc: Client, catalog: Catalog, service: str, type_: str, handler: Handler, **params: str):
     """Subscribe ``service`` (the owner) to answer ``type_`` on its subject rendered with ``params``; returns the
     subscription. Raises ContractViolation when ``service`` does not own ``type_`` or it is not a request."""
@@ -56,7 +65,12 @@ async def serve(nc: Client, catalog: Catalog, service: str, type_: str, handler:
 async def request(nc: Client, catalog: Catalog, service: str, type_: str, payload: BaseModel, *,
                   timeout: float = 5.0, **params: str) -> BaseModel:
     """Ask the owner of ``type_`` and return its reply (the contract's reply model). Raises ContractViolation,
-    RpcUnavailable (no responder, or no answer within ``timeout``) or RpcError (the owner's error)."""
+    RpcNoResponders (nobody is subscribed), RpcTimeout (no answer within ``timeout``) -- both RpcUnavailable --
+    or RpcError (the owner's error).
+
+    The server reports "no responders" only to a connection that announced headers and no_responders in its
+    CONNECT (nats-py does when the server supports headers) and only for a new-style request (one shared reply
+    subscription; ``old_style`` requests cannot see the status), which is what ``nc.request`` sends here."""
     msg = catalog.message(type_)
     if msg.kind != "request":
         raise ContractViolation(f"{type_} is not a request")
@@ -66,9 +80,9 @@ async def request(nc: Client, catalog: Catalog, service: str, type_: str, payloa
     try:
         answer = await nc.request(subject, payload.model_dump_json().encode(), timeout=timeout)
     except NoRespondersError:
-        raise RpcUnavailable(f"{type_}: nobody answers on {subject}") from None
+        raise RpcNoResponders(f"{type_}: nobody answers on {subject}") from None
     except NatsTimeout:
-        raise RpcUnavailable(f"{type_}: no answer on {subject} within {timeout:g} s") from None
+        raise RpcTimeout(f"{type_}: no answer on {subject} within {timeout:g} s") from None
     if answer.headers and ERROR_HEADER in answer.headers:
         raise RpcError(answer.headers[ERROR_HEADER])
     try:

@@ -4,6 +4,7 @@ agent: they watch node_agent.set_bmc and answer node_agent.validate_bmc with sha
 members of an allocation's instance (phases, redfish_calls)."""
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
@@ -230,15 +231,25 @@ async def test_validation_answers_what_the_node_agent_found_ok_or_not(api, node_
     assert r.body["error"] == "401 from the BMC"
 
 
-async def test_validation_is_a_504_when_no_agent_answers_and_a_502_when_it_fails(gateway, node_agent):
+async def test_validation_is_a_503_at_once_without_an_agent_a_504_when_it_is_silent_a_502_when_it_fails(
+        gateway, node_agent):
     api = await gateway(bmc_validate_timeout_s=1.0)
     admin = await api.admin()
-    silent, failing = await new_node(admin), await new_node(admin)
-    assert_problem(await admin.post(f"/v1/nodes/{silent}/bmc/validate"), 409)          # no BMC yet
-    for node in (silent, failing):
+    absent, silent, failing = await new_node(admin), await new_node(admin), await new_node(admin)
+    assert_problem(await admin.post(f"/v1/nodes/{absent}/bmc/validate"), 409)          # no BMC yet
+    for node in (absent, silent, failing):
         assert (await admin.call("PUT", f"/v1/nodes/{node}/bmc", json_body=bmc_body())).status == 200
+    # no agent connected: the bus says so at once (no responders), a 503 to retry later, not a wait
+    r = await admin.post(f"/v1/nodes/{absent}/bmc/validate")
+    problem = assert_problem(r, 503)
+    assert absent in problem["detail"] and problem["type"].endswith("/node-unavailable") and r.headers["Retry-After"]
+
+    async def wedged(_req: ValidateBmc) -> BmcReport:
+        await asyncio.sleep(5)
+        raise RuntimeError("never answers in time")
+    await node_agent(silent, wedged)
     problem = assert_problem(await admin.post(f"/v1/nodes/{silent}/bmc/validate"), 504)
-    assert silent in problem["detail"]
+    assert silent in problem["detail"] and problem["type"].endswith("/node-timeout")
 
     async def broken(_req: ValidateBmc) -> BmcReport:
         raise RuntimeError("the redfish driver is not loaded")

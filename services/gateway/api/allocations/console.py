@@ -16,7 +16,7 @@ from typing import Literal
 import structlog
 from aiohttp import web
 
-from shared.rpc import RpcError, RpcUnavailable
+from shared.rpc import RpcError, RpcNoResponders, RpcTimeout
 
 from ...adapters import allocations as views
 from ...http.auth import require_tenant_member
@@ -40,12 +40,16 @@ FOLLOW = Param("follow", "query", "true: keep the response open and send what th
 
 
 async def _read(console: NodeConsole, offset: int, limit: int):
-    """One read; the node's silence is a 503 naming it, its failure a 502, no console there a 404."""
+    """One read; a node whose agent is not connected is a 503 naming it (at once), one that does not answer in
+    time a 504, its failure a 502, no console there a 404."""
     try:
         chunk = await console.read(offset, limit)
-    except RpcUnavailable:
+    except RpcNoResponders:
         raise ProblemError(503, f"node {console.node_id} does not answer; the console cannot be read now",
                            slug="node-unavailable", headers={"Retry-After": "5"}) from None
+    except RpcTimeout:
+        raise ProblemError(504, f"node {console.node_id} did not answer in time; the console cannot be read now",
+                           slug="node-timeout") from None
     except RpcError as exc:
         log.warning("console.node_failed", node_id=str(console.node_id), allocation_id=str(console.allocation_id),
                     error=str(exc))
@@ -88,7 +92,7 @@ async def _follow(gw: Gateway, request: web.Request, resp: web.StreamResponse, c
             try:
                 chunk = await _read(console, offset, _FOLLOW_CHUNK)
             except ProblemError as exc:
-                silent = silent + 1 if exc.status == 503 else _GIVE_UP_AFTER
+                silent = silent + 1 if exc.status in (503, 504) else _GIVE_UP_AFTER
                 if silent >= _GIVE_UP_AFTER:
                     return
                 continue
@@ -131,13 +135,14 @@ async def read_console(request: web.Request) -> web.StreamResponse:
 ENDPOINTS = [
     Endpoint("GET", "/v1/allocations/{allocation_id}/console", read_console, "readConsole",
              "Read the serial console of the allocation's instance", "allocations", {200: TEXT_PLAIN},
-             params=(ALLOCATION_ID, TAIL, FOLLOW), errors=(401, 403, 404, 409, 422, 502, 503),
+             params=(ALLOCATION_ID, TAIL, FOLLOW), errors=(401, 403, 404, 409, 422, 502, 503, 504),
              description="text/plain (UTF-8): the console's last `tail` bytes, read live from the node-agent on the "
                          "allocation's node. With `follow=true` the response stays open (chunked text/plain) and "
                          "carries what the console prints next, read from the node about every 0.5 s, until the "
                          "client disconnects, the allocation leaves ACTIVE, the node stops answering, or the "
                          "gateway's maximum follow time (TESSERA_CONSOLE_FOLLOW_MAX_S, default 3600 s) passes. An "
-                         "allocation without a node yet is a 409; a node that does not answer is a 503 naming it "
-                         "(502 when it answers with an error); a node without a console of the allocation is a 404 "
+                         "allocation without a node yet is a 409; a node whose agent is not connected is a 503 "
+                         "naming it (at once, with Retry-After), one that does not answer in time a 504 (502 when "
+                         "it answers with an error); a node without a console of the allocation is a 404 "
                          "(`no-console`). Each read is recorded with the caller's user id."),
 ]

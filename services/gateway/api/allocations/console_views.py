@@ -25,7 +25,8 @@ class NodeConsole:
 
     async def read(self, offset: int, limit: int) -> ConsoleChunk:
         """``limit`` bytes from ``offset`` (-1: the last ``limit`` bytes). May wait ``timeout_s``; raises
-        rpc.RpcUnavailable (no agent answers) or rpc.RpcError (the agent failed to read it)."""
+        rpc.RpcNoResponders (no agent connected), rpc.RpcTimeout (no answer in time) or rpc.RpcError (the agent
+        failed to read it)."""
         return await rpc.request(self.nc, self.catalog, "gateway", "node_agent.read_console", ReadConsole(
             allocation_id=self.allocation_id, tenant_id=self.tenant_id, offset=offset, limit=limit),
             timeout=self.timeout_s, node_id=str(self.node_id))

@@ -266,9 +266,12 @@ async def verify_ledger(request: web.Request) -> web.Response:
     try:
         result = await rpc.request(gw.rt.broker.connection, gw.rt.catalog, "gateway", "billing.verify_ledger",
                                    bc.VerifyLedger(requested_by=p.user_id), timeout=LEDGER_VERIFY_TIMEOUT_S)
-    except rpc.RpcUnavailable:
+    except rpc.RpcNoResponders:
         raise ProblemError(503, "billing does not answer; the ledger cannot be verified now",
                            slug="billing-unavailable", headers={"Retry-After": "30"}) from None
+    except rpc.RpcTimeout:
+        raise ProblemError(504, f"billing did not verify its ledger within {LEDGER_VERIFY_TIMEOUT_S:g} s",
+                           slug="billing-timeout") from None
     except rpc.RpcError as exc:
         log.warning("billing.ledger_verify_failed", error=str(exc))
         raise ProblemError(502, "billing could not verify its ledger", slug="billing-failed") from None
@@ -315,8 +318,9 @@ ENDPOINTS = [
                          "(tenant_id) or the provider-wide one; tenant users are refused (403)."),
     Endpoint("GET", "/v1/ops/ledger/verify", verify_ledger, "verifyBillingLedger",
              "Have billing recompute its ledger's hashes and checkpoints (provider admin)", "ops",
-             {200: LedgerVerificationOut}, errors=(401, 403, 502, 503),
+             {200: LedgerVerificationOut}, errors=(401, 403, 502, 503, 504),
              description="Asks the billing service (it reads its whole ledger; up to 60 s). 200 with ok true or "
-                         "false (first_bad_seq / bad_checkpoint name what does not match); 503 when billing does "
-                         "not answer, 502 when it fails to verify."),
+                         "false (first_bad_seq / bad_checkpoint name what does not match); 503 at once when no "
+                         "billing process is connected, 504 when it does not answer in time, 502 when it fails to "
+                         "verify."),
 ]

@@ -7,8 +7,8 @@ opens with the same key. It is never returned (``password_set`` says there is on
 platform key (TESSERA_SECRET_KEY or TESSERA_SECRET_KEY_FILE) no BMC can be registered: 503.
 
 Validation is a live read (``node_agent.validate_bmc``, request/reply): the report of a check that ran is a 200,
-``ok`` true or false (a wrong password is ``ok: false``, ``error_kind: unauthorized``); a node whose agent does
-not answer in time is a 504.
+``ok`` true or false (a wrong password is ``ok: false``, ``error_kind: unauthorized``); a node whose agent is
+not connected is a 503 at once (the bus has no responder), one whose agent does not answer in time a 504.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import structlog
 from aiohttp import web
 
 from services.node_agent.contracts import Bmc, SetBmc
-from shared.rpc import RpcError, RpcUnavailable
+from shared.rpc import RpcError, RpcNoResponders, RpcTimeout
 from shared.secrets import KEY_FILE_VAR, KEY_VAR, seal
 
 from ...adapters.audit_state import StateReader, ids, select_object
@@ -110,7 +110,10 @@ async def validate_bmc(request: web.Request) -> web.Response:
     timeout = gw.config.bmc_validate_timeout_s
     try:
         report = await repo.validate(gw.rt.broker.connection, gw.rt.catalog, node_id, repo.wire(row), timeout)
-    except RpcUnavailable:
+    except RpcNoResponders:
+        raise ProblemError(503, f"the agent of node {node_id} is not connected; the BMC was not checked",
+                           slug="node-unavailable", headers={"Retry-After": "5"}) from None
+    except RpcTimeout:
         raise ProblemError(504, f"the agent of node {node_id} did not answer within {timeout:g} s; the BMC was not "
                                 "checked", slug="node-timeout") from None
     except RpcError as exc:
@@ -132,12 +135,12 @@ _BMC = StateReader(select_object("node_bmcs", "node_id = $1 AND url IS NOT NULL"
 ENDPOINTS = [
     Endpoint("POST", _PATH + "/validate", validate_bmc, "validateNodeBmc",
              "Check a node's BMC through its node-agent (provider admin)", "nodes", {200: BmcReport},
-             params=(NODE_ID,), errors=(401, 403, 404, 409, 502, 504),
+             params=(NODE_ID,), errors=(401, 403, 404, 409, 502, 503, 504),
              description="The node's agent reaches the BMC with the registered credentials and reads the system. "
                          "A check that ran answers 200 whatever it found: `ok: false` with `error_kind` "
                          "(`unauthorized` for a wrong password, `unreachable`, `timeout`, ...). No BMC registered: "
-                         "409 `no-bmc`; the agent did not answer in time (TESSERA_BMC_VALIDATE_TIMEOUT_S): 504; "
-                         "it failed: 502."),
+                         "409 `no-bmc`; the node's agent is not connected: 503 at once (with Retry-After); it did "
+                         "not answer in time (TESSERA_BMC_VALIDATE_TIMEOUT_S): 504; it failed: 502."),
     Endpoint("GET", _PATH, get_bmc, "getNodeBmc", "Read a node's BMC, without its password (provider admin)", "nodes",
              {200: BmcOut}, params=(NODE_ID,), errors=(401, 403, 404),
              description="404 when the node has no BMC registered. " + _WRITE_ONLY),

@@ -48,7 +48,7 @@ def wire(row: asyncpg.Record) -> Bmc:
 
 
 async def validate(nc: Client, catalog: Catalog, node_id: uuid.UUID, bmc: Bmc, timeout_s: float) -> BmcReport:
-    """Ask the node's agent to check ``bmc``. May wait ``timeout_s``; raises rpc.RpcUnavailable (no agent
-    answers) or rpc.RpcError (the agent failed)."""
+    """Ask the node's agent to check ``bmc``. May wait ``timeout_s``; raises rpc.RpcNoResponders (no agent
+    connected), rpc.RpcTimeout (no answer in time) or rpc.RpcError (the agent failed)."""
     return await rpc.request(nc, catalog, "gateway", "node_agent.validate_bmc", ValidateBmc(node_id=node_id, bmc=bmc),
                              timeout=timeout_s, node_id=str(node_id))
