@@ -6,7 +6,10 @@ naming the variable. Variables (defaults in brackets):
   TESSERA_NETWORK_VRF_MIN / _VRF_MAX     [1000–64999] route-table / VRF id pool, one per tenant
   TESSERA_NETWORK_PKEY_MIN / _PKEY_MAX   [0x0001–0x7FFE] InfiniBand PKey pool, one per tenant (hex or decimal)
   TESSERA_NETWORK_NAT_CIDR               [198.51.100.0/24] NAT gateway addresses, one per tenant network
-  TESSERA_NETWORK_TENANT_CIDR            [10.0.0.0/24] subnet of a tenant's implicit "default" network
+  TESSERA_NETWORK_TENANT_CIDR            [10.0.0.0/24] first choice (and size) of the subnet of a tenant's implicit
+                                         "default" network, created when an allocation names no network
+  TESSERA_NETWORK_DEFAULT_POOL           [10.0.0.0/8] where that subnet is drawn from when a network of the tenant
+                                         overlaps the first choice: the lowest free one of TENANT_CIDR's size
   TESSERA_NETWORK_LEAF_MAP               [none] "<node uuid>=<leaf>,..." nodes → leaf switch (others: a deterministic leaf)
   TESSERA_NETWORK_LEAF_COUNT             [4] leaves the deterministic mapping spreads nodes over
   TESSERA_NETWORK_FABRIC                 [evpn,infiniband] fabric drivers, comma-separated, or none
@@ -24,6 +27,7 @@ from shared.settings import SettingError, integer, load, setting
 from .adapters.fabric import DRIVERS as FABRIC_DRIVERS
 from .domain.model import (
     DEFAULT_NAT_CIDR,
+    DEFAULT_POOL,
     DEFAULT_TENANT_CIDR,
     VNI_MAX,
     IdPool,
@@ -87,7 +91,11 @@ class NetworkSettings:
     nat_cidr: ipaddress.IPv4Network = setting(P + "NAT_CIDR", DEFAULT_NAT_CIDR, _subnet,
                                               doc="NAT gateway addresses, one per tenant network")
     tenant_cidr: ipaddress.IPv4Network = setting(P + "TENANT_CIDR", DEFAULT_TENANT_CIDR, _subnet,
-                                                 doc="subnet of a tenant's implicit default network")
+                                                 doc="first choice (and size) of the subnet of a tenant's "
+                                                     "implicit default network")
+    default_pool: ipaddress.IPv4Network = setting(P + "DEFAULT_POOL", DEFAULT_POOL, _subnet,
+                                                  doc="where a default network's subnet is drawn from when the "
+                                                      "first choice overlaps a network of the tenant")
     leaf_map: dict[uuid.UUID, str] = setting(P + "LEAF_MAP", read=_leaf_map, default_factory=dict,
                                              doc="'<node uuid>=<leaf>,...': nodes → leaf switch")
     leaf_count: int = setting(P + "LEAF_COUNT", 4, integer(1, 9999),
@@ -98,10 +106,14 @@ class NetworkSettings:
 
     def plan(self) -> NetworkPlan:
         """The provider's plan these settings describe; raises SettingError for an empty or out-of-bounds pool."""
-        return NetworkPlan(_pool(VniPool, "VNI", self.vni_min, self.vni_max), self.tenant_cidr,
-                           _pool(VrfPool, "VRF", self.vrf_min, self.vrf_max),
-                           _pool(PKeyPool, "PKEY", self.pkey_min, self.pkey_max), self.nat_cidr,
-                           LeafMap(dict(self.leaf_map), self.leaf_count))
+        vnis = _pool(VniPool, "VNI", self.vni_min, self.vni_max)
+        vrfs = _pool(VrfPool, "VRF", self.vrf_min, self.vrf_max)
+        pkeys = _pool(PKeyPool, "PKEY", self.pkey_min, self.pkey_max)
+        try:
+            return NetworkPlan(vnis, self.tenant_cidr, vrfs, pkeys, self.nat_cidr,
+                               LeafMap(dict(self.leaf_map), self.leaf_count), self.default_pool)
+        except ValueError as exc:
+            raise SettingError(f"{P}DEFAULT_POOL/{P}TENANT_CIDR: {exc}") from None
 
 
 def _pool(kind: type[IdPool], prefix: str, first: int, last: int) -> IdPool:

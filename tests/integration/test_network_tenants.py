@@ -136,3 +136,28 @@ async def test_the_first_attach_without_a_network_creates_and_announces_the_tena
     assert (await net.snapshot_after(tenant, 1))["networks"] == [default]
     again = await net.attach(tenant, None)
     assert again["data"]["attachment"]["network_id"] == default["network_id"] and again["data"]["ip_address"] == "10.0.0.3"
+
+
+async def test_without_a_network_an_allocation_lands_on_a_default_network_that_overlaps_none_of_the_tenants(net):
+    # the tenant made the provider's first choice (10.0.0.0/24) for production: the default goes next to it
+    tenant = uuid.uuid4()
+    assert (await net.create(tenant, "production", "10.0.0.0/24"))["type"] == "network.network_created"
+    attached = await net.attach(tenant, None)
+    assert attached["type"] == "network.network_attached", attached["data"]
+    by_name = {n["name"]: n for n in attached["data"]["tenant_networks"]["networks"]}
+    assert by_name["default"]["cidr"] == "10.0.1.0/24" and attached["data"]["ip_address"] == "10.0.1.2"
+    # a tenant whose default network was deleted and a larger one made in its place
+    other = uuid.uuid4()
+    assert (await net.create(other, "everything", "10.0.0.0/16"))["type"] == "network.network_created"
+    attached = await net.attach(other, None)
+    assert attached["type"] == "network.network_attached", attached["data"]
+    assert {n["name"]: n["cidr"] for n in attached["data"]["tenant_networks"]["networks"]} == {
+        "everything": "10.0.0.0/16", "default": "10.1.0.0/24"}
+
+
+async def test_a_network_the_tenant_named_default_is_its_default_network(net):
+    tenant = uuid.uuid4()
+    made = (await net.create(tenant, "default", "172.16.0.0/24"))["data"]["network"]
+    attached = await net.attach(tenant, None)
+    assert attached["data"]["attachment"]["network_id"] == made["network_id"]
+    assert attached["data"]["ip_address"] == "172.16.0.2" and len(attached["data"]["tenant_networks"]["networks"]) == 1

@@ -78,3 +78,36 @@ def test_mac_is_locally_administered_unicast_in_colon_notation():
 def test_network_plan_refuses_a_default_subnet_without_room_for_a_gateway_and_a_slot(cidr):
     with pytest.raises(ValueError, match="too small"):
         NetworkPlan(tenant_cidr=ipaddress.IPv4Network(cidr))
+
+
+def nets(*cidrs: str) -> list[ipaddress.IPv4Network]:
+    return [ipaddress.IPv4Network(c) for c in cidrs]
+
+
+def test_the_default_subnet_is_the_first_choice_while_no_network_of_the_tenant_overlaps_it():
+    assert NetworkPlan().default_subnet([]) == NET
+    assert NetworkPlan().default_subnet(nets("172.16.0.0/24", "10.0.1.0/24")) == NET
+
+
+@pytest.mark.parametrize("taken,expected", [
+    (["10.0.0.0/24"], "10.0.1.0/24"),                       # the tenant made the first choice itself
+    (["10.0.0.0/16"], "10.1.0.0/24"),                       # a larger network covering it
+    (["10.0.0.128/25", "10.0.1.0/24", "10.0.3.0/24"], "10.0.2.0/24"),   # the first gap, whatever the order
+    (["10.0.0.0/9", "10.200.0.0/24"], "10.128.0.0/24"),
+])
+def test_the_default_subnet_is_the_lowest_of_its_size_in_the_pool_overlapping_none_of_the_tenants(taken, expected):
+    got = NetworkPlan().default_subnet(nets(*taken))
+    assert got == ipaddress.IPv4Network(expected)
+    assert not any(got.overlaps(t) for t in nets(*taken))
+
+
+def test_the_default_subnet_takes_its_size_from_the_first_choice_and_its_range_from_the_pool():
+    plan = NetworkPlan(tenant_cidr=ipaddress.IPv4Network("192.168.0.0/26"),
+                       default_pool=ipaddress.IPv4Network("192.168.0.0/24"))
+    assert plan.default_subnet(nets("192.168.0.0/25")) == ipaddress.IPv4Network("192.168.0.128/26")
+    assert plan.default_subnet(nets("192.168.0.0/24")) is None                    # the pool is covered
+
+
+def test_a_default_pool_smaller_than_one_default_network_is_refused():
+    with pytest.raises(ValueError, match="smaller than one default network"):
+        NetworkPlan(default_pool=ipaddress.IPv4Network("10.0.0.0/25"))

@@ -59,10 +59,12 @@ def test_plan_from_env_reads_every_pool_and_the_leaf_map():
                           "TESSERA_NETWORK_VRF_MIN": "2000", "TESSERA_NETWORK_VRF_MAX": "2100",
                           "TESSERA_NETWORK_PKEY_MIN": "0x0100", "TESSERA_NETWORK_PKEY_MAX": "0x01ff",
                           "TESSERA_NETWORK_NAT_CIDR": "203.0.113.0/24", "TESSERA_NETWORK_TENANT_CIDR": "10.5.0.0/16",
+                          "TESSERA_NETWORK_DEFAULT_POOL": "10.0.0.0/12",
                           "TESSERA_NETWORK_LEAF_MAP": f"{node}=leaf-x", "TESSERA_NETWORK_LEAF_COUNT": "2"})
     assert (plan.vnis.first, plan.vnis.last, plan.vrfs.first, plan.vrfs.last) == (20000, 20100, 2000, 2100)
     assert (plan.pkeys.first, plan.pkeys.last) == (0x100, 0x1FF)
     assert str(plan.nat_cidr) == "203.0.113.0/24" and str(plan.tenant_cidr) == "10.5.0.0/16"
+    assert str(plan.default_pool) == "10.0.0.0/12" and str(plan_from_env({}).default_pool) == "10.0.0.0/8"
     assert plan.leaves.leaf_of(node) == "leaf-x" and plan.leaves.count == 2
 
 
@@ -70,7 +72,8 @@ def test_plan_from_env_reads_every_pool_and_the_leaf_map():
     ("TESSERA_NETWORK_VRF_MIN", "x"), ("TESSERA_NETWORK_PKEY_MAX", "0x8000"), ("TESSERA_NETWORK_VNI_MAX", "99999999"),
     ("TESSERA_NETWORK_NAT_CIDR", "203.0.113.0/31"), ("TESSERA_NETWORK_NAT_CIDR", "not-a-cidr"),
     ("TESSERA_NETWORK_TENANT_CIDR", "10.0.0.1/24"), ("TESSERA_NETWORK_LEAF_MAP", "leaf-1"),
-    ("TESSERA_NETWORK_LEAF_COUNT", "0"),
+    ("TESSERA_NETWORK_LEAF_COUNT", "0"), ("TESSERA_NETWORK_DEFAULT_POOL", "10.0.0.0/25"),
+    ("TESSERA_NETWORK_DEFAULT_POOL", "not-a-cidr"),
 ])
 def test_a_bad_setting_is_refused_naming_its_variable(name, value):
     with pytest.raises(ValueError, match=name):

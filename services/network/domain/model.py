@@ -18,7 +18,8 @@ from typing import ClassVar
 
 VNI_MIN, VNI_MAX = 1, (1 << 24) - 1   # a VNI is 24 bits; 0 is reserved
 DEFAULT_NETWORK = "default"
-DEFAULT_TENANT_CIDR = ipaddress.IPv4Network("10.0.0.0/24")    # the implicit default network's subnet
+DEFAULT_TENANT_CIDR = ipaddress.IPv4Network("10.0.0.0/24")    # the implicit default network's first choice
+DEFAULT_POOL = ipaddress.IPv4Network("10.0.0.0/8")            # where it is drawn from when that one is taken
 DEFAULT_NAT_CIDR = ipaddress.IPv4Network("198.51.100.0/24")   # documentation range: configure a real one
 
 
@@ -170,7 +171,8 @@ class LeafMap:
 
 @dataclass(frozen=True)
 class NetworkPlan:
-    """The provider's plan: pools, the default network's subnet, and the node → leaf map."""
+    """The provider's plan: pools, the default network's subnet (its first choice and size) and the range it is
+    drawn from when that one is taken, and the node → leaf map."""
 
     vnis: VniPool = VniPool()
     tenant_cidr: ipaddress.IPv4Network = DEFAULT_TENANT_CIDR
@@ -178,16 +180,39 @@ class NetworkPlan:
     pkeys: PKeyPool = PKeyPool()
     nat_cidr: ipaddress.IPv4Network = DEFAULT_NAT_CIDR
     leaves: LeafMap = LeafMap()
+    default_pool: ipaddress.IPv4Network = DEFAULT_POOL
 
     def __post_init__(self) -> None:
         if self.tenant_cidr.prefixlen > 30:
             raise ValueError(f"tenant subnet {self.tenant_cidr} is too small: it needs a gateway and a slot address")
+        if self.default_pool.prefixlen > self.tenant_cidr.prefixlen:
+            raise ValueError(f"default network pool {self.default_pool} is smaller than one default network "
+                             f"(/{self.tenant_cidr.prefixlen})")
         if self.nat_cidr.prefixlen > 30:
             raise ValueError(f"NAT pool {self.nat_cidr} is too small: it needs host addresses")
 
     @property
     def nats(self) -> IdPool:
         return nat_pool(self.nat_cidr)
+
+    def default_subnet(self, taken: Iterable[ipaddress.IPv4Network]) -> ipaddress.IPv4Network | None:
+        """The subnet of a tenant's implicit default network, given the subnets of its networks (``taken``):
+        ``tenant_cidr`` when it overlaps none of them, else the lowest subnet of its size in ``default_pool``
+        that overlaps none; None when the pool has none left."""
+        taken = list(taken)
+        if not any(t.overlaps(self.tenant_cidr) for t in taken):
+            return self.tenant_cidr
+        size, prefix = self.tenant_cidr.num_addresses, self.tenant_cidr.prefixlen
+        addr, end = int(self.default_pool.network_address), int(self.default_pool.broadcast_address)
+        while addr + size - 1 <= end:
+            candidate = ipaddress.IPv4Network((addr, prefix))
+            clash = next((t for t in taken if t.overlaps(candidate)), None)
+            if clash is None:
+                return candidate
+            # skip past the clash, to the next boundary of the size: one step per clash, not per candidate
+            past = max(int(clash.broadcast_address), int(candidate.broadcast_address)) + 1
+            addr = -(-past // size) * size
+        return None
 
 
 @dataclass(frozen=True)

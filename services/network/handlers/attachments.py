@@ -1,7 +1,8 @@
 """Saga steps: attach an allocation to a network of its tenant, detach it (undo).
 
 Attach takes the tenant's lock, picks the named network (one of another tenant is "network
-not found") or the tenant's "default" network (created on first use), gives the slot the
+not found") or the tenant's "default" network (created on first use, on a subnet that overlaps
+none of the tenant's networks: ``NetworkPlan.default_subnet``), gives the slot the
 network's lowest free host after the gateway, a MAC and an InfiniBand GUID derived from the
 attachment id, and a leaf-local VLAN on the leaf serving the node; then every fabric driver
 renders and sends its calls, all in the step's transaction. Detach undoes exactly that and
@@ -57,8 +58,12 @@ async def _network(ctx: UnitOfWork, networks: NetworkRepository, cmd: c.AttachNe
     for net in nets:
         if net.name == DEFAULT_NETWORK:
             return net
-    net = await provision_network(networks, plan, cmd.tenant_id, uuid.uuid4(), DEFAULT_NETWORK,
-                                  plan.tenant_cidr, is_default=True)
+    cidr = plan.default_subnet(n.cidr for n in nets)
+    if cidr is None:
+        raise Refused(f"no subnet of /{plan.tenant_cidr.prefixlen} left in {plan.default_pool} for the tenant's "
+                      f"default network: its networks cover the pool; name a network")
+    net = await provision_network(networks, plan, cmd.tenant_id, uuid.uuid4(), DEFAULT_NETWORK, cidr,
+                                  is_default=True)
     tn = await changed(ctx, networks, cmd.tenant_id)
     await ctx.emit("network.network_created", c.NetworkCreated(
         tenant_id=cmd.tenant_id, network=find(tn, net.id), version=tn.version), tenant_id=cmd.tenant_id)
