@@ -15,6 +15,9 @@
                                burst 400; write 100/s, burst 200]; a rate of 0 is no limit
   TESSERA_RATE_TOKEN_PER_S / _BURST [50 / 200] token exchanges (POST /v1/auth/token) per source address
   TESSERA_SSE_PER_TENANT       [100] event streams a tenant may hold open at once, all replicas together (0: no limit)
+  TESSERA_NETWORKS_ALLOW_PUBLIC_SUBNETS [0] 1: a tenant network may have a public subnet; 0: private ranges only
+                               (10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 100.64.0.0/10); a range no host can use
+                               (multicast, reserved, loopback, link-local, 0.0.0.0/8) is refused either way
 
 A missing or short secret, a secret key that is not 32 bytes of base64 (or a key file that cannot be read), or a
 TTL that is not a positive integer, raises SettingError naming the variable (no secret's value is ever repeated
@@ -26,7 +29,7 @@ import ipaddress
 from dataclasses import dataclass
 
 from shared.secrets import KEY_FILE_VAR, KEY_VAR, SecretError, key_from_env
-from shared.settings import SettingError, integer, number, setting
+from shared.settings import SettingError, flag, integer, number, setting
 
 MIN_SECRET_CHARS = 32
 
@@ -93,6 +96,8 @@ class GatewaySettings:
                                           "(0: never hold); see docs/rate-limits.md")
     sse_per_tenant: int = setting("TESSERA_SSE_PER_TENANT", 100, integer(0),
                                   doc="event streams a tenant may hold open at once, all replicas together (0: no limit)")
+    allow_public_subnets: bool = setting("TESSERA_NETWORKS_ALLOW_PUBLIC_SUBNETS", False, flag,
+                                         doc="1: tenant networks may have public subnets; 0: private ranges only")
     # not read from the environment
     idempotency_ttl_s: float = 24 * 3600.0   # how long an Idempotency-Key is remembered
     stream_poll_s: float = 5.0               # an event stream re-reads (or sends a keepalive) this often

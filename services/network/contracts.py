@@ -69,6 +69,20 @@ class SlotAttachment(Wire):
 # --- shape checks the gateway applies at its boundary and the network service applies again -----------------
 MIN_PREFIX, MAX_PREFIX = 16, 29
 PORTED = ("tcp", "udp")
+# ranges no host can use as its subnet: a tenant's subnet may not overlap one (whatever the provider allows)
+UNUSABLE = {ipaddress.IPv4Network(n): what for n, what in (
+    ("0.0.0.0/8", "'this network'"), ("127.0.0.0/8", "loopback"), ("169.254.0.0/16", "link-local"),
+    ("224.0.0.0/4", "multicast"), ("240.0.0.0/4", "reserved, with the limited broadcast address"))}
+# the same, as a pattern a subnet of /MIN_PREFIX or longer must not match (its first one or two octets)
+UNUSABLE_PATTERN = r"^(?:0|127|22[4-9]|2[3-5][0-9])\.|^169\.254\."
+# private ranges (RFC 1918, and the shared address space of RFC 6598): a tenant's subnets unless the provider
+# allows public ones (the gateway's TESSERA_NETWORKS_ALLOW_PUBLIC_SUBNETS)
+PRIVATE = tuple(ipaddress.IPv4Network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10"))
+
+
+def is_private(net: ipaddress.IPv4Network) -> bool:
+    """Whether ``net`` lies within one of the ``PRIVATE`` ranges."""
+    return any(net.subnet_of(p) for p in PRIVATE)
 
 
 def _port_problems(protocol: str, port_from: int | None, port_to: int | None) -> list[tuple[str, str]]:
@@ -106,7 +120,8 @@ def rule_problems(direction: str, protocol: str, port_from: int | None, port_to:
 
 
 def cidr_problem(text: str) -> str | None:
-    """Why ``text`` is not a subnet a tenant may choose (IPv4, /16 to /29, no host bits), or None."""
+    """Why ``text`` is not a subnet a tenant may choose (IPv4, /16 to /29, no host bits, overlapping none of the
+    ``UNUSABLE`` ranges), or None. Whether a public subnet is allowed is the provider's choice, not checked here."""
     try:
         net = ipaddress.IPv4Network(text, strict=False)
     except (ValueError, TypeError):
@@ -117,6 +132,9 @@ def cidr_problem(text: str) -> str | None:
         return f"prefix /{net.prefixlen} is outside /{MIN_PREFIX}../{MAX_PREFIX}"
     if str(net) != text.strip():
         return f"{text!r} has host bits set; did you mean {net}?"
+    for unusable, what in UNUSABLE.items():
+        if net.overlaps(unusable):
+            return f"{net} is in {unusable} ({what}): no host can use it as its subnet"
     return None
 
 

@@ -57,6 +57,10 @@ async def test_a_created_network_becomes_active_with_gateway_and_nat_and_is_invi
     ({"name": "n", "cidr": "fd00::/64"}, "cidr"), ({"name": "n"}, "cidr"), ({"cidr": "10.0.0.0/24"}, "name"),
     ({"name": "bad name!", "cidr": "10.0.0.0/24"}, "name"), ({"name": "n", "cidr": "10.0.0.0/24", "vni": 5}, "vni"),
     ({"name": "n", "cidr": "10.0.0.0/24", "color": "red"}, "color"),
+    ({"name": "n", "cidr": "230.165.236.64/27"}, "cidr"), ({"name": "n", "cidr": "240.0.0.0/16"}, "cidr"),   # multicast, reserved
+    ({"name": "n", "cidr": "255.122.0.0/17"}, "cidr"), ({"name": "n", "cidr": "127.1.0.0/16"}, "cidr"),
+    ({"name": "n", "cidr": "169.254.0.0/16"}, "cidr"), ({"name": "n", "cidr": "0.0.0.0/16"}, "cidr"),
+    ({"name": "n", "cidr": "8.8.8.0/24"}, "cidr"),           # public: not allowed by default
 ])
 async def test_a_bad_network_body_is_a_422_naming_the_field_and_creates_nothing(api, body, field):
     client, tenant = await api.tenant_user()
@@ -65,6 +69,16 @@ async def test_a_bad_network_body_is_a_422_naming_the_field_and_creates_nothing(
     assert field in [e["field"] for e in r.body["errors"]]
     assert await api.commands_of("network.create_network", tenant) == 0
     assert await api.scalar("SELECT count(*) FROM networks_view WHERE tenant_id=$1", uuid.UUID(tenant)) == 0
+
+
+async def test_a_public_subnet_is_allowed_where_the_provider_allows_it_and_an_unusable_one_never(gateway, network):
+    api = await gateway(allow_public_subnets=True)
+    client, _ = await api.tenant_user()
+    made = await create(client, "public", "203.0.113.0/24")
+    assert (await active(client, made["id"]))["gateway_ip"] == "203.0.113.1"
+    r = await client.post("/v1/networks", {"name": "mcast", "cidr": "230.165.236.64/27"})
+    assert r.status == 422 and r.content_type == "application/problem+json"
+    assert [e["field"] for e in r.body["errors"]] == ["cidr"] and "multicast" in r.body["errors"][0]["message"]
 
 
 async def test_an_overlapping_network_or_a_taken_name_is_refused_before_anything_is_sent(api, network):

@@ -10,7 +10,8 @@ What the fuzzer is told beyond the document (and why that is not a weaker check)
     not for must be refused as the document says (403 or 404), and one it is for must work;
   * the rules JSON Schema cannot state, mended in a valid body: a tenant that exists, a price list that takes
     effect in the future with one price per selector set (a shape price names no model or pool), a tenant policy
-    that names its tenant and a provider policy that names none;
+    that names its tenant and a provider policy that names none, a private subnet for a network (a public one is a
+    documented 422 where the provider allows none);
   * the live state a valid request refers to, as a client would know it (Schemathesis' "seed known data"): ids of
     things that exist (for half of the valid requests; the others keep their random ids and get 404s), the shape
     names GET /v1/shapes lists (an unknown shape is a documented 422), the storage class GET /v1/storage-classes
@@ -189,6 +190,10 @@ def _seed(world: World, operation, case, use_live_ids: bool) -> None:
             body.pop(name, None)
     if "storage_class" in body or "scratch_class" in body:
         body.update({k: FUZZ_CLASS["name"] for k in ("storage_class", "scratch_class") if isinstance(body.get(k), str)})
+    if op_id == "createNetwork" and isinstance(body.get("cidr"), str) and body["cidr"][:1].isdigit():
+        # the provider's choice (TESSERA_NETWORKS_ALLOW_PUBLIC_SUBNETS, off here): a public subnet is a documented
+        # 422; its first octet, all network bits from /16 on, moved into 10.0.0.0/8
+        body["cidr"] = "10." + body["cidr"].split(".", 1)[-1]
     if operation.definition.raw["operationId"] == "resizeVolume" and isinstance(body.get("size_bytes"), int):
         body["size_bytes"] = max(body["size_bytes"], MIN_VOLUME_BYTES + 1)
     for rule in schema.get("x-constraints", []):

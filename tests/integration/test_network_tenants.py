@@ -44,6 +44,14 @@ async def test_an_overlapping_network_of_the_same_tenant_is_rejected_and_leases_
     assert bad["type"] == "network.command_rejected" and "outside /16../29" in bad["data"]["reason"]
 
 
+@pytest.mark.parametrize("cidr", ["230.165.236.64/27", "255.122.0.0/17", "127.0.0.0/16", "169.254.0.0/16"])
+async def test_a_subnet_no_host_can_use_is_rejected_by_the_network_service_too(net, cidr):
+    tenant, refused_id = uuid.uuid4(), uuid.uuid4()
+    r = await net.create(tenant, "unusable", cidr, refused_id)
+    assert r["type"] == "network.command_rejected" and "no host can use it" in r["data"]["reason"]
+    assert await net.leases(refused_id) == {}
+
+
 async def test_repeating_a_create_changes_nothing_and_answers_created_again(net):
     tenant, nid = uuid.uuid4(), uuid.uuid4()
     first = await net.create(tenant, "web", "10.40.0.0/24", nid)

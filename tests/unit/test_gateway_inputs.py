@@ -5,6 +5,7 @@ each of these limits (lengths, sizes, patterns) rather than less."""
 from __future__ import annotations
 
 import copy
+import ipaddress
 import re
 import uuid
 
@@ -207,11 +208,12 @@ def test_json_depth_counts_nesting_outside_strings_only():
 
 
 def test_the_cidr_patterns_agree_with_the_network_services_rule():
-    from services.network.contracts import cidr_problem
-    samples = [f"{a}.{b}.{c}.{d}/{p}" for a in (0, 10, 255) for b in (0, 1, 128) for c in (0, 3, 128, 255)
+    from services.network.contracts import UNUSABLE_PATTERN, cidr_problem
+    samples = [f"{a}.{b}.{c}.{d}/{p}" for a in (0, 10, 127, 169, 223, 224, 239, 240, 255) for b in (0, 1, 128, 254) for c in (0, 3, 128, 255)
                for d in (0, 8, 129) for p in (0, 8, 15, 16, 17, 23, 24, 25, 29, 30, 32)]
     for text in samples + ["10.1.0.0/24", "010.1.0.0/24", "10.1.0.0/024", "10.1.0.0", "10.1.0.0/24 ", ""]:
-        assert bool(re.fullmatch(SUBNET_PATTERN, text)) == (cidr_problem(text) is None and text.strip() == text
+        documented = bool(re.fullmatch(SUBNET_PATTERN, text)) and not re.search(UNUSABLE_PATTERN, text)
+        assert documented == (cidr_problem(text) is None and text.strip() == text
                                                            and "/0" not in text and not re.search(r"(^|\.)0\d", text)), text
     assert re.fullmatch(ipv4_network_pattern(0, 32), "0.0.0.0/0") and re.fullmatch(ipv4_network_pattern(0, 32), "1.2.3.4/32")
     assert not re.fullmatch(ipv4_network_pattern(0, 32), "1.2.3.5/31")
@@ -338,3 +340,24 @@ def test_a_budget_webhook_is_http_or_https_without_credentials_and_its_secret_pr
     assert _fields(BudgetSet, {**body, "thresholds": []}) == {"thresholds"}
     assert _fields(BudgetSet, {**body, "thresholds": [{"percent": 1001}]}) == {"thresholds.0.percent"}
     assert _fields(SpendCapSet, {"amount_minor": -1, "currency": "EUR"}) == {"amount_minor"}
+
+
+@pytest.mark.parametrize("cidr", ["230.165.236.64/27", "240.0.0.0/16", "255.122.0.0/17", "255.255.255.248/29",
+                                  "127.0.0.0/16", "169.254.0.0/16", "0.0.0.0/16", "224.0.0.0/24"])
+def test_a_subnet_no_host_can_use_is_refused_by_both_the_network_service_and_the_document(cidr):
+    from services.network.contracts import UNUSABLE_PATTERN, cidr_problem
+    assert "no host can use it" in cidr_problem(cidr)
+    assert re.search(UNUSABLE_PATTERN, cidr)
+    schema = NetworkCreate.model_json_schema()["properties"]["cidr"]
+    assert schema["not"] == {"pattern": UNUSABLE_PATTERN}
+    with pytest.raises(ValidationError) as err:
+        NetworkCreate.model_validate({"name": "n", "cidr": cidr})
+    assert err.value.errors()[0]["loc"] == ("cidr",)
+
+
+def test_only_private_ranges_are_private():
+    from services.network.contracts import is_private
+    for cidr in ("10.0.0.0/16", "172.31.255.0/24", "192.168.7.0/24", "100.64.0.0/16", "100.127.255.0/24"):
+        assert is_private(ipaddress.IPv4Network(cidr)), cidr
+    for cidr in ("8.8.8.0/24", "172.32.0.0/16", "100.128.0.0/16", "192.169.0.0/16", "203.0.113.0/24"):
+        assert not is_private(ipaddress.IPv4Network(cidr)), cidr

@@ -5,17 +5,19 @@ outbox; the read model shows 'creating'/'adding' until the service answers (with
 state, or 'rejected' and its reason). Another tenant's network, or a malformed id, is a
 404, never a 403. Subnet and rule shapes are checked with the network service's own pure
 rules (``cidr_problem`` and ``rule_problems`` of services.network.contracts), so a bad body
-is a 422 and nothing is sent.
+is a 422 and nothing is sent; so is a public subnet unless the provider allows them
+(TESSERA_NETWORKS_ALLOW_PUBLIC_SUBNETS).
 """
 from __future__ import annotations
 
+import ipaddress
 import uuid
 
 import asyncpg
 from aiohttp import web
 
 from services.network.contracts import (AddSecurityRule, CreateNetwork, DeleteNetwork, RemoveSecurityRule, SecurityRule,
-                                        rule_problems)
+                                        is_private, rule_problems)
 
 from ...adapters.audit_state import StateReader, ids, select_object
 from ...http.auth import require_tenant_member
@@ -45,6 +47,10 @@ async def create_network(request: web.Request) -> web.Response:
     p = require_tenant_member(request)
     body = await read_body(request, NetworkCreate)
     gw, network_id = gateway_of(request), uuid.uuid4()
+    if not gw.config.allow_public_subnets and not is_private(ipaddress.IPv4Network(body.cidr)):
+        raise validation_problem([FieldError(
+            field="cidr", code="cidr", message=f"{body.cidr} is a public range: this provider allows private "
+                                               "subnets only (10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 100.64.0.0/10)")])
     async with gw.unit_of_work("gateway.create_network") as uow:
         conn = uow.conn
         clash = await repo.overlapping(conn, p.tenant_id, body.cidr)
@@ -181,7 +187,10 @@ ENDPOINTS = [
              headers={202: {"Location": "The network (/v1/networks/{id})."}},
              description="Accepted as `creating`; the network service gives it a VNI, a gateway and a NAT address "
                          "(state `active`) or refuses it (state `rejected`, with the reason). A name the tenant "
-                         "already uses, or a cidr overlapping one of its networks, is a 409."),
+                         "already uses, or a cidr overlapping one of its networks, is a 409. A cidr no host can use "
+                         "(see its schema) is a 422, and so is a public one (outside 10.0.0.0/8, 172.16.0.0/12, "
+                         "192.168.0.0/16 and 100.64.0.0/10) unless the provider allows public subnets "
+                         "(TESSERA_NETWORKS_ALLOW_PUBLIC_SUBNETS)."),
     Endpoint("GET", "/v1/networks", list_networks, "listNetworks", "List the tenant's networks", "networks",
              {200: NetworkList}, errors=(401, 403)),
     Endpoint("GET", "/v1/networks/{network_id}", get_network, "getNetwork", "Read a network and its rules", "networks",

@@ -12,7 +12,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import ConfigDict, Field
 
-from services.network.contracts import MAX_PREFIX, MIN_PREFIX, PORTED, cidr_problem
+from services.network.contracts import MAX_PREFIX, MIN_PREFIX, PORTED, UNUSABLE_PATTERN, cidr_problem
 
 from ...http.schema_base import Body, Explained, Out, ResourceName, Uuid, constraints, integer, text
 
@@ -66,8 +66,12 @@ class NetworkCreate(Body):
         {"id", "tenant_id", "state", "gateway_ip", "nat_address", "reason", "rules", "created_at", "updated_at", "links"})
     name: ResourceName
     cidr: Subnet = Field(description=f"IPv4 subnet from /{MIN_PREFIX} to /{MAX_PREFIX} without host bits, e.g. "
-                                     "10.1.0.0/24; must not overlap another network of the tenant (a 409 naming the "
-                                     "other one).")
+                                     "10.1.0.0/24, that a host can use: not in 0.0.0.0/8, loopback (127.0.0.0/8), "
+                                     "link-local (169.254.0.0/16), multicast (224.0.0.0/4) or reserved "
+                                     "(240.0.0.0/4). Private (10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, "
+                                     "100.64.0.0/10) unless the provider allows public subnets (else a 422). Must not "
+                                     "overlap another network of the tenant (a 409 naming the other one).",
+                         json_schema_extra={"not": {"pattern": UNUSABLE_PATTERN}})
 
 
 # The shape rules of services.network.contracts.rule_problems, as JSON Schema states them (port_to not below
