@@ -84,9 +84,24 @@ class Endpoint:
 
 
 def add_routes(app: web.Application, endpoints: list[Endpoint]) -> None:
-    """The route table on ``app``."""
+    """The route table on ``app``: each operation, then for each path a route answering every other method with a
+    405 whose Allow lists that path's methods.
+
+    aiohttp gives each named route a resource of its own and answers a method none of them takes with the union
+    of the methods of every resource matching the path: /v1/policies/evaluate (POST) also matches
+    /v1/policies/{policy_id} (GET, PUT, DELETE), so its 405 listed all four. The path's own catch-all is reached
+    first (aiohttp tries the longest literal prefix first, then the order of registration), so a path's 405 is its
+    own methods only, and a method a literal path does not take is a 405 there, never another path's route."""
+    methods: dict[str, list[str]] = {}
     for e in endpoints:
         app.router.add_route(e.method, e.path, e.handler, name=e.operation_id)
+        methods.setdefault(e.path, []).append(e.method)
+    for path, allowed in methods.items():
+        app.router.add_route("*", path, functools.partial(_method_not_allowed, frozenset(allowed)))
+
+
+async def _method_not_allowed(allowed: frozenset[str], request: web.Request) -> web.StreamResponse:
+    raise web.HTTPMethodNotAllowed(request.method, allowed)
 
 
 def respond(model: BaseModel, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
