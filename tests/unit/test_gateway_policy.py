@@ -139,3 +139,22 @@ def test_the_schema_of_the_gateways_route_table_has_one_action_per_judged_operat
         assert f'action "{op}" in' in text
     assert [p.policy_id for p in defaults] == ["tessera.max-8-gpus", "tessera.approved-images", "tessera.no-privileged"]
     assert parse_one("forbid (principal, action, resource);")["effect"] == "forbid"
+
+
+def test_a_denial_names_the_policy_by_its_id_annotation_and_carries_its_stored_id_beside_it():
+    from services.gateway.http.policy import PolicyDenied
+
+    tenant, stored_id = uuid.uuid4(), str(uuid.uuid4())
+    named = tenant_policy(tenant, '@id("no-spot-for-interns") forbid (principal, action, resource is '
+                                  'Tessera::Allocation) when { resource.spot };', stored_id)
+    decision = PolicyBook(SCHEMA, [named]).decide(member(tenant), allocation(spot=True))
+    assert (decision.allowed, decision.policy_ids, decision.policy_name) == (False, (stored_id,), "no-spot-for-interns")
+    assert decision.reason == "policy no-spot-for-interns forbids this request"     # no @reason: named by its @id
+    problem = PolicyDenied(decision).to_problem()
+    assert (problem.policy_id, problem.policy_name) == (stored_id, "no-spot-for-interns")
+    assert "no-spot-for-interns" in problem.detail and stored_id not in problem.detail
+    # without an @id, the stored id is its name
+    bare = tenant_policy(tenant, "forbid (principal, action, resource is Tessera::Allocation) when { resource.spot };",
+                         stored_id)
+    problem = PolicyDenied(PolicyBook(SCHEMA, [bare]).decide(member(tenant), allocation(spot=True))).to_problem()
+    assert problem.policy_id == problem.policy_name == stored_id and stored_id in problem.detail

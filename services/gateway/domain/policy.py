@@ -7,8 +7,9 @@ and those stored with scope ``provider``) and, for a tenant's member, that tenan
 tenant's ``forbid`` narrows what its members may do, and a tenant's ``permit`` can never lift a provider ``forbid``
 (it only repeats the base permit).
 
-Every stored policy is exactly one static Cedar policy; in a set it is keyed by its stored id, which is what a
-denial names (a default is keyed by its ``@id``). Its ``@reason`` annotation, if any, is the denial's reason.
+Every stored policy is exactly one static Cedar policy; in a set it is keyed by its stored id (a default by its
+``@id``). A denial names the policy by its ``@id`` annotation when it has one (what its author calls it), and
+carries the stored id beside it. Its ``@reason`` annotation, if any, is the denial's reason.
 """
 from __future__ import annotations
 
@@ -87,8 +88,13 @@ class Policy:
     cedar: dict = field(hash=False, compare=False)
 
     @property
+    def name(self) -> str:
+        """What a denial calls the policy: its ``@id`` annotation, or its id when it has none."""
+        return self.cedar.get("annotations", {}).get("id") or self.policy_id
+
+    @property
     def reason(self) -> str:
-        return self.cedar.get("annotations", {}).get("reason") or f"policy {self.policy_id} forbids this request"
+        return self.cedar.get("annotations", {}).get("reason") or f"policy {self.name} forbids this request"
 
 
 def parse_one(text: str) -> dict:
@@ -171,6 +177,7 @@ class Decision:
     policy_ids: tuple[str, ...] = ()     # on a denial: the forbid policies that matched
     reason: str | None = None
     errors: tuple[str, ...] = ()         # policies that could not be evaluated (skipped, as Cedar does)
+    policy_name: str | None = None       # on a denial: the first one's @id annotation, or its id
 
 
 def _uid(type_: str, id_: str) -> dict:
@@ -226,6 +233,7 @@ class PolicyBook:
         found = [chosen[r] for r in result.diagnostics.reasons if r in chosen]
         if not found:   # no forbid matched, yet no permit either: the request itself did not fit the schema
             detail = errors[-1].rsplit(": ", 1)[-1][:200] if errors else "no policy permits it"
-            return Decision(False, ("tessera.schema",), f"the request does not fit the policy schema: {detail}", errors)
+            return Decision(False, ("tessera.schema",), f"the request does not fit the policy schema: {detail}", errors,
+                            "tessera.schema")
         found.sort(key=lambda p: (p.scope != "provider", p.policy_id))
-        return Decision(False, tuple(p.policy_id for p in found), found[0].reason, errors)
+        return Decision(False, tuple(p.policy_id for p in found), found[0].reason, errors, found[0].name)

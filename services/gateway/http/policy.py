@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import structlog
 from aiohttp import web
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from ..domain.policy import OPERATION_RESOURCE, Caller, Decision, Resource
 from .auth import PRINCIPAL, PUBLIC_PATHS
@@ -39,21 +39,24 @@ _SCALARS = (str, int, float, bool)
 
 
 class PolicyDeniedProblem(Problem):
-    """A 403 policy-denied: the policy that forbids the request and why."""
+    """A 403 policy-denied: the policy that forbids the request (by name and by id) and why."""
 
-    policy_id: str
+    policy_id: str = Field(description="The forbidding policy's id (a stored policy's UUID, a default's @id).")
+    policy_name: str = Field(description="What its author calls it: its @id annotation, or policy_id when it has "
+                                         "none. The detail names the policy by it.")
     reason: str
 
 
 class PolicyDenied(ProblemError):
     def __init__(self, decision: Decision):
-        super().__init__(403, f"denied by policy {decision.policy_ids[0]}: {decision.reason}", slug="policy-denied",
+        name = decision.policy_name or decision.policy_ids[0]
+        super().__init__(403, f"denied by policy {name}: {decision.reason}", slug="policy-denied",
                          title="Denied by policy")
-        self.policy_id, self.reason = decision.policy_ids[0], decision.reason or ""
+        self.policy_id, self.policy_name, self.reason = decision.policy_ids[0], name, decision.reason or ""
 
     def to_problem(self, instance: str | None = None) -> PolicyDeniedProblem:
         return PolicyDeniedProblem(**super().to_problem(instance).model_dump(), policy_id=self.policy_id,
-                                   reason=self.reason)
+                                   policy_name=self.policy_name, reason=self.reason)
 
 
 def cache_of(gw: Gateway) -> PolicyCache:
