@@ -124,6 +124,22 @@ def test_tessera_services_probe_readyz_for_readiness_and_healthz_for_liveness():
         assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
 
 
+def test_every_process_is_restarted_when_it_exits_in_compose_and_kubernetes():
+    """What `./taskw up` does for its processes (docs/operations.md), the deployments do too: every compose
+    service, infrastructure included, is `restart: unless-stopped`; every Kubernetes workload states
+    `restartPolicy: Always` and probes its containers (a hung process is restarted, an unready one gets no traffic)."""
+    services = compose()["services"]
+    assert {name: s.get("restart") for name, s in services.items()} == dict.fromkeys(services, "unless-stopped")
+    kinds = {}
+    for w in workloads():
+        where = f"{w['kind']}/{w['metadata']['name']}"
+        assert pod_spec(w).get("restartPolicy") == "Always", where
+        for c in pod_spec(w)["containers"]:
+            assert "livenessProbe" in c and "readinessProbe" in c, where
+        kinds[w["metadata"]["name"]] = w["kind"]
+    assert set(DEPLOY_NAME.values()) | {"nats", "postgres"} <= set(kinds)
+
+
 def test_gateway_is_exposed_by_a_service_and_every_service_has_a_metrics_port():
     assert {"http", "metrics"} <= {p["name"] for p in find("Service", "gateway")["spec"]["ports"]}
     for service, name in DEPLOY_NAME.items():
