@@ -64,12 +64,14 @@ class ProvisionNode(StepCommand):
 
 
 class Phase(Wire):
+    """One provisioning phase of a bare-metal instance and how long it took."""
+
     name: str = Field(max_length=63)
     seconds: float = Field(ge=0)
 
 
 class InstanceInfo(Wire):
-    """An instance as the tenant sees it on the allocation."""
+    """An instance as the tenant sees it on the allocation (the gateway's API shows it as described here)."""
 
     instance_id: str = Field(description="The driver's name for it (libvirt: the domain name).")
     driver: str = Field(description="The driver that made it: sim, libvirt, ...")
@@ -77,29 +79,32 @@ class InstanceInfo(Wire):
     node_id: uuid.UUID
     image: str | None = None
     hostname: str | None = None
+    # simulated: the libvirt driver ran the domain without devices (TESSERA_LIBVIRT_PASSTHROUGH=off)
     passthrough: Literal["real", "simulated", "none"] = Field(
-        description="real: GPUs, NVMe and the IB VF were passed through; simulated: the host lacks them, the "
-                    "domain ran without (TESSERA_LIBVIRT_PASSTHROUGH=off); none: the driver has no devices.")
+        description="real: the GPUs, NVMe and InfiniBand VF were passed through; simulated: the host lacks them "
+                    "(no GPUs), the guest runs without; none: the driver has no devices.")
     booted_at: datetime | None = None
     prepare_s: float | None = Field(default=None, description="Seconds to verify the image and make the overlay and seed.")
     start_s: float | None = Field(default=None, description="Seconds the hypervisor took to define and start it.")
     boot_s: float | None = Field(default=None, description="Seconds from start to the guest's ready line.")
     power_state: PowerState = "running"
-    phases: list[Phase] = Field(default_factory=list, description="Bare metal: each provisioning phase and its "
-                                                                  "duration, in order.")
-    redfish_calls: int | None = Field(default=None, description="Bare metal: HTTP requests made to the BMC.")
-    mounts: list["Mount"] = Field(default_factory=list, description="The volumes mounted into the instance.")
+    phases: list[Phase] = Field(default_factory=list, description="Bare metal: each provisioning phase (power, "
+                                "virtual media, boot, ...) and its duration, in order.")
+    redfish_calls: int | None = Field(default=None, description="Bare metal: HTTP requests made to the node's BMC.")
+    mounts: list["Mount"] = Field(default_factory=list, description="The volumes mounted into the instance, each "
+                                                                    "at /mnt/<name>.")
 
 
 class Mount(Wire):
-    """A volume mounted into an instance: where the slot sees it and how."""
+    """A volume mounted into the instance: where its slots see it and how."""
 
     volume_id: uuid.UUID
     name: str = Field(max_length=63)
     mount_point: str = Field(max_length=80, description="/mnt/<volume name>")
     mode: Mode
     via: Literal["virtiofs", "bind", "nfs", "lustre"] = Field(description="virtiofs (VM), bind (a slot's own mount "
-                                                                        "namespace), or the backend's client.")
+                                                                        "namespace), or the backend's client "
+                                                                        "(nfs, lustre).")
     tag: str | None = Field(default=None, max_length=36, description="virtiofs: the device's mount tag.")
     simulated: bool = Field(default=False, description="True: the backend's client mount was rendered, not run "
                                                        "(an appliance this machine cannot reach).")

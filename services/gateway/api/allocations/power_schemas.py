@@ -7,36 +7,29 @@ from typing import Literal
 
 from pydantic import Field
 
+from services.node_agent.contracts import InstanceInfo, Mount, PowerAction, PowerState
+from services.node_agent.contracts import Phase as WirePhase
+
 from ...http.schema_base import Out
 
-PowerAction = Literal["reboot", "stop", "start"]
-PowerState = Literal["running", "stopped", "unknown"]
+# The API's models of an instance are the node-agent's wire models (one set of fields and descriptions) under
+# the API's own component names.
+
+class Phase(WirePhase):
+    __doc__ = WirePhase.__doc__
 
 
-class Phase(Out):
-    """One provisioning phase of a bare-metal instance and how long it took."""
-
-    name: str
-    seconds: float
+class MountOut(Mount):
+    __doc__ = Mount.__doc__
 
 
-class MountOut(Out):
-    """A volume mounted into the instance: where its slots see it and how."""
-
-    volume_id: uuid.UUID
-    name: str
-    mount_point: str = Field(description="/mnt/<volume name>")
-    mode: Literal["rw", "ro"]
-    via: str = Field(description="virtiofs (VM), bind (a slot's own mount namespace), or the backend's client "
-                                 "(nfs, lustre).")
-    tag: str | None = Field(default=None, description="virtiofs: the device's mount tag.")
-    simulated: bool = Field(default=False, description="True: the backend's client mount was rendered, not run.")
-
-
-class InstanceOut(Out):
+class InstanceOut(InstanceInfo):
     """The instance the node made for the allocation, as allocation.activated described it; power_state follows
     the power actions. On a host without GPUs the libvirt driver boots the guest without passthrough and says
     so: passthrough `simulated`."""
+
+    phases: list[Phase] = InstanceInfo.model_fields["phases"]
+    mounts: list[MountOut] = InstanceInfo.model_fields["mounts"]
 
     @classmethod
     def shown(cls, stored: dict) -> "InstanceOut":
@@ -46,26 +39,6 @@ class InstanceOut(Out):
         shown["phases"] = [{k: p[k] for k in Phase.model_fields if k in p} for p in stored.get("phases") or []]
         shown["mounts"] = [{k: m[k] for k in MountOut.model_fields if k in m} for m in stored.get("mounts") or []]
         return cls(**shown)
-
-    instance_id: str = Field(description="The driver's name for it (libvirt: the domain name).")
-    driver: str = Field(description="The driver that made it: sim, libvirt, ...")
-    dataplane: str = Field(description="none (no network plumbed) or kernel.")
-    node_id: uuid.UUID
-    image: str | None = None
-    hostname: str | None = None
-    passthrough: Literal["real", "simulated", "none"] = Field(
-        description="real: the GPUs, NVMe and InfiniBand VF were passed through; simulated: the host lacks them "
-                    "(no GPUs), the guest runs without; none: the driver has no devices.")
-    booted_at: datetime | None = None
-    prepare_s: float | None = Field(default=None, description="Seconds to verify the image and make the overlay and seed.")
-    start_s: float | None = Field(default=None, description="Seconds the hypervisor took to define and start it.")
-    boot_s: float | None = Field(default=None, description="Seconds from start to the guest's ready line.")
-    power_state: PowerState = "running"
-    phases: list[Phase] = Field(default_factory=list, description="Bare metal: each provisioning phase (power, "
-                                "virtual media, boot, ...) and its duration, in order.")
-    redfish_calls: int | None = Field(default=None, description="Bare metal: HTTP requests made to the node's BMC.")
-    mounts: list[MountOut] = Field(default_factory=list, description="The volumes mounted into the instance, each "
-                                                                     "at /mnt/<name>.")
 
 
 class PowerActionLinks(Out):
