@@ -13,6 +13,8 @@ import asyncpg
 
 from shared.envelope import Envelope
 
+from .keyset import newest_first
+
 EVENTS_CHANNEL = "gateway_allocation_events"
 _COLS = ("id, tenant_id, name, shape, gpu_count, volume_gb, labels, state, node_id, failed_step, reason, "
          "release_requested_at, created_at, updated_at")
@@ -83,11 +85,8 @@ async def get(conn: asyncpg.Connection, allocation_id: uuid.UUID, tenant_id: uui
 async def page(conn: asyncpg.Connection, tenant_id: uuid.UUID, limit: int,
                after: tuple[datetime, uuid.UUID] | None) -> list[asyncpg.Record]:
     """Up to ``limit`` rows of the tenant, newest first, strictly older than the ``after`` position."""
-    if after is None:
-        return await conn.fetch(f"SELECT {_COLS} FROM allocations_view WHERE tenant_id=$1 "
-                                "ORDER BY created_at DESC, id DESC LIMIT $2", tenant_id, limit)
-    return await conn.fetch(f"SELECT {_COLS} FROM allocations_view WHERE tenant_id=$1 AND (created_at, id) < ($2, $3) "
-                            "ORDER BY created_at DESC, id DESC LIMIT $4", tenant_id, after[0], after[1], limit)
+    return await newest_first(conn, f"SELECT {_COLS} FROM allocations_view WHERE tenant_id=$1", [tenant_id], limit,
+                              after)
 
 
 async def update(conn: asyncpg.Connection, allocation_id: uuid.UUID, **fields) -> None:

@@ -6,6 +6,8 @@ from datetime import datetime
 
 import asyncpg
 
+from .keyset import newest_first
+
 COLS = ("id, name, os, format, source, sha256, min_disk_gb, visibility, tenant_id, kernel, initrd, kernel_args, "
         "is_default, created_at")
 # domain.guest.may_see_image in SQL ($1 NULL: a provider admin, who sees all)
@@ -44,11 +46,7 @@ async def default(conn: asyncpg.Connection) -> asyncpg.Record | None:
 async def page(conn: asyncpg.Connection, tenant_id: uuid.UUID | None, limit: int,
                after: tuple[datetime, uuid.UUID] | None) -> list[asyncpg.Record]:
     """Up to ``limit`` images the caller may see, newest first, strictly older than the ``after`` position."""
-    if after is None:
-        return await conn.fetch(f"SELECT {COLS} FROM images WHERE {_VISIBLE} ORDER BY created_at DESC, id DESC "
-                                "LIMIT $2", tenant_id, limit)
-    return await conn.fetch(f"SELECT {COLS} FROM images WHERE {_VISIBLE} AND (created_at, id) < ($2, $3) "
-                            "ORDER BY created_at DESC, id DESC LIMIT $4", tenant_id, after[0], after[1], limit)
+    return await newest_first(conn, f"SELECT {COLS} FROM images WHERE {_VISIBLE}", [tenant_id], limit, after)
 
 
 async def delete(conn: asyncpg.Connection, image_id: uuid.UUID) -> asyncpg.Record | None:

@@ -13,6 +13,7 @@ import asyncpg
 
 from ..domain.scheduling import NIL
 from ..domain.volumes import ENDED_ALLOCATION, LIVE, NO_OFFER, Offer, StorageClass, Use
+from .keyset import newest_first
 
 VOL_COLS = ("id, tenant_id, user_id, name, storage_class, backend, size_bytes, pending_size_bytes, used_bytes, shared, "
             "scratch, state, reason, attachments, version, created_at, updated_at")
@@ -64,12 +65,8 @@ async def of_tenant(conn: asyncpg.Connection, tenant_id: uuid.UUID, ids: list[uu
 async def page(conn: asyncpg.Connection, tenant_id: uuid.UUID, limit: int,
                after: tuple[datetime, uuid.UUID] | None) -> list[asyncpg.Record]:
     """Up to ``limit`` of the tenant's volumes (deleted ones left out), newest first, older than ``after``."""
-    if after is None:
-        return await conn.fetch(f"SELECT {VOL_COLS} FROM volumes_view WHERE tenant_id=$1 AND state <> 'deleted' "
-                                "ORDER BY created_at DESC, id DESC LIMIT $2", tenant_id, limit)
-    return await conn.fetch(f"SELECT {VOL_COLS} FROM volumes_view WHERE tenant_id=$1 AND state <> 'deleted' "
-                            "AND (created_at, id) < ($2, $3) ORDER BY created_at DESC, id DESC LIMIT $4",
-                            tenant_id, after[0], after[1], limit)
+    return await newest_first(conn, f"SELECT {VOL_COLS} FROM volumes_view WHERE tenant_id=$1 AND state <> 'deleted'",
+                              [tenant_id], limit, after)
 
 
 async def set_state(conn: asyncpg.Connection, volume_id: uuid.UUID, state: str) -> asyncpg.Record:

@@ -12,6 +12,8 @@ from datetime import datetime
 
 import asyncpg
 
+from ...adapters.keyset import newest_first
+
 _COLS = ("id, allocation_id, tenant_id, user_id, node_id, action, state, reason, power_state, requested_at, "
          "finished_at, expires_at")
 
@@ -33,12 +35,8 @@ async def get_action(conn: asyncpg.Connection, action_id: uuid.UUID, allocation_
 async def actions_page(conn: asyncpg.Connection, allocation_id: uuid.UUID, limit: int,
                        after: tuple[datetime, uuid.UUID] | None) -> list[asyncpg.Record]:
     """Up to ``limit`` actions of the allocation, newest first, strictly older than the ``after`` position."""
-    if after is None:
-        return await conn.fetch(f"SELECT {_COLS} FROM instance_actions WHERE allocation_id=$1 "
-                                "ORDER BY requested_at DESC, id DESC LIMIT $2", allocation_id, limit)
-    return await conn.fetch(f"SELECT {_COLS} FROM instance_actions WHERE allocation_id=$1 AND (requested_at, id) < "
-                            "($2, $3) ORDER BY requested_at DESC, id DESC LIMIT $4", allocation_id, after[0], after[1],
-                            limit)
+    return await newest_first(conn, f"SELECT {_COLS} FROM instance_actions WHERE allocation_id=$1", [allocation_id],
+                              limit, after, time="requested_at")
 
 
 async def finish_action(conn: asyncpg.Connection, action_id: uuid.UUID, allocation_id: uuid.UUID, *, ok: bool,

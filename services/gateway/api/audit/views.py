@@ -9,6 +9,8 @@ from typing import AsyncIterator
 
 import asyncpg
 
+from ...adapters.keyset import newest_first
+
 COLS = ("seq, audit_id, audit_id AS id, event_time, tenant_id, user_id, role, action, method, path, target_type, "
         "target_id, outcome, status, request_id, record, row_hash, created_at")
 
@@ -25,7 +27,7 @@ class AuditFilter:
     user_id: uuid.UUID | None = None
     outcome: str | None = None
 
-    def where(self, after: tuple[datetime, uuid.UUID] | None) -> tuple[str, list]:
+    def where(self) -> tuple[str, list]:
         """The WHERE clause (``TRUE`` when nothing narrows) and its arguments, positions from $1."""
         terms, args = [], []
         for sql, value in (("tenant_id = ${}", self.tenant_id), ("event_time >= ${}", self.since),
@@ -35,23 +37,20 @@ class AuditFilter:
             if value is not None:
                 args.append(value)
                 terms.append(sql.format(len(args)))
-        if after is not None:
-            args += [after[0], after[1]]
-            terms.append(f"(event_time, audit_id) < (${len(args) - 1}, ${len(args)})")
         return " AND ".join(terms) or "TRUE", args
 
 
 async def page(conn: asyncpg.Connection, f: AuditFilter, limit: int,
                after: tuple[datetime, uuid.UUID] | None) -> list[asyncpg.Record]:
     """Up to ``limit`` records matching ``f``, newest first, strictly older than the ``after`` position."""
-    where, args = f.where(after)
-    return await conn.fetch(f"SELECT {COLS} FROM audit_log WHERE {where} "
-                            f"ORDER BY event_time DESC, audit_id DESC LIMIT ${len(args) + 1}", *args, limit)
+    where, args = f.where()
+    return await newest_first(conn, f"SELECT {COLS} FROM audit_log WHERE {where}", args, limit, after,
+                              time="event_time", key="audit_id")
 
 
 async def stream(conn: asyncpg.Connection, f: AuditFilter) -> AsyncIterator[asyncpg.Record]:
     """Every record matching ``f``, oldest first (seq order), through a server-side cursor (memory does not grow
     with the trail). Needs a transaction on ``conn``."""
-    where, args = f.where(None)
+    where, args = f.where()
     async for row in conn.cursor(f"SELECT {COLS} FROM audit_log WHERE {where} ORDER BY seq", *args, prefetch=500):
         yield row

@@ -21,6 +21,7 @@ from aiohttp import web
 from services.billing import contracts as bc
 from services.billing.contracts import PricingError, currency_exponent, focus
 
+from ...adapters.keyset import newest_first
 from ...domain.model import Principal
 from ...http.auth import principal_of
 from ...http.endpoint import TEXT_HTML, Endpoint, Param, respond
@@ -99,13 +100,11 @@ async def list_invoices(request: web.Request) -> web.Response:
     start, end = month_bounds(period) if period else (None, None)
     limit, after = query_value(request, LIMIT), position(request)
     async with gateway_of(request).pool.acquire() as conn:
-        rows = await conn.fetch(
-            "SELECT invoice_id AS id, period_start, doc FROM invoices_view WHERE ($1::uuid IS NULL OR tenant_id = $1) "
-            "AND ($2::text IS NULL OR status = $2) "
-            "AND ($3::timestamptz IS NULL OR (period_start >= $3 AND period_start < $4)) "
-            "AND ($5::timestamptz IS NULL OR (period_start, invoice_id) < ($5, $6)) "
-            "ORDER BY period_start DESC, invoice_id DESC LIMIT $7",
-            tenant_id, status, start, end, after[0] if after else None, after[1] if after else None, limit + 1)
+        rows = await newest_first(
+            conn, "SELECT invoice_id AS id, period_start, doc FROM invoices_view WHERE ($1::uuid IS NULL OR tenant_id "
+                  "= $1) AND ($2::text IS NULL OR status = $2) "
+                  "AND ($3::timestamptz IS NULL OR (period_start >= $3 AND period_start < $4))",
+            [tenant_id, status, start, end], limit + 1, after, time="period_start", key="invoice_id")
     items, next_cursor = page(rows, limit, created="period_start")
     return respond(InvoicePage(items=[InvoiceSummary(**_summary_fields(_doc(r))) for r in items],
                                next_cursor=next_cursor))
