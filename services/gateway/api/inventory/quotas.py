@@ -14,13 +14,13 @@ from services.scheduler.contracts import SetQuota
 
 from ...adapters import inventory
 from ...adapters.audit_state import StateReader, select_object
+from ...adapters.quota_split import require_member, require_within, split_of
 from ...domain.scheduling import NIL
-from ...http.auth import principal_of, require_provider_admin
+from ...http.auth import require_provider_admin
 from ...http.endpoint import Endpoint, Param, respond
 from ...http.inputs import path_uuid, path_value, read_body
 from ...http.params import TENANT_ID, USER_ID
-from ...http.problems import forbidden, not_found, validation_problem
-from ...http.schema_base import FieldError, GpuModel, ShapeName
+from ...http.schema_base import GpuModel, ShapeName
 from ...http.state import gateway_of
 from ...http.tenancy import require_tenant, visible_tenant
 from .quota_schemas import QuotaList, QuotaOut, TenantQuotaSet, UserQuotaOut, UserQuotaSet, UserQuotaSetOut
@@ -70,26 +70,18 @@ async def list_quotas(request: web.Request) -> web.Response:
 
 async def set_user_quota(request: web.Request) -> web.Response:
     """A tenant admin's split: the user must be the tenant's, the limit at most the tenant's own."""
-    tenant_id = visible_tenant(request)
-    caller = principal_of(request)
-    if not caller.may_manage_users_of(tenant_id):
-        raise forbidden("only this tenant's admin (or a provider admin) may split its quota")
-    user_id = path_uuid(request, "user_id", "user")
+    split = split_of(request, "quota")
+    tenant_id, user_id = split.tenant_id, split.user_id
     pool, model = path_value(request, POOL), path_value(request, GPU_MODEL)
     body = await read_body(request, UserQuotaSet)
-    gw = gateway_of(request)
-    async with gw.unit_of_work("gateway.set_user_quota") as uow:
-        conn = uow.conn
-        if not await inventory.user_in_tenant(conn, user_id, tenant_id):
-            raise not_found("user")
-        own = await inventory.get_quota(conn, tenant_id, pool, model)
-        if own is not None and body.limit > own["limit"]:
-            raise validation_problem([FieldError(field="limit", message=f"must not exceed the tenant's limit {own['limit']}",
-                                                 code="quota_rule")])
-        current = await inventory.get_quota(conn, tenant_id, pool, model, user_id)
+    async with gateway_of(request).unit_of_work("gateway.set_user_quota") as uow:
+        await require_member(uow.conn, split)
+        own = await inventory.get_quota(uow.conn, tenant_id, pool, model)
+        require_within({"limit": body.limit}, {"limit": own["limit"] if own else None})
+        current = await inventory.get_quota(uow.conn, tenant_id, pool, model, user_id)
         await uow.emit("scheduler.set_quota", SetQuota(
-            tenant_id=tenant_id, gpu_model=model, pool=pool, limit=body.limit, user_id=user_id, set_by=caller.user_id),
-            correlation_id=f"quota:{tenant_id}", tenant_id=tenant_id)
+            tenant_id=tenant_id, gpu_model=model, pool=pool, limit=body.limit, user_id=user_id,
+            set_by=split.caller.user_id), correlation_id=f"quota:{tenant_id}", tenant_id=tenant_id)
     return respond(UserQuotaSetOut(tenant_id=tenant_id, user_id=user_id, pool=pool, gpu_model=model, limit=body.limit,
                                    used=current["used"] if current else 0,
                                    version=current["version"] if current else None), 202)

@@ -16,18 +16,17 @@ from aiohttp import web
 
 from services.storage.contracts import SetStorageQuota
 
-from ...adapters import inventory
 from ...adapters import volumes as repo
 from ...adapters.admission import limits_of
 from ...adapters.audit_state import StateReader, select_object
+from ...adapters.quota_split import require_member, require_within, split_of
 from ...domain.scheduling import NIL
-from ...domain.volumes import Limits, Offer, tenant_limits
-from ...http.auth import principal_of, require_provider_admin
+from ...domain.volumes import Offer, tenant_limits
+from ...http.auth import require_provider_admin
 from ...http.endpoint import Endpoint, Param, respond
 from ...http.inputs import path_uuid, path_value, read_body
 from ...http.params import TENANT_ID, USER_ID
-from ...http.problems import forbidden, not_found, validation_problem
-from ...http.schema_base import FieldError
+from ...http.problems import not_found
 from ...http.schema_types import StorageClassName
 from ...http.state import gateway_of
 from ...http.tenancy import require_tenant, visible_tenant
@@ -100,34 +99,20 @@ async def set_tenant_storage_quota(request: web.Request) -> web.Response:
                                       max_volumes=body.max_volumes), 202)
 
 
-def _share_problems(body: StorageQuotaSet, tenant: Limits) -> list[FieldError]:
-    checks = [("max_bytes", body.max_bytes, tenant.max_bytes), ("max_volumes", body.max_volumes, tenant.max_volumes)]
-    return [FieldError(field=f, message=f"must not exceed the tenant's limit {limit}", code="quota_rule")
-            for f, value, limit in checks if value is not None and limit is not None and value > limit]
-
-
 async def set_user_storage_quota(request: web.Request) -> web.Response:
     """A tenant admin's split: the user must be the tenant's, each limit at most the tenant's (effective) one."""
-    tenant_id = visible_tenant(request)
-    caller = principal_of(request)
-    if not caller.may_manage_users_of(tenant_id):
-        raise forbidden("only this tenant's admin (or a provider admin) may split its storage quota")
-    user_id = path_uuid(request, "user_id", "user")
+    split = split_of(request, "storage quota")
+    tenant_id, user_id = split.tenant_id, split.user_id
     storage_class = path_value(request, STORAGE_CLASS)
     body = await read_body(request, StorageQuotaSet)
-    gw = gateway_of(request)
-    async with gw.unit_of_work("gateway.set_user_storage_quota") as uow:
-        conn = uow.conn
-        if not await inventory.user_in_tenant(conn, user_id, tenant_id):
-            raise not_found("user")
-        offer = await _offered_or_404(conn, storage_class)
-        tenant = tenant_limits(*limits_of(await repo.quota_row(conn, tenant_id, storage_class)), offer)
-        problems = _share_problems(body, tenant)
-        if problems:
-            raise validation_problem(problems)
+    async with gateway_of(request).unit_of_work("gateway.set_user_storage_quota") as uow:
+        await require_member(uow.conn, split)
+        offer = await _offered_or_404(uow.conn, storage_class)
+        tenant = tenant_limits(*limits_of(await repo.quota_row(uow.conn, tenant_id, storage_class)), offer)
+        require_within({"max_bytes": body.max_bytes, "max_volumes": body.max_volumes}, asdict(tenant))
         await uow.emit("storage.set_quota", SetStorageQuota(
             tenant_id=tenant_id, storage_class=storage_class, user_id=user_id, max_bytes=body.max_bytes,
-            max_volumes=body.max_volumes, set_by=caller.user_id),
+            max_volumes=body.max_volumes, set_by=split.caller.user_id),
             correlation_id=f"storage-quota:{tenant_id}", tenant_id=tenant_id)
     return respond(StorageQuotaSetOut(tenant_id=tenant_id, storage_class=storage_class, user_id=user_id,
                                       max_bytes=body.max_bytes, max_volumes=body.max_volumes), 202)
