@@ -3,7 +3,8 @@
 up   — starts NATS + PostgreSQL (embedded unless TESSERA_NATS_URL / TESSERA_DATABASE_URL are
        set), every service, seeds a demo inventory (2 nodes × 8 GPUs), a tenant with a tenant admin
        and a tenant user, prints the gateway URL and their API keys, and runs until SIGINT (Ctrl-C),
-       SIGTERM or SIGHUP, then stops everything.
+       SIGTERM or SIGHUP, then stops everything. Meanwhile a service or node-agent that exits is started
+       again, with backoff (`--no-restart` or TESSERA_RUNNER_RESTART=no: not; docs/operations.md).
 demo — the same on a fresh temporary platform, then: create an allocation, wait for ACTIVE,
        release, wait for RELEASED, printing each state change; exits 0 on success.
 """
@@ -189,16 +190,20 @@ UP_ENV = {"TESSERA_BILLING_CUT_S": os.environ.get("TESSERA_BILLING_CUT_S") or "3
 
 
 def _platform(workdir: Path, **kw) -> Platform:
-    return Platform(workdir, nats_url=os.environ.get("TESSERA_NATS_URL") or None,
-                    nats_creds=os.environ.get("TESSERA_NATS_CREDS_DIR") or None,
-                    database_url=os.environ.get("TESSERA_DATABASE_URL") or None, **kw)
+    try:
+        return Platform(workdir, nats_url=os.environ.get("TESSERA_NATS_URL") or None,
+                        nats_creds=os.environ.get("TESSERA_NATS_CREDS_DIR") or None,
+                        database_url=os.environ.get("TESSERA_DATABASE_URL") or None, **kw)
+    except ValueError as exc:   # a setting it cannot use (TESSERA_RUNNER_RESTART)
+        raise SystemExit(str(exc)) from None
 
 
-async def up(workdir: Path, port: int | None) -> int:
+async def up(workdir: Path, port: int | None, restart: bool = True) -> int:
     """Run the platform until SIGINT, SIGTERM or SIGHUP (Ctrl-C, a supervisor, `kill`, a closed terminal), then
     stop everything it started. A signal while it is still starting stops the start too. 0 after a signal once
-    it was up, 128 + the signal's number before."""
-    platform = _platform(workdir, gateway_port=port, env=UP_ENV)
+    it was up, 128 + the signal's number before. Meanwhile a service or node-agent that exits is started again
+    (``tooling.supervision``), unless ``restart`` is false or TESSERA_RUNNER_RESTART says ``no``."""
+    platform = _platform(workdir, gateway_port=port, env=UP_ENV, **({} if restart else {"supervise": False}))
     main = asyncio.current_task()
     signalled: list[int] = []
 
@@ -279,10 +284,12 @@ def main(argv: list[str] | None = None) -> int:
     p_up = sub.add_parser("up", help="run the platform until Ctrl-C")
     p_up.add_argument("--data", default=os.environ.get("TESSERA_DATA_DIR", str(REPO / ".tessera")))
     p_up.add_argument("--port", type=int, default=int(os.environ.get("TESSERA_GATEWAY_PORT", "8080")))
+    p_up.add_argument("--no-restart", dest="restart", action="store_false",
+                      help="leave a service or node-agent that exits down (default: start it again, with backoff)")
     sub.add_parser("demo", help="scripted tenant flow on a fresh platform")
     args = parser.parse_args(argv)
     if args.cmd == "up":
-        return asyncio.run(up(Path(args.data), args.port))
+        return asyncio.run(up(Path(args.data), args.port, args.restart))
     return asyncio.run(demo())
 
 

@@ -1,19 +1,14 @@
 """The whole platform on one machine: embedded (or given) NATS and PostgreSQL, every service as
 its own process, node-agents per registered node. Used by `./taskw up`, the demo, the benchmark
-and the end-to-end and crash tests (which kill and restart single processes)."""
+and the end-to-end and crash tests (which kill and restart single processes). A process that exits while the
+platform did not ask it to is started again, with backoff (``tooling.supervision``)."""
 from __future__ import annotations
 
 import asyncio
 import json
 import os
-import re
 import secrets
 import signal
-import subprocess
-import sys
-import threading
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import asyncpg
@@ -25,75 +20,25 @@ from .client import TesseraClient
 from .storage_lab import StorageLab, wanted as storage_lab_wanted
 from shared.db import provision_service, service_dsn
 from .embedded import REPO, EmbeddedNats, EmbeddedPostgres, NatsIdentities
+from .supervision import RestartPolicy, ServiceProcess, Supervisor, wanted as restart_wanted
 
 CORE_SERVICES = ("allocation", "scheduler", "network", "storage", "billing", "saga", "gateway")
-READY = re.compile(r"TESSERA_READY service=(\S+) instance=(\S+) port=(\d+)")
 NODE_AGENTS_FILE = "node-agents.json"   # each node-agent's own settings (its identity), by node id
-
-
-@dataclass
-class ServiceProcess:
-    name: str
-    env: dict[str, str]
-    log_path: Path
-    proc: subprocess.Popen | None = None
-    port: int | None = None
-    ready: threading.Event = field(default_factory=threading.Event)
-
-    @property
-    def module(self) -> str:
-        return "services." + (self.name.split(":")[0])
-
-    def start(self) -> None:
-        self.ready.clear()
-        self.port = None
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", self.module], env=self.env, cwd=REPO,
-                                     stdout=subprocess.PIPE, stderr=log, start_new_session=True)
-        threading.Thread(target=self._pump, args=(self.proc, log), daemon=True).start()
-
-    def _pump(self, proc: subprocess.Popen, log) -> None:
-        for raw in proc.stdout:
-            log.write(raw)
-            log.flush()
-            m = READY.search(raw.decode(errors="replace"))
-            if m:
-                self.port = int(m.group(3))
-                self.ready.set()
-
-    async def wait_ready(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not self.ready.is_set():
-            if self.proc is None or self.proc.poll() is not None:
-                tail = self.log_path.read_text(errors="replace")[-3000:]
-                raise RuntimeError(f"{self.name} exited before it was ready:\n{tail}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{self.name} not ready after {timeout}s (log: {self.log_path})")
-            await asyncio.sleep(0.05)
-
-    def signal(self, sig: int) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-
-    def wait_exit(self, timeout: float = 20.0) -> int | None:
-        if self.proc is None:
-            return None
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait()
 
 
 class Platform:
     """``nats_creds``: with a given ``nats_url``, the folder of that server's identities (``NatsIdentities``,
     e.g. ``EmbeddedNats.identities``, or its path); each service connects with its own, each node-agent with its
     node's (created when it first starts: only an ``EmbeddedNats.identities`` reloads its server then). Without
-    it the services connect without credentials (a server without authorization). An embedded NATS brings its own."""
+    it the services connect without credentials (a server without authorization). An embedded NATS brings its own.
+
+    ``supervise``: a service or node-agent that exits unasked is started again, with backoff (``tooling.supervision``;
+    ``restart_policy`` its delays); None (the default) reads TESSERA_RUNNER_RESTART: on unless it says ``no``."""
 
     def __init__(self, workdir: Path, *, nats_url: str | None = None, database_url: str | None = None,
                  env: dict[str, str] | None = None, durable: bool = True, gateway_port: int | None = None,
-                 nats_creds: NatsIdentities | Path | str | None = None):
+                 nats_creds: NatsIdentities | Path | str | None = None, supervise: bool | None = None,
+                 restart_policy: RestartPolicy | None = None):
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "logs").mkdir(exist_ok=True)
@@ -110,6 +55,9 @@ class Platform:
         self.on_stop: list = []   # blocking callables run last by stop() (e.g. the demo lab's teardown)
         # the storage host: a btrfs file system in the data folder (unless the caller configured the classes)
         self.storage = StorageLab(self.workdir) if storage_lab_wanted(self.extra_env) else None
+        self.supervise = restart_wanted() if supervise is None else supervise
+        self.supervisor = Supervisor(lambda: self.procs, restart_policy, self.workdir / "logs" / "runner.log")
+        self._supervising: asyncio.Task | None = None
 
     def _load_secrets(self) -> dict[str, str]:
         path = self.workdir / "secrets.json"
@@ -122,7 +70,8 @@ class Platform:
 
     @property
     def gateway_url(self) -> str:
-        port = self.gateway_port or self.procs["gateway"].port
+        p = self.procs["gateway"]   # while the gateway restarts: the port it keeps (ServiceProcess.respawn)
+        port = self.gateway_port or p.port or p.env.get("TESSERA_HTTP_PORT")
         return f"http://127.0.0.1:{port}"
 
     @property
@@ -156,6 +105,10 @@ class Platform:
             for name in CORE_SERVICES:
                 self._spawn(name)
             await _all_ready(p.wait_ready() for p in self.procs.values())
+            for p in self.procs.values():
+                p.supervised = self.supervise
+            if self.supervise:
+                self._supervising = asyncio.create_task(self.supervisor.run(), name="tessera-runner-supervisor")
         except BaseException:
             await self.stop()
             raise
@@ -200,6 +153,12 @@ class Platform:
         p.start()
         return p
 
+    async def _spawn_ready(self, name: str, instance: str = "0", env: dict[str, str] | None = None) -> None:
+        """Spawn, wait until ready, then supervise (a process that cannot start at all is the caller's error)."""
+        p = self._spawn(name, instance, env)
+        await p.wait_ready()
+        p.supervised = self.supervise
+
     async def add_node(self, name: str, gpu_model: str = "H100", gpu_count: int = 8,
                        env: dict[str, str] | None = None, *, approve: bool = True, pool: str | None = None,
                        wipe_policy: str | None = None) -> str:
@@ -233,7 +192,7 @@ class Platform:
             await asyncio.to_thread(self.nats_creds.add, bus_identity("node_agent", node_id))
         path = self.workdir / NODE_AGENTS_FILE
         path.write_text(json.dumps(records, indent=1, sort_keys=True))
-        await self._spawn(f"node_agent:{node_id}", instance=node_id, env=settings).wait_ready()
+        await self._spawn_ready(f"node_agent:{node_id}", instance=node_id, env=settings)
 
     def _node_agent_records(self) -> dict[str, dict[str, str]]:
         path = self.workdir / NODE_AGENTS_FILE
@@ -243,24 +202,38 @@ class Platform:
         """Start one more replica of a core service (named ``service:instance``): the same schema and the
         same durable consumers, so the replicas share its messages. Returns its name in ``procs``."""
         name = f"{service}:{instance}"
-        await self._spawn(name, instance=instance).wait_ready()
+        await self._spawn_ready(name, instance=instance)
         return name
 
-    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+    def kill(self, name: str, sig: int = signal.SIGKILL, *, restart: bool = False) -> None:
+        """Send ``sig`` to a process and wait until it has exited. It stays down (until ``restart``), unless
+        ``restart``: then it is a crash as the supervisor sees one, and it is started again after its backoff
+        (with supervision on)."""
         p = self.procs[name]
+        if not restart:
+            p.supervised, p.restart_at = False, None
         p.signal(sig)
         p.wait_exit()
 
     async def restart(self, name: str, env: dict[str, str] | None = None) -> None:
-        """Stop (if running) and start a service again; ``env`` changes some of its settings."""
+        """Stop (if running) and start a service again; ``env`` changes some of its settings. Supervised again
+        once it is ready."""
         p = self.procs[name]
+        p.supervised, p.restart_at = False, None   # this restart, not the supervisor's, starts it
         if p.proc and p.proc.poll() is None:
             self.kill(name, signal.SIGTERM)
-        if name == "gateway" and p.port:
-            p.env["TESSERA_HTTP_PORT"] = str(p.port)   # clients keep their URL
-        p.env.update(env or {})
-        p.start()
+        p.respawn(env)   # the gateway keeps its port: clients keep their URL
         await p.wait_ready()
+        p.supervised = self.supervise
+
+    async def _stop_supervising(self) -> None:
+        """No process is started again from here on (stop() is stopping them all)."""
+        for p in self.procs.values():
+            p.supervised, p.restart_at = False, None
+        task, self._supervising = self._supervising, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
     def node_agents(self) -> list[str]:
         return [n for n in self.procs if n.startswith("node_agent:")]
@@ -269,6 +242,7 @@ class Platform:
         """Stop every service (SIGTERM, then SIGKILL after 20 s), then the embedded NATS and PostgreSQL;
         each step runs even when an earlier one fails. Safe to call again, or after a failed start."""
         try:
+            await self._stop_supervising()
             for p in self.procs.values():
                 p.signal(signal.SIGTERM)
             await asyncio.gather(*(asyncio.to_thread(p.wait_exit, 20) for p in self.procs.values()))
