@@ -20,7 +20,8 @@ import asyncpg
 from aiohttp import web
 
 from services.allocation.contracts import ReleaseAllocation, RequestAllocation
-from services.billing.contracts import PriceSnapshot, quote_gpu_hour
+from services.billing.contracts import PriceSnapshot
+from services.billing.contracts.pricing import quote_gpu_hour
 from services.scheduler.contracts import CancelRequest
 from shared.envelope import utcnow
 from shared.unit_of_work import UnitOfWork
@@ -73,7 +74,7 @@ def allocation_out(row: asyncpg.Record | dict) -> AllocationOut:
 
 def quote(doc: dict, shape: ShapeInfo, pool: str, spot: bool, now: datetime) -> PriceSnapshot | None:
     """The GPU-hour price of price-list version ``doc`` for the shape in the pool (billing's rules:
-    services.billing.contracts.quote_gpu_hour); None when nothing matches or the placement would decide it."""
+    services.billing.contracts.pricing.quote_gpu_hour); None when nothing matches or the placement would decide it."""
     return quote_gpu_hour(doc, shape=shape.name, gpu_model=shape.gpu_model, pool=pool, spot=spot,
                           gpus=shape.gpu_count, now=now)
 

@@ -19,7 +19,7 @@ from typing import Literal
 from aiohttp import web
 
 from services.billing import contracts as bc
-from services.billing.contracts import PricingError, currency_exponent, focus
+from services.billing.contracts.pricing import PricingError, currency_exponent, focus
 
 from ...adapters.keyset import newest_first
 from ...domain.model import Principal

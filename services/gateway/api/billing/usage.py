@@ -28,7 +28,8 @@ import structlog
 from aiohttp import web
 
 from services.billing import contracts as bc
-from services.billing.contracts import VERSION_PATTERN, PricingError, PublishPriceList, check_price_list, currency_exponent, focus
+from services.billing.contracts import VERSION_PATTERN, PublishPriceList
+from services.billing.contracts.pricing import PricingError, check_price_list, currency_exponent, focus
 from shared import rpc
 
 from ...adapters.audit_state import StateReader, plain, select_object
@@ -74,7 +75,7 @@ def _body(row) -> dict:
 
 
 def _check(doc: dict, rows: list, now: datetime) -> None:
-    """Billing's rules (contracts.check_price_list), here first, over the versions this gateway has seen: a 422
+    """Billing's rules (contracts.pricing.check_price_list), here first, over the versions this gateway has seen: a 422
     naming the field, a 409 for a version already in force."""
     published = [{**_body(r), "effective_from": r["effective_from"]} for r in rows]
     problem = check_price_list(doc, published, now)
