@@ -21,7 +21,7 @@ from shared.unit_of_work import UnitOfWork
 
 from .. import contracts as c
 from .active import ActiveScheduler
-from .common import Rejected, admin, emit_node
+from .common import Rejected, admin, emit_node, known_node
 from .placing import place_waiting
 
 log = structlog.get_logger()
@@ -50,9 +50,7 @@ async def run_burn_in(ctx: UnitOfWork, cmd: c.RunBurnInRequest, *, active: Activ
     store = active.repository(ctx.conn)
 
     async def body() -> None:
-        node = await store.node(cmd.node_id, lock=True)
-        if node is None:
-            raise Rejected(f"unknown node {cmd.node_id}")
+        node = await known_node(store, cmd.node_id)
         if node["approved_slot_map"] is None or node["status"] not in _RERUN_FROM:
             raise Rejected(f"node {cmd.node_id} is {node['status']}: a burn-in runs on an approved node "
                            f"({', '.join(_RERUN_FROM)})")

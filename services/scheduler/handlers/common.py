@@ -18,7 +18,7 @@ from shared.refusals import Refusal, text_safe
 from shared.unit_of_work import UnitOfWork
 
 from .. import contracts as c
-from ..domain.ports import SchedulerRepository
+from ..domain.ports import Row, SchedulerRepository
 from .active import ActiveScheduler
 
 log = structlog.get_logger()
@@ -31,6 +31,14 @@ class Rejected(Exception):
     def __init__(self, reason: str):
         super().__init__(reason)
         self.reason = reason
+
+
+async def known_node(store: SchedulerRepository, node_id: uuid.UUID) -> Row:
+    """The node's row, locked for the admin command about it; ``Rejected`` when there is no such node."""
+    node = await store.node(node_id, lock=True)
+    if node is None:
+        raise Rejected(f"unknown node {node_id}")
+    return node
 
 
 def quota_target(cmd: c.SetQuota) -> str:

@@ -16,7 +16,7 @@ from shared.unit_of_work import UnitOfWork
 from .. import contracts as c
 from ..domain.topology import NodeTopology, SlotMap, TopologyError, compare, derive_slot_map
 from .active import ActiveScheduler
-from .common import Rejected, admin, emit_node
+from .common import Rejected, admin, emit_node, known_node
 from .burn_in import send_burn_in, start_burn_in
 from .placing import place_waiting
 
@@ -119,9 +119,7 @@ async def approve_slot_map(ctx: UnitOfWork, cmd: c.ApproveSlotMap, *, active: Ac
     await active.ensure_loaded()
     store = active.repository(ctx.conn)
     async def body() -> None:
-        node = await store.node(cmd.node_id, lock=True)
-        if node is None:
-            raise Rejected(f"unknown node {cmd.node_id}")
+        node = await known_node(store, cmd.node_id)
         if node["proposed_slot_map"] is None:
             raise Rejected(f"node {cmd.node_id} has no slot-map proposal awaiting approval")
         if cmd.proposal != node["proposal"]:
@@ -153,9 +151,7 @@ async def update_node(ctx: UnitOfWork, cmd: c.UpdateNode, *, active: ActiveSched
     await active.ensure_loaded()
     store = active.repository(ctx.conn)
     async def body() -> None:
-        node = await store.node(cmd.node_id, lock=True)
-        if node is None:
-            raise Rejected(f"unknown node {cmd.node_id}")
+        await known_node(store, cmd.node_id)
         if cmd.pool is not None and not await store.pool_exists(cmd.pool):
             raise Rejected(f"unknown pool {cmd.pool!r}")
         fields = {k: getattr(cmd, k) for k in ("pool", "labels", "taints", "cordoned") if getattr(cmd, k) is not None}
