@@ -17,9 +17,7 @@ except in ``write``/``main``.
 """
 from __future__ import annotations
 
-import argparse
 import copy
-import difflib
 import sys
 import tomllib
 from pathlib import Path
@@ -29,6 +27,7 @@ import yaml
 
 from shared.contract import SERVICES, Catalog, ContractViolation, Message, ServiceContract, load_catalog
 from shared.envelope import MSG_ID_HEADER, TYPE_HEADER, Envelope
+from tooling.generated import check_or_write, text_diff
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DIR = ROOT / "contracts" / "asyncapi"
@@ -212,11 +211,9 @@ def differences(directory: Path = DEFAULT_DIR, catalog: Catalog | None = None) -
         if not path.exists():
             problems.append(f"{path}: missing")
             continue
-        committed = path.read_text()
-        if committed != text:
-            diff = difflib.unified_diff(committed.splitlines(), text.splitlines(), f"{path} (committed)",
-                                        f"{path} (generated)", lineterm="", n=1)
-            problems.append("\n".join(list(diff)[:60]))
+        diff = text_diff(path.read_text(), text, str(path), most=60, context=1)
+        if diff:
+            problems.append("\n".join(diff))
     for path in sorted(directory.glob("*.yaml")):
         if path.name not in generated:
             problems.append(f"{path}: no service generates it (stale)")
@@ -234,22 +231,10 @@ def write(directory: Path = DEFAULT_DIR, catalog: Catalog | None = None) -> list
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tooling.asyncapi", description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 on a difference")
-    parser.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="where the documents live")
-    args = parser.parse_args(argv)
-    if args.check:
-        problems = differences(args.dir)
-        for p in problems:
-            print(p)
-        if problems:
-            print(f"\n{len(problems)} AsyncAPI document(s) out of date: run `python -m tooling.asyncapi`.")
-            return 1
-        print(f"AsyncAPI documents in {args.dir} are up to date.")
-        return 0
-    for path in write(args.dir):
-        print(f"wrote {path}")
-    return 0
+    return check_or_write(argv, module="tooling.asyncapi", description=__doc__.splitlines()[0], option="dir",
+                          default=DEFAULT_DIR, what="where the documents live", differences=differences, write=write,
+                          stale="{count} AsyncAPI document(s) out of date",
+                          fresh="AsyncAPI documents in {path} are up to date.")
 
 
 if __name__ == "__main__":

@@ -50,8 +50,6 @@ Pure: no I/O except in ``write``/``main``; the output is deterministic (sorted).
 """
 from __future__ import annotations
 
-import argparse
-import difflib
 import json
 import re
 import sys
@@ -61,6 +59,7 @@ from typing import Any
 
 from shared.bus_identity import NODE_AGENT, inbox_prefix, node_durable_suffix, node_identity
 from shared.contract import SERVICES, Catalog, Message, ServiceContract, durable_name, load_catalog, stream_name
+from tooling.generated import check_or_write, text_diff
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_FILE = ROOT / "contracts" / "asyncapi" / "nats-permissions.json"
@@ -237,12 +236,8 @@ def differences(path: Path = DEFAULT_FILE, catalog: Catalog | None = None) -> li
     """What differs between the committed file and the generated one ([] = none)."""
     if not path.exists():
         return [f"{path}: missing"]
-    committed, text = path.read_text(), render(catalog)
-    if committed == text:
-        return []
-    diff = difflib.unified_diff(committed.splitlines(), text.splitlines(), f"{path} (committed)",
-                                f"{path} (generated)", lineterm="", n=1)
-    return ["\n".join(list(diff)[:80])]
+    diff = text_diff(path.read_text(), render(catalog), str(path), most=80, context=1)
+    return ["\n".join(diff)] if diff else []
 
 
 def write(path: Path = DEFAULT_FILE, catalog: Catalog | None = None) -> Path:
@@ -252,21 +247,9 @@ def write(path: Path = DEFAULT_FILE, catalog: Catalog | None = None) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tooling.bus_permissions", description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 on a difference")
-    parser.add_argument("--file", type=Path, default=DEFAULT_FILE, help="where the permissions live")
-    args = parser.parse_args(argv)
-    if args.check:
-        problems = differences(args.file)
-        for p in problems:
-            print(p)
-        if problems:
-            print(f"\n{args.file} is out of date: run `python -m tooling.bus_permissions`.")
-            return 1
-        print(f"{args.file} is up to date.")
-        return 0
-    print(f"wrote {write(args.file)}")
-    return 0
+    return check_or_write(argv, module="tooling.bus_permissions", description=__doc__.splitlines()[0], option="file",
+                          default=DEFAULT_FILE, what="where the permissions live", differences=differences,
+                          write=lambda path: [write(path)], stale="{path} is out of date", fresh="{path} is up to date.")
 
 
 if __name__ == "__main__":
