@@ -166,7 +166,7 @@ CONTRACT = ServiceContract(
     description="Owns the Allocation aggregate: REQUESTED → PROVISIONING → ACTIVE → RELEASING → RELEASED, or FAILED with a reason.",
     messages=[
         Message("allocation.request", "allocation.cmd.request", RequestAllocation, "command", "A tenant asks for an allocation (sent by the gateway)."),
-        Message("allocation.release", "allocation.cmd.release", ReleaseAllocation, "command", "A tenant asks to release an ACTIVE allocation (sent by the gateway)."),
+        Message("allocation.release", "allocation.cmd.release", ReleaseAllocation, "command", "A tenant asks to release an ACTIVE allocation (sent by the gateway), or one withdrawn from its tenant's line before it started (sent by the saga coordinator)."),
         Message("allocation.preempt", "allocation.cmd.preempt", PreemptAllocation, "command", "The scheduler preempts an ACTIVE allocation: release it, recording the reason."),
         Message("allocation.requested", "allocation.evt.requested", AllocationRequested, "event", "An allocation was requested (REQUESTED)."),
         Message("allocation.provisioning", "allocation.evt.provisioning", AllocationProvisioning, "event", "Provisioning started (PROVISIONING)."),

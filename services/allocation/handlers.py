@@ -134,14 +134,15 @@ async def _tenants(ctx: UnitOfWork, allocations: AllocationRepository, cmd: c.Re
 
 async def release(ctx: UnitOfWork, cmd: c.ReleaseAllocation, *,
                   repository: RepositoryFactory = PgAllocationRepository) -> None:
-    """ACTIVE → RELEASING; no-op if RELEASING/RELEASED; otherwise rejected with the reason (no change)."""
+    """ACTIVE (or REQUESTED, withdrawn by the saga coordinator) → RELEASING; no-op if RELEASING/RELEASED;
+    otherwise rejected with the reason (no change)."""
     allocations = repository(ctx.conn)
     if (alloc := await _tenants(ctx, allocations, cmd, "allocation.release")) is None:
         return
     try:
         alloc.release(cmd.requested_by, utcnow())
     except IllegalTransition as exc:
-        await _reject(ctx, alloc.id, "allocation.release", f"{exc} (only an ACTIVE allocation can be released)")
+        await _reject(ctx, alloc.id, "allocation.release", f"{exc} (only an ACTIVE or REQUESTED allocation can be released)")
         return
     await _save(ctx, allocations, alloc)
 

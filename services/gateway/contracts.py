@@ -78,7 +78,7 @@ CONTRACT = ServiceContract(
     receives=[
         "allocation.requested", "allocation.provisioning", "allocation.activated", "allocation.release_requested",
         "allocation.released", "allocation.failed", "allocation.command_rejected",
-        "scheduler.node_registered", "saga.step_changed",
+        "scheduler.node_registered", "saga.step_changed", "saga.allocation_waiting",
         "scheduler.node_changed", "scheduler.shape_changed", "scheduler.pool_changed", "scheduler.quota_changed",
         "scheduler.admin_command_rejected", "scheduler.reservation_queued", "scheduler.slots_reserved",
         "scheduler.slots_released", "scheduler.slot_reservation_failed", "scheduler.preemption_notice",
@@ -94,7 +94,7 @@ CONTRACT = ServiceContract(
     ],
     sends=["allocation.request", "allocation.release", "scheduler.register_node",
            "scheduler.approve_slot_map", "scheduler.update_node", "scheduler.define_shape", "scheduler.define_pool",
-           "scheduler.set_quota", "scheduler.cancel_request",
+           "scheduler.set_quota", "scheduler.cancel_request", "saga.withdraw",
            "network.create_network", "network.delete_network", "network.add_security_rule",
            "network.remove_security_rule", "node_agent.power", "node_agent.read_console", "node_agent.set_bmc",
            "node_agent.validate_bmc", "node_agent.rewipe", "scheduler.run_burn_in",

@@ -5,6 +5,8 @@ from __future__ import annotations
 import uuid
 from typing import Literal
 
+from pydantic import Field
+
 from shared.contract import Message, ServiceContract
 from shared.wire import Wire
 
@@ -59,6 +61,26 @@ class CompensationFailed(Wire):
     reason: str
 
 
+class AllocationWaiting(Wire):
+    """The allocation waits in its tenant's line (TESSERA_SAGA_TENANT_INFLIGHT of its allocate sagas are in
+    flight): told when it joins, and as its place changes (within the first places every change, further back
+    each halving: services/saga/domain/lines.py, ``retell``)."""
+
+    allocation_id: uuid.UUID
+    tenant_id: uuid.UUID
+    position: int = Field(ge=1, description="Its place in its tenant's line: 1 = the next to start.")
+    reason: Literal["tenant_line"] = "tenant_line"
+
+
+class WithdrawAllocation(Wire):
+    """A tenant releases an allocation whose allocate saga may not have started (REQUESTED): the coordinator
+    drops it from its tenant's line and has it released at once, or has it released once its saga completes."""
+
+    allocation_id: uuid.UUID
+    tenant_id: uuid.UUID
+    requested_by: uuid.UUID
+
+
 _SENDS, _RECEIVES = sent_and_received()
 
 CONTRACT = ServiceContract(
@@ -71,8 +93,11 @@ CONTRACT = ServiceContract(
         Message("saga.completed", "saga.evt.completed", SagaCompleted, "event", "Every step succeeded."),
         Message("saga.failed", "saga.evt.failed", SagaFailed, "event", "A step failed or timed out; the completed steps were compensated."),
         Message("saga.compensation_failed", "saga.evt.compensation_failed", CompensationFailed, "event", "Operator attention: an undo failed after all retries."),
+        Message("saga.allocation_waiting", "saga.evt.allocation_waiting", AllocationWaiting, "event", "The allocation waits in its tenant's line, at this place."),
+        Message("saga.withdraw", "saga.cmd.withdraw", WithdrawAllocation, "command", "Release an allocation not started yet: out of its tenant's line at once, or once its saga completes (sent by the gateway)."),
     ],
     # besides the saga starts: the replies of the steps the saga table names, whose commands it sends
-    receives=["allocation.requested", "allocation.release_requested", *_RECEIVES],
-    sends=_SENDS,
+    receives=["allocation.requested", "allocation.release_requested", "saga.withdraw", *_RECEIVES],
+    # allocation.release: a withdrawn allocation's release (services/saga/handlers/withdrawals.py)
+    sends=[*_SENDS, "allocation.release"],
 )

@@ -155,15 +155,17 @@ async def test_stale_mark_provisioning_after_activation_changes_nothing(run_serv
     assert await emitted(rt, alloc, "allocation.provisioning") == 0
 
 
-async def test_release_of_an_allocation_that_is_not_active_is_rejected_with_the_reason(run_service, nc, watch):
+async def test_release_of_an_allocation_that_is_provisioning_is_rejected_with_the_reason(run_service, nc, watch):
     rt, js, events = await started(run_service, nc, watch)
     alloc, tenant = uuid.uuid4(), uuid.uuid4()
     await requested(js, events, alloc, tenant)
+    await send(js, "allocation.mark_provisioning", {"allocation_id": alloc, "saga_id": uuid.uuid4()})
+    await events.wait_for(of(alloc, "allocation.provisioning"))
     await send(js, "allocation.release", {"allocation_id": alloc, "tenant_id": tenant, "requested_by": uuid.uuid4()})
     [rej] = await events.wait_for(of(alloc, "allocation.command_rejected"))
     assert rej[1]["data"]["command"] == "allocation.release"
-    assert "REQUESTED" in rej[1]["data"]["reason"] and "only an ACTIVE allocation" in rej[1]["data"]["reason"]
-    assert (await row(rt, alloc))["state"] == "REQUESTED"
+    assert "PROVISIONING" in rej[1]["data"]["reason"] and "only an ACTIVE or REQUESTED" in rej[1]["data"]["reason"]
+    assert (await row(rt, alloc))["state"] == "PROVISIONING"
     assert await emitted(rt, alloc, "allocation.release_requested") == 0
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from functools import partial
 
 from tests.support.bus import publish_event
 from tests.support.gateway import PROJECTED_WITHIN_S
@@ -119,10 +120,22 @@ async def test_pagination_returns_every_allocation_once_newest_first(api):
     assert (await client.get("/v1/allocations?limit=abc")).status == 422
 
 
+async def provisioning(nc, client, allocation_id: str, tenant_id: str) -> None:
+    """Play the allocation service: publish allocation.provisioning and wait until the gateway shows it."""
+    data = {"allocation_id": allocation_id, "tenant_id": tenant_id, "state": "PROVISIONING",
+            "at": "2030-01-01T00:00:00Z", "saga_id": uuid.uuid4()}
+    await publish_event(nc.jetstream(), "allocation.provisioning", data, tenant_id=tenant_id)
+
+    async def shown():
+        return (await client.get(f"/v1/allocations/{allocation_id}")).body["state"] == "PROVISIONING"
+    await eventually(shown, timeout=PROJECTED_WITHIN_S)
+
+
 async def test_release_needs_an_active_allocation_and_is_sent_once(api, nc, watch):
     client, tenant_id = await api.tenant_user()
     releases = await watch("allocation.cmd.release")
     a = (await client.post("/v1/allocations", body())).body
+    await provisioning(nc, client, a["id"], tenant_id)
     early = await client.delete(f"/v1/allocations/{a['id']}")
     assert early.status == 409 and early.content_type == "application/problem+json"
     assert await api.commands_of("allocation.release", tenant_id) == 0
@@ -143,3 +156,41 @@ async def test_concurrent_releases_send_one_command(api, nc):
     replies = await asyncio.gather(*(client.delete(f"/v1/allocations/{a['id']}") for _ in range(8)))
     assert {r.status for r in replies} == {202}
     assert await api.commands_of("allocation.release", tenant_id) == 1
+
+
+async def test_a_requested_allocation_shows_its_place_in_its_tenants_line_and_release_withdraws_it_once(api, nc, watch):
+    client, tenant_id = await api.tenant_user()
+    withdrawals = await watch("saga.cmd.withdraw")
+    a = (await client.post("/v1/allocations", body())).body
+
+    async def told(position: int) -> None:
+        await publish_event(nc.jetstream(), "saga.allocation_waiting", {
+            "allocation_id": a["id"], "tenant_id": tenant_id, "position": position, "reason": "tenant_line"},
+            tenant_id=tenant_id)
+
+    async def place() -> tuple:
+        got = (await client.get(f"/v1/allocations/{a['id']}")).body
+        return got["state"], got.get("queue_position"), got.get("queued_reason")
+
+    async def shows(expected: tuple) -> bool:
+        return await place() == expected
+    await told(3)
+    await eventually(partial(shows, ("REQUESTED", 3, "tenant_line")), timeout=PROJECTED_WITHIN_S)
+    listed = (await client.get("/v1/allocations")).body["items"]
+    assert [(i["queue_position"], i["queued_reason"]) for i in listed if i["id"] == a["id"]] == [(3, "tenant_line")]
+    await told(2)
+    await eventually(partial(shows, ("REQUESTED", 2, "tenant_line")), timeout=PROJECTED_WITHIN_S)
+    assert await api.scalar("SELECT count(*) FROM allocation_events WHERE allocation_id=$1 "   # on its event stream
+                            "AND type='saga.allocation_waiting'", uuid.UUID(a["id"])) == 2
+
+    first = await client.delete(f"/v1/allocations/{a['id']}")
+    second = await client.delete(f"/v1/allocations/{a['id']}")
+    assert (first.status, second.status) == (202, 202)
+    hits = await withdrawals.wait_for(lambda i: i[1]["data"]["allocation_id"] == a["id"])
+    assert hits[0][1]["data"]["tenant_id"] == tenant_id
+    assert await api.commands_of("saga.withdraw", tenant_id) == 1
+    assert await api.commands_of("allocation.release", tenant_id) == 0
+    await publish_event(nc.jetstream(), "allocation.release_requested", {
+        "allocation_id": a["id"], "tenant_id": tenant_id, "state": "RELEASING", "at": "2030-01-01T00:00:00Z",
+        "node_id": None}, tenant_id=tenant_id)
+    await eventually(partial(shows, ("RELEASING", None, None)), timeout=PROJECTED_WITHIN_S)

@@ -144,3 +144,118 @@ async def test_a_waiting_request_of_a_tenant_with_room_is_started_by_the_deadlin
     await p.command("allocation.mark_provisioning")
     await complete(p)
     assert await line(rt, p.tenant_id) == (0, [])
+
+
+# --- places in line, and a release before the saga starts ----------------------------------------------------
+
+LINE_OF_1 = SagaSettings(Policy(tenant_inflight=1), deadline_poll_s=0.05)
+
+
+async def told(p: Participants, position: int) -> dict:
+    """Wait until the allocation was told ``position`` (1 = the next to start)."""
+    return await p.event("saga.allocation_waiting", lambda d: d["position"] == position)
+
+
+async def withdraw(p: Participants) -> None:
+    """Play the gateway: a DELETE of the allocation while it is REQUESTED."""
+    await p.publish("saga.withdraw", {"allocation_id": p.allocation_id, "tenant_id": p.tenant_id,
+                                      "requested_by": uuid.uuid4()})
+
+
+async def release_withdrawn(p: Participants) -> None:
+    """Play the allocation: the coordinator's allocation.release makes it RELEASING; answer its release saga's
+    only step, and wait for that saga to complete."""
+    release = await p.command("allocation.release")
+    assert release["data"]["tenant_id"] == str(p.tenant_id)
+    await p.request_release(None)
+    await p.succeed(await p.command("allocation.mark_released"))
+    await p.event("saga.completed", lambda d: d["kind"] == "release")
+
+
+async def test_waiting_allocations_are_told_their_places_as_the_line_moves(run_service, watch, nc):
+    rt = await run_service("saga", partial(build, saga=LINE_OF_1))
+    first = await Participants.start(watch, nc)
+    tenant = uuid.uuid4()
+    one, two, three = (of_tenant(first, tenant) for _ in range(3))
+    await request_in_turn(rt, [one, two, three])
+    assert (await told(two, 1))["reason"] == "tenant_line"
+    await told(three, 2)
+    assert places_told(one) == []                                    # it started at once
+
+    await complete(one)                                              # the line moves: two starts, three is next
+    await two.command("allocation.mark_provisioning")
+    await told(three, 1)
+    assert (places_told(two), places_told(three)) == ([1], [2, 1])
+    async with rt.pool.acquire() as conn:
+        assert await conn.fetchval("SELECT told_place FROM saga_waiting WHERE allocation_id=$1", three.allocation_id) == 1
+
+
+def places_told(p: Participants) -> list[int]:
+    """Every place the allocation was told so far, in order."""
+    return [e["data"]["position"] for _, e, _ in p.events.items
+            if e["type"] == "saga.allocation_waiting" and e["data"]["allocation_id"] == str(p.allocation_id)]
+
+
+async def test_a_waiting_allocation_released_leaves_the_line_at_once_with_nothing_reserved(run_service, watch, nc):
+    rt = await run_service("saga", partial(build, saga=LINE_OF_1))
+    first = await Participants.start(watch, nc)
+    tenant = uuid.uuid4()
+    one, two, three = (of_tenant(first, tenant) for _ in range(3))
+    await request_in_turn(rt, [one, two, three])
+    await told(three, 2)
+
+    await withdraw(two)                                              # the first waiting one: three moves up
+    await release_withdrawn(two)
+    await told(three, 1)
+    assert await line(rt, tenant) == (1, [three.allocation_id])
+    row = await saga_row(rt, two.allocation_id, "release")
+    assert (row["status"], await saga_row(rt, two.allocation_id)) == ("completed", None)   # no allocate saga
+    for type_ in ("allocation.mark_provisioning", "scheduler.reserve_slots", "scheduler.release_slots",
+                  "billing.stop_meter", "storage.delete_volume", "network.detach_network"):
+        assert not two.commands(type_), type_                      # nothing reserved, nothing to undo
+
+    await withdraw(three)                                            # the last waiting one
+    await release_withdrawn(three)
+    assert await line(rt, tenant) == (1, [])
+    assert not three.commands("scheduler.reserve_slots") and not three.commands("scheduler.release_slots")
+    assert one.commands("scheduler.reserve_slots") and not one.commands("allocation.release")   # unaffected
+    await complete(one)
+    assert not two.commands("allocation.mark_provisioning") and not three.commands("allocation.mark_provisioning")
+    await withdraw(two)                                              # repeated: nothing more
+    await one.publish("saga.withdraw", {"allocation_id": one.allocation_id, "tenant_id": tenant,
+                                        "requested_by": uuid.uuid4()})
+    await one.command("allocation.release")                          # one is ACTIVE: released now
+    assert len(two.commands("allocation.release")) == 1
+
+
+async def test_a_release_racing_the_start_waits_for_the_saga_and_an_early_one_for_the_request(run_service, watch, nc):
+    rt = await run_service("saga", partial(build, saga=LINE_OF_1))
+    first = await Participants.start(watch, nc)
+    tenant = uuid.uuid4()
+    one, two = of_tenant(first, tenant), of_tenant(first, tenant)
+    await one.request()
+    await one.command("allocation.mark_provisioning")
+    await withdraw(one)                                              # too late for the line: its saga runs
+
+    async def kept():
+        async with rt.pool.acquire() as conn:
+            return await conn.fetchval("SELECT state FROM saga_withdrawals WHERE allocation_id=$1",
+                                       one.allocation_id) == "after_start"
+    await eventually(kept, timeout=20)
+    for type_ in ALLOCATE_ORDER[:-1]:
+        await one.succeed(await one.command(type_))
+    assert not one.commands("allocation.release")                    # not while it provisions
+    await one.succeed(await one.command("allocation.activate"))
+    await one.command("allocation.release")                          # then the normal release
+
+    await withdraw(two)                                              # before the coordinator had its request
+    await eventually(partial(known_withdrawal, rt, two.allocation_id), timeout=20)
+    await two.request()
+    await release_withdrawn(two)
+    assert not two.commands("allocation.mark_provisioning") and await line(rt, tenant) == (0, [])
+
+
+async def known_withdrawal(rt, allocation_id: uuid.UUID) -> bool:
+    async with rt.pool.acquire() as conn:
+        return await conn.fetchval("SELECT EXISTS (SELECT 1 FROM saga_withdrawals WHERE allocation_id=$1)",
+                                   allocation_id)

@@ -182,14 +182,23 @@ async def test_release_moves_an_active_allocation_to_releasing_and_emits_release
         RELEASING, str(NODE), 50, {"team": "ml"}, str(cmd.requested_by), None)
 
 
-@pytest.mark.parametrize("state", [REQUESTED, PROVISIONING, FAILED])
-async def test_release_before_active_or_after_failure_is_rejected_with_the_state_and_changes_nothing(state):
+async def test_release_of_a_requested_allocation_the_saga_withdrew_moves_it_to_releasing_without_a_node():
+    a = allocation(REQUESTED)
+    repo = FakeAllocationRepository(a)
+    uow = await handle(handlers.release, "allocation.release", release_cmd(a), repo)
+    assert repo.rows[a.id].state == RELEASING
+    data = uow.only("allocation.release_requested").data
+    assert (data["state"], data["node_id"]) == (RELEASING, None)
+
+
+@pytest.mark.parametrize("state", [PROVISIONING, FAILED])
+async def test_release_while_provisioning_or_after_failure_is_rejected_with_the_state_and_changes_nothing(state):
     a = allocation(state)
     repo = FakeAllocationRepository(a)
     uow = await handle(handlers.release, "allocation.release", release_cmd(a), repo)
     rejected = uow.only("allocation.command_rejected").data
     assert rejected["command"] == "allocation.release"
-    assert state in rejected["reason"] and "only an ACTIVE allocation can be released" in rejected["reason"]
+    assert state in rejected["reason"] and "only an ACTIVE or REQUESTED allocation can be released" in rejected["reason"]
     assert repo.rows[a.id].state == state
 
 

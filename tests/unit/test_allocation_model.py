@@ -151,8 +151,17 @@ def test_fail_after_released_is_illegal():
         a.fail("x", "y", at(9))
 
 
-@pytest.mark.parametrize("state", [REQUESTED, PROVISIONING, FAILED])
-def test_release_before_active_is_illegal(state):
+def test_a_requested_allocation_withdrawn_before_it_started_is_released_without_a_node():
+    a = in_state(REQUESTED)
+    a.release(uuid.uuid4(), at(9))
+    [ev] = a.pull_events()
+    assert (a.state, ev.state, ev.node_id) == (RELEASING, RELEASING, None)
+    a.mark_released(at(10))
+    assert a.state == RELEASED
+
+
+@pytest.mark.parametrize("state", [PROVISIONING, FAILED])
+def test_release_while_provisioning_or_failed_is_illegal(state):
     a = in_state(state)
     with pytest.raises(IllegalTransition) as err:
         a.release(uuid.uuid4(), at(9))

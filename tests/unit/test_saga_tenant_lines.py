@@ -6,8 +6,13 @@ import uuid
 
 import pytest
 
-from services.saga.domain.lines import Line, admits, leaves_flight, room
+from services.saga.domain import lines
+from services.saga.domain.definitions import RELEASE
+from services.saga.domain.lines import PLACES_TOLD, Line, admits, leaves_flight, places, retell, room, withdrawal
+from services.saga.domain.machine import handle
+from services.saga.domain.model import Start
 from services.saga.domain.model import Policy, Saga
+from shared.envelope import utcnow
 from services.saga.settings import SagaSettings
 
 
@@ -65,3 +70,62 @@ def test_an_unusable_bound_is_refused_naming_the_variable(value):
 def test_a_policy_without_room_for_one_saga_is_refused():
     with pytest.raises(ValueError):
         Policy(tenant_inflight=0)
+
+
+# --- places in line ------------------------------------------------------------------------------------------
+
+def test_a_request_joining_is_told_its_place_counted_from_1():
+    assert places([("a", 1), ("b", 2), ("c", None)]) == [("c", 3)]
+
+
+def test_when_the_line_moves_each_request_near_the_front_is_told_its_new_place():
+    # a left the front: b and c each moved up one
+    assert places([("b", 2), ("c", 3)]) == [("b", 1), ("c", 2)]
+    assert places([("b", 1), ("c", 2)]) == []                        # nothing moved: nothing told
+
+
+def test_a_place_is_only_ever_told_lower():
+    assert not retell(3, 2) and not retell(2, 2)
+
+
+def test_far_back_a_request_is_told_only_when_its_place_halved():
+    far = PLACES_TOLD * 4
+    assert not retell(far - 1, far)
+    assert not retell(far // 2 + 1, far) and retell(far // 2, far)
+    assert retell(PLACES_TOLD, PLACES_TOLD + 1)                      # back within the first places: every change
+
+
+def test_draining_a_long_line_tells_each_request_a_bounded_number_of_times():
+    n = 1000
+    line = [(k, None) for k in range(n)]
+    told = dict(places(line))
+    messages = len(told)
+    while line:
+        line = [(k, told.get(k, t)) for k, t in line[1:]]          # the front one starts
+        now = dict(places(line))
+        messages += len(now)
+        told.update(now)
+    assert messages < n * (PLACES_TOLD + 12)                         # O(n * PLACES_TOLD), never n²/2
+    assert messages < n * n // 4
+
+
+# --- a release before the allocate saga started ----------------------------------------------------------------
+
+def test_a_waiting_allocation_is_released_from_the_line():
+    assert withdrawal(in_line=True, allocate_status=None) == lines.FROM_LINE
+
+
+@pytest.mark.parametrize("status, decision", [(None, lines.EARLY), ("running", lines.AFTER_START),
+                                              ("compensating", lines.AFTER_START), ("completed", lines.NOW),
+                                              ("failed", lines.NOTHING)])
+def test_one_not_in_line_is_released_once_its_saga_lets_it(status, decision):
+    assert withdrawal(in_line=False, allocate_status=status) == decision
+
+
+def test_the_release_saga_of_a_withdrawn_allocation_only_marks_it_released():
+    s = Saga(uuid.uuid4(), "release", uuid.uuid4(), uuid.uuid4(), {"withdrawn": True, "node_id": None, "labels": {}})
+    after, actions, changes = handle(s, Start(utcnow()), Policy())
+    assert [a.type for a in actions if a.type.startswith(("allocation.", "scheduler.", "billing.", "storage.",
+                                                          "network.", "node_agent."))] == ["allocation.mark_released"]
+    assert [c.step for c in changes if c.status == "succeeded"] == RELEASE.names[:-1]
+    assert after.current_step == "mark_released"

@@ -2,6 +2,7 @@
 
     REQUESTED → PROVISIONING → ACTIVE → RELEASING → RELEASED
     REQUESTED → ACTIVE            (activate may overtake a late mark_provisioning)
+    REQUESTED → RELEASING         (withdrawn before its allocate saga started: the release saga only marks it)
     any non-terminal state → FAILED (with the failed step and the reason)
 
 Each command method either changes the state and records one event, does
@@ -26,7 +27,7 @@ REQUESTED, PROVISIONING, ACTIVE = "REQUESTED", "PROVISIONING", "ACTIVE"
 RELEASING, RELEASED, FAILED = "RELEASING", "RELEASED", "FAILED"
 
 TRANSITIONS: dict[str, frozenset[str]] = {
-    REQUESTED: frozenset({PROVISIONING, ACTIVE, FAILED}),
+    REQUESTED: frozenset({PROVISIONING, ACTIVE, RELEASING, FAILED}),
     PROVISIONING: frozenset({ACTIVE, FAILED}),
     ACTIVE: frozenset({RELEASING, FAILED}),
     RELEASING: frozenset({RELEASED, FAILED}),
@@ -109,7 +110,10 @@ class Allocation:
         self._record(events.Failed, failed_step=failed_step, reason=reason)
 
     def release(self, requested_by: uuid.UUID, at: datetime) -> None:
-        """ACTIVE → RELEASING; no-op if RELEASING or RELEASED already. Raises IllegalTransition otherwise."""
+        """ACTIVE → RELEASING; no-op if RELEASING or RELEASED already. Raises IllegalTransition otherwise.
+
+        Also REQUESTED → RELEASING: asked of a REQUESTED allocation only by the saga coordinator, for one it
+        withdrew from its tenant's line (no allocate saga ever ran for it; the gateway asks it of ACTIVE ones)."""
         if self.state in (RELEASING, RELEASED):
             return
         self._move(RELEASING, "release", at)
@@ -121,6 +125,8 @@ class Allocation:
         it is releasing, released or failed already. Raises IllegalTransition before it is ACTIVE."""
         if self.state in (RELEASING, RELEASED, FAILED):
             return False
+        if self.state != ACTIVE:   # only what runs is preempted (REQUESTED → RELEASING is a withdrawal's)
+            raise IllegalTransition(self.id, self.state, RELEASING, "preempt")
         self._move(RELEASING, "preempt", at)
         self.reason = reason
         self._record(events.ReleaseRequested, requested_by=None, node_id=self.node_id, volume_gb=self.volume_gb,

@@ -25,6 +25,7 @@ def wire(rt: Runtime) -> None:
     subscribe("allocation.failed", allocations.on_failed)
     subscribe("allocation.command_rejected", allocations.on_command_rejected)
     subscribe("saga.step_changed", allocations.on_saga_step_changed)
+    subscribe("saga.allocation_waiting", allocations.on_allocation_waiting)
     subscribe("scheduler.node_registered", inventory.on_node_registered)
     subscribe("scheduler.node_changed", inventory.on_node_changed)
     subscribe("scheduler.shape_changed", inventory.on_shape_changed)

@@ -6,6 +6,10 @@ previous holder committed. A saga that ends hands its place to the oldest waitin
 (``take_next_if_room``: it ends one and starts one, so the tenant's count never grows), taking the waiting
 row with ``SKIP LOCKED``; when that misses a request that was not committed yet, the deadline loop's
 ``short_lines`` finds the tenant with room and someone waiting.
+
+Places: a hand-over also records that the tenant's line moved (``moved``, insert-only: it waits on nothing);
+the deadline loop takes those lines (``moved_lines``, ``clear_moves``) and tells their waiting requests their
+places under the tenant's lock, from what is committed.
 """
 from __future__ import annotations
 
@@ -88,3 +92,45 @@ async def short_lines(conn: asyncpg.Connection, bound: int, limit: int = 100) ->
         "WHERE (SELECT count(*) FROM (SELECT 1 FROM sagas s WHERE s.tenant_id=w.tenant_id AND s.kind='allocate' "
         "AND s.status = ANY($1::text[]) LIMIT $2) f) < $2 LIMIT $3", _IN_FLIGHT, bound, limit)
     return [r["tenant_id"] for r in rows]
+
+
+async def leave(conn: asyncpg.Connection, tenant_id: uuid.UUID, allocation_id: uuid.UUID) -> bool:
+    """Take the allocation out of its tenant's line; False when it does not wait there. Waits for a hand-over
+    that is taking it (its row lock): then it has left already, as a started saga."""
+    return await conn.fetchval("DELETE FROM saga_waiting WHERE allocation_id=$1 AND tenant_id=$2 RETURNING true",
+                               allocation_id, tenant_id) or False
+
+
+async def waiting(conn: asyncpg.Connection, tenant_id: uuid.UUID) -> list[tuple[uuid.UUID, int | None]]:
+    """The tenant's waiting requests in line order, each with the place it was last told (None: never)."""
+    rows = await conn.fetch("SELECT allocation_id, told_place FROM saga_waiting WHERE tenant_id=$1 ORDER BY seq",
+                            tenant_id)
+    return [(r["allocation_id"], r["told_place"]) for r in rows]
+
+
+async def joined_at(conn: asyncpg.Connection, tenant_id: uuid.UUID) -> int:
+    """The place of a request that just joined its tenant's line (the last): the tenant's waiting requests."""
+    return await conn.fetchval("SELECT count(*) FROM saga_waiting WHERE tenant_id=$1", tenant_id)
+
+
+async def mark_told(conn: asyncpg.Connection, told: list[tuple[uuid.UUID, int]]) -> None:
+    """Record the places the requests were told."""
+    await conn.execute("UPDATE saga_waiting w SET told_place = t.place FROM unnest($1::uuid[], $2::int[]) "
+                       "AS t(allocation_id, place) WHERE w.allocation_id = t.allocation_id",
+                       [a for a, _ in told], [p for _, p in told])
+
+
+async def moved(conn: asyncpg.Connection, tenant_id: uuid.UUID) -> None:
+    """Record that the tenant's line moved without its lock (its waiting requests are to be told their places)."""
+    await conn.execute("INSERT INTO saga_line_moves (tenant_id) VALUES ($1)", tenant_id)
+
+
+async def moved_lines(conn: asyncpg.Connection, limit: int = 100) -> list[uuid.UUID]:
+    """Tenants whose line moved since their waiting requests were last told their places."""
+    rows = await conn.fetch("SELECT DISTINCT tenant_id FROM saga_line_moves LIMIT $1", limit)
+    return [r["tenant_id"] for r in rows]
+
+
+async def clear_moves(conn: asyncpg.Connection, tenant_id: uuid.UUID) -> None:
+    """Forget the tenant's recorded moves (those committed so far; a later one is seen by the next pass)."""
+    await conn.execute("DELETE FROM saga_line_moves WHERE tenant_id=$1", tenant_id)

@@ -94,6 +94,7 @@ class SagaStep:
     subject: tuple[str, ...] = ()        # context values that are subject parameters of both commands
     yields: tuple[str, ...] = ()         # reply fields later steps need
     requires: str | None = None          # context value without which the step has nothing to do (skipped)
+    skip_if: str | None = None           # context value with which the step has nothing to do (skipped)
 
     # the message types, from the declaration
     @property
@@ -187,19 +188,23 @@ ALLOCATE = SagaDefinition(
     on_failure=_FAILED,
 )
 
+# a release of an allocation withdrawn from its tenant's line before its allocate saga started: nothing was
+# reserved, so every step but mark_released is skipped (services/saga/handlers/withdrawals.py)
+_WITHDRAWN = "withdrawn"
+
 RELEASE = SagaDefinition(
     "release", recovery="retry",
     steps=(
-        SagaStep("stop_meter", START_METER.undo_step, fields=_undo()),
+        SagaStep("stop_meter", START_METER.undo_step, fields=_undo(), skip_if=_WITHDRAWN),
         SagaStep("deprovision_node", PROVISION_NODE.undo_step, fields=_undo("node_id"), subject=("node_id",),
-                 requires="node_id"),
+                 requires="node_id", skip_if=_WITHDRAWN),
         # no slot returns to the pool unwiped: the slots stay the allocation's while they are wiped, and those
         # whose wipe failed are quarantined instead of freed (release_slots' quarantine)
         SagaStep("wipe_slots", WIPE_SLOTS, fields=_some("node_id", "slots", "slot_details"), subject=("node_id",),
-                 requires="node_id", yields=("quarantine",)),
-        SagaStep("delete_volume", PROVISION_VOLUME.undo_step, fields=_undo()),
-        SagaStep("detach_network", ATTACH_NETWORK.undo_step, fields=_undo()),
-        SagaStep("release_slots", RESERVE_SLOTS.undo_step, fields=_undo_keeping("quarantine")),
+                 requires="node_id", yields=("quarantine",), skip_if=_WITHDRAWN),
+        SagaStep("delete_volume", PROVISION_VOLUME.undo_step, fields=_undo(), skip_if=_WITHDRAWN),
+        SagaStep("detach_network", ATTACH_NETWORK.undo_step, fields=_undo(), skip_if=_WITHDRAWN),
+        SagaStep("release_slots", RESERVE_SLOTS.undo_step, fields=_undo_keeping("quarantine"), skip_if=_WITHDRAWN),
         SagaStep("mark_released", MARK_RELEASED),
     ),
     on_failure=_FAILED,

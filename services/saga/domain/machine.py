@@ -119,6 +119,9 @@ class _Transition:
         if step.requires and ctx.get(step.requires) is None:
             self._set(step.name, INVOKE, "succeeded", attempt=0, detail=f"skipped: no {step.requires}")
             return self._advance(step)
+        if step.skip_if and ctx.get(step.skip_if):
+            self._set(step.name, INVOKE, "succeeded", attempt=0, detail=f"skipped: {step.skip_if}")
+            return self._advance(step)
         self.saga.current_step = step.name
         if step.compensate and self.saga.record(step.name, COMPENSATE) is None:
             self.saga.steps[(step.name, COMPENSATE)] = StepRecord("armed")   # armed before the command goes out

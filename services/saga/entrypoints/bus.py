@@ -1,4 +1,4 @@
-"""The coordinator's subscribers: saga starts, and every participant reply in its contract."""
+"""The coordinator's subscribers: saga starts, a tenant's withdrawal, and every participant reply in its contract."""
 from __future__ import annotations
 
 from functools import partial
@@ -13,6 +13,7 @@ STARTS = {"allocation.requested": handlers.start_allocate, "allocation.release_r
 
 
 def wire(rt: Runtime, policy: Policy) -> None:
-    for type_ in CONTRACT.receives:
+    rt.consumers.subscribe("saga.withdraw", handlers.withdraw)
+    for type_ in (t for t in CONTRACT.receives if t != "saga.withdraw"):
         handler = STARTS.get(type_, handlers.on_reply)
         rt.consumers.subscribe(type_, partial(handler, policy=policy))

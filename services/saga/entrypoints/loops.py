@@ -1,5 +1,6 @@
 """The deadline loop: every ``poll_s`` it feeds passed step and undo deadlines to their sagas, and starts waiting
-requests of tenants with room in their line that an ending saga missed (handlers.fill_short_lines).
+requests of tenants with room in their line that an ending saga missed (handlers.fill_short_lines), and tells the
+requests waiting in lines that moved their places (handlers.tell_moved_lines).
 
 A plain short poll, on every replica: deadlines are rows in saga_steps, claimed with SKIP LOCKED, and a tenant's
 line is filled under its lock (not waited for), so replicas share the passed deadlines and each is handled once
@@ -17,5 +18,6 @@ def wire(rt: Runtime, policy: Policy, poll_s: float) -> None:
     async def deadlines() -> None:
         await handlers.expire_due(rt.pool, rt.outbox, policy)
         await handlers.fill_short_lines(rt.pool, rt.outbox, policy)
+        await handlers.tell_moved_lines(rt.pool, rt.outbox)
     # every replica: claims are SKIP LOCKED and line fills take the tenant's lock without waiting
     rt.every(poll_s, deadlines, at_once=True)

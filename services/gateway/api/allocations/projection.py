@@ -1,5 +1,11 @@
 """The allocation read model (allocations_view, and allocation_events with its NOTIFY to the open streams), fed by
-allocation.*, saga.step_changed and the scheduler's queue, placement, refusal and preemption of an allocation.
+allocation.*, saga.step_changed, saga.allocation_waiting and the scheduler's queue, placement, refusal and
+preemption of an allocation.
+
+An allocation waiting in its tenant's line (saga.allocation_waiting) stays REQUESTED and shows the queue fields
+the scheduler's queue fills: ``queued_reason`` ``tenant_line`` and ``queue_position`` its place (1 = next).
+Places only go down while it waits, so the smallest told wins, whatever order the messages arrive in; the
+fields are cleared when the view leaves REQUESTED (its saga started, or it was released).
 
 The saga publishes ``saga.step_changed`` only for step changes no other message states (the rule is
 ``restated`` in services/saga/domain/machine.py): a step timed out, a resend is scheduled, the coordinator gave
@@ -22,7 +28,7 @@ import uuid
 import structlog
 
 from services.allocation import contracts as ac
-from services.saga.contracts import SagaStepChanged
+from services.saga.contracts import AllocationWaiting, SagaStepChanged
 from services.scheduler import contracts as sc
 from shared.unit_of_work import UnitOfWork
 
@@ -32,6 +38,8 @@ from ...adapters.allocations import append_event, lock_events
 from ...domain.model import advances, advances_to
 
 log = structlog.get_logger()
+
+TENANT_LINE = "tenant_line"   # queued_reason of an allocation waiting in its tenant's line (the saga's)
 
 
 async def _record(ctx: UnitOfWork, allocation_id: uuid.UUID, state: str | None = None, **fields) -> None:
@@ -51,6 +59,8 @@ async def _record(ctx: UnitOfWork, allocation_id: uuid.UUID, state: str | None =
     changes = {k: v for k, v in fields.items() if v is not None}
     if state is not None:
         changes["state"] = state
+        if row["queued_reason"] == TENANT_LINE:   # out of the tenant's line: started, or released from it
+            changes.update(queue_position=None, queued_reason=None)
     if changes:
         await repo.update(ctx.conn, allocation_id, **changes)
 
@@ -102,6 +112,18 @@ async def on_command_rejected(ctx: UnitOfWork, data: ac.AllocationCommandRejecte
 async def on_saga_step_changed(ctx: UnitOfWork, data: SagaStepChanged) -> None:
     """A timeout, retry, give-up or skip: appended to the allocation's stream; the view is not moved."""
     await _record(ctx, data.allocation_id)
+
+
+async def on_allocation_waiting(ctx: UnitOfWork, data: AllocationWaiting) -> None:
+    """Its place in its tenant's line, shown while it is REQUESTED; a larger place than the one shown is an
+    older message (places only go down)."""
+    await lock_events(ctx.conn, data.allocation_id)
+    await append_event(ctx.conn, data.allocation_id, ctx.causation)
+    await ctx.conn.execute(
+        "UPDATE allocations_view SET queue_position=$2, queued_reason=$3, updated_at=now() WHERE id=$1 "
+        "AND state='REQUESTED' "
+        "AND (queued_reason IS DISTINCT FROM $3 OR queue_position IS NULL OR queue_position > $2)",
+        data.allocation_id, data.position, TENANT_LINE)
 
 
 # --- the scheduler's part: queue, placement, refusal, preemption --------------------------------------------

@@ -22,6 +22,7 @@ from aiohttp import web
 from services.allocation.contracts import ReleaseAllocation, RequestAllocation
 from services.billing.contracts import PriceSnapshot
 from services.billing.contracts.pricing import quote_gpu_hour
+from services.saga.contracts import WithdrawAllocation
 from services.scheduler.contracts import CancelRequest
 from shared.envelope import utcnow
 from shared.unit_of_work import UnitOfWork
@@ -191,9 +192,21 @@ async def _cancel_queued(uow: UnitOfWork, row: asyncpg.Record, p: Principal) -> 
     return await repo.get(uow.conn, row["id"])
 
 
+async def _withdraw_requested(uow: UnitOfWork, row: asyncpg.Record, p: Principal) -> asyncpg.Record:
+    """A REQUESTED allocation is withdrawn, once: the saga coordinator takes it out of its tenant's line and has
+    it released at once (nothing was reserved), or, when its saga had started, has it released once ACTIVE."""
+    if row["release_requested_at"] is None:
+        await repo.update(uow.conn, row["id"], release_requested_at=utcnow())
+        await uow.emit("saga.withdraw", WithdrawAllocation(
+            allocation_id=row["id"], tenant_id=p.tenant_id, requested_by=p.user_id),
+            correlation_id=str(row["id"]), tenant_id=p.tenant_id)
+    return await repo.get(uow.conn, row["id"])
+
+
 async def release_allocation(request: web.Request) -> web.Response:
     """202 and one allocation.release for an ACTIVE allocation; 202 again (nothing sent) once releasing.
-    A QUEUED allocation is cancelled instead (one scheduler.cancel_request)."""
+    A QUEUED allocation is cancelled instead (one scheduler.cancel_request), a REQUESTED one withdrawn (one
+    saga.withdraw)."""
     p = require_tenant_member(request)
     allocation_id = path_uuid(request, "allocation_id", "allocation")
     gw = gateway_of(request)
@@ -204,10 +217,12 @@ async def release_allocation(request: web.Request) -> web.Response:
             raise not_found("allocation")
         if row["state"] == "QUEUED":
             row = await _cancel_queued(uow, row, p)
+        elif row["state"] == "REQUESTED":
+            row = await _withdraw_requested(uow, row, p)
         elif row["state"] not in RELEASE_ALREADY_REQUESTED:
             if row["state"] != "ACTIVE":
-                raise ProblemError(409, f"the allocation is {row['state']}; only an ACTIVE allocation can be released",
-                                   slug="allocation-not-active")
+                raise ProblemError(409, f"the allocation is {row['state']}; only an ACTIVE or REQUESTED allocation "
+                                        "can be released", slug="allocation-not-active")
             # optimistic: the real state is never behind the view, so an ACTIVE view means release applies
             await repo.update(conn, allocation_id, state="RELEASING", release_requested_at=utcnow())
             await uow.emit("allocation.release", ReleaseAllocation(
@@ -282,7 +297,10 @@ ENDPOINTS = [
              "Release an ACTIVE allocation, or cancel a QUEUED one", "allocations", {202: AllocationOut},
              params=(ALLOCATION_ID,), errors=(401, 403, 404, 409), headers={202: _CREATED},
              description="Repeating it while RELEASING or RELEASED answers 202 again. A QUEUED allocation is "
-                         "cancelled: it ends FAILED (cancelled) once the scheduler dropped it.",
+                         "cancelled: it ends FAILED (cancelled) once the scheduler dropped it. A REQUESTED one "
+                         "waiting in its tenant's line (`queued_reason` `tenant_line`) leaves the line and ends "
+                         "RELEASED at once, nothing reserved; one whose provisioning had started is released once "
+                         "ACTIVE (none if it fails). PROVISIONING is a 409.",
              audit_state=_ALLOCATION),
     *EVENT_ENDPOINTS,
 ]

@@ -142,8 +142,14 @@ class AllocationOut(Out):
     tolerations: list[str] = Field(default_factory=list)
     fail_fast: bool = False
     network_id: uuid.UUID | None = None
-    queue_position: int | None = Field(default=None, description="While QUEUED: the place in the tenant's queue (1 = next).")
-    queued_reason: str | None = Field(default=None, description="While QUEUED: why nothing fits now.")
+    queue_position: int | None = Field(default=None, description="While QUEUED: the place in the tenant's queue (1 = "
+                                                                 "next). While REQUESTED with queued_reason "
+                                                                 "`tenant_line`: the place in the tenant's line of "
+                                                                 "allocations waiting to start (1 = next; past the "
+                                                                 "50th place, at most twice the real one).")
+    queued_reason: str | None = Field(default=None, description="While QUEUED: why nothing fits now. `tenant_line`: "
+                                                                "REQUESTED, waiting for one of the tenant's "
+                                                                "allocations in provisioning to end.")
     preemption: AllocationPreemption | None = None
     problem: AllocationProblem | None = None
     image: str | None = Field(default=None, description="The name of the image it boots (as the catalog held it "

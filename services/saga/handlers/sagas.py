@@ -1,8 +1,9 @@
-"""The coordinator's handlers: start a saga, feed it replies, feed it passed deadlines.
+"""The sagas: start one, feed it replies, feed it passed deadlines.
 
 An allocate saga starts only when its tenant has room in its line (``domain.lines``): otherwise the request
 waits in the saga schema and the message is acknowledged (held in the stream, it would hold up the requests
-of every other tenant behind it); it starts when one of the tenant's sagas ends, in that transaction.
+of every other tenant behind it); it starts when one of the tenant's sagas ends, in that transaction. A waiting
+request is told its place (``places``); a tenant may release one before it starts (``withdrawals``).
 
 Every handler runs in one transaction, a ``UnitOfWork`` (the consumer's, or one per saga for passed
 deadlines): lock the saga, run the pure state machine, persist the new step records (step invoked,
@@ -21,11 +22,13 @@ from services.allocation.contracts import AllocationReleaseRequested, Allocation
 from shared.outbox import Outbox
 from shared.unit_of_work import UnitOfWork
 
-from .adapters import lines as line_store
-from .adapters import repository
-from .domain import lines
-from .domain.machine import expired, handle
-from .domain.model import Command, Input, Policy, Reply, Saga, Start
+from .places import tell_joined, tell_places
+from .withdrawals import after_allocate, on_request, withdrawn
+from ..adapters import lines as line_store
+from ..adapters import repository
+from ..domain import lines
+from ..domain.machine import expired, handle
+from ..domain.model import Command, Input, Policy, Reply, Saga, Start
 
 log = structlog.get_logger()
 
@@ -37,12 +40,15 @@ SCHEDULING_INPUT = ("user_id", *Scheduling.model_fields)
 async def start_allocate(ctx: UnitOfWork, evt: AllocationRequested, *, policy: Policy) -> None:
     """Create the allocate saga and send its first commands, or put the request in its tenant's line when the
     tenant has ``policy.tenant_inflight`` sagas in flight or requests waiting already. Idempotent: a second
-    request for the allocation (started or waiting) does nothing. Blocks on the tenant's line lock."""
+    request for the allocation (started or waiting) does nothing; nor does one the tenant withdrew (released
+    instead, ``withdrawals.on_request``). Blocks on the tenant's line lock."""
     data = evt.model_dump(mode="json")
     saga_input = {k: data[k] for k in ("allocation_id", "tenant_id", "shape", "gpu_count", "volume_gb", "labels")}
     saga_input.update({k: data[k] for k in SCHEDULING_INPUT if data.get(k) is not None})
     saga = Saga(uuid.uuid4(), "allocate", evt.allocation_id, evt.tenant_id, {**saga_input, "node_id": None})
     await line_store.lock(ctx.conn, saga.tenant_id)
+    if await on_request(ctx, saga):
+        return
     known, line = await line_store.read(ctx.conn, saga.tenant_id, saga.allocation_id, policy.tenant_inflight)
     if known:
         log.info("saga.already_started", allocation_id=str(saga.allocation_id), kind=saga.kind)
@@ -50,18 +56,22 @@ async def start_allocate(ctx: UnitOfWork, evt: AllocationRequested, *, policy: P
         await _start(ctx, saga, policy)
     else:
         await line_store.enqueue(ctx.conn, saga)
+        await tell_joined(ctx, saga.tenant_id, saga.allocation_id)
         if line.in_flight < policy.tenant_inflight:   # room, yet others wait: a hand-over was missed (adapters.lines)
             await _fill(ctx, saga.tenant_id, policy)
 
 
 async def start_release(ctx: UnitOfWork, evt: AllocationReleaseRequested, *, policy: Policy) -> None:
-    """Create the release saga; the node comes from the event, else from the allocate saga's reservation."""
+    """Create the release saga; the node comes from the event, else from the allocate saga's reservation. An
+    allocation withdrawn from its tenant's line had nothing reserved: its release saga only marks it released."""
     data = evt.model_dump(mode="json")
     reserved = await repository.reservation(ctx.conn, evt.allocation_id)
     node_id = data["node_id"] or reserved.get("node_id")
     saga_input = {k: data[k] for k in ("allocation_id", "tenant_id", "volume_gb", "labels")}
     if reserved.get("node_id") == node_id:   # the slots to wipe: those the allocate saga reserved on that node
         saga_input.update({k: reserved[k] for k in ("slots", "slot_details") if k in reserved})
+    if await withdrawn(ctx, evt.allocation_id):
+        saga_input["withdrawn"] = True
     await _start(ctx, Saga(uuid.uuid4(), "release", evt.allocation_id, evt.tenant_id, {**saga_input, "node_id": node_id}),
                  policy)
 
@@ -82,6 +92,8 @@ async def _fill(ctx: UnitOfWork, tenant_id: uuid.UUID, policy: Policy) -> int:
     room = lines.room(await line_store.in_flight(ctx.conn, tenant_id, policy.tenant_inflight), policy.tenant_inflight)
     while started < room and (saga := await line_store.take_next(ctx.conn, tenant_id)) is not None:
         started += await _start(ctx, saga, policy)
+    if started:
+        await tell_places(ctx, tenant_id)
     return started
 
 
@@ -163,7 +175,9 @@ async def apply(uow: UnitOfWork, saga: Saga, message: Input, policy: Policy) -> 
         for action in actions
     ], correlation_id=str(saga.allocation_id), tenant_id=saga.tenant_id)
     if lines.leaves_flight(saga, after):   # its place in the tenant's line goes to the oldest waiting request
+        await after_allocate(uow, after)
         waiting = await line_store.take_next_if_room(uow.conn, saga.tenant_id, policy.tenant_inflight)
         if waiting is not None:
             await _start(uow, waiting, policy)
+            await line_store.moved(uow.conn, saga.tenant_id)   # the places behind it are told by the deadline loop
     return after
