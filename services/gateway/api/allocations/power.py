@@ -28,8 +28,8 @@ from ...adapters import allocations as views
 from ...domain.model import Principal
 from ...http.auth import require_tenant_member
 from ...http.endpoint import Endpoint, Param, respond
-from ...http.inputs import path_uuid, path_value, query_value
-from ...http.paging import CURSOR, LIMIT, page, position
+from ...http.inputs import path_uuid, path_value
+from ...http.paging import CURSOR, LIMIT, Position, read_page
 from ...http.params import ALLOCATION_ID
 from ...http.policy import tags
 from ...http.problems import ProblemError, not_found
@@ -94,11 +94,11 @@ async def request_action(request: web.Request) -> web.Response:
 
 async def list_actions(request: web.Request) -> web.Response:
     p = require_tenant_member(request)
-    limit, after = query_value(request, LIMIT), position(request)
-    async with gateway_of(request).pool.acquire() as conn:
+
+    async def actions(conn: asyncpg.Connection, n: int, after: Position | None) -> list:
         row = await _tenant_allocation(conn, request, p)
-        rows = await repo.actions_page(conn, row["id"], limit + 1, after)
-    items, next_cursor = page(rows, limit, created="requested_at")
+        return await repo.actions_page(conn, row["id"], n, after)
+    items, next_cursor = await read_page(request, actions, created="requested_at")
     return respond(PowerActionPage(items=[action_out(r) for r in items], next_cursor=next_cursor))
 
 

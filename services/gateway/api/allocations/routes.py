@@ -37,8 +37,8 @@ from ...domain.model import RELEASE_ALREADY_REQUESTED, Principal, allocation_lin
 from ...domain.scheduling import DEFAULT_POOL, PRIORITY_CLASSES, ShapeInfo, priority_class_of
 from ...http.auth import principal_of, require_tenant_member
 from ...http.endpoint import Endpoint, Param, respond
-from ...http.inputs import header_value, path_uuid, query_value, read_body
-from ...http.paging import CURSOR, LIMIT, page, position
+from ...http.inputs import header_value, path_uuid, read_body
+from ...http.paging import CURSOR, LIMIT, read_page
 from ...http.params import ALLOCATION_ID
 from ...http.problems import ProblemError, not_found
 from ...http.schema_base import FieldError, Problem, text
@@ -164,10 +164,7 @@ async def create_allocation(request: web.Request) -> web.Response:
 
 async def list_allocations(request: web.Request) -> web.Response:
     p = require_tenant_member(request)
-    limit, after = query_value(request, LIMIT), position(request)
-    async with gateway_of(request).pool.acquire() as conn:
-        rows = await repo.page(conn, p.tenant_id, limit + 1, after)
-        items, next_cursor = page(rows, limit)
+    items, next_cursor = await read_page(request, lambda conn, n, after: repo.page(conn, p.tenant_id, n, after))
     return respond(AllocationPage(items=[allocation_out(r) for r in items],
                                   next_cursor=next_cursor))
 

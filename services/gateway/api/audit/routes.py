@@ -21,7 +21,7 @@ from ...http.audit import AUDIT_TABLE
 from ...http.auth import principal_of, require_provider_admin
 from ...http.endpoint import NDJSON, Endpoint, Param, respond
 from ...http.inputs import query_value
-from ...http.paging import CURSOR, LIMIT, page, position
+from ...http.paging import CURSOR, LIMIT, read_page
 from ...http.problems import forbidden
 from ...http.schema_base import Instant, text
 from ...http.state import gateway_of
@@ -66,10 +66,8 @@ def record_out(row) -> AuditRecord:
 
 async def list_audit(request: web.Request) -> web.Response:
     f = _filter(request)
-    limit, after = query_value(request, LIMIT), position(request)
-    async with gateway_of(request).pool.acquire() as conn:
-        rows = await repo.page(conn, f, limit + 1, after)
-    items, next_cursor = page(rows, limit, created="event_time")
+    items, next_cursor = await read_page(request, lambda conn, n, after: repo.page(conn, f, n, after),
+                                         created="event_time")
     return respond(AuditPage(items=[record_out(r) for r in items], next_cursor=next_cursor))
 
 

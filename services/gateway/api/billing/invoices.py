@@ -16,6 +16,7 @@ import uuid
 from datetime import datetime, timezone
 from typing import Literal
 
+import asyncpg
 from aiohttp import web
 
 from services.billing import contracts as bc
@@ -26,7 +27,7 @@ from ...domain.model import Principal
 from ...http.auth import principal_of
 from ...http.endpoint import TEXT_HTML, Endpoint, Param, respond
 from ...http.inputs import path_uuid, query_value
-from ...http.paging import CURSOR, LIMIT, page, position
+from ...http.paging import CURSOR, LIMIT, Position, read_page
 from ...http.problems import forbidden, not_found
 from ...http.schema_base import text
 from ...http.state import gateway_of
@@ -98,14 +99,14 @@ async def list_invoices(request: web.Request) -> web.Response:
     tenant_id = scoped_tenant(p, query_value(request, TENANT))
     status, period = query_value(request, STATUS), query_value(request, PERIOD)
     start, end = month_bounds(period) if period else (None, None)
-    limit, after = query_value(request, LIMIT), position(request)
-    async with gateway_of(request).pool.acquire() as conn:
-        rows = await newest_first(
+
+    async def invoices(conn: asyncpg.Connection, n: int, after: Position | None) -> list:
+        return await newest_first(
             conn, "SELECT invoice_id AS id, period_start, doc FROM invoices_view WHERE ($1::uuid IS NULL OR tenant_id "
                   "= $1) AND ($2::text IS NULL OR status = $2) "
                   "AND ($3::timestamptz IS NULL OR (period_start >= $3 AND period_start < $4))",
-            [tenant_id, status, start, end], limit + 1, after, time="period_start", key="invoice_id")
-    items, next_cursor = page(rows, limit, created="period_start")
+            [tenant_id, status, start, end], n, after, time="period_start", key="invoice_id")
+    items, next_cursor = await read_page(request, invoices, created="period_start")
     return respond(InvoicePage(items=[InvoiceSummary(**_summary_fields(_doc(r))) for r in items],
                                next_cursor=next_cursor))
 

@@ -19,8 +19,8 @@ from ...adapters.audit_state import StateReader, ids, select_object
 from ...adapters.catalog import seen_as, visible_image
 from ...http.auth import principal_of, require_provider_admin
 from ...http.endpoint import Endpoint, Param, respond
-from ...http.inputs import path_uuid, query_value, read_body
-from ...http.paging import CURSOR, LIMIT, page, position
+from ...http.inputs import path_uuid, read_body
+from ...http.paging import CURSOR, LIMIT, read_page
 from ...http.problems import ProblemError, not_found, validation_problem
 from ...http.schema_base import FieldError
 from ...http.state import gateway_of
@@ -59,10 +59,7 @@ async def create_image(request: web.Request) -> web.Response:
 
 async def list_images(request: web.Request) -> web.Response:
     p = principal_of(request)
-    limit, after = query_value(request, LIMIT), position(request)
-    async with gateway_of(request).pool.acquire() as conn:
-        rows = await repo.page(conn, seen_as(p), limit + 1, after)
-    items, next_cursor = page(rows, limit)
+    items, next_cursor = await read_page(request, lambda conn, n, after: repo.page(conn, seen_as(p), n, after))
     return respond(ImagePage(items=[image_out(r) for r in items], next_cursor=next_cursor))
 
 

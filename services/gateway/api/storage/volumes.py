@@ -22,8 +22,8 @@ from ...adapters.audit_state import StateReader, ids, select_object
 from ...domain.volumes import READY, mount_point, volume_links
 from ...http.auth import require_tenant_member
 from ...http.endpoint import Endpoint, Param, respond
-from ...http.inputs import path_uuid, query_value, read_body
-from ...http.paging import CURSOR, LIMIT, page, position
+from ...http.inputs import path_uuid, read_body
+from ...http.paging import CURSOR, LIMIT, read_page
 from ...http.policy import tags
 from ...http.problems import ProblemError, not_found, validation_problem
 from ...http.schema_base import FieldError, Problem
@@ -79,10 +79,7 @@ async def create_volume(request: web.Request) -> web.Response:
 
 async def list_volumes(request: web.Request) -> web.Response:
     p = require_tenant_member(request)
-    limit, after = query_value(request, LIMIT), position(request)
-    async with gateway_of(request).pool.acquire() as conn:
-        rows = await repo.page(conn, p.tenant_id, limit + 1, after)
-    items, next_cursor = page(rows, limit)
+    items, next_cursor = await read_page(request, lambda conn, n, after: repo.page(conn, p.tenant_id, n, after))
     return respond(VolumePage(items=[volume_out(r) for r in items], next_cursor=next_cursor))
 
 
