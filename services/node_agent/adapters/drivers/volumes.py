@@ -18,11 +18,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+
+from shared.files import replace_atomically
 
 from ...domain.volumes import MountedVolume, Volume, within
 from .base import DriverConfigError, DriverError
@@ -119,14 +120,7 @@ class MountTable:
 
     def _write(self, table: dict) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(table, f)
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        replace_atomically(self.path, lambda f: json.dump(table, f), durable=False)
 
 
 def claim(table: MountTable, volume: Volume) -> MountedVolume | None:

@@ -25,13 +25,13 @@ import json
 import os
 import re
 import subprocess
-import tempfile
 import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import ClassVar
 
+from shared.files import replace_atomically
 from shared.settings import SettingError
 
 from .base import BackendError, Export, StorageBackend, Usage, VolumeSpec
@@ -91,16 +91,7 @@ def _parse_qgroups(text: str) -> dict[str, tuple[int, int, int | None]]:
 
 def _write_atomically(path: Path, document: dict) -> None:
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(document, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    replace_atomically(path, lambda f: json.dump(document, f, indent=1, sort_keys=True))
     dirfd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dirfd)

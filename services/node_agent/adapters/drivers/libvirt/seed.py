@@ -4,9 +4,9 @@ attached to the domain as a CD-ROM."""
 from __future__ import annotations
 
 import io
-import os
-import tempfile
 from pathlib import Path
+
+from shared.files import replace_atomically
 
 from ....domain.vm.cloudinit import Seed, meta_data, network_config, user_data
 
@@ -28,16 +28,6 @@ def write_seed_iso(path: Path, seed: Seed) -> None:
         for iso_name, name in _FILES:
             data = documents[name].encode()
             iso.add_fp(io.BytesIO(data), len(data), "/" + iso_name, rr_name=name, joliet_path="/" + name)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as out:
-                iso.write_fp(out)
-                out.flush()
-                os.fsync(out.fileno())
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        replace_atomically(path, iso.write_fp, binary=True, mode=0o644)
     finally:
         iso.close()

@@ -7,10 +7,10 @@ phoned home ("ready"); a failed provisioning removes it after its compensation r
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import uuid
 from pathlib import Path
+
+from shared.files import replace_atomically
 
 
 def instance_id(allocation_id: uuid.UUID) -> str:
@@ -53,16 +53,7 @@ class Records:
     def save(self, record: dict) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self._path(uuid.UUID(record["allocation_id"]))
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=self.directory)
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(record, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        replace_atomically(path, lambda f: json.dump(record, f))
 
     def remove(self, allocation_id: uuid.UUID) -> None:
         self._path(allocation_id).unlink(missing_ok=True)
