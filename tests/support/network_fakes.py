@@ -6,20 +6,20 @@ RecordingFabric        the EVPN driver's renderer, its sent calls kept in ``sent
 """
 from __future__ import annotations
 
-import contextlib
-import copy
 import ipaddress
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 from services.network.adapters.fabric import EvpnNvueDriver, FabricCall, FabricChange
 from services.network.contracts import SecurityRule
 from services.network.domain.model import Attachment, IdPool, TenantNetwork, TenantResources
 from services.network.domain.ports import NetworkRepository
+from tests.support.steps import Snapshots
 
 
-class FakeNetworkRepository(NetworkRepository):
+class FakeNetworkRepository(Snapshots, NetworkRepository):
+    unsaved = ("locked",)    # the order tenants were locked in stays what the test saw
+
     def __init__(self) -> None:
         self.tenants: dict[uuid.UUID, TenantResources] = {}
         self.networks: dict[uuid.UUID, TenantNetwork] = {}          # in creation order
@@ -28,21 +28,6 @@ class FakeNetworkRepository(NetworkRepository):
         self.attachments: dict[uuid.UUID, Attachment] = {}          # by allocation
         self.leases: dict[tuple[str, int], uuid.UUID] = {}          # (pool, value) -> owner
         self.locked: list[uuid.UUID] = []                            # tenants, in the order locked
-
-    def snapshot(self) -> dict:
-        return copy.deepcopy({k: v for k, v in vars(self).items() if k != "locked"})
-
-    def restore(self, state: dict) -> None:
-        vars(self).update(state)
-
-    @contextlib.asynccontextmanager
-    async def savepoint(self) -> AsyncIterator[None]:
-        state = self.snapshot()
-        try:
-            yield
-        except BaseException:
-            self.restore(state)
-            raise
 
     async def lock_tenant(self, tenant_id: uuid.UUID) -> None:
         self.locked.append(tenant_id)

@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 
 from services.scheduler.domain.claims import NIL, Claim, QuotaExceeded, ShapeDeleted, SlotTaken, quota_name
 from services.scheduler.domain.ports import Row, SchedulerRepository
-from tests.support.steps import StepConnection
+from tests.support.steps import Snapshots, StepConnection
 
 _NODE_DEFAULTS = {"pool": "shared", "region": "region-1", "site": "site-1", "rack": "rack-1", "labels": {},
                   "taints": {}, "cordoned": False, "declared": True, "status": "registered", "driver": None,
@@ -25,7 +25,7 @@ _NODE_DEFAULTS = {"pool": "shared", "region": "region-1", "site": "site-1", "rac
                   "review": [], "burn_in": None, "version": 1}
 
 
-class FakeSchedulerRepository(SchedulerRepository):
+class FakeSchedulerRepository(Snapshots, SchedulerRepository):
     def __init__(self) -> None:
         self.nodes_: dict[uuid.UUID, Row] = {}
         self.slots: dict[tuple[uuid.UUID, int], Row] = {}      # (node, idx) -> detail, wipe_policy, allocation...
@@ -36,21 +36,6 @@ class FakeSchedulerRepository(SchedulerRepository):
         self.allocations: dict[uuid.UUID, Row] = {}
         self.queue: dict[uuid.UUID, Row] = {}
         self.preemptions: dict[uuid.UUID, Row] = {}
-
-    def snapshot(self) -> dict:
-        return copy.deepcopy(vars(self))
-
-    def restore(self, state: dict) -> None:
-        vars(self).update(state)
-
-    @contextlib.asynccontextmanager
-    async def savepoint(self) -> AsyncIterator[None]:
-        state = self.snapshot()
-        try:
-            yield
-        except BaseException:
-            self.restore(state)
-            raise
 
     # --- nodes
     def _free(self, node_id: uuid.UUID) -> int:

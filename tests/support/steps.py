@@ -8,9 +8,33 @@ Every other statement fails the test: a handler that reaches SQL past its reposi
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 from collections.abc import AsyncIterator
 from typing import Any
+
+
+class Snapshots:
+    """What a fake repository needs to undo a refused block: ``snapshot``/``restore`` (a deep copy of its
+    attributes, less those named in ``unsaved``) for a StepConnection, and a ``savepoint`` that restores it when
+    the block raises."""
+
+    unsaved: tuple[str, ...] = ()
+
+    def snapshot(self) -> dict:
+        return copy.deepcopy({k: v for k, v in vars(self).items() if k not in self.unsaved})
+
+    def restore(self, state: dict) -> None:
+        vars(self).update(state)
+
+    @contextlib.asynccontextmanager
+    async def savepoint(self) -> AsyncIterator[None]:
+        state = self.snapshot()
+        try:
+            yield
+        except BaseException:
+            self.restore(state)
+            raise
 
 
 class StepConnection:
