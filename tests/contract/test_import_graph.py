@@ -5,39 +5,14 @@ one of them imports the package back is a circle too. Imports under ``if TYPE_CH
 types for a checker and are never loaded."""
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
 
 from shared.contract import SERVICES
+from tests.support.imports import imported_names, module_name
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(REPO).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def imported_names(path: Path) -> set[str]:
-    """Absolute names ``path`` imports, anywhere in the file (relative imports resolved against its package)."""
-    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
-    found: set[str] = set()
-    tree = ast.parse(path.read_text())
-    for guard in [n for n in ast.walk(tree) if isinstance(n, ast.If) and ast.unparse(n.test).endswith("TYPE_CHECKING")]:
-        guard.body = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                parts = parts[: len(parts) - node.level + 1]
-                base = ".".join(parts + ([base] if base else []))
-            found |= {f"{base}.{a.name}" for a in node.names} | {base}
-    return found
 
 
 def import_graph(root: str) -> dict[str, set[str]]:
@@ -45,7 +20,7 @@ def import_graph(root: str) -> dict[str, set[str]]:
     modules = {module_name(p): p for p in (REPO / root).rglob("*.py") if "__pycache__" not in p.parts}
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for module, path in modules.items():
-        for name in imported_names(path):
+        for name in imported_names(path, type_checking=False):
             parts = name.split(".")
             target = next((".".join(parts[:i]) for i in range(len(parts), 0, -1) if ".".join(parts[:i]) in modules),
                           None)

@@ -2,12 +2,12 @@
 each other only through contracts, a runtime kit that holds only what services import."""
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
 
 from shared.contract import SERVICES
+from tests.support.imports import imported_names
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -35,20 +35,7 @@ def top_level(service: str) -> set[str]:
 
 def imports(path: Path) -> set[str]:
     """Absolute module names imported by ``path`` (relative imports resolved against its package)."""
-    tree = ast.parse(path.read_text())
-    package = ".".join(path.relative_to(REPO).with_suffix("").parts[:-1])
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
-            found.add(base)
-            found |= {f"{base}.{a.name}" for a in node.names}
-    return found
+    return imported_names(path)
 
 
 def py_files(*roots: str) -> list[Path]:
