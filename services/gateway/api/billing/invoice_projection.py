@@ -11,14 +11,15 @@ import json
 from services.billing import contracts as bc
 from shared.unit_of_work import UnitOfWork
 
+from ...adapters.versioned import upsert_newer
+
+_INVOICE = upsert_newer("invoices_view", ["invoice_id"], ["invoice_id", "tenant_id", "number", "period_start", "status",
+                                                          "version", "doc", "updated_at"],
+                        jsonb={"doc"}, same=["tenant_id"])
+
 
 async def on_invoice_changed(ctx: UnitOfWork, data: bc.InvoiceChanged) -> None:
     inv = data.invoice
     await ctx.conn.execute(
-        "INSERT INTO invoices_view (invoice_id, tenant_id, number, period_start, status, version, doc, updated_at) "
-        "VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8) ON CONFLICT (invoice_id) DO UPDATE SET "
-        "number=EXCLUDED.number, period_start=EXCLUDED.period_start, status=EXCLUDED.status, "
-        "version=EXCLUDED.version, doc=EXCLUDED.doc, updated_at=EXCLUDED.updated_at "
-        "WHERE invoices_view.version < EXCLUDED.version AND invoices_view.tenant_id = EXCLUDED.tenant_id",
-        inv.invoice_id, inv.tenant_id, inv.number, inv.period_start, inv.status, inv.version,
+        _INVOICE, inv.invoice_id, inv.tenant_id, inv.number, inv.period_start, inv.status, inv.version,
         json.dumps(inv.model_dump(mode="json")), inv.updated_at)

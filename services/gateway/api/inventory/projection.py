@@ -23,6 +23,7 @@ from services.scheduler import contracts as sc
 from shared.unit_of_work import UnitOfWork
 
 from ...adapters.inventory import apply_capacity
+from ...adapters.versioned import upsert_newer
 from ...domain.scheduling import NIL
 
 log = structlog.get_logger()
@@ -66,32 +67,28 @@ async def mark_registered(conn: asyncpg.Connection, node_id: uuid.UUID, name: st
         "WHERE id=$1 AND version = 0", node_id, gpu_model, gpu_count)
 
 
+_CHANGED_NOW = {"changed_at": "now()"}
+_SHAPE = upsert_newer("shapes_view", ["name"], ["name", "kind", "gpu_count", "gpu_model", "mig_profile", "deleted",
+                                                "version"], assign=_CHANGED_NOW, returning=True)
+_POOL = upsert_newer("pools_view", ["name"], ["name", "policy", "taints", "description", "version"], jsonb={"taints"},
+                     assign=_CHANGED_NOW, returning=True)
+_QUOTA = upsert_newer("quotas_view", ["tenant_id", "gpu_model", "pool", "user_id"],
+                      ["tenant_id", "gpu_model", "pool", "user_id", '"limit"', "guaranteed", "used", "version"],
+                      assign=_CHANGED_NOW, returning=True)
+
+
 async def apply_shape(conn: asyncpg.Connection, d: sc.ShapeChanged) -> bool:
-    return bool(await conn.fetchval(
-        "INSERT INTO shapes_view (name, kind, gpu_count, gpu_model, mig_profile, deleted, version) "
-        "VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (name) DO UPDATE SET kind=EXCLUDED.kind, "
-        "gpu_count=EXCLUDED.gpu_count, gpu_model=EXCLUDED.gpu_model, mig_profile=EXCLUDED.mig_profile, "
-        "deleted=EXCLUDED.deleted, version=EXCLUDED.version, changed_at=now() "
-        "WHERE shapes_view.version < EXCLUDED.version RETURNING 1",
-        d.name, d.kind, d.gpu_count, d.gpu_model, d.mig_profile, d.deleted, d.version))
+    return bool(await conn.fetchval(_SHAPE, d.name, d.kind, d.gpu_count, d.gpu_model, d.mig_profile, d.deleted,
+                                    d.version))
 
 
 async def apply_pool(conn: asyncpg.Connection, d: sc.PoolChanged) -> bool:
-    return bool(await conn.fetchval(
-        "INSERT INTO pools_view (name, policy, taints, description, version) VALUES ($1, $2, $3::jsonb, $4, $5) "
-        "ON CONFLICT (name) DO UPDATE SET policy=EXCLUDED.policy, taints=EXCLUDED.taints, "
-        "description=EXCLUDED.description, version=EXCLUDED.version, changed_at=now() "
-        "WHERE pools_view.version < EXCLUDED.version RETURNING 1",
-        d.name, d.policy, _j(d.taints), d.description, d.version))
+    return bool(await conn.fetchval(_POOL, d.name, d.policy, _j(d.taints), d.description, d.version))
 
 
 async def apply_quota(conn: asyncpg.Connection, d: sc.QuotaChanged) -> bool:
-    return bool(await conn.fetchval(
-        'INSERT INTO quotas_view (tenant_id, gpu_model, pool, user_id, "limit", guaranteed, used, version) '
-        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (tenant_id, gpu_model, pool, user_id) DO UPDATE SET "
-        '"limit"=EXCLUDED."limit", guaranteed=EXCLUDED.guaranteed, used=EXCLUDED.used, version=EXCLUDED.version, '
-        "changed_at=now() WHERE quotas_view.version < EXCLUDED.version RETURNING 1",
-        d.tenant_id, d.gpu_model, d.pool, d.user_id or NIL, d.limit, d.guaranteed, d.used, d.version))
+    return bool(await conn.fetchval(_QUOTA, d.tenant_id, d.gpu_model, d.pool, d.user_id or NIL, d.limit, d.guaranteed,
+                                    d.used, d.version))
 
 
 async def on_node_registered(ctx: UnitOfWork, data: sc.NodeRegistered) -> None:

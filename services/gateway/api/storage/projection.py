@@ -14,35 +14,32 @@ import json
 from services.storage import contracts as stc
 from shared.unit_of_work import UnitOfWork
 
+from ...adapters.versioned import upsert_newer
 from ...domain.scheduling import NIL
+
+# a usage figure the document lacks keeps the last one reported; the document answers a pending resize
+_VOLUME = upsert_newer(
+    "volumes_view", ["id"], ["id", "tenant_id", "user_id", "name", "storage_class", "backend", "size_bytes",
+                             "used_bytes", "shared", "scratch", "state", "reason", "attachments", "version",
+                             "created_at", "updated_at"],
+    jsonb={"attachments"}, same=["tenant_id"], insert_only={"created_at"},
+    assign={"used_bytes": "coalesce(EXCLUDED.used_bytes, volumes_view.used_bytes)", "pending_size_bytes": "NULL"})
+_QUOTA = upsert_newer("volume_quotas_view", ["tenant_id", "storage_class", "user_id"],
+                      ["tenant_id", "storage_class", "user_id", "max_bytes", "max_volumes", "effective_max_bytes",
+                       "effective_max_volumes", "version"], assign={"changed_at": "now()"})
 
 
 async def on_volume_changed(ctx: UnitOfWork, data: stc.VolumeChanged) -> None:
     v = data.volume
     attachments = json.dumps([a.model_dump(mode="json") for a in v.attachments])
-    await ctx.conn.execute(
-        "INSERT INTO volumes_view (id, tenant_id, user_id, name, storage_class, backend, size_bytes, used_bytes, shared, "
-        "scratch, state, reason, attachments, version, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, "
-        "$9, $10, $11, $12, $13::jsonb, $14, $15, $16) ON CONFLICT (id) DO UPDATE SET user_id=EXCLUDED.user_id, "
-        "name=EXCLUDED.name, storage_class=EXCLUDED.storage_class, backend=EXCLUDED.backend, "
-        "size_bytes=EXCLUDED.size_bytes, used_bytes=coalesce(EXCLUDED.used_bytes, volumes_view.used_bytes), "
-        "shared=EXCLUDED.shared, scratch=EXCLUDED.scratch, state=EXCLUDED.state, reason=EXCLUDED.reason, "
-        "attachments=EXCLUDED.attachments, version=EXCLUDED.version, updated_at=EXCLUDED.updated_at, "
-        "pending_size_bytes=NULL "
-        "WHERE volumes_view.tenant_id = EXCLUDED.tenant_id AND volumes_view.version < EXCLUDED.version",
-        v.volume_id, v.tenant_id, v.user_id, v.name, v.storage_class, v.backend, v.size_bytes, v.used_bytes, v.shared,
-        v.scratch, v.state, v.reason, attachments, v.version, v.created_at, v.updated_at)
+    await ctx.conn.execute(_VOLUME, v.volume_id, v.tenant_id, v.user_id, v.name, v.storage_class, v.backend, v.size_bytes,
+                           v.used_bytes, v.shared, v.scratch, v.state, v.reason, attachments, v.version, v.created_at,
+                           v.updated_at)
 
 
 async def on_quota_changed(ctx: UnitOfWork, data: stc.QuotaChanged) -> None:
-    await ctx.conn.execute(
-        "INSERT INTO volume_quotas_view (tenant_id, storage_class, user_id, max_bytes, max_volumes, effective_max_bytes, "
-        "effective_max_volumes, version) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (tenant_id, storage_class, "
-        "user_id) DO UPDATE SET max_bytes=EXCLUDED.max_bytes, max_volumes=EXCLUDED.max_volumes, "
-        "effective_max_bytes=EXCLUDED.effective_max_bytes, effective_max_volumes=EXCLUDED.effective_max_volumes, "
-        "version=EXCLUDED.version, changed_at=now() WHERE volume_quotas_view.version < EXCLUDED.version",
-        data.tenant_id, data.storage_class, data.user_id or NIL, data.max_bytes, data.max_volumes,
-        data.effective_max_bytes, data.effective_max_volumes, data.version)
+    await ctx.conn.execute(_QUOTA, data.tenant_id, data.storage_class, data.user_id or NIL, data.max_bytes,
+                           data.max_volumes, data.effective_max_bytes, data.effective_max_volumes, data.version)
 
 
 async def on_classes_announced(ctx: UnitOfWork, data: stc.ClassesAnnounced) -> None:
