@@ -31,10 +31,8 @@ log = structlog.get_logger()
 
 async def mount_volume(ctx: UnitOfWork, cmd: c.MountVolume, *, node: Node) -> None:
     """Mount the export into the allocation's instance; answer volume_mount_changed (ok, or the reason)."""
-    records = node.records(ctx.conn)
-    await records.lock_allocation(cmd.allocation_id)
-    command = await records.command_of(cmd.allocation_id)
-    mount, reason = None, _not_here(node, cmd, command)
+    records, command, reason = await _locked(ctx, node, cmd)
+    mount = None
     if reason is None:
         try:
             [volume] = volumes([cmd.export])
@@ -48,10 +46,8 @@ async def mount_volume(ctx: UnitOfWork, cmd: c.MountVolume, *, node: Node) -> No
 
 async def unmount_volume(ctx: UnitOfWork, cmd: c.UnmountVolume, *, node: Node) -> None:
     """Unmount the volume from the allocation's instance (idempotent); answer volume_mount_changed."""
-    records = node.records(ctx.conn)
-    await records.lock_allocation(cmd.allocation_id)
-    command = await records.command_of(cmd.allocation_id)
-    mounted, reason = False, _not_here(node, cmd, command)
+    records, command, reason = await _locked(ctx, node, cmd)
+    mounted = False
     if reason is None:
         try:
             await node.driver.unmount(cmd.allocation_id, cmd.volume_id)
@@ -63,10 +59,16 @@ async def unmount_volume(ctx: UnitOfWork, cmd: c.UnmountVolume, *, node: Node) -
     await _answer(ctx, node, cmd, cmd.volume_id, mounted=mounted, reason=reason)
 
 
-def _not_here(node: Node, cmd: c.MountVolume | c.UnmountVolume, command: str | None) -> str | None:
+async def _locked(ctx: UnitOfWork, node: Node, cmd: c.MountVolume | c.UnmountVolume
+                  ) -> tuple[NodeRecords, str | None, str | None]:
+    """The node's records with the allocation locked (one volume change at a time), its provision command, and
+    why the command cannot apply here (None: the tenant's instance runs on this node)."""
+    records = node.records(ctx.conn)
+    await records.lock_allocation(cmd.allocation_id)
+    command = await records.command_of(cmd.allocation_id)
     if tenants_instance(command, cmd.tenant_id):
-        return None
-    return f"allocation {cmd.allocation_id} has no instance on node {node.id}"
+        return records, command, None
+    return records, command, f"allocation {cmd.allocation_id} has no instance on node {node.id}"
 
 
 async def _mounted(node: Node, allocation_id: uuid.UUID, volume_id: uuid.UUID) -> bool:
