@@ -157,13 +157,8 @@ class NetworkRepaired(Wire):
     detail: str = ""
 
 
-class RequestPower(Wire):
-    """A tenant's power action on its instance (sent by the gateway, which checked the allocation is ACTIVE and
-    the tenant's). Idempotent per request_id. Carried out only until ``expires_at``: a node that handles it
-    later refuses it (power_changed, ok false), so a node back after hours never reboots a VM whose tenant
-    gave up long ago. ``expires_at`` has no default: a command without one (sent before deadlines existed) fails
-    validation and is dead-lettered, and the gateway's sweep fails its action (its migration gave the actions
-    asked before then the default deadline)."""
+class PowerActionRef(Wire):
+    """Which power action: its request, the allocation and tenant it is for, the node, the action, who asked."""
 
     request_id: uuid.UUID
     allocation_id: uuid.UUID
@@ -171,6 +166,16 @@ class RequestPower(Wire):
     node_id: uuid.UUID
     action: PowerAction
     requested_by: uuid.UUID
+
+
+class RequestPower(PowerActionRef):
+    """A tenant's power action on its instance (sent by the gateway, which checked the allocation is ACTIVE and
+    the tenant's). Idempotent per request_id. Carried out only until ``expires_at``: a node that handles it
+    later refuses it (power_changed, ok false), so a node back after hours never reboots a VM whose tenant
+    gave up long ago. ``expires_at`` has no default: a command without one (sent before deadlines existed) fails
+    validation and is dead-lettered, and the gateway's sweep fails its action (its migration gave the actions
+    asked before then the default deadline)."""
+
     expires_at: datetime = Field(description="The deadline (with its UTC offset): the node refuses the command "
                                              "after it, without acting.")
 
@@ -183,15 +188,9 @@ class RequestPower(Wire):
         return value
 
 
-class PowerChanged(Wire):
+class PowerChanged(PowerActionRef):
     """The outcome of a power action (ok or not), and the instance's power state after it."""
 
-    request_id: uuid.UUID
-    allocation_id: uuid.UUID
-    tenant_id: uuid.UUID
-    node_id: uuid.UUID
-    action: PowerAction
-    requested_by: uuid.UUID
     ok: bool
     power_state: PowerState
     reason: str | None = Field(default=None, max_length=2000)
