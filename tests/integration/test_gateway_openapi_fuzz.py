@@ -10,14 +10,14 @@ What the fuzzer is told beyond the document (and why that is not a weaker check)
     not for must be refused as the document says (403 or 404), and one it is for must work;
   * the rules JSON Schema cannot state, mended in a valid body: a tenant that exists, a price list that takes
     effect in the future with one price per selector set (a shape price names no model or pool), a tenant policy
-    that names its tenant and a provider policy that names none, a private subnet for a network (a public one is a
-    documented 422 where the provider allows none);
+    that names its tenant (a provider admin's must, a tenant admin's need not: the caller decides), a private
+    subnet for a network (a public one is a documented 422 where the provider allows none);
   * the live state a valid request refers to, as a client would know it (Schemathesis' "seed known data"): ids of
     things that exist (for half of the valid requests; the others keep their random ids and get 404s), the shape
     names GET /v1/shapes lists (an unknown shape is a documented 422), the storage class GET /v1/storage-classes
     lists (an unknown one is a documented 422; the world's class takes the largest volume the document allows and
-    its default quota the largest share), a volume's size larger than the world volume's (volumes only grow: a
-    documented 422), and an Idempotency-Key that is fresh (a key reused with another body is a documented 422);
+    its default quota the largest share; the world's volume is the smallest one, so every size the document allows
+    it grows it), and an Idempotency-Key that is fresh (a key reused with another body is a documented 422);
   * the document's ``x-constraints`` (comparisons between two fields, which JSON Schema cannot state, e.g.
     ``guaranteed <= limit``): a valid body that breaks one is mended by swapping the two values;
   * that 413 refuses invalid data too: a field longer than its maxLength, generated from characters JSON escapes
@@ -171,9 +171,7 @@ def _seed(world: World, operation, case, use_live_ids: bool) -> None:
                     seen.add(selectors)
                     unique.append(price)
             body["gpu_prices"] = unique
-    if op_id == "createPolicy" and body.get("scope") == "provider":   # a provider policy names no tenant
-        body.pop("tenant_id", None)
-    elif op_id == "createPolicy":                                       # a tenant policy names its tenant
+    if op_id == "createPolicy" and body.get("scope") == "tenant":   # a provider admin's tenant policy names its tenant
         body["tenant_id"] = world.ids["tenant_id"]
     if op_id in ("createPolicy", "replacePolicy") and isinstance(body.get("text"), str):
         body["text"] = POLICY_TEXT
@@ -194,8 +192,6 @@ def _seed(world: World, operation, case, use_live_ids: bool) -> None:
         # the provider's choice (TESSERA_NETWORKS_ALLOW_PUBLIC_SUBNETS, off here): a public subnet is a documented
         # 422; its first octet, all network bits from /16 on, moved into 10.0.0.0/8
         body["cidr"] = "10." + body["cidr"].split(".", 1)[-1]
-    if operation.definition.raw["operationId"] == "resizeVolume" and isinstance(body.get("size_bytes"), int):
-        body["size_bytes"] = max(body["size_bytes"], MIN_VOLUME_BYTES + 1)
     for rule in schema.get("x-constraints", []):
         low, high = _CONSTRAINT.match(rule).groups()
         a, b = body.get(low), body.get(high)

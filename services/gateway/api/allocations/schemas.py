@@ -29,7 +29,8 @@ class AllocationVolume(Body):
     mode: Mode = "rw"
 
 
-AllocationVolumes = Field(default_factory=list, max_length=MAX_ATTACHED,
+# uniqueItems states "each once" only for entries written alike; the handler refuses any two naming one volume
+AllocationVolumes = Field(default_factory=list, max_length=MAX_ATTACHED, json_schema_extra={"uniqueItems": True},
                           description=f"At most {MAX_ATTACHED} volumes of the tenant to mount, each at /mnt/<name>: "
                                       "available, or in use and shared (another is a 422 naming it), each once.")
 

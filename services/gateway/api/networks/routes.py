@@ -201,7 +201,10 @@ ENDPOINTS = [
     Endpoint("POST", "/v1/networks/{network_id}/rules", add_rule, "addNetworkRule", "Add a security rule", "networks",
              {202: RuleOut}, body=RuleCreate, params=(NETWORK_ID,), errors=_BODY_ERRORS,
              description="Ingress from another network of the tenant, or egress to an outside CIDR. Accepted as "
-                         "`adding`; then `active`, or `rejected` with the reason."),
+                         "`adding`; then `active`, or `rejected` with the reason. Rules the schema cannot state: "
+                         "`port_to` is not below `port_from` (the schema's `x-constraints`; a 422); an ingress "
+                         "rule's `remote_network_id` is another network of the tenant, creating or active, not this "
+                         "one (a 422); the network is active (a 409)."),
     Endpoint("DELETE", "/v1/networks/{network_id}/rules/{rule_id}", remove_rule, "removeNetworkRule",
              "Remove a security rule", "networks", {202: RuleOut}, params=(NETWORK_ID, RULE_ID), errors=(401, 403, 404, 409),
              audit_state=_RULE),

@@ -226,8 +226,13 @@ ENDPOINTS = [
              headers={201: {"Location": "The policy (/v1/policies/{id})."}},
              description="Provider policies (provider admins) apply to every tenant and cannot be overridden; a "
                          "tenant's policies (its admins, or a provider admin) apply to its members only and can "
-                         "only narrow (forbid wins). A policy that does not validate against the schema is a 422 "
-                         "quoting the validator. Applies within a second on every gateway replica."),
+                         "only narrow (forbid wins). Applies within a second on every gateway replica. Rules the "
+                         "schema cannot state: `text` is exactly one static Cedar policy that validates against the "
+                         "policy schema (docs/policies.md) and, in a tenant policy, names no other tenant (a 422 "
+                         "quoting the validator); a tenant policy names its tenant in `tenant_id` when a provider "
+                         "admin writes it (a tenant admin's defaults to its own; a 422 otherwise), a tenant that "
+                         "exists (a 404); a tenant admin writes its own tenant's policies only (403 for a provider "
+                         "policy, 404 for another tenant's)."),
     Endpoint("GET", "/v1/policies", list_policies, "listPolicies", "List the policies the caller manages", "policies",
              {200: PolicyList}, params=(TENANT_FILTER,), errors=(401, 403, 422),
              description="Provider admins: the defaults (builtin), the provider's and every tenant's (or one "
@@ -251,5 +256,10 @@ ENDPOINTS = [
              body=PolicyEvaluate, errors=_WRITE_ERRORS,
              description="For admins who test a policy before enabling it: give the operation, the resource's "
                          "attributes and tags and, optionally, a candidate policy (added to the caller's layer: "
-                         "provider admins the provider's, tenant admins their tenant's). Nothing is stored."),
+                         "provider admins the provider's, tenant admins their tenant's). Nothing is stored. Rules "
+                         "the schema cannot state: `operation` is one the policies judge, that is every POST, PUT, "
+                         "PATCH and DELETE operation of this document but createToken, createPolicy, replacePolicy, "
+                         "deletePolicy and evaluatePolicy (a 422); `candidate` is exactly one static Cedar policy "
+                         "that validates against the policy schema (a 422 quoting the validator); a tenant admin's "
+                         "`tenant_id` is its own tenant (a 404 otherwise)."),
 ]

@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, PlainValidator, WithJsonSchema
+from pydantic import ConfigDict, Field, PlainValidator, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
 from ...domain.policy import MAX_POLICY_CHARS
@@ -43,7 +43,15 @@ AttributeValue = Annotated[str | bool | int, PlainValidator(_attribute), WithJso
 Scope = Literal["provider", "tenant"]
 
 
+# What the handler checks of scope and tenant_id that JSON Schema can say: a provider policy names no tenant (a 422
+# on tenant_id). That a tenant policy names its tenant depends on the caller (a tenant admin's defaults to its own),
+# so the route's description says it.
+_SCOPE_RULES = {"if": {"properties": {"scope": {"const": "provider"}}, "required": ["scope"]},
+                "then": {"properties": {"tenant_id": {"type": "null"}}}}
+
+
 class PolicyCreate(Body):
+    model_config = ConfigDict(json_schema_extra=_SCOPE_RULES)
     scope: Scope = Field(description="provider: applies to every tenant (provider admins only); tenant: applies to "
                                      "the tenant's members only.")
     tenant_id: Uuid | None = Field(default=None, description="The tenant of a tenant policy (a tenant admin's own "

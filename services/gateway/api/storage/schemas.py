@@ -40,9 +40,11 @@ class VolumeCreate(Body):
 
 class VolumeResize(Body):
     server_owned: ClassVar[frozenset[str]] = _OWNED
-    size_bytes: Int = Field(ge=MIN_VOLUME_BYTES, le=MAX_VOLUME_BYTES,
-                            description="The new size: larger than the current one (volumes only grow; a 422 "
-                                        "otherwise), at most the class's max_volume_bytes.")
+    # every volume holds at least MIN_VOLUME_BYTES, so a new size must be above it: what the schema can state of
+    # "volumes only grow" (the handler compares it with the current size)
+    size_bytes: Int = Field(gt=MIN_VOLUME_BYTES, le=MAX_VOLUME_BYTES,
+                            description="The new size: above 1 MiB and larger than the current one (volumes only "
+                                        "grow; a 422 otherwise), at most the class's max_volume_bytes.")
 
 
 class AttachmentCreate(Body):

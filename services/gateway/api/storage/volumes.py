@@ -178,10 +178,13 @@ ENDPOINTS = [
              {202: VolumeOut}, body=VolumeCreate, errors=(400, 401, 403, 409, 413, 415, 422), problems=_QUOTA,
              headers={202: {"Location": "The volume (/v1/volumes/{id})."}},
              description="Accepted as `creating`; the storage service makes it (state `available`) or refuses it "
-                         "(state `rejected`, with the reason). An unknown storage class or a size above the class's "
-                         "largest volume is a 422; a name the tenant's live volumes already use is a 409. Over the "
-                         "tenant's (or the user's) storage quota in the class: 403 `quota-exceeded` with the "
-                         "members quota (e.g. `storage:standard:bytes`), limit, used and requested.",
+                         "(state `rejected`, with the reason). Rules the schema cannot state (they depend on what "
+                         "the provider offers and the tenant holds): `storage_class` is a class GET "
+                         "/v1/storage-classes lists, or, left out, the default class must be offered (a 422 on "
+                         "`storage_class`); `size_bytes` is at most that class's `max_volume_bytes` (a 422); `name` "
+                         "is not used by a live volume of the tenant (a 409); the size fits the tenant's (and the "
+                         "user's) storage quota in the class (else 403 `quota-exceeded` with the members quota, "
+                         "e.g. `storage:standard:bytes`, limit, used and requested).",
              policy_resource=volume_resource),
     Endpoint("GET", "/v1/volumes", list_volumes, "listVolumes", "List the tenant's volumes, newest first", "storage",
              {200: VolumePage}, params=(LIMIT, CURSOR), errors=(401, 403, 422)),
@@ -189,9 +192,11 @@ ENDPOINTS = [
              {200: VolumeOut}, params=(VOLUME_ID,), errors=(401, 403, 404)),
     Endpoint("PATCH", "/v1/volumes/{volume_id}", resize_volume, "resizeVolume", "Grow a volume", "storage",
              {202: VolumeOut}, body=VolumeResize, params=(VOLUME_ID,), errors=_BODY_ERRORS, problems=_QUOTA,
-             description="Volumes only grow: a size not above the current one is a 422. The growth is charged "
-                         "against the storage quota (403 `quota-exceeded`). The new size shows as "
-                         "`requested_size_bytes` until the storage service applied it.",
+             description="The new size shows as `requested_size_bytes` until the storage service applied it. "
+                         "Rules the schema cannot state (they depend on the volume): `size_bytes` is larger than the "
+                         "volume's current size (volumes only grow; a 422); it is at most the volume's class's "
+                         "`max_volume_bytes` (a 422); the growth fits the storage quota (else 403 "
+                         "`quota-exceeded`). A scratch volume, or one not available or in use, is a 409.",
              audit_state=VOLUME_STATE),
     Endpoint("DELETE", "/v1/volumes/{volume_id}", delete_volume, "deleteVolume", "Delete a volume and its data",
              "storage", {202: VolumeOut}, params=(VOLUME_ID,), errors=(401, 403, 404, 409),
