@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from services.gateway.http.openapi import ENDPOINTS
+from services.gateway.entrypoints.http import ENDPOINTS
 
 SOME_ID = "00000000-0000-4000-8000-000000000001"
 
