@@ -51,7 +51,7 @@ def _plain(value: Any) -> Any:
     if isinstance(value, dt.datetime):
         if value.tzinfo is None or value.utcoffset() is None:
             raise TypeError(f"naive datetime {value!r}: the chain only hashes timezone-aware times")
-        return value.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     if isinstance(value, dt.date):
         return value.isoformat()
     if isinstance(value, decimal.Decimal):

@@ -8,7 +8,7 @@ stream) is self-describing.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -18,7 +18,7 @@ TYPE_HEADER = "Tessera-Type"
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class Envelope(BaseModel):

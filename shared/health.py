@@ -1,7 +1,7 @@
 """/healthz, /readyz and Prometheus /metrics for every service (aiohttp)."""
 from __future__ import annotations
 
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest

@@ -154,7 +154,7 @@ async def append(conn: asyncpg.Connection, table: str, entry: dict[str, Any], *,
         columns = await _columns(conn, table)
         fields = {k: _normalised(columns.get(k), v) for k, v in dict(entry, seq=seq).items()}
         if "created_at" in columns and "created_at" not in fields:
-            fields["created_at"] = dt.datetime.now(dt.timezone.utc)
+            fields["created_at"] = dt.datetime.now(dt.UTC)
         values = {k: canonical_json(v) if columns.get(k) in _JSON and v is not None else v for k, v in fields.items()}
         digest = row_hash(prev, fields)
         names = [*fields, "prev_hash", "row_hash"]

@@ -15,7 +15,8 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 from nats.aio.client import Client
-from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
 from pydantic import BaseModel, ValidationError
 
 from .contract import Catalog, ContractViolation

@@ -29,17 +29,17 @@ from faststream.nats.security import NatsNKey, NatsSecurity
 from faststream.security import BaseSecurity
 from nats.js import JetStreamContext
 
+from . import rpc
 from .bus_identity import identity, inbox_prefix, publish_scope
-from .settings import ServiceSettings
 from .consumer import Consumers
 from .contract import Catalog, load_catalog
 from .db import create_pool, migrate
 from .health import add_health_routes
 from .observability import configure_logging, configure_tracing
 from .outbox import Outbox, OutboxRelay
-from .periodic import Lease, Leadership, lock_name, periodic
+from .periodic import Leadership, Lease, lock_name, periodic
+from .settings import ServiceSettings
 from .streams import declare_streams, ensure_streams, own_streams
-from . import rpc
 
 log = structlog.get_logger()
 

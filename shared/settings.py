@@ -217,5 +217,5 @@ class ServiceSettings:
     bus: BusSettings = field(default_factory=BusSettings)
 
     @classmethod
-    def from_env(cls, service: str, environ: Mapping[str, str] | None = None, **overrides: Any) -> "ServiceSettings":
+    def from_env(cls, service: str, environ: Mapping[str, str] | None = None, **overrides: Any) -> ServiceSettings:
         return load(cls, environ, service=service, **overrides)

@@ -45,7 +45,7 @@ class Step:
     @classmethod
     def declare(cls, service: str, *, command: Part, ok: Part | None = None, failed: Part | None = None,
                 undo: Part | None = None, undone: Part | None = None, progress: Part | None = None,
-                subject_params: tuple[str, ...] = ()) -> "Step":
+                subject_params: tuple[str, ...] = ()) -> Step:
         """The step's messages with the contract's names and subjects: type ``<service>.<name>``, subject
         ``<service>.cmd.<name>`` (commands) or ``<service>.evt.<name>`` (replies), then ``.{param}`` for
         each of ``subject_params``."""
@@ -78,7 +78,7 @@ class Step:
         return self.commands + self.replies
 
     @property
-    def undo_step(self) -> "Step":
+    def undo_step(self) -> Step:
         """The undo run as a step of its own (a release saga's step): the undo command, answered ``undone``."""
         if self.undo is None:
             raise ValueError(f"{self.command.type} has no undo")

@@ -35,7 +35,7 @@ class UnitOfWork:
     @classmethod
     @contextlib.asynccontextmanager
     async def begin(cls, pool: asyncpg.Pool, outbox: Outbox, *, name: str,
-                    causation: Envelope | None = None) -> AsyncIterator["UnitOfWork"]:
+                    causation: Envelope | None = None) -> AsyncIterator[UnitOfWork]:
         """Open a transaction on a pooled connection; commit when the block ends (roll back on an exception),
         then run the on-commit callbacks."""
         async with pool.acquire() as conn:

@@ -10,6 +10,7 @@ import uuid
 
 from pydantic import BaseModel, ConfigDict, Field
 
+
 class Wire(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

@@ -12,8 +12,8 @@ import nats
 import pytest
 
 from shared.db import provision_service, service_dsn
-from tooling.embedded import EmbeddedNats, EmbeddedPostgres
 from tests.support.bus import StreamWatcher
+from tooling.embedded import EmbeddedNats, EmbeddedPostgres
 
 
 @dataclass

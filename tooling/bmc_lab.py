@@ -48,7 +48,7 @@ def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
 
 
 def _libvirt():
-    import libvirt   # lazily: only the root tests with a libvirtd import this module's users
+    import libvirt  # lazily: only the root tests with a libvirtd import this module's users
     return libvirt
 
 
@@ -312,7 +312,7 @@ class BmcLab:
         return BmcConfig(self.emulator.url, self.server_system_id, USERNAME,
                          self.password if password is None else password, verify_tls=False)
 
-    def start(self) -> "BmcLab":
+    def start(self) -> BmcLab:
         try:
             self._start()
         except BaseException:
@@ -353,7 +353,7 @@ class BmcLab:
         if failure is not None:
             raise failure
 
-    def __enter__(self) -> "BmcLab":
+    def __enter__(self) -> BmcLab:
         return self.start()
 
     def __exit__(self, *_exc) -> None:

@@ -82,7 +82,7 @@ def write_tls(out: Path, nats_hosts: list[str], postgres_hosts: list[str], days:
     tls.chmod(0o700)
     if (tls / "ca.crt").exists():
         return tls
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
 
     def pem_key(key) -> bytes:
         return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,

@@ -18,12 +18,16 @@ import shutil
 import signal
 import sys
 import tempfile
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from .client import ApiError, TesseraClient
-from .demo_baremetal import POOL as BM_POOL, TAINT as BM_TAINT, TOLERATION as BM_TOLERATION, WIPE_POLICY, DemoBareMetal
-from .demo_lab import WIPE_POLICY as LAB_WIPE_POLICY, DemoLab
+from .demo_baremetal import POOL as BM_POOL
+from .demo_baremetal import TAINT as BM_TAINT
+from .demo_baremetal import TOLERATION as BM_TOLERATION
+from .demo_baremetal import WIPE_POLICY, DemoBareMetal
+from .demo_lab import WIPE_POLICY as LAB_WIPE_POLICY
+from .demo_lab import DemoLab
 from .embedded import REPO
 from .platform import Platform
 
@@ -112,7 +116,7 @@ async def seed(platform: Platform) -> dict:
         # a first price list, so that usage is rated from the start (a provider publishes its own: PUT
         # /v1/price-lists/{version}); it takes effect shortly after the start, never in the past
         await admin.publish_price_list("demo-1", DEMO_PRICES | {
-            "effective_from": (datetime.now(timezone.utc) + timedelta(seconds=20)).isoformat()})
+            "effective_from": (datetime.now(UTC) + timedelta(seconds=20)).isoformat()})
     nodes = []
     for index, letter in enumerate("ab"):
         nodes.append(await platform.add_node(f"demo-node-{letter}", "H100", 8,

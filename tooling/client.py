@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 
@@ -93,7 +94,7 @@ class TesseraClient:
         self._token: str | None = None
         self._token_expiry = 0.0
 
-    async def __aenter__(self) -> "TesseraClient":
+    async def __aenter__(self) -> TesseraClient:
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))
         return self

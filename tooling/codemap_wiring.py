@@ -91,15 +91,15 @@ class _Stub:
     arithmetic (``seconds / 4``) and equal only to itself (``kind == "none"`` is false); its text is a well-formed
     node id (node-agents name durables after it)."""
 
-    def __getattr__(self, name: str) -> "_Stub":
+    def __getattr__(self, name: str) -> _Stub:
         if name.startswith("__"):
             raise AttributeError(name)
         return _Stub()
 
-    def __call__(self, *_a: Any, **_k: Any) -> "_Stub":
+    def __call__(self, *_a: Any, **_k: Any) -> _Stub:
         return _Stub()
 
-    def __getitem__(self, _key: Any) -> "_Stub":
+    def __getitem__(self, _key: Any) -> _Stub:
         return _Stub()
 
     def __setitem__(self, _key: Any, _value: Any) -> None:
@@ -132,7 +132,7 @@ class _Stub:
     def __str__(self) -> str:
         return _STUB_ID
 
-    def _arithmetic(self, *_other: Any) -> "_Stub":
+    def _arithmetic(self, *_other: Any) -> _Stub:
         return _Stub()
 
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _arithmetic

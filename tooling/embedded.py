@@ -85,7 +85,7 @@ class NatsIdentities:
             raise FileNotFoundError(f"no NATS identity {identity!r} in {self.directory}")
         return path
 
-    def ensure(self, identities) -> "NatsIdentities":
+    def ensure(self, identities) -> NatsIdentities:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.directory.chmod(0o700)
         for identity in identities:
@@ -152,7 +152,7 @@ class EmbeddedNats:
         return self.identities.connect_options(identity)
 
     def config_file(self) -> Path:
-        from .bus_permissions import IDENTITIES, NODE_IDENTITY, authorization_block   # imports the contracts: only when starting
+        from .bus_permissions import IDENTITIES, NODE_IDENTITY, authorization_block  # imports the contracts: only when starting
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
         text = NATS_CONF.read_text().replace('"./.tessera/nats"', f'"{self.data_dir / "js"}"')
@@ -166,7 +166,7 @@ class EmbeddedNats:
         conf.write_text(text)
         return conf
 
-    def start(self) -> "EmbeddedNats":
+    def start(self) -> EmbeddedNats:
         """Start nats-server and wait until it listens; on any failure (or interruption) the server is
         stopped before the error propagates, so a failed start leaves nothing running."""
         conf = self.config_file()
@@ -299,7 +299,7 @@ class EmbeddedPostgres:
             return f"postgresql://postgres:{self.password}@/tessera?host={sock}&port={self.port}"
         return f"postgresql://postgres:{self.password}@127.0.0.1:{self.port}/tessera"
 
-    def start(self) -> "EmbeddedPostgres":
+    def start(self) -> EmbeddedPostgres:
         pgdata = self.data_dir / "pgdata"
         # as root: the server runs as its own system user, owning what it writes
         owner = _ensure_pg_user() if os.geteuid() == 0 else None

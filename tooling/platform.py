@@ -13,14 +13,17 @@ from pathlib import Path
 
 import asyncpg
 
-from shared.bus_identity import connect_options, identity as bus_identity
+from shared.bus_identity import connect_options
+from shared.bus_identity import identity as bus_identity
+from shared.db import provision_service, service_dsn
 from shared.secrets import ensure_key_file
 
 from .client import TesseraClient
-from .storage_lab import StorageLab, wanted as storage_lab_wanted
-from shared.db import provision_service, service_dsn
 from .embedded import REPO, EmbeddedNats, EmbeddedPostgres, NatsIdentities
-from .supervision import RestartPolicy, ServiceProcess, Supervisor, wanted as restart_wanted
+from .storage_lab import StorageLab
+from .storage_lab import wanted as storage_lab_wanted
+from .supervision import RestartPolicy, ServiceProcess, Supervisor
+from .supervision import wanted as restart_wanted
 
 CORE_SERVICES = ("allocation", "scheduler", "network", "storage", "billing", "saga", "gateway")
 NODE_AGENTS_FILE = "node-agents.json"   # each node-agent's own settings (its identity), by node id
@@ -86,7 +89,7 @@ class Platform:
         ``ops``: read-only; a service's name: that service)."""
         return connect_options(identity, self.nats_creds.seed_file(identity) if self.nats_creds else None)
 
-    async def start(self) -> "Platform":
+    async def start(self) -> Platform:
         """Start NATS and PostgreSQL (unless given) and every core service, and wait until each is ready.
         When anything fails (a service exits at once, a timeout, the caller is cancelled or interrupted),
         what was started is stopped before the error propagates: a failed start leaves nothing running."""

@@ -25,9 +25,9 @@ from typing import Any
 import asyncpg
 from pydantic import BaseModel
 
-from shared.refusals import PermanentError, Refusal, text_safe
 from shared.envelope import utcnow
 from shared.participant import StepRejected, invoke, over
+from shared.refusals import PermanentError, Refusal, text_safe
 from shared.unit_of_work import UnitOfWork
 
 from . import contracts as c

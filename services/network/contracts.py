@@ -18,7 +18,6 @@ from shared.contract import Message, ServiceContract
 from shared.steps import Step
 from shared.wire import StepCommand, StepFailure, StepReply, StepUndone, UndoCommand, Wire
 
-
 # --- the tenant network state a node needs -----------------------------------------------------------------
 # The network service fills these; the saga carries the snapshot from the attach reply to the node-agent's
 # provision command, and the node-agent receives every later change as ``network.tenant_networks_changed``.

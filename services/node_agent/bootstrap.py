@@ -3,14 +3,13 @@ from __future__ import annotations
 
 import os
 import uuid
-from functools import partial
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 
 from shared.runtime import Runtime
-from shared.settings import ServiceSettings, SettingError
-
 from shared.secrets import SecretError, key_from_env
+from shared.settings import ServiceSettings, SettingError
 
 from .adapters.burn_in import BurnInConfigError, burn_in_from_env
 from .adapters.dataplane import Dataplane, Kernel, KernelDataplane, NullDataplane

@@ -62,7 +62,7 @@ class SagaSettings:
                                      doc="how often the deadline loop looks for passed deadlines")
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> "SagaSettings":
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> SagaSettings:
         """Raises SettingError (a ValueError) naming the variable when a value cannot be used."""
         try:
             policy = Policy(**asdict(load(PolicySettings, environ)))

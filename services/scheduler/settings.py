@@ -29,5 +29,5 @@ class SchedulerSettings:
                                         "guarded by SQL alone")
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> "SchedulerSettings":
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> SchedulerSettings:
         return load(cls, environ)

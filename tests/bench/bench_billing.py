@@ -50,7 +50,7 @@ from tests.bench.common import provisioned_dsn
 from tooling.embedded import EmbeddedPostgres
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "services" / "billing" / "schema"
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def say(*args) -> None:

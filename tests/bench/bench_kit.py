@@ -157,7 +157,7 @@ async def publish_pings(js, run: int, n: int, concurrency: int) -> None:
 async def all_echoed(echoes: Echoes, n: int, timeout: float) -> None:
     try:
         await asyncio.wait_for(echoes.done.wait(), timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise RuntimeError(f"only {len(echoes.seen)} of {n} echoes after {timeout:.0f} s") from None
 
 

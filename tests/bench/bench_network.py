@@ -18,10 +18,10 @@ import uuid
 
 from pyroute2 import IPRoute
 
+from services.network.contracts import NetworkSnapshot, SecurityRule, SlotAttachment, TenantNetworks
 from services.node_agent.adapters.dataplane import probe
 from services.node_agent.adapters.dataplane.lab import Lab, is_root
 from services.node_agent.domain.dataplane.names import slot_port_name, vxlan_name
-from services.network.contracts import NetworkSnapshot, SecurityRule, SlotAttachment, TenantNetworks
 
 
 def pct(values: list[float], q: float) -> float:

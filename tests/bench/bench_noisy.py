@@ -124,7 +124,7 @@ class Flood:
         for p in self.procs:
             try:
                 out, _ = await asyncio.wait_for(p.communicate(), 60)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 p.kill()
                 raise
             lines = out.decode().strip().splitlines()
@@ -146,7 +146,7 @@ class Activations:
         self.at: dict[str, tuple[float, str]] = {}
         self.waiters: dict[str, asyncio.Future] = {}
 
-    async def start(self, url: str, **connect) -> "Activations":
+    async def start(self, url: str, **connect) -> Activations:
         self.nc = await nats.connect(url, **connect)
         for subject in ("allocation.evt.activated", "allocation.evt.failed"):
             await self.nc.subscribe(subject, cb=self._on_event)

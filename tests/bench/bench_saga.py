@@ -19,13 +19,13 @@ with every figure."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import asyncio
+import contextlib
 import json
 import signal
+import statistics
 import subprocess
 import sys
-import statistics
 import tempfile
 import time
 import uuid
@@ -38,7 +38,6 @@ from tests.bench.common import family_cpu_s, js_publish_rate, log_problems, pct,
 from tooling.client import TesseraClient
 from tooling.embedded import EmbeddedNats
 from tooling.platform import Platform
-
 
 TENANT_ALLOCATIONS = 200   # allocations per bench tenant (its default network holds ~250 addresses)
 
@@ -88,7 +87,7 @@ class Outcomes:
         self.waiters: dict[str, asyncio.Future] = {}
         self.nc = None
 
-    async def start(self, url: str, **connect) -> "Outcomes":
+    async def start(self, url: str, **connect) -> Outcomes:
         """``connect``: nats.connect's credentials (``Platform.connect_options()``)."""
         self.nc = await nats.connect(url, **connect)
         await self.nc.subscribe("allocation.evt.*", cb=self._on_event)

@@ -33,10 +33,10 @@ import nats
 from services.node_agent.adapters.discovery.sim import sim_topology
 from services.scheduler.domain.topology import derive_slot_map
 from shared.db import migrate
-from tooling.embedded import EmbeddedNats, EmbeddedPostgres
 from shared.envelope import Envelope, utcnow
 from tests.bench.common import cpu_of, js_publish_rate, pct, pg_txn_rate, provisioned_dsn, summarise_profile, xacts
 from tests.support.polling import eventually
+from tooling.embedded import EmbeddedNats, EmbeddedPostgres
 
 ROOT = Path(__file__).resolve().parents[2]
 SHAPES = [("vm.1gpu", 1, 0.4), ("vm.2gpu", 2, 0.3), ("vm.4gpu", 4, 0.2), ("vm.8gpu", 8, 0.1)]

@@ -37,12 +37,12 @@ import uuid
 
 import psutil
 
+from services.node_agent.adapters.discovery.sim import sim_topology
 from services.scheduler.domain.inventory import Inventory, NodeState, Pool, Request
 from services.scheduler.domain.queue import FairQueue
 from services.scheduler.domain.quota import QuotaBook, QuotaKey
 from services.scheduler.domain.scheduler import Scheduler
 from services.scheduler.domain.shapes import STANDARD_SHAPES
-from services.node_agent.adapters.discovery.sim import sim_topology
 from services.scheduler.domain.topology import derive_slot_map
 
 TENANTS = 1000

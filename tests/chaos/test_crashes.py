@@ -8,10 +8,10 @@ import uuid
 import asyncpg
 import pytest
 
-from tooling.client import TesseraClient
-from tooling.platform import Platform
 from tests.support.platform import E2E_ENV, leftovers
 from tests.support.polling import eventually
+from tooling.client import TesseraClient
+from tooling.platform import Platform
 
 
 @pytest.fixture

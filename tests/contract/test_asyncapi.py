@@ -13,8 +13,8 @@ import yaml
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT7
 
-from tooling import asyncapi
 from shared.contract import SERVICES, load_catalog
+from tooling import asyncapi
 
 from .code_scan import scan_services, scan_source
 from .examples import example, example_envelope

@@ -22,12 +22,12 @@ from tooling.embedded import EmbeddedPostgres
 
 from .deploy_files import (
     COMPOSE,
-    ROOT,
     DEPLOY_NAME,
     INITDB_SQL,
     K8S,
     K8S_VERSION,
     NATS_CONF,
+    ROOT,
     compose,
     compose_schema,
     env_of,

@@ -9,9 +9,9 @@ import asyncpg
 import nats
 import pytest
 
+from tests.support.platform import E2E_ENV
 from tooling.client import TesseraClient
 from tooling.platform import Platform
-from tests.support.platform import E2E_ENV
 
 
 @pytest.fixture(scope="package")

@@ -8,10 +8,10 @@ import uuid
 
 import pytest
 
-from tooling.client import ApiError, WaitAborted
 from shared.participant import FAULT_LABEL
 from tests.support.platform import leftovers
 from tests.support.polling import eventually
+from tooling.client import ApiError, WaitAborted
 
 ALLOCATE_STEPS = ["reserve_slots", "attach_network", "provision_volume", "provision_node", "start_meter"]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from tests.support.focus_validator import KNOWN_GAPS, validate, validator_home
@@ -18,7 +18,7 @@ GPU_MICROS = 4_000_000           # 4.00 USD per GPU-hour (the built-in shapes na
 async def _publish_prices(admin) -> str:
     """A version of its own, taking effect in two seconds (after every earlier one: effective_from is unique)."""
     version = f"e2e-{uuid.uuid4().hex[:8]}"
-    effective = datetime.now(timezone.utc) + timedelta(seconds=2)
+    effective = datetime.now(UTC) + timedelta(seconds=2)
     await admin.publish_price_list(version, {
         "currency": "USD", "effective_from": effective.isoformat(), "spot_discount_bps": 5000,
         "gpu_prices": [{"micros_per_gpu_hour": GPU_MICROS}, {"micros_per_gpu_hour": 3_000_000, "shape": "vm.8gpu"}],

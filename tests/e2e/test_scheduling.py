@@ -10,8 +10,8 @@ import uuid
 
 import pytest
 
-from tooling.client import ApiError
 from tests.support.polling import eventually
+from tooling.client import ApiError
 
 pytestmark = pytest.mark.timeout(240)
 

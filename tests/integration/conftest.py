@@ -46,7 +46,7 @@ async def clean_streams(nc):
 async def gateway(run_service):
     """gateway(**settings_overrides) -> Api on a freshly started gateway (its real bootstrap, in-process;
     stopped after the test). Tests talk HTTP to it."""
-    from services.gateway.bootstrap import build      # here: only the gateway's tests need the gateway importable
+    from services.gateway.bootstrap import build  # here: only the gateway's tests need the gateway importable
     from tests.support.gateway import Api, gateway_config
 
     sessions = []

@@ -6,7 +6,8 @@ import uuid
 
 from services.allocation.bootstrap import build
 from shared.wire import step_key
-from tests.support.bus import of, send_command as send, send_malformed_then_valid, wait_handled
+from tests.support.bus import of, send_malformed_then_valid, wait_handled
+from tests.support.bus import send_command as send
 
 
 def request_cmd(alloc: uuid.UUID, tenant: uuid.UUID, **overrides) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from aiohttp import web
@@ -58,7 +58,7 @@ async def billing(run_service):
     rt = await run_service("billing", lambda s: build(s, checkpoint_s=0, cut_s=0, webhook_tick_s=0.05,
                                                       webhook_backoff_s=0.05, webhook_timeout_s=5,
                                                       webhook_allow_private=True))
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     body = {"version": f"b-{uuid.uuid4().hex[:6]}", "currency": "USD", "spot_discount_bps": 0,
             "effective_from": (now - timedelta(days=40)).isoformat(), "gpu_hour": [{"micros_per_gpu_hour": 36_000_000}],
             "gb_hour": {}}
@@ -80,7 +80,7 @@ async def _set_budget(nc, watch, tenant: uuid.UUID, url: str | None, **kw) -> di
 
 async def _use(rt, nc, watch, tenant: uuid.UUID, minutes: int = 1) -> None:
     """A meter of 2 GPUs that ran ``minutes`` this month, stopped through the bus (its usage is rated)."""
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     start = max(now - timedelta(minutes=minutes), now.replace(day=1, hour=0, minute=0, second=0, microsecond=0))
     alloc = uuid.uuid4()
     async with rt.pool.acquire() as conn:

@@ -12,7 +12,7 @@ import asyncio
 import json
 import uuid
 from collections import defaultdict
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 
 import asyncpg
@@ -29,7 +29,7 @@ from shared.envelope import utcnow
 from shared.unit_of_work import UnitOfWork
 from tests.support.polling import eventually
 
-EARLY = datetime(2020, 1, 1, tzinfo=timezone.utc)
+EARLY = datetime(2020, 1, 1, tzinfo=UTC)
 
 
 async def _version(conn, version: str, effective_from: datetime, micros_per_gpu_hour: int, currency: str = "USD") -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
@@ -50,7 +50,7 @@ async def billing(run_service):
     rt = await run_service("billing", lambda s: build(s, checkpoint_s=0, cut_s=0))
     async with rt.pool.acquire() as conn:
         await conn.execute("DELETE FROM price_list_versions")
-        await _version(conn, f"m-{uuid.uuid4().hex[:6]}", _hour(datetime.now(timezone.utc)) - timedelta(days=1),
+        await _version(conn, f"m-{uuid.uuid4().hex[:6]}", _hour(datetime.now(UTC)) - timedelta(days=1),
                        3_600_000)
     return rt
 
@@ -69,7 +69,7 @@ async def _stop(rt, nc, watch, alloc, tenant) -> datetime:
 
 
 async def test_a_meter_cut_twice_then_stopped_is_recorded_from_start_to_stop_without_gap_or_overlap(billing, nc, watch):
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     start = _hour(now) - timedelta(hours=2) + timedelta(minutes=20, microseconds=123)
     meter, alloc, tenant = await _meter(billing.pool, start)
     first, second = start + timedelta(minutes=30), _hour(now) - timedelta(minutes=30)
@@ -89,7 +89,7 @@ async def test_a_meter_cut_twice_then_stopped_is_recorded_from_start_to_stop_wit
 
 
 async def test_a_redelivered_stop_and_a_repeated_cut_record_nothing_new(billing, nc, watch):
-    start = _hour(datetime.now(timezone.utc)) - timedelta(minutes=50)   # the first cut stays in one UTC hour
+    start = _hour(datetime.now(UTC)) - timedelta(minutes=50)   # the first cut stays in one UTC hour
     meter, alloc, tenant = await _meter(billing.pool, start)
     cut_at = start + timedelta(minutes=10)
     await meters.cut(billing, now=cut_at)
@@ -111,12 +111,12 @@ async def test_the_quoted_price_rates_usage_even_after_a_new_price_list_version_
     alloc, tenant = uuid.uuid4(), uuid.uuid4()
     quote = {"price_list_version": "quoted-1", "currency": "USD", "micros_per_gpu_hour": 1_800_000,
              "spot_discount_bps": 0, "spot": False, "sku_id": "gpu-hour:model=H100", "gpu_count": 2,
-             "hourly_amount": "3.6", "quoted_at": datetime.now(timezone.utc).isoformat()}
+             "hourly_amount": "3.6", "quoted_at": datetime.now(UTC).isoformat()}
     started = await watch("billing.evt.meter_started")
     await send_command(nc.jetstream(), "billing.start_meter",
                        _step(alloc, tenant, "start_meter", shape="vm.2gpu", gpu_count=2, gpu_model="H100", price=quote))
     await started.wait_for(lambda i: i[1]["data"]["allocation_id"] == str(alloc))
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     async with billing.pool.acquire() as conn:   # history: it has run since 90 minutes ago; 9.00 USD/h since 1 h
         await conn.execute("UPDATE meters SET started_at=$2 WHERE allocation_id=$1", alloc, now - timedelta(minutes=90))
         await _version(conn, f"newer-{uuid.uuid4().hex[:6]}", now - timedelta(hours=1), 9_000_000)
@@ -130,7 +130,7 @@ async def test_the_quoted_price_rates_usage_even_after_a_new_price_list_version_
 
 
 async def test_rollup_events_carry_the_tenant_hour_totals(billing, nc, watch):
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     hour = _hour(now) - timedelta(hours=2)
     _, alloc, tenant = await _meter(billing.pool, hour + timedelta(minutes=20))
     rollups = await watch("billing.evt.usage_rolled_up")

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from services.billing.handlers import rating
 from services.billing.adapters.ledger import PgLedger
 from services.billing.bootstrap import build
+from services.billing.handlers import rating
 from shared.wire import step_key
 from tests.support.bus import make_envelope, publish_envelope, send_command
 from tests.support.polling import eventually
@@ -50,7 +50,7 @@ async def billing(run_service):
 
 
 async def test_a_redelivered_stop_counts_once_in_usage_and_ledger_rated_per_version_in_force(billing, nc, watch):
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     start = _hour(now) - timedelta(hours=2) + timedelta(minutes=30)     # runs in three UTC hours
     async with billing.pool.acquire() as conn:
         await _version(conn, "it-v1", _hour(now) - timedelta(days=1), 3_600_000, gpu_model="H100")   # 3.60 USD/GPU-h
@@ -83,7 +83,7 @@ async def test_a_redelivered_stop_counts_once_in_usage_and_ledger_rated_per_vers
 
 async def test_usage_before_any_version_is_recorded_unrated_with_its_reason(billing, nc, watch):
     async with billing.pool.acquire() as conn:
-        alloc, tenant = await _meter(conn, datetime.now(timezone.utc) - timedelta(minutes=5))
+        alloc, tenant = await _meter(conn, datetime.now(UTC) - timedelta(minutes=5))
     rated = await watch("billing.evt.usage_rated")
     await send_command(nc.jetstream(), "billing.stop_meter", _stop(alloc, tenant, uuid.uuid4()))
     hit = (await rated.wait_for(lambda i: i[1]["data"]["tenant_id"] == str(tenant)))[0][1]["data"]
@@ -95,7 +95,7 @@ async def test_an_effective_price_list_cannot_change_and_the_refusal_is_publishe
     events = await watch("billing.evt.>")
     version = f"v-{uuid.uuid4().hex[:8]}"
     admin = uuid.uuid4()
-    soon = datetime.now(timezone.utc) + timedelta(seconds=1)
+    soon = datetime.now(UTC) + timedelta(seconds=1)
     doc = {"version": version, "currency": "EUR", "effective_from": soon.isoformat(), "spot_discount_bps": 3000,
            "gpu_hour": [{"micros_per_gpu_hour": 2_000_000}], "gb_hour": {}, "requested_by": admin}
     await send_command(nc.jetstream(), "billing.publish_price_list", doc)
@@ -116,7 +116,7 @@ async def test_an_effective_price_list_cannot_change_and_the_refusal_is_publishe
 
 async def test_a_checkpoint_covers_the_ledger_and_is_published(billing, nc, watch):
     async with billing.pool.acquire() as conn:
-        alloc, tenant = await _meter(conn, datetime.now(timezone.utc) - timedelta(minutes=1))
+        alloc, tenant = await _meter(conn, datetime.now(UTC) - timedelta(minutes=1))
     rated = await watch("billing.evt.usage_rated")
     checkpoints = await watch("billing.evt.ledger_checkpointed")
     await send_command(nc.jetstream(), "billing.stop_meter", _stop(alloc, tenant, uuid.uuid4()))
@@ -132,7 +132,7 @@ async def test_a_checkpoint_covers_the_ledger_and_is_published(billing, nc, watc
 
 async def test_storage_reports_bill_the_bytes_held_between_them_once(billing, nc, watch):
     tenant, volume = uuid.uuid4(), uuid.uuid4()
-    t0 = datetime.now(timezone.utc) - timedelta(minutes=10)
+    t0 = datetime.now(UTC) - timedelta(minutes=10)
     rated = await watch("billing.evt.usage_rated")
     js = nc.jetstream()
     first = {"tenant_id": tenant, "volumes": [{"volume_id": volume, "used_bytes": 10**9, "limit_bytes": 0}], "at": t0}

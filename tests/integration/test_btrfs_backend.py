@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from services.storage.adapters.backends.base import BackendError, VolumeSpec
-from services.storage.adapters.backends.btrfs import (BtrfsBackend, ensure_loop_filesystem, run_command,
-                                                      unmount_loop_filesystem)
+from services.storage.adapters.backends.btrfs import BtrfsBackend, ensure_loop_filesystem, run_command, unmount_loop_filesystem
 from shared.settings import SettingError
 
 pytestmark = [pytest.mark.root,

@@ -178,8 +178,9 @@ async def test_a_durable_left_with_an_older_subject_is_brought_to_the_contracts_
     """A contract that moves a message to another subject (as scheduler.report_topology moved onto its node's
     subject) finds its durable, on an installation that ran before, filtered on the old one: the kit updates the
     filter at start (the durable keeps its name and position) and the message on the new subject is handled."""
-    from shared.contract import durable_name
     from nats.js.api import AckPolicy, ConsumerConfig
+
+    from shared.contract import durable_name
     js = nc.jetstream()
     await js.add_stream(StreamConfig(name="TESSERA_PROBE", subjects=["probe.>"], duplicate_window=120))
     name = durable_name("probe", "probe.ping")

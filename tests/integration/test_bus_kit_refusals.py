@@ -15,11 +15,11 @@ from nats.js.api import StreamConfig
 from pydantic import BaseModel, ConfigDict, Field
 
 from shared import participant
-from shared.refusals import PermanentError
 from shared.contract import Message, ServiceContract
+from shared.envelope import Envelope
+from shared.refusals import PermanentError
 from shared.steps import Step
 from shared.wire import StepCommand, StepFailure, StepReply, step_key
-from shared.envelope import Envelope
 from tests.support.bus import caused_by, make_envelope, probe_runtime, wait_acked
 
 STREAM = "TESSERA_KITPROBE"

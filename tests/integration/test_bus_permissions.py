@@ -70,8 +70,9 @@ async def test_a_connection_without_credentials_is_refused(infra):
 
 
 async def test_a_seed_the_server_does_not_know_is_refused(infra, tmp_path):
-    import nkeys
     import secrets
+
+    import nkeys
 
     stranger = tmp_path / "stranger.nk"
     stranger.write_bytes(nkeys.encode_seed(secrets.token_bytes(32), nkeys.PREFIX_BYTE_USER))
@@ -393,8 +394,8 @@ async def test_a_node_agent_reports_only_its_own_nodes_topology_and_a_forged_rep
     """``scheduler.report_topology`` travels on the reporting node's subject: the server refuses node A's report on
     node B's subject, and the scheduler dead-letters (as forged, never handled) a report whose payload names
     another node than its subject (published here as admin, who may publish anywhere)."""
-    from services.scheduler.bootstrap import build as scheduler_build
     from services.node_agent.adapters.discovery.sim import sim_topology
+    from services.scheduler.bootstrap import build as scheduler_build
     agent_a, refusals = await connect(node_identity(NODE_A))
     js = nc.jetstream()
     await declare_streams(js)

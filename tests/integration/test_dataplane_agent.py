@@ -9,15 +9,16 @@ import uuid
 
 import pytest
 
-from services.node_agent.bootstrap import build
-from shared.bus_identity import node_identity
+from services.network.contracts import NetworkSnapshot, SecurityRule, SlotAttachment, TenantNetworks
 from services.node_agent.adapters.dataplane import probe
 from services.node_agent.adapters.dataplane.lab import Lab, is_root
-from services.node_agent.domain.dataplane.names import vxlan_name
 from services.node_agent.adapters.drivers import SimDriver
+from services.node_agent.bootstrap import build
+from services.node_agent.domain.dataplane.names import vxlan_name
+from shared.bus_identity import node_identity
 from shared.settings import BusSettings, ServiceSettings
-from services.network.contracts import NetworkSnapshot, SecurityRule, SlotAttachment, TenantNetworks
-from tests.support.bus import of, publish_event, send_to_node as send
+from tests.support.bus import of, publish_event
+from tests.support.bus import send_to_node as send
 from tests.support.commands import deprovision_node_cmd, provision_node_cmd
 from tests.support.polling import eventually
 

@@ -7,10 +7,10 @@ import uuid
 
 import pytest
 
+from services.network.contracts import NetworkSnapshot, SecurityRule, SlotAttachment, TenantNetworks
 from services.node_agent.adapters.dataplane import KernelError, probe
 from services.node_agent.adapters.dataplane.lab import Lab, is_root
 from services.node_agent.domain.dataplane.names import bridge_name, slot_port_name, vxlan_name
-from services.network.contracts import NetworkSnapshot, SecurityRule, SlotAttachment, TenantNetworks
 from tests.support.polling import eventually_blocking
 
 pytestmark = pytest.mark.skipif(not is_root(), reason="kernel dataplane tests need root (namespaces, veth, nftables)")

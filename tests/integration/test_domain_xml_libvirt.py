@@ -18,7 +18,6 @@ import libvirt
 import pytest
 
 from services.node_agent.adapters.discovery.sim import sim_topology
-from tooling.libvirt_host import ensure_libvirtd
 from services.node_agent.adapters.drivers.libvirt.host import sim_numa_cpus
 from services.node_agent.domain.vm.domain_xml import (
     BootFiles,
@@ -34,6 +33,7 @@ from services.node_agent.domain.vm.domain_xml import (
 )
 from services.scheduler.domain.topology import derive_slot_map
 from tests.support.polling import eventually
+from tooling.libvirt_host import ensure_libvirtd
 
 TOPOLOGY = sim_topology("node-a", "hgx-h100-8")
 NUMA_CPUS = sim_numa_cpus(TOPOLOGY.numa_nodes)

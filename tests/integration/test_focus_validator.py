@@ -21,18 +21,18 @@ import asyncio
 import subprocess
 import sys
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from tests.support.focus_validator import KNOWN_GAPS, VALIDATE_VERSION, validate
-from tests.support.focus_validator import validator_home as find_validator
 from services.billing.domain.focus import COLUMNS, BillingPeriod, focus_rows, gpu_line, storage_line, write_csv
 from services.billing.domain.pricing import GpuHourPrice, PriceList, PriceListVersion, price_for, storage_price_for
 from tests.integration.test_gateway_invoices import focus_month
+from tests.support.focus_validator import KNOWN_GAPS, VALIDATE_VERSION, validate
+from tests.support.focus_validator import validator_home as find_validator
 
-UTC = timezone.utc
+UTC = UTC
 NOV, DEC = datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 12, 1, tzinfo=UTC)
 
 

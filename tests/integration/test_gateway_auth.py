@@ -7,8 +7,8 @@ import uuid
 import jwt
 
 from services.gateway.domain.credentials import signing_secret
-from services.gateway.http.auth import TokenIssuer
 from services.gateway.domain.model import Principal
+from services.gateway.http.auth import TokenIssuer
 from tests.support.gateway import ADMIN_KEY, TOKEN_SECRET, Client
 
 PROVIDER_ONLY = [("POST", "/v1/tenants", {"name": "x"}), ("GET", "/v1/tenants", None),

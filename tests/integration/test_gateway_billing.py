@@ -4,15 +4,15 @@ read for their tenant only, provider admins for any."""
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from tests.support.gateway import assert_problem, outbox_count, project
 
-NOW = datetime.now(timezone.utc)
+NOW = datetime.now(UTC)
 
 
 def _price_list(**over) -> dict:
-    body = {"currency": "USD", "effective_from": (datetime.now(timezone.utc) + timedelta(days=1)).isoformat(),
+    body = {"currency": "USD", "effective_from": (datetime.now(UTC) + timedelta(days=1)).isoformat(),
             "gpu_prices": [{"micros_per_gpu_hour": 3_600_000}, {"micros_per_gpu_hour": 7_200_000, "gpu_model": "H100"}],
             "storage_prices": {"standard": 100_000}, "spot_discount_bps": 3000}
     return {**body, **over}
@@ -24,7 +24,7 @@ async def test_a_valid_price_list_is_sent_to_billing_and_invalid_ones_are_422s(a
     r = await admin.call("PUT", f"/v1/price-lists/{version}", json_body=_price_list())
     assert r.status == 202 and r.body == {"version": version, "status": "publishing"}
     assert await outbox_count(api, "billing.publish_price_list", "version", version) == 1
-    past = (datetime.now(timezone.utc) - timedelta(hours=1)).isoformat()
+    past = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
     assert_problem(await admin.call("PUT", f"/v1/price-lists/{version}x", json_body=_price_list(effective_from=past)),
                    422, "effective_from")
     twice = [{"micros_per_gpu_hour": 1, "pool": "a"}, {"micros_per_gpu_hour": 2, "pool": "a"}]
@@ -45,7 +45,7 @@ async def test_a_valid_price_list_is_sent_to_billing_and_invalid_ones_are_422s(a
 async def test_published_versions_are_listed_an_effective_one_is_a_409_and_refusals_are_shown(api, nc):
     admin = await api.admin()
     version = f"v{uuid.uuid4().hex[:8]}"
-    effective = datetime.now(timezone.utc) - timedelta(seconds=1)
+    effective = datetime.now(UTC) - timedelta(seconds=1)
     await project(api, nc, "billing.price_list_published", {
         "version": version, "currency": "EUR", "effective_from": effective.isoformat(), "spot_discount_bps": 0,
         "gpu_hour": [{"micros_per_gpu_hour": 2_000_000, "pool": "shared"}], "gb_hour": {},
@@ -57,7 +57,7 @@ async def test_published_versions_are_listed_an_effective_one_is_a_409_and_refus
     assert_problem(await admin.call("PUT", f"/v1/price-lists/{version}", json_body=_price_list()), 409)
     await project(api, nc, "billing.price_list_rejected", {
         "version": version, "reason": "version: effective since …", "field": "version",
-        "requested_by": str(uuid.uuid4()), "at": datetime.now(timezone.utc).isoformat()})
+        "requested_by": str(uuid.uuid4()), "at": datetime.now(UTC).isoformat()})
     shown = (await admin.get("/v1/price-lists")).body["rejections"]
     assert any(r["version"] == version and r["field"] == "version" for r in shown)
     assert (await member.get("/v1/price-lists")).body["rejections"] == []

@@ -15,8 +15,15 @@ from shared.contract import load_catalog
 from shared.rpc import serve
 from shared.secrets import new_key, parse_key, unseal
 from shared.settings import SettingError
-from tests.support.gateway import (PROJECTED_WITHIN_S, SECRET_KEY, TOKEN_SECRET, assert_problem, gateway_config,
-                                   outbox_count, publish)
+from tests.support.gateway import (
+    PROJECTED_WITHIN_S,
+    SECRET_KEY,
+    TOKEN_SECRET,
+    assert_problem,
+    gateway_config,
+    outbox_count,
+    publish,
+)
 from tests.support.polling import eventually
 
 AT = "2030-01-01T00:00:00Z"

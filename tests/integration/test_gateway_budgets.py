@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from tests.support.gateway import assert_problem, outbox_count, project
 
@@ -29,7 +29,7 @@ async def _sent(api, type_: str, tenant_id: str) -> list[dict]:
 
 
 def _month_start() -> datetime:
-    return datetime.now(timezone.utc).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    return datetime.now(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
 
 
 def _changed(tenant_id: str, version: int, amount: int | None = 100_000, **over) -> dict:
@@ -37,8 +37,8 @@ def _changed(tenant_id: str, version: int, amount: int | None = 100_000, **over)
             "thresholds": [{"percent": 80, "basis": "actual"}] if amount else [],
             "webhook_url": "https://hooks.example.com/tessera" if amount else None,
             "period_start": _month_start().isoformat(), "spend_minor": 85_000, "forecast_minor": 120_000,
-            "crossed": [{"percent": 80, "basis": "actual", "at": datetime.now(timezone.utc).isoformat()}],
-            "version": version, "at": datetime.now(timezone.utc).isoformat()}
+            "crossed": [{"percent": 80, "basis": "actual", "at": datetime.now(UTC).isoformat()}],
+            "version": version, "at": datetime.now(UTC).isoformat()}
     return {**data, **over}
 
 
@@ -103,7 +103,7 @@ async def test_the_view_shows_billings_budget_crossings_and_the_latest_state_of_
     current = _changed(tenant, 2)
     await project(api, nc, "billing.budget_changed", current, tenant_id=tenant)
     await project(api, nc, "billing.budget_changed", _changed(tenant, 1, amount=5), tenant_id=tenant)   # stale
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     await project(api, nc, "billing.budget_threshold_crossed", {
         "tenant_id": tenant, "period_start": _month_start().isoformat(),
         "period_end": (_month_start() + timedelta(days=32)).replace(day=1).isoformat(), "percent": 100,

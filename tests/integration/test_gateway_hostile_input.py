@@ -10,8 +10,8 @@ import uuid
 import jsonschema
 import pytest
 
-from services.gateway.http.inputs import MAX_JSON_DEPTH
 from services.gateway.entrypoints.openapi import document
+from services.gateway.http.inputs import MAX_JSON_DEPTH
 from tests.support.gateway import ADMIN_KEY
 
 

@@ -11,12 +11,12 @@ import csv
 import io
 import random
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from services.billing.bootstrap import build
 from tests.support.gateway import assert_problem, project
 
-UTC = timezone.utc
+UTC = UTC
 
 
 _MONTHS_USED: set[datetime] = set()

@@ -35,7 +35,7 @@ import time
 import uuid
 import zlib
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import hypothesis
 import pytest
@@ -47,10 +47,16 @@ from hypothesis.errors import FlakyStrategyDefinition, Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.config._checks import NEGATIVE_DATA_REJECTION_EXPECTED_STATUSES
-from schemathesis.specs.openapi.checks import (content_type_conformance, ensure_resource_availability,
-                                               negative_data_rejection, positive_data_acceptance,
-                                               response_headers_conformance, response_schema_conformance,
-                                               status_code_conformance, use_after_free)
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    ensure_resource_availability,
+    negative_data_rejection,
+    positive_data_acceptance,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+    use_after_free,
+)
 
 from services.billing.bootstrap import build as billing_build
 from services.gateway.api.storage.schemas import MAX_QUOTA_BYTES, MAX_QUOTA_VOLUMES
@@ -122,7 +128,7 @@ async def _world(api, nc) -> World:
     volume = await owner.post("/v1/volumes", {"name": "fuzz", "size_bytes": MIN_VOLUME_BYTES})
     shapes = await owner.get("/v1/shapes")
     assert (node.status, allocation.status, network.status, volume.status, shapes.status) == (202, 202, 202, 202, 200)
-    now = datetime.now(timezone.utc).isoformat()
+    now = datetime.now(UTC).isoformat()
     await project(api, nc, "storage.volume_changed", {"volume": {     # the storage service made it: it can grow
         "volume_id": volume.body["id"], "tenant_id": tenant_id, "user_id": user["id"], "name": "fuzz",
         "storage_class": FUZZ_CLASS["name"], "backend": "btrfs", "size_bytes": MIN_VOLUME_BYTES, "state": "available",
@@ -158,7 +164,7 @@ def _seed(world: World, operation, case, use_live_ids: bool) -> None:
     if isinstance(body.get("tenant_id"), str):       # a tenant that exists (an unknown one is a documented 422)
         body["tenant_id"] = world.ids["tenant_id"]
     if op_id == "putPriceList":                       # billing's rules JSON Schema cannot state (documented 422s)
-        body["effective_from"] = (datetime.now(timezone.utc) + timedelta(days=1, seconds=zlib.crc32(
+        body["effective_from"] = (datetime.now(UTC) + timedelta(days=1, seconds=zlib.crc32(
             repr(body).encode()) % 86400)).isoformat()   # never in the past, and one instant per version
         if isinstance(body.get("gpu_prices"), list):
             seen, unique = set(), []

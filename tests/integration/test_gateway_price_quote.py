@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from services.billing.domain.pricing import PriceList, hourly_price
 from services.billing.domain.usage import version_from_doc
@@ -18,7 +18,7 @@ PRICE_KEYS = {"currency", "hourly_amount", "micros_per_gpu_hour", "spot_discount
 
 
 async def _in_force(api, nc, gpu_hour: list[dict], spot_discount_bps: int = 0, currency: str = "USD") -> dict:
-    at = datetime.now(timezone.utc) - timedelta(seconds=1)
+    at = datetime.now(UTC) - timedelta(seconds=1)
     doc = {"version": f"q{uuid.uuid4().hex[:10]}", "currency": currency, "effective_from": at.isoformat(),
            "spot_discount_bps": spot_discount_bps, "gpu_hour": gpu_hour, "gb_hour": {}}
     await project(api, nc, "billing.price_list_published", {**doc, "published_by": str(uuid.uuid4()),
@@ -44,7 +44,7 @@ async def _sent_price(api, allocation_id: str) -> dict | None:
 def _billings_hourly(doc: dict, shape: str, gpu_model: str, spot: bool, gpus: int) -> str:
     prices = PriceList("tessera", (version_from_doc({**doc, "effective_from": datetime.fromisoformat(
         doc["effective_from"])}),))
-    return format(hourly_price(prices, shape, gpu_model, "shared", spot, gpus, datetime.now(timezone.utc)).amount, "f")
+    return format(hourly_price(prices, shape, gpu_model, "shared", spot, gpus, datetime.now(UTC)).amount, "f")
 
 
 async def test_the_202_carries_the_shape_price_and_the_model_price_with_the_spot_discount_as_sent_to_billing(api, nc):
@@ -114,7 +114,7 @@ async def test_an_idempotent_replay_answers_the_same_price(api, nc):
 
 async def test_an_allocation_requested_elsewhere_shows_the_price_its_event_carries(api, nc):
     client, tenant_id = await api.tenant_user()
-    allocation_id, now = str(uuid.uuid4()), datetime.now(timezone.utc).isoformat()
+    allocation_id, now = str(uuid.uuid4()), datetime.now(UTC).isoformat()
     price = {"price_list_version": "v-elsewhere", "currency": "USD", "micros_per_gpu_hour": 3_000_000,
              "spot_discount_bps": 0, "spot": False, "sku_id": "gpu-hour:default", "gpu_count": 2,
              "hourly_amount": "6", "quoted_at": now.replace("+00:00", "Z")}

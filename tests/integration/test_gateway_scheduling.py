@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import uuid
 
-from tests.support.gateway import (DEFAULT_SHAPES, PROJECTED_WITHIN_S, SLOT_MAP, ensure_default_shapes, node_doc,
-                                   outbox_count, project, publish)
+from tests.support.gateway import (
+    DEFAULT_SHAPES,
+    PROJECTED_WITHIN_S,
+    SLOT_MAP,
+    ensure_default_shapes,
+    node_doc,
+    outbox_count,
+    project,
+    publish,
+)
 from tests.support.polling import eventually
 
 AT = "2030-01-01T00:00:00Z"

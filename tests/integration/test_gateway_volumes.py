@@ -4,7 +4,7 @@ publish as the storage service would (it is played here, not run)."""
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -41,7 +41,7 @@ async def classes(api, nc) -> dict:
 
 def volume_doc(volume: dict, version: int, state: str, **over) -> dict:
     """A storage.volume_changed document of the volume the gateway accepted (``volume``: its 202 body)."""
-    now = datetime.now(timezone.utc).isoformat()
+    now = datetime.now(UTC).isoformat()
     doc = {"volume_id": volume["id"], "tenant_id": volume["tenant_id"], "user_id": volume["user_id"],
            "name": volume["name"], "storage_class": volume["storage_class"], "backend": volume["backend"] or "btrfs",
            "size_bytes": volume["size_bytes"], "used_bytes": None, "shared": volume["shared"], "scratch": False,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -158,7 +158,7 @@ async def test_members_read_their_storage_quotas_with_use_usage_and_shares_and_a
     await set_quota(api, nc, tenant_id, "standard", 1, max_bytes=10 * GiB, user_id=user_id)
     a, b = await available(api, nc, member, size=2 * GiB), await available(api, nc, member, size=3 * GiB)
     await create(member, size=GiB, storage_class="fast")
-    await project(api, nc, "storage.usage_reported", {"tenant_id": tenant_id, "at": datetime.now(timezone.utc), "volumes": [
+    await project(api, nc, "storage.usage_reported", {"tenant_id": tenant_id, "at": datetime.now(UTC), "volumes": [
         {"volume_id": a["id"], "used_bytes": 1000, "limit_bytes": 2 * GiB},
         {"volume_id": b["id"], "used_bytes": 234, "limit_bytes": 3 * GiB}]}, tenant_id)
     r = await member.get(f"/v1/tenants/{tenant_id}/storage-quotas")

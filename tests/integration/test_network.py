@@ -14,7 +14,8 @@ from services.network.bootstrap import build
 from services.network.contracts import AttachNetwork
 from services.network.domain.model import NetworkPlan, VniPool
 from shared.wire import step_key
-from tests.support.bus import caused_by, of, send_command as send, send_malformed_then_valid, wait_handled
+from tests.support.bus import caused_by, of, send_malformed_then_valid, wait_handled
+from tests.support.bus import send_command as send
 from tests.support.commands import attach_cmd, detach_cmd
 from tests.support.concurrency import run_handler_concurrently
 

@@ -8,7 +8,8 @@ import uuid
 
 from services.network.bootstrap import build
 from shared.settings import BusSettings
-from tests.support.bus import caused_by, send_command as send, wait_acked
+from tests.support.bus import caused_by, wait_acked
+from tests.support.bus import send_command as send
 
 SLOW_RETRIES = BusSettings(ack_wait_s=5, max_deliver=3, retry_backoff_s=[60.0])   # a retry: a minute later
 

@@ -13,11 +13,12 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from services.node_agent.bootstrap import build
 from services.node_agent.adapters.drivers import SimDriver
+from services.node_agent.bootstrap import build
 from shared.settings import BusSettings
 from shared.wire import step_key
-from tests.support.bus import of, send_to_node as send, wait_acked
+from tests.support.bus import of, wait_acked
+from tests.support.bus import send_to_node as send
 from tests.support.commands import deprovision_node_cmd, provision_node_cmd
 
 STREAM = "TESSERA_NODE_AGENT"

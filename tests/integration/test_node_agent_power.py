@@ -12,7 +12,8 @@ import pytest
 from services.node_agent.adapters.drivers import SimDriver
 from services.node_agent.bootstrap import build
 from shared.envelope import utcnow
-from tests.support.bus import of, send_to_node as send
+from tests.support.bus import of
+from tests.support.bus import send_to_node as send
 from tests.support.commands import provision_node_cmd
 
 

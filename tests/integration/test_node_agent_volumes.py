@@ -23,7 +23,8 @@ from services.node_agent.domain.model import InstanceSpec
 from services.node_agent.domain.volumes import Volume
 from services.storage.adapters.backends.base import VolumeSpec
 from services.storage.adapters.backends.btrfs import BtrfsBackend
-from tests.support.bus import of, send_to_node as send
+from tests.support.bus import of
+from tests.support.bus import send_to_node as send
 from tests.support.commands import deprovision_node_cmd, provision_node_cmd
 
 pytestmark = [pytest.mark.root,

@@ -15,7 +15,8 @@ import pytest
 from services.node_agent.adapters.drivers import SimDriver
 from services.node_agent.bootstrap import build
 from shared.wire import step_key
-from tests.support.bus import publish_from_node, send_to_node as send
+from tests.support.bus import publish_from_node
+from tests.support.bus import send_to_node as send
 from tests.support.disks import LoopDisks
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("losetup"),

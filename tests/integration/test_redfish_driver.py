@@ -17,7 +17,8 @@ import pytest
 
 from services.node_agent import contracts as c
 from services.node_agent.adapters.drivers import DRIVERS, DriverConfigError, DriverError
-from services.node_agent.adapters.drivers.redfish.bmc import BmcConfig, BmcError, validate as validate_bmc
+from services.node_agent.adapters.drivers.redfish.bmc import BmcConfig, BmcError
+from services.node_agent.adapters.drivers.redfish.bmc import validate as validate_bmc
 from services.node_agent.adapters.drivers.redfish.config import DEFAULT_TIMEOUTS, RedfishConfig
 from services.node_agent.adapters.drivers.redfish.driver import RedfishDriver
 from services.node_agent.adapters.drivers.redfish.media import MediaServer

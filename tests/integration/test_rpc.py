@@ -2,7 +2,6 @@
 one whose responder stays silent waits out its timeout; both are RpcUnavailable, each as its own kind."""
 from __future__ import annotations
 
-import asyncio
 import uuid
 
 import nats

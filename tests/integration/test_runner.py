@@ -12,10 +12,10 @@ import pytest
 from shared.bus_identity import node_identity
 from shared.contract import SERVICES
 from shared.db import role_name
-from tooling.client import TesseraClient
-from tooling.bus_permissions import IDENTITIES, NODE_IDENTITY
-from tooling.platform import CORE_SERVICES, NODE_AGENTS_FILE, Platform
 from tests.support.polling import eventually
+from tooling.bus_permissions import IDENTITIES, NODE_IDENTITY
+from tooling.client import TesseraClient
+from tooling.platform import CORE_SERVICES, NODE_AGENTS_FILE, Platform
 
 
 async def test_runner_uses_the_configured_nats_and_postgres_instead_of_embedded_ones(infra, tmp_path):
@@ -49,8 +49,9 @@ async def test_rotating_one_services_credential_needs_a_restart_of_that_service_
     """A new seed for the scheduler (the server reloaded with its new public key), the scheduler restarted: it
     consumes and publishes again (a node registered through the gateway is confirmed), the other services kept
     their processes and their connections, and the old seed is refused."""
-    import nats
     import signal
+
+    import nats
 
     p = Platform(tmp_path, nats_url=infra.nats_url, nats_creds=infra.nats.identities, database_url=infra.admin_dsn)
     p.secrets["db"] = infra.secret

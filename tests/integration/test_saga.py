@@ -48,12 +48,12 @@ class Participants:
         self.node_id = uuid.uuid4()
 
     @classmethod
-    async def start(cls, watch, nc) -> "Participants":
+    async def start(cls, watch, nc) -> Participants:
         """Watch from now on (start before the saga does anything)."""
         watchers = [await watch(s) for s in COMMANDS]
         return cls(nc.jetstream(), watchers, await watch("saga.evt.>"), uuid.uuid4(), uuid.uuid4())
 
-    def another(self) -> "Participants":
+    def another(self) -> Participants:
         """The same watchers, for another allocation."""
         return Participants(self.js, self.watchers, self.events, uuid.uuid4(), uuid.uuid4())
 

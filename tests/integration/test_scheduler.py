@@ -9,11 +9,11 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from services.scheduler.bootstrap import build
 from services.node_agent.adapters.discovery.sim import sim_topology
-from tests.support.bus import caused_by, send_command as send, wait_handled
+from services.scheduler.bootstrap import build
+from tests.support.bus import caused_by, wait_handled
+from tests.support.bus import send_command as send
 from tests.support.scheduler import start
-
 
 # ---- reservations
 

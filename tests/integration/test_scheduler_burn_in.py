@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from services.node_agent.adapters.discovery.sim import sim_topology
 from services.scheduler.settings import SchedulerSettings
-from tests.support.bus import publish_from_node, send_command as send
+from tests.support.bus import publish_from_node
+from tests.support.bus import send_command as send
 from tests.support.scheduler import start
 
 BURN_IN = SchedulerSettings(preemption_grace_s=0.5, stats_s=0.5, burn_in=True)
@@ -33,7 +34,7 @@ def _result(node: uuid.UUID, run_id: str, failed: str | None = None) -> dict:
     checks = [{"name": n, "ok": n != failed, "detail": "GPU 2: retired pages pending" if n == failed else "ok"}
               for n in ("gpus_present", "retired_pages", "temperature")]
     return {"node_id": str(node), "run_id": run_id, "passed": failed is None, "checks": checks,
-            "at": datetime.now(timezone.utc).isoformat()}
+            "at": datetime.now(UTC).isoformat()}
 
 
 async def test_an_approved_node_is_burnt_in_before_anything_is_placed_on_it(run_service, nc, watch):
@@ -109,7 +110,7 @@ async def test_a_slot_whose_wipe_failed_is_quarantined_never_placed_and_returns_
     await publish_from_node(nc, "node_agent.slot_rewiped", node, {
         "request_id": str(uuid.uuid4()), "node_id": str(node), "slot": slot, "ok": True, "requested_by": str(uuid.uuid4()),
         "evidence": {"slot": slot, "ok": True, "policy": "nvme-secure-erase", "gpu_reset": "no-driver", "devices": [],
-                     "started_at": datetime.now(timezone.utc).isoformat(), "finished_at": datetime.now(timezone.utc).isoformat(),
+                     "started_at": datetime.now(UTC).isoformat(), "finished_at": datetime.now(UTC).isoformat(),
                      "duration_s": 0.1, "agent_version": "test"}})
     back = await env.node_event(node, lambda d: not d["quarantined"] and d["version"] > doc["version"])
     assert back["capacity"]["free_slots"] == 1

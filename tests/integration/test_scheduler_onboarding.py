@@ -7,7 +7,8 @@ from __future__ import annotations
 import uuid
 
 from services.node_agent.adapters.discovery.sim import sim_topology
-from tests.support.bus import caused_by, send_command as send
+from tests.support.bus import caused_by
+from tests.support.bus import send_command as send
 from tests.support.scheduler import start
 
 

@@ -8,7 +8,8 @@ import uuid
 
 from services.scheduler.bootstrap import build
 from services.scheduler.settings import SchedulerSettings
-from tests.support.bus import caused_by, send_command as send
+from tests.support.bus import caused_by
+from tests.support.bus import send_command as send
 from tests.support.polling import eventually
 from tests.support.scheduler import start
 

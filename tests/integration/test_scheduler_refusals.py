@@ -8,7 +8,8 @@ import uuid
 
 from services.node_agent.adapters.discovery.sim import sim_topology
 from shared.settings import BusSettings
-from tests.support.bus import caused_by, send_command as send, wait_acked
+from tests.support.bus import caused_by, wait_acked
+from tests.support.bus import send_command as send
 from tests.support.scheduler import start
 
 # a retry would come a minute later: a rejection seen within REFUSED_WITHIN_S came from the first delivery

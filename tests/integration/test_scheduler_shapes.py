@@ -15,7 +15,8 @@ import uuid
 from services.scheduler import contracts as c
 from services.scheduler.handlers import define_shape
 from shared.unit_of_work import UnitOfWork
-from tests.support.bus import caused_by, make_envelope, send_command as send
+from tests.support.bus import caused_by, make_envelope
+from tests.support.bus import send_command as send
 from tests.support.scheduler import start
 
 

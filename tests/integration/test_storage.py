@@ -9,7 +9,8 @@ import asyncpg
 import pytest
 
 from shared.wire import step_key
-from tests.support.bus import caused_by, of, send_command as send, send_malformed_then_valid, wait_handled
+from tests.support.bus import caused_by, of, send_malformed_then_valid, wait_handled
+from tests.support.bus import send_command as send
 from tests.support.volumes import MB, command, create, set_quota, start_storage, volume_event
 
 pytestmark = pytest.mark.root

@@ -3,7 +3,7 @@ the tests prove that no pool value, slot or quota is ever given twice."""
 from __future__ import annotations
 
 import asyncio
-from typing import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import asyncpg
 

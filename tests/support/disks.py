@@ -48,7 +48,7 @@ class LoopDisks:
     devices: list[str] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)
 
-    def attach(self) -> "LoopDisks":
+    def attach(self) -> LoopDisks:
         self.folder.mkdir(parents=True, exist_ok=True)
         try:
             for i in range(self.count):

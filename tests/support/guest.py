@@ -32,7 +32,7 @@ class GuestShell:
         self._lock = threading.Lock()
         self._answering = False   # the shell answered a probe: what is typed now is read
 
-    def __enter__(self) -> "GuestShell":
+    def __enter__(self) -> GuestShell:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -88,7 +88,7 @@ class GuestShell:
             sock.settimeout(remaining)
             try:
                 chunk = sock.recv(65536)
-            except socket.timeout:
+            except TimeoutError:
                 continue
             if not chunk:
                 self.close()

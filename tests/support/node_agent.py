@@ -9,7 +9,7 @@ sim_node(...)     a Node over the fakes and a SimDriver (its volumes' state unde
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from services.network.contracts import SlotAttachment, TenantNetworks
@@ -103,7 +103,7 @@ class FakeWiper(SlotWiper):
     async def wipe_slot(self, slot: int, *, nvme_pci: str | None, gpu_pci: str | None, policy: str) -> SlotEvidence:
         self.calls.append((slot, policy))
         ok = slot not in self.failing
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         device = DeviceEvidence(device="simulated", method="simulated", bytes=0, duration_s=0.0, verified=ok,
                                 verification="simulated", ok=ok, reason=None if ok else "injected", commands=())
         return SlotEvidence(slot=slot, devices=(device,), gpu_reset="simulated", ok=ok,

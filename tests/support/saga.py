@@ -15,13 +15,13 @@ not; ``events("saga.step_changed")`` is what the coordinator would publish (``ma
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from services.saga.domain.definitions import DEFINITIONS
 from services.saga.domain.machine import compensation_key, expired, handle
 from services.saga.domain.model import OPEN, Action, Command, Event, Input, Policy, Reply, Saga, Start, StepChange
 
-T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
 
 
 class SagaScenario:
@@ -33,14 +33,14 @@ class SagaScenario:
         self.changes: list[StepChange] = []  # every step change, in order, published or not
 
     @classmethod
-    def allocate(cls, policy: Policy | None = None, **input_overrides) -> "SagaScenario":
+    def allocate(cls, policy: Policy | None = None, **input_overrides) -> SagaScenario:
         alloc, tenant = uuid.uuid4(), uuid.uuid4()
         data = {"allocation_id": str(alloc), "tenant_id": str(tenant), "shape": "vm.2gpu", "gpu_count": 2,
                 "volume_gb": 50, "labels": {"team": "ml"}, "node_id": None, **input_overrides}
         return cls(Saga(uuid.uuid4(), "allocate", alloc, tenant, data), policy or Policy()).start()
 
     @classmethod
-    def release(cls, policy: Policy | None = None, **input_overrides) -> "SagaScenario":
+    def release(cls, policy: Policy | None = None, **input_overrides) -> SagaScenario:
         alloc, tenant = uuid.uuid4(), uuid.uuid4()
         data = {"allocation_id": str(alloc), "tenant_id": str(tenant), "node_id": str(uuid.uuid4()),
                 "volume_gb": 50, "labels": {"team": "ml"}, **input_overrides}
@@ -55,7 +55,7 @@ class SagaScenario:
         self.unseen += [a for a in self.last if isinstance(a, Command)]
         return self.last
 
-    def start(self) -> "SagaScenario":
+    def start(self) -> SagaScenario:
         self.feed(Start(self.now))
         return self
 

@@ -7,10 +7,11 @@ import asyncio
 import uuid
 from dataclasses import dataclass, field
 
-from services.scheduler.bootstrap import build
 from services.node_agent.adapters.discovery.sim import sim_topology
+from services.scheduler.bootstrap import build
 from shared.wire import step_key
-from tests.support.bus import caused_by, send_command as send
+from tests.support.bus import caused_by
+from tests.support.bus import send_command as send
 
 REPLIES = ("scheduler.slots_reserved", "scheduler.slot_reservation_failed", "scheduler.reservation_queued")
 

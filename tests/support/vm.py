@@ -6,9 +6,9 @@ import subprocess
 import uuid
 from pathlib import Path
 
+from services.node_agent.adapters.discovery.sim import sim_topology
 from services.node_agent.adapters.drivers.libvirt.config import LibvirtConfig
 from services.node_agent.adapters.drivers.libvirt.driver import LibvirtDriver
-from services.node_agent.adapters.discovery.sim import sim_topology
 from services.node_agent.domain.model import BootImage, GuestConfig, InstanceSpec, NicConfig
 from services.node_agent.domain.vm.domain_xml import SlotDevices, domain_name
 from services.scheduler.domain.topology import derive_slot_map

@@ -3,19 +3,19 @@ stores and emits, and what it refuses."""
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
 from services.allocation import contracts as c
 from services.allocation import handlers
 from services.allocation.domain.model import ACTIVE, FAILED, PROVISIONING, RELEASED, RELEASING, REQUESTED, Allocation
-from shared.refusals import PermanentError
 from shared.participant import StepRejected
+from shared.refusals import PermanentError
 from shared.wire import step_key
 from tests.support.fakes import FakeAllocationRepository, FakeUnitOfWork, factory
 
-T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
 TENANT, NODE = uuid.uuid4(), uuid.uuid4()
 
 

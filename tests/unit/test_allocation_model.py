@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -10,7 +10,7 @@ from services.allocation.domain import events
 from services.allocation.domain.errors import IllegalTransition, InvalidSpec
 from services.allocation.domain.model import ACTIVE, FAILED, PROVISIONING, RELEASED, RELEASING, REQUESTED, Allocation
 
-T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
 
 
 def at(seconds: int) -> datetime:

@@ -2,18 +2,29 @@
 webhook signature and the retry schedule. Pure, exact integers."""
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
-from services.billing.domain.budgets import (Budget, Threshold, after_attempt, backoff_s, callable_url, forecast,
-                                             month_of, newly_crossed, sign, standing, verify_signature)
+from services.billing.domain.budgets import (
+    Budget,
+    Threshold,
+    after_attempt,
+    backoff_s,
+    callable_url,
+    forecast,
+    month_of,
+    newly_crossed,
+    sign,
+    standing,
+    verify_signature,
+)
 
-APRIL_11 = datetime(2026, 4, 11, tzinfo=timezone.utc)          # 10 of April's 30 days elapsed
+APRIL_11 = datetime(2026, 4, 11, tzinfo=UTC)          # 10 of April's 30 days elapsed
 SECRET = "whsec_0123456789abcdef"
 
 
 def test_the_month_is_the_utc_calendar_month():
-    assert month_of(datetime(2028, 2, 29, 23, 59, tzinfo=timezone.utc)) == (
-        datetime(2028, 2, 1, tzinfo=timezone.utc), datetime(2028, 3, 1, tzinfo=timezone.utc))
+    assert month_of(datetime(2028, 2, 29, 23, 59, tzinfo=UTC)) == (
+        datetime(2028, 2, 1, tzinfo=UTC), datetime(2028, 3, 1, tzinfo=UTC))
 
 
 def test_forecast_extrapolates_spend_over_the_whole_month_rounding_down():
@@ -23,7 +34,7 @@ def test_forecast_extrapolates_spend_over_the_whole_month_rounding_down():
 
 
 def test_forecast_counts_at_least_one_hour_elapsed():
-    start = datetime(2026, 4, 1, tzinfo=timezone.utc)
+    start = datetime(2026, 4, 1, tzinfo=UTC)
     assert forecast(10, start + timedelta(minutes=1)) == 10 * 30 * 24 == forecast(10, start + timedelta(hours=1))
 
 

@@ -3,7 +3,7 @@ started and stopped idempotently, GPU-seconds = GPUs × elapsed seconds."""
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from services.billing import contracts as c
 from services.billing import handlers
@@ -11,7 +11,7 @@ from services.billing.domain.model import Meter
 from shared.wire import step_key
 from tests.support.fakes import FakeMeterRepository
 
-T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
 TENANT = uuid.uuid4()
 
 

@@ -3,16 +3,27 @@ goes, line keys and units, totals without the no-currency, and a stable content 
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 from fractions import Fraction
 
 import pytest
 
-from services.billing.domain.invoices import (DRAFT, FINALIZED, Period, content_hash, invoice_number, is_open,
-                                              line_for, period_of, quantity_in_unit, target, totals)
+from services.billing.domain.invoices import (
+    DRAFT,
+    FINALIZED,
+    Period,
+    content_hash,
+    invoice_number,
+    is_open,
+    line_for,
+    period_of,
+    quantity_in_unit,
+    target,
+    totals,
+)
 
-UTC = timezone.utc
+UTC = UTC
 GRACE = timedelta(days=3)
 
 

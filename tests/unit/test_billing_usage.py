@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 
 from services.billing.domain.model import Meter, QuotedPrice
 from services.billing.domain.pricing import GpuHourPrice, PriceList, PriceListVersion
 from services.billing.domain.usage import hours_between, meter_records, rate, storage_record, version_from_doc
 
-T0 = datetime(2026, 1, 1, 10, 30, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, 10, 30, tzinfo=UTC)
 
 
 def _running(start: datetime, **kw) -> Meter:

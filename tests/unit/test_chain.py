@@ -13,8 +13,18 @@ import uuid
 import pytest
 
 from shared.chain import (
-    EMPTY_ROOT, GENESIS, TreeBuilder, canonical, canonical_json, inclusion_proof, leaf_hash, merkle_root, node_hash,
-    root_from_inclusion, row_hash, verify_inclusion,
+    EMPTY_ROOT,
+    GENESIS,
+    TreeBuilder,
+    canonical,
+    canonical_json,
+    inclusion_proof,
+    leaf_hash,
+    merkle_root,
+    node_hash,
+    root_from_inclusion,
+    row_hash,
+    verify_inclusion,
 )
 
 CT_LEAVES = [bytes.fromhex(h) for h in ("", "00", "10", "2021", "3031", "40414243", "5051525354555657",

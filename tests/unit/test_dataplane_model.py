@@ -5,10 +5,10 @@ import uuid
 
 import pytest
 
+from services.network.contracts import NetworkSnapshot, SecurityRule, SlotAttachment, TenantNetworks
 from services.node_agent.domain.dataplane import model, names, render
 from services.node_agent.domain.dataplane.model import InvalidAttachment, desired_state
 from services.node_agent.domain.dataplane.reconcile import plan
-from services.network.contracts import NetworkSnapshot, SecurityRule, SlotAttachment, TenantNetworks
 
 TAG = "0a1b2c3d"
 

@@ -5,12 +5,12 @@ import uuid
 
 import pytest
 
-from services.node_agent.bootstrap import build_dataplane
+from services.network.contracts import NetworkSnapshot, SecurityRule, SlotAttachment, TenantNetworks
 from services.node_agent.adapters.dataplane import Kernel, KernelDataplane, KernelError, NullDataplane
+from services.node_agent.bootstrap import build_dataplane
 from services.node_agent.domain.dataplane.model import InvalidAttachment
 from services.node_agent.domain.dataplane.names import bridge_name, leg_name, slot_port_name, vxlan_name
 from services.node_agent.settings import NodeAgentSettings, load_settings
-from services.network.contracts import NetworkSnapshot, SecurityRule, SlotAttachment, TenantNetworks
 from shared.settings import SettingError
 
 

@@ -5,19 +5,28 @@ import csv
 import io
 import json
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
 
 from services.billing.domain import focus
 from services.billing.domain.focus import (
-    COLUMNS, CONDITIONAL, CUSTOM, MANDATORY, BillingPeriod, FocusError, focus_row, focus_rows, gpu_line,
-    storage_line, write_csv)
-from services.billing.domain.pricing import (
-    GpuHourPrice, PriceList, PriceListVersion, price_for, storage_price_for)
+    COLUMNS,
+    CONDITIONAL,
+    CUSTOM,
+    MANDATORY,
+    BillingPeriod,
+    FocusError,
+    focus_row,
+    focus_rows,
+    gpu_line,
+    storage_line,
+    write_csv,
+)
+from services.billing.domain.pricing import GpuHourPrice, PriceList, PriceListVersion, price_for, storage_price_for
 
-UTC = timezone.utc
+UTC = UTC
 NOV, DEC = datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 12, 1, tzinfo=UTC)
 PRICES = PriceList("tessera", (PriceListVersion(
     "2026-10", "USD", datetime(2026, 10, 1, tzinfo=UTC),

@@ -3,7 +3,7 @@ route template, and a record renders as CADF and as a Kubernetes audit event."""
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from services.gateway.domain.audit import REDACTED, bounded_body, cadf, k8s, redact, target_of
 
@@ -34,7 +34,7 @@ def test_target_is_the_innermost_id_param_or_the_created_object():
 
 
 def test_renderings_carry_the_required_members():
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     row = {"audit_id": uuid.uuid4(), "event_time": now, "created_at": now, "tenant_id": None, "action": "setNodeBmc",
            "method": "PUT", "path": "/v1/nodes/n/bmc", "target_type": "nodes.bmc", "target_id": "n",
            "outcome": "failure", "status": 404, "request_id": "0" * 32,
@@ -76,7 +76,7 @@ def test_a_change_is_redacted_and_rendered_as_a_cadf_attachment_and_a_k8s_respon
     assert change == {"before": {"url": "https://bmc", "password_sealed": REDACTED, "note": REDACTED, "ratio": "0.5"},
                       "after": None}
     assert change_failed(TimeoutError("slow")) == {"error": "TimeoutError"}
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     row = {"audit_id": uuid.uuid4(), "event_time": now, "created_at": now, "tenant_id": None, "action": "deleteSpendCap",
            "method": "DELETE", "path": "/v1/tenants/t/spend-cap", "target_type": "tenants.spend-cap", "target_id": "t",
            "outcome": "success", "status": 204, "request_id": "0" * 32,

@@ -8,15 +8,15 @@ import uuid
 import pytest
 from pydantic import ValidationError
 
-from services.gateway.http.auth import TokenIssuer
-from services.gateway.entrypoints.openapi import ENDPOINTS, document
-from services.gateway.http.problems import ProblemError, field_errors
 from services.gateway.api.allocations.schemas import AllocationCreate
-from services.gateway.http.schema_base import Body
 from services.gateway.api.identity.schemas import TenantCreate, UserCreate
 from services.gateway.api.inventory.node_schemas import NodeCreate
-from services.gateway.settings import GatewaySettings
 from services.gateway.domain.model import Principal
+from services.gateway.entrypoints.openapi import ENDPOINTS, document
+from services.gateway.http.auth import TokenIssuer
+from services.gateway.http.problems import ProblemError, field_errors
+from services.gateway.http.schema_base import Body
+from services.gateway.settings import GatewaySettings
 from shared.settings import SettingError, load
 
 SECRET = "unit-test-secret-" + "u" * 32

@@ -10,8 +10,7 @@ import uuid
 import jwt
 import pytest
 
-from services.gateway.domain.credentials import (Keyring, Revocations, SigningKey, UserRevocation, new_kid,
-                                                 signing_secret)
+from services.gateway.domain.credentials import Keyring, Revocations, SigningKey, UserRevocation, new_kid, signing_secret
 from services.gateway.domain.model import Principal
 from services.gateway.http.auth import TokenIssuer
 from services.gateway.http.credentials import CredentialCache

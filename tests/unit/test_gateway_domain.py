@@ -6,11 +6,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from services.gateway.domain.keys import (BadCursor, decode_cursor, encode_cursor, fingerprint, hash_api_key,
-                                          new_api_key)
-from services.gateway.domain.model import Principal, advances
-from services.gateway.api.ops.rules import intersect, valid_filter
 from services.gateway.api.ops.routes import subscription_plan
+from services.gateway.api.ops.rules import intersect, valid_filter
+from services.gateway.domain.keys import BadCursor, decode_cursor, encode_cursor, fingerprint, hash_api_key, new_api_key
+from services.gateway.domain.model import Principal, advances
 
 ORDER = ["REQUESTED", "PROVISIONING", "ACTIVE", "RELEASING", "RELEASED"]
 

@@ -13,10 +13,10 @@ import uuid
 import pytest
 from pydantic import ValidationError
 
+from services.gateway.api.identity.ssh_key_schemas import SshKeyCreate
+from services.gateway.api.inventory.image_schemas import ImageCreate
 from services.gateway.domain.guest import guest_keys, hostname_for, may_see_image
 from services.gateway.domain.ssh_keys import KEY_TYPES, PUBLIC_KEY_PATTERN, BadKey, explain_public_key, parse_public_key
-from services.gateway.api.inventory.image_schemas import ImageCreate
-from services.gateway.api.identity.ssh_key_schemas import SshKeyCreate
 
 # made with ssh-keygen -t ed25519 / -t rsa, fingerprints as `ssh-keygen -l` printed them
 ED25519 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE2ZZdnE/RtlHeGDHHC2CVZeBzgkzYhgCfhP2TXh3PAj ada@example"

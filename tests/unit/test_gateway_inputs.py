@@ -12,27 +12,27 @@ import uuid
 import pytest
 from pydantic import ValidationError
 
-from services.gateway.http.endpoint import Param
-from services.gateway.http.inputs import MAX_JSON_DEPTH, json_depth, parse_value
-from services.gateway.entrypoints.openapi import ENDPOINTS, document
-from services.gateway.http.problems import ProblemError, field_errors
 from services.gateway.api.allocations.schemas import AllocationCreate
+from services.gateway.api.billing.budget_schemas import BudgetSet, SpendCapSet
+from services.gateway.api.billing.usage_schemas import PriceListPut
 from services.gateway.api.identity.api_key_schemas import ApiKeyCreate, UserPatch
-from services.gateway.http.schema_base import MULTI_LINE, Body, integer
-from services.gateway.api.inventory.bmc_schemas import BmcSet
 from services.gateway.api.identity.schemas import TenantCreate, UserCreate
+from services.gateway.api.identity.ssh_key_schemas import SshKeyCreate
+from services.gateway.api.inventory.bmc_schemas import BmcSet
 from services.gateway.api.inventory.image_schemas import ImageCreate
-from services.gateway.api.networks.schemas import SUBNET_PATTERN, NetworkCreate, RuleCreate, ipv4_network_pattern
 from services.gateway.api.inventory.node_schemas import NodeCreate, NodePatch, SlotMapApproval
 from services.gateway.api.inventory.pool_schemas import PoolDefinition
 from services.gateway.api.inventory.quota_schemas import TenantQuotaSet, UserQuotaSet
 from services.gateway.api.inventory.shape_schemas import ShapeDefinition
-from services.gateway.api.identity.ssh_key_schemas import SshKeyCreate
-from services.gateway.api.billing.usage_schemas import PriceListPut
-from services.gateway.api.billing.budget_schemas import BudgetSet, SpendCapSet
-from services.gateway.api.policies.schemas import PolicyCreate, PolicyEvaluate, PolicyReplace
 from services.gateway.api.limits.schemas import RateLimitsSet
+from services.gateway.api.networks.schemas import SUBNET_PATTERN, NetworkCreate, RuleCreate, ipv4_network_pattern
+from services.gateway.api.policies.schemas import PolicyCreate, PolicyEvaluate, PolicyReplace
 from services.gateway.api.storage.schemas import AttachmentCreate, StorageQuotaSet, VolumeCreate, VolumeResize
+from services.gateway.entrypoints.openapi import ENDPOINTS, document
+from services.gateway.http.endpoint import Param
+from services.gateway.http.inputs import MAX_JSON_DEPTH, json_depth, parse_value
+from services.gateway.http.problems import ProblemError, field_errors
+from services.gateway.http.schema_base import MULTI_LINE, Body, integer
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE2ZZdnE/RtlHeGDHHC2CVZeBzgkzYhgCfhP2TXh3PAj ada@example"
 

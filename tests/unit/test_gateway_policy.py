@@ -8,8 +8,19 @@ import uuid
 import cedarpy
 import pytest
 
-from services.gateway.domain.policy import (BASE_PERMIT_ID, Caller, Policy, PolicyBook, PolicyInvalid, Resource, check,
-                                            load_defaults, operation, parse_one, schema_text)
+from services.gateway.domain.policy import (
+    BASE_PERMIT_ID,
+    Caller,
+    Policy,
+    PolicyBook,
+    PolicyInvalid,
+    Resource,
+    check,
+    load_defaults,
+    operation,
+    parse_one,
+    schema_text,
+)
 
 OPS = [operation("createAllocation", "allocations"), operation("createVolume", "storage"),
        operation("attachVolume", "storage"), operation("requestPowerAction", "allocations"),
@@ -130,7 +141,8 @@ def test_a_request_that_does_not_fit_the_schema_is_denied_not_allowed():
 
 
 def test_the_schema_of_the_gateways_route_table_has_one_action_per_judged_operation():
-    from services.gateway.entrypoints.http import POLICY_SCHEMA as PolicySchema, mutating_endpoints
+    from services.gateway.entrypoints.http import POLICY_SCHEMA as PolicySchema
+    from services.gateway.entrypoints.http import mutating_endpoints
     text, schema, defaults = PolicySchema.get()
     judged = mutating_endpoints()
     assert {"createAllocation", "createVolume", "attachVolume", "requestPowerAction", "releaseAllocation"} <= set(judged)

@@ -2,8 +2,8 @@
 headers a client reads (draft-ietf-httpapi-ratelimit-headers-10, Retry-After)."""
 from __future__ import annotations
 
-from services.gateway.domain.rate_limits import BucketState, Limit, class_of, decision, refill, take
 from services.gateway.api.limits.schemas import RateLimitsSet
+from services.gateway.domain.rate_limits import BucketState, Limit, class_of, decision, refill, take
 from services.gateway.settings import GatewaySettings
 
 WRITE = Limit(per_s=2, burst=4)

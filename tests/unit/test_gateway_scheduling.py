@@ -7,17 +7,26 @@ import uuid
 import pytest
 from pydantic import ValidationError
 
-from services.gateway.domain.model import advances, advances_to
-from services.gateway.domain.scheduling import (BUILTIN_SHAPES, NIL, PRIORITY_CLASSES, QuotaRow, ShapeInfo,
-                                                priority_class_of, quota_breach, shape_definition_errors,
-                                                usable_shapes, valid_toleration)
 from services.gateway.adapters.admission import QuotaExceeded
-from services.gateway.api.inventory.quotas import quota_list
 from services.gateway.api.allocations.schemas import AllocationCreate
 from services.gateway.api.inventory.node_schemas import NodePatch, SlotMapApproval
 from services.gateway.api.inventory.pool_schemas import PoolDefinition
 from services.gateway.api.inventory.quota_schemas import TenantQuotaSet, UserQuotaSet
+from services.gateway.api.inventory.quotas import quota_list
 from services.gateway.api.inventory.shape_schemas import ShapeDefinition
+from services.gateway.domain.model import advances, advances_to
+from services.gateway.domain.scheduling import (
+    BUILTIN_SHAPES,
+    NIL,
+    PRIORITY_CLASSES,
+    QuotaRow,
+    ShapeInfo,
+    priority_class_of,
+    quota_breach,
+    shape_definition_errors,
+    usable_shapes,
+    valid_toleration,
+)
 
 T, U = uuid.uuid4(), uuid.uuid4()
 

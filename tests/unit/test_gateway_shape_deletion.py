@@ -3,8 +3,8 @@ last shape, is a 409 problem naming how many allocations use it. (With I/O: test
 the scheduler's authoritative refusal: tests/integration/test_scheduler_shapes.py.)"""
 from __future__ import annotations
 
-from services.gateway.api.inventory.shapes import deletion_conflict
 from services.gateway.api.inventory.shape_schemas import ShapeConflictProblem
+from services.gateway.api.inventory.shapes import deletion_conflict
 
 
 def test_a_shape_in_use_is_a_409_naming_the_count():

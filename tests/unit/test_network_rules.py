@@ -6,11 +6,10 @@ import uuid
 
 import pytest
 
+from services.network.contracts import SecurityRule, cidr_problem, rule_problems
 from services.network.domain.model import TenantNetwork
-from services.network.contracts import cidr_problem, rule_problems
 from services.network.domain.networks import NETWORK_NOT_FOUND, Refused, check_new_network, owned, parse_cidr
 from services.network.domain.rules import check_rule
-from services.network.contracts import SecurityRule
 
 TENANT = uuid.uuid4()
 

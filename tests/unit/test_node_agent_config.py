@@ -5,8 +5,8 @@ import uuid
 
 import pytest
 
-from services.node_agent.bootstrap import build, build_driver
 from services.node_agent.adapters.drivers import SimDriver
+from services.node_agent.bootstrap import build, build_driver
 from services.node_agent.settings import load_settings, node_id_from_env, parse_node_id
 from shared.settings import ServiceSettings, SettingError
 

@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
-from services.node_agent.domain.model import InstanceSpec
 from services.node_agent.adapters.drivers import DRIVERS, DriverConfigError, DriverError, ProvisioningDriver, SimDriver
+from services.node_agent.domain.model import InstanceSpec
 
 
 def spec(allocation: uuid.UUID | None = None, slots: tuple[int, ...] = (0, 1)) -> InstanceSpec:

@@ -13,8 +13,16 @@ import yaml
 from services.node_agent.domain.vm.cloudinit import GuestMount, Seed, user_data
 from services.node_agent.domain.vm.domain_xml import DomainSpec, Nic, domain_name, domain_xml
 from services.node_agent.domain.vm.filesystems import Filesystem, filesystem_xml
-from services.node_agent.domain.volumes import (InvalidVolume, MountedVolume, Volume, check_distinct,
-                                                 client_mount_argv, simulated_mount, virtiofs_tag, within)
+from services.node_agent.domain.volumes import (
+    InvalidVolume,
+    MountedVolume,
+    Volume,
+    check_distinct,
+    client_mount_argv,
+    simulated_mount,
+    virtiofs_tag,
+    within,
+)
 from services.node_agent.handlers.spec import volumes as volumes_of
 from services.storage.contracts import VolumeExport
 

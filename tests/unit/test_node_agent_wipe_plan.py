@@ -2,13 +2,19 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from services.node_agent.domain import wipe
-from services.node_agent.domain.wipe import (DeviceEvidence, SlotEvidence, WipePolicy, WipePolicyError, nvme_format_level,
-                                             parse_policy)
+from services.node_agent.domain.wipe import (
+    DeviceEvidence,
+    SlotEvidence,
+    WipePolicy,
+    WipePolicyError,
+    nvme_format_level,
+    parse_policy,
+)
 
 
 @pytest.mark.parametrize("name, nvme, fallback", [
@@ -111,7 +117,7 @@ def test_slot_outcome_needs_every_device_and_the_gpu_reset():
 
 
 def test_slot_evidence_to_dict_is_json_ready():
-    start = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
+    start = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
     ev = SlotEvidence(slot=3, devices=(_device(),), gpu_reset="reset", ok=True, reason=None, policy="nvme-secure-erase",
                       started_at=start, finished_at=start + timedelta(seconds=2), duration_s=2.0, agent_version="0.1.0")
     d = ev.to_dict()

@@ -2,18 +2,31 @@
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
 
 import pytest
 
 from services.billing.domain.pricing import (
-    GpuHourPrice, ImmutableVersionError, NoPriceError, PriceList, PriceListVersion, PricingError, StoragePrice,
-    UnitPrice, currency_exponent, hourly_price, price_for, rate_gpu, rate_storage, round_half_even,
-    storage_price_for)
+    GpuHourPrice,
+    ImmutableVersionError,
+    NoPriceError,
+    PriceList,
+    PriceListVersion,
+    PricingError,
+    StoragePrice,
+    UnitPrice,
+    currency_exponent,
+    hourly_price,
+    price_for,
+    rate_gpu,
+    rate_storage,
+    round_half_even,
+    storage_price_for,
+)
 
-UTC = timezone.utc
+UTC = UTC
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 CENT = 10_000          # micros per cent (USD)
 

@@ -50,6 +50,7 @@ def test_a_step_may_have_its_own_timeout_and_provision_node_has_a_long_one_by_de
 
 def test_a_timeout_for_a_step_no_saga_has_is_refused_naming_the_variable():
     import pytest
+
     from services.saga.settings import SagaSettings
     from shared.settings import SettingError
     with pytest.raises(SettingError, match="TESSERA_SAGA_STEP_TIMEOUTS"):

@@ -10,10 +10,9 @@ from services.saga.domain import lines
 from services.saga.domain.definitions import RELEASE
 from services.saga.domain.lines import PLACES_TOLD, Line, admits, leaves_flight, places, retell, room, withdrawal
 from services.saga.domain.machine import handle
-from services.saga.domain.model import Start
-from services.saga.domain.model import Policy, Saga
-from shared.envelope import utcnow
+from services.saga.domain.model import Policy, Saga, Start
 from services.saga.settings import SagaSettings
+from shared.envelope import utcnow
 
 
 def saga(kind: str = "allocate", status: str = "running") -> Saga:

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import uuid
 
+from services.node_agent.adapters.discovery.sim import sim_topology
 from services.scheduler.domain.inventory import Inventory, NodeState, Request
 from services.scheduler.domain.preemption import select_victims
 from services.scheduler.domain.queue import FairQueue
 from services.scheduler.domain.quota import QuotaBook, QuotaKey
 from services.scheduler.domain.scheduler import Scheduler
 from services.scheduler.domain.shapes import STANDARD_SHAPES as S
-from services.node_agent.adapters.discovery.sim import sim_topology
 from services.scheduler.domain.topology import derive_slot_map
 
 

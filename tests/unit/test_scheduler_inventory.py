@@ -5,10 +5,10 @@ import uuid
 
 import pytest
 
+from services.node_agent.adapters.discovery.sim import sim_topology
 from services.scheduler.domain.inventory import Inventory, NodeState, Placement, Pool, Request, SlotTaken
 from services.scheduler.domain.shapes import STANDARD_SHAPES as S
 from services.scheduler.domain.shapes import Shape
-from services.node_agent.adapters.discovery.sim import sim_topology
 from services.scheduler.domain.topology import derive_slot_map
 
 T = uuid.uuid4()

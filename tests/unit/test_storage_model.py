@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
-from services.storage.domain.model import (Refused, StorageClass, StoragePolicy, Volume, scratch_id,
-                                           scratch_name)
+from services.storage.domain.model import Refused, StorageClass, StoragePolicy, Volume, scratch_id, scratch_name
 
-T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
 TENANT = uuid.uuid4()
 STANDARD = StorageClass("standard", "btrfs", max_volume_bytes=1000, default=True)
 

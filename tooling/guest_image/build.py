@@ -22,9 +22,9 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 BUILDER_VERSION = "3"
 NAME = "tessera-guest"
@@ -67,7 +67,7 @@ class GuestImage:
         return {**asdict(self), "disk": str(self.disk), "kernel": str(self.kernel), "initrd": str(self.initrd)}
 
     @classmethod
-    def from_json(cls, data: dict) -> "GuestImage":
+    def from_json(cls, data: dict) -> GuestImage:
         return cls(**{**data, "disk": Path(data["disk"]), "kernel": Path(data["kernel"]), "initrd": Path(data["initrd"])})
 
 

@@ -14,9 +14,9 @@ transaction as the save.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Mapping
 
 from services.scheduler.contracts import SHAPES
 
@@ -68,7 +68,7 @@ class Allocation:
     @classmethod
     def request(cls, id: uuid.UUID, tenant_id: uuid.UUID, user_id: uuid.UUID, name: str, shape: str,
                 gpu_count: int, volume_gb: int, labels: Mapping[str, str], at: datetime,
-                options: Mapping | None = None) -> "Allocation":
+                options: Mapping | None = None) -> Allocation:
         """A new REQUESTED allocation, recording Requested. Raises InvalidSpec for an inconsistent spec.
         ``options`` are the scheduling/network options (priority, spot, pool, tolerations, fail_fast, network_id)."""
         check_spec(shape, gpu_count)

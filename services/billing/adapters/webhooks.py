@@ -11,7 +11,6 @@ between a check and the call gains nothing). ``allow_private`` (TESSERA_BILLING_
 this, for a lab or a test whose receiver runs on the same host."""
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import socket
 from dataclasses import dataclass
@@ -97,7 +96,7 @@ class WebhookCaller:
             async with self.session.post(url, data=body, headers=headers, allow_redirects=False) as resp:
                 await resp.read()
                 return CallOutcome(resp.status, None if 200 <= resp.status < 300 else f"HTTP {resp.status}")
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return CallOutcome(None, f"timed out after {self.timeout.total}s")
         except NotPublic as exc:
             return CallOutcome(None, str(exc)[:500])

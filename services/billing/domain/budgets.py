@@ -22,7 +22,7 @@ import calendar
 import hashlib
 import hmac
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from urllib.parse import urlsplit
 
 BASES = ("actual", "forecast")
@@ -62,7 +62,7 @@ class Standing:
 
 def month_of(now: datetime) -> tuple[datetime, datetime]:
     """[start, end) of the UTC month ``now`` is in."""
-    now = now.astimezone(timezone.utc)
+    now = now.astimezone(UTC)
     start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     days = calendar.monthrange(start.year, start.month)[1]
     return start, start + timedelta(days=days)
@@ -75,7 +75,7 @@ def _micros(d: timedelta) -> int:
 def forecast(spend_minor: int, now: datetime) -> int:
     """spend × month length / max(elapsed, 1 hour), rounded down (exact integers)."""
     start, end = month_of(now)
-    elapsed = max(now.astimezone(timezone.utc) - start, MIN_ELAPSED)
+    elapsed = max(now.astimezone(UTC) - start, MIN_ELAPSED)
     return spend_minor * _micros(end - start) // _micros(elapsed)
 
 

@@ -36,12 +36,13 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import ROUND_HALF_EVEN, Decimal
 from enum import StrEnum
 from fractions import Fraction
-from typing import Iterable, Mapping, TextIO
+from typing import TextIO
 
 from services.billing.domain import pricing
 from services.billing.domain.pricing import PricingError, StoragePrice, UnitPrice
@@ -123,7 +124,7 @@ class FocusError(PricingError):
 def _utc(name: str, at: datetime) -> datetime:
     if not isinstance(at, datetime) or at.utcoffset() is None:
         raise FocusError(name, "must be a timezone-aware datetime")
-    return at.astimezone(timezone.utc)
+    return at.astimezone(UTC)
 
 
 def focus_datetime(at: datetime) -> str:

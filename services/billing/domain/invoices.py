@@ -29,7 +29,7 @@ import hashlib
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
 
@@ -58,7 +58,7 @@ class Period:
 
     def next(self) -> Period:
         y, m = (self.start.year + 1, 1) if self.start.month == 12 else (self.start.year, self.start.month + 1)
-        return Period(datetime(y, m, 1, tzinfo=timezone.utc))
+        return Period(datetime(y, m, 1, tzinfo=UTC))
 
     def grace_until(self, grace: timedelta) -> datetime:
         return self.end + grace
@@ -68,8 +68,8 @@ def period_of(t: datetime) -> Period:
     """The month ``t`` (timezone-aware) falls in, in UTC; ValueError for a naive datetime."""
     if t.tzinfo is None or t.utcoffset() is None:
         raise ValueError(f"naive datetime {t!r}: invoice periods are UTC months of aware instants")
-    u = t.astimezone(timezone.utc)
-    return Period(datetime(u.year, u.month, 1, tzinfo=timezone.utc))
+    u = t.astimezone(UTC)
+    return Period(datetime(u.year, u.month, 1, tzinfo=UTC))
 
 
 def is_open(period: Period, status: str | None, now: datetime, grace: timedelta) -> bool:

@@ -29,12 +29,12 @@ Errors
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
 from fractions import Fraction
 from types import MappingProxyType
-from typing import Mapping
 
 MICROS = 10**6                 # micros per major currency unit
 BYTES_PER_GB = 10**9           # GB as FOCUS and storage vendors count it (not GiB)

@@ -29,13 +29,22 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
 
 from .model import Meter, QuotedPrice
-from .pricing import (GpuHourPrice, NoPriceError, PriceList, PriceListVersion, UnitPrice, price_for, rate_gpu,
-                      rate_storage, storage_price_for)
+from .pricing import (
+    GpuHourPrice,
+    NoPriceError,
+    PriceList,
+    PriceListVersion,
+    UnitPrice,
+    price_for,
+    rate_gpu,
+    rate_storage,
+    storage_price_for,
+)
 
 NO_CURRENCY = "XXX"
 HOUR = timedelta(hours=1)
@@ -103,7 +112,7 @@ def hours_between(start: datetime, end: datetime) -> list[tuple[datetime, dateti
 
 def hour_of(t: datetime) -> datetime:
     """The UTC hour ``t`` falls in."""
-    return t.astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0)
+    return t.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
 
 
 def meter_records(meter: Meter, until: datetime) -> list[UsageRecord]:

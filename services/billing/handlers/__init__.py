@@ -21,11 +21,11 @@ from shared.participant import invoke, over, undo
 from shared.unit_of_work import UnitOfWork
 
 from .. import contracts as c
-from .rating import meter_stopped
-from .rating import publish_price_list as publish_prices
 from ..adapters.repository import PgMeterRepository
 from ..domain.model import Meter, QuotedPrice
 from ..domain.ports import MeterRepository
+from .rating import meter_stopped
+from .rating import publish_price_list as publish_prices
 
 RepositoryFactory = Callable[[asyncpg.Connection], MeterRepository]
 Clock = Callable[[], datetime]

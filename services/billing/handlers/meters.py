@@ -18,9 +18,9 @@ from shared.envelope import utcnow
 from shared.runtime import Runtime
 from shared.unit_of_work import UnitOfWork
 
-from .rating import rate_and_record
 from ..adapters import repository as meters_repo
 from ..domain.usage import meter_records
+from .rating import rate_and_record
 
 log = structlog.get_logger()
 BATCH = 100

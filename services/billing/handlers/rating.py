@@ -17,15 +17,15 @@ from shared.runtime import Runtime
 from shared.unit_of_work import UnitOfWork
 
 from .. import contracts as c
-from .budgets import usage_recorded as check_budgets
-from .invoices import assign as bill
-from .rollups import usage_recorded as roll_up
 from ..adapters import rating as repo
 from ..adapters import repository as meters_repo
 from ..adapters.ledger import PgLedger
 from ..domain.model import Meter
 from ..domain.pricing import ImmutableVersionError, PricingError
 from ..domain.usage import UsageRecord, meter_records, rate, storage_record, version_from_doc
+from .budgets import usage_recorded as check_budgets
+from .invoices import assign as bill
+from .rollups import usage_recorded as roll_up
 
 log = structlog.get_logger()
 

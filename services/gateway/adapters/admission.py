@@ -5,7 +5,7 @@ document names). Shared by allocations, storage and the quota and budget routes.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import asyncpg
 
@@ -64,7 +64,7 @@ async def check_quota(conn: asyncpg.Connection, p: Principal, shape: ShapeInfo, 
 
 def month_start(now: datetime) -> datetime:
     """The start of ``now``'s calendar month, UTC."""
-    return now.astimezone(timezone.utc).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    return now.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
 
 
 async def month_spend(conn: asyncpg.Connection, tenant_id: uuid.UUID, currency: str, now: datetime) -> int:

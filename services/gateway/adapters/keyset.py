@@ -3,8 +3,8 @@ position of the previous page's last row), as the API's ``?cursor=`` pages them.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
 from collections.abc import Sequence
+from datetime import datetime
 
 import asyncpg
 

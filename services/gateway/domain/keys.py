@@ -6,7 +6,7 @@ import json
 import re
 import secrets
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 API_KEY_PREFIX = "tsk_"
 
@@ -30,7 +30,7 @@ class BadCursor(ValueError):
     """The cursor was not produced by ``encode_cursor``."""
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 # Every string of this form is a keyset position (a creation time in microseconds since 1970, then an id), so
 # the API document can state exactly which cursors are valid.

@@ -5,7 +5,7 @@ The API shares the port of /healthz, /readyz and /metrics (TESSERA_HTTP_PORT).
 """
 from __future__ import annotations
 
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 import structlog
 from aiohttp import web

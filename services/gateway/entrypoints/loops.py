@@ -15,8 +15,8 @@ from shared.unit_of_work import UnitOfWork
 
 from ..adapters import allocations as repo
 from ..api.allocations import power_views as instances
-from ..contracts import PowerActionExpired
 from ..api.allocations.projection import append_event, lock_events
+from ..contracts import PowerActionExpired
 from ..settings import GatewaySettings
 
 log = structlog.get_logger()

@@ -39,7 +39,7 @@ import asyncio
 import json
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import structlog
 from aiohttp import web
@@ -48,8 +48,21 @@ from prometheus_client import Counter
 
 from shared import ledger_store
 
-from ..domain.audit import (AUDITED_METHODS, AUDITED_READS, BODY_METHODS, CHANGE_METHODS, MAX_AGENT, OBSERVER,
-                            bounded_body, change_failed, change_of, outcome_of, storable, target_of, tenant_of)
+from ..domain.audit import (
+    AUDITED_METHODS,
+    AUDITED_READS,
+    BODY_METHODS,
+    CHANGE_METHODS,
+    MAX_AGENT,
+    OBSERVER,
+    bounded_body,
+    change_failed,
+    change_of,
+    outcome_of,
+    storable,
+    target_of,
+    tenant_of,
+)
 from .auth import API_KEY_ID, PRINCIPAL, credentials
 from .endpoint import AuditState
 from .inputs import JSON_BODY
@@ -205,7 +218,7 @@ def audit_middleware(readers: dict[str, AuditState]):
 async def _audit(request: web.Request, handler, readers: dict[str, AuditState]) -> web.StreamResponse:
     if not _audited(request):
         return await handler(request)
-    received, started = datetime.now(timezone.utc), time.perf_counter()
+    received, started = datetime.now(UTC), time.perf_counter()
     reader = _state_reader(request, readers)
     before = await _read_state(request, reader) if reader else (None, None)
     try:

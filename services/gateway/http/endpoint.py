@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Literal
+from typing import Any, Literal
 
 from aiohttp import web
 from pydantic import BaseModel, TypeAdapter

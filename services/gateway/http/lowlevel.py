@@ -17,8 +17,15 @@ from typing import Any
 
 import structlog
 from aiohttp import web, web_protocol
-from aiohttp.http_exceptions import (BadHttpMethod, BadStatusLine, ContentLengthError, InvalidHeader, InvalidURLError,
-                                     LineTooLong, TransferEncodingError)
+from aiohttp.http_exceptions import (
+    BadHttpMethod,
+    BadStatusLine,
+    ContentLengthError,
+    InvalidHeader,
+    InvalidURLError,
+    LineTooLong,
+    TransferEncodingError,
+)
 
 from .problems import ProblemError, problem_response
 

@@ -23,8 +23,8 @@ import structlog
 from aiohttp import web
 
 from ..adapters import rate_limits as repo
-from ..domain.rate_limits import Decision, Limit, RateClass, class_of
 from ..domain.model import Principal
+from ..domain.rate_limits import Decision, Limit, RateClass, class_of
 from .auth import PRINCIPAL, PUBLIC_PATHS
 from .problems import ProblemError, problem_response
 from .telemetry import REQUESTS, route_of
@@ -193,7 +193,7 @@ def rate_limit_middlewares(gw) -> tuple:
             raise RateLimited(known[1])        # the bucket is still empty: no statement needed to know it
         try:
             d = await _decide(gw, limits, request, cls)
-        except (asyncpg.PostgresError, OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, asyncpg.PostgresError, OSError) as exc:
             log.warning("gateway.rate_limit_unavailable", error=repr(exc))
             d = None
         if d is None:

@@ -15,7 +15,7 @@ import contextlib
 import json
 import uuid
 from collections import defaultdict
-from typing import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import asyncpg
 import structlog

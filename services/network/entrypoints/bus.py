@@ -6,8 +6,8 @@ from functools import partial
 from shared.runtime import Runtime
 
 from .. import handlers
-from ..contracts import ATTACH_NETWORK
 from ..adapters.fabric import FabricDriver
+from ..contracts import ATTACH_NETWORK
 from ..domain.model import NetworkPlan
 
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 import uuid
 from functools import partial
 
-from shared.unit_of_work import UnitOfWork
 from services.network.contracts import SlotAttachment
 from shared.participant import StepRejected, invoke, over, undo
+from shared.unit_of_work import UnitOfWork
 
 from .. import contracts as c
 from ..adapters.fabric import FabricChange, FabricDriver

@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 import asyncpg
 
-from shared.unit_of_work import UnitOfWork
 from services.network.contracts import NetworkSnapshot, SecurityRule, TenantNetworks
+from shared.unit_of_work import UnitOfWork
 
 from ..domain.model import IdPool, NetworkPlan, TenantNetwork, TenantResources
 from ..domain.networks import Refused, check_new_network

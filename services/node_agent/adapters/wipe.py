@@ -20,10 +20,10 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from services.node_agent.domain import wipe as plan
 from services.node_agent.domain.ports import SlotWiper
@@ -111,7 +111,7 @@ class Wiper(SlotWiper):
         self.sysfs = Path(sysfs)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str], *, simulate: bool) -> "Wiper":
+    def from_env(cls, environ: Mapping[str, str], *, simulate: bool) -> Wiper:
         """A Wiper with ``TESSERA_WIPE_DEVICES`` (JSON: {"<slot>": ["/dev/...", ...]}) as its device map;
         raises ValueError naming the variable when it is malformed."""
         raw = (environ.get(ENV_DEVICES) or "").strip()
@@ -135,11 +135,11 @@ class Wiper(SlotWiper):
     async def wipe_slot(self, slot: int, *, nvme_pci: str | None, gpu_pci: str | None, policy: str) -> SlotEvidence:
         """Erase, verify and reset ``slot``; the evidence says whether it worked. Never raises for a wipe
         that fails. Devices are wiped concurrently, together with the GPU reset."""
-        started, t0 = datetime.now(timezone.utc), time.monotonic()
+        started, t0 = datetime.now(UTC), time.monotonic()
 
         def evidence(devices, gpu_reset: str, ok: bool, reason: str | None, name: str) -> SlotEvidence:
             return SlotEvidence(slot=slot, devices=tuple(devices), gpu_reset=gpu_reset, ok=ok, reason=reason,
-                                policy=name, started_at=started, finished_at=datetime.now(timezone.utc),
+                                policy=name, started_at=started, finished_at=datetime.now(UTC),
                                 duration_s=time.monotonic() - t0, agent_version=self.agent_version)
 
         try:

@@ -9,15 +9,29 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from shared.contract import Message, ServiceContract
-from shared.steps import Step
 from services.network.contracts import SlotAttachment, TenantNetworks
 from services.scheduler.contracts import SlotDetail
 from services.storage.contracts import Mode, VolumeExport
+from shared.contract import Message, ServiceContract
+from shared.steps import Step
 from shared.wire import StepCommand, StepFailure, StepReply, StepUndone, UndoCommand, Wire
 
-from .hardware import (Bmc, BmcReport, BurnInCheck, BurnInFinished, DeviceWipe, QuarantinedSlot, Rewipe,
-                           RunBurnIn, SetBmc, SlotRewiped, SlotsWiped, SlotWipe, ValidateBmc, WipeSlots)
+from .hardware import (
+    Bmc,
+    BmcReport,
+    BurnInCheck,
+    BurnInFinished,
+    DeviceWipe,
+    QuarantinedSlot,
+    Rewipe,
+    RunBurnIn,
+    SetBmc,
+    SlotRewiped,
+    SlotsWiped,
+    SlotWipe,
+    ValidateBmc,
+    WipeSlots,
+)
 
 Sha256 = Field(pattern=r"^[0-9a-f]{64}$", description="Lower-case hex SHA-256.", examples=["0" * 64])
 PowerAction = Literal["reboot", "stop", "start"]
@@ -91,7 +105,7 @@ class InstanceInfo(Wire):
     phases: list[Phase] = Field(default_factory=list, description="Bare metal: each provisioning phase (power, "
                                 "virtual media, boot, ...) and its duration, in order.")
     redfish_calls: int | None = Field(default=None, description="Bare metal: HTTP requests made to the node's BMC.")
-    mounts: list["Mount"] = Field(default_factory=list, description="The volumes mounted into the instance, each "
+    mounts: list[Mount] = Field(default_factory=list, description="The volumes mounted into the instance, each "
                                                                     "at /mnt/<name>.")
 
 

@@ -9,8 +9,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from shared.wire import StepCommand, StepReply, Wire
 from services.scheduler.contracts import SlotDetail
+from shared.wire import StepCommand, StepReply, Wire
 
 WipeMethod = Literal["nvme-format-crypto", "nvme-format-user-data", "blkdiscard+wipefs", "simulated", "none"]
 

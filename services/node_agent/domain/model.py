@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from .vm.domain_xml import SlotDevices
 from .volumes import Volume

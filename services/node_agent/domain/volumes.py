@@ -74,7 +74,7 @@ class Volume:
 
     @classmethod
     def of(cls, volume_id: uuid.UUID, name: str, mode: str, backend: str, source: str,
-           options: Mapping[str, str] | None = None) -> "Volume":
+           options: Mapping[str, str] | None = None) -> Volume:
         return cls(volume_id, name, mode, backend, source, tuple((options or {}).items()))
 
     @property
@@ -118,7 +118,7 @@ class MountedVolume:
         return {**self.info(), "command": self.command, "source": self.source}
 
     @classmethod
-    def from_record(cls, record: Mapping) -> "MountedVolume":
+    def from_record(cls, record: Mapping) -> MountedVolume:
         return cls(uuid.UUID(record["volume_id"]), record["name"], record["mount_point"], record["mode"],
                    record["via"], record.get("tag"), bool(record.get("simulated")), record.get("command"),
                    record.get("source"))

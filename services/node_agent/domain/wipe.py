@@ -10,9 +10,10 @@ first: ``blkdiscard``, ``wipefs --all --force`` and zeroing the first and last M
 from __future__ import annotations
 
 import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterable
+from typing import Any
 
 MIB = 1 << 20
 BLOCK = 4096

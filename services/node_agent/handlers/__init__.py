@@ -4,8 +4,17 @@ and the node's hardware (burn-in, BMC)."""
 from .hardware import burn_in, set_bmc, stored_bmc, validate_bmc
 from .instances import power, power_refused, read_console, reconcile_instances
 from .node import Node, RecordsFactory
-from .provisioning import (deprovision_node, deprovision_step, instance_info, load_network, provision_node,
-                           provision_step, reconcile_network, refresh_gauge, tenant_networks_changed)
+from .provisioning import (
+                           deprovision_node,
+                           deprovision_step,
+                           instance_info,
+                           load_network,
+                           provision_node,
+                           provision_step,
+                           reconcile_network,
+                           refresh_gauge,
+                           tenant_networks_changed,
+)
 from .volumes import mount_volume, unmount_volume, volume_refused
 from .wipe import rewipe, wipe_slots, wipe_step
 

@@ -17,7 +17,8 @@ from shared.secrets import SecretError, unseal
 from shared.unit_of_work import UnitOfWork
 
 from .. import contracts as c
-from ..adapters.drivers.redfish.bmc import BmcConfig, BmcError, validate as validate_bmc_call
+from ..adapters.drivers.redfish.bmc import BmcConfig, BmcError
+from ..adapters.drivers.redfish.bmc import validate as validate_bmc_call
 from .node import Node
 
 log = structlog.get_logger()

@@ -18,8 +18,9 @@ outbox).
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Literal
 
 from services.allocation.contracts import ACTIVATE, FAIL_ALLOCATION, MARK_PROVISIONING, MARK_RELEASED
 from services.billing.contracts import START_METER

@@ -17,8 +17,23 @@ from datetime import datetime
 from shared.wire import step_key
 
 from .definitions import DEFINITIONS, Notice, SagaDefinition, SagaStep, context
-from .model import (COMPENSATE, INVOKE, OPEN, Action, Command, Event, Expired, Input, Outcome, Policy, Reply, Saga,
-                    Start, StepChange, StepRecord)
+from .model import (
+    COMPENSATE,
+    INVOKE,
+    OPEN,
+    Action,
+    Command,
+    Event,
+    Expired,
+    Input,
+    Outcome,
+    Policy,
+    Reply,
+    Saga,
+    Start,
+    StepChange,
+    StepRecord,
+)
 
 
 def compensation_key(saga_id, step: str) -> str:

@@ -22,13 +22,13 @@ from services.allocation.contracts import AllocationReleaseRequested, Allocation
 from shared.outbox import Outbox
 from shared.unit_of_work import UnitOfWork
 
-from .places import tell_joined, tell_places
-from .withdrawals import after_allocate, on_request, withdrawn
 from ..adapters import lines as line_store
 from ..adapters import repository
 from ..domain import lines
 from ..domain.machine import expired, handle
 from ..domain.model import Command, Input, Policy, Reply, Saga, Start
+from .places import tell_joined, tell_places
+from .withdrawals import after_allocate, on_request, withdrawn
 
 log = structlog.get_logger()
 

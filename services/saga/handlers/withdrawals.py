@@ -22,12 +22,12 @@ import structlog
 from services.allocation.contracts import ReleaseAllocation
 from shared.unit_of_work import UnitOfWork
 
-from .places import tell_places
 from ..adapters import lines as line_store
 from ..adapters import withdrawals as store
 from ..contracts import WithdrawAllocation
 from ..domain import lines
 from ..domain.model import Saga
+from .places import tell_places
 
 log = structlog.get_logger()
 

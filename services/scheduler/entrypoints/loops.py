@@ -14,10 +14,10 @@ from functools import partial
 import structlog
 
 from services.allocation.contracts import PreemptAllocation
-from shared.periodic import Leadership
-from shared.unit_of_work import UnitOfWork
 from shared.envelope import utcnow
+from shared.periodic import Leadership
 from shared.runtime import Runtime
+from shared.unit_of_work import UnitOfWork
 
 from .. import contracts as c
 from ..adapters import catalog

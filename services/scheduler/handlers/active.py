@@ -25,9 +25,9 @@ import structlog
 from ..adapters.repository import PgSchedulerRepository
 from ..domain.claims import NIL
 from ..domain.inventory import Inventory, NodeState, Placement, Pool, Request, SlotTaken
+from ..domain.ports import SchedulerRepository
 from ..domain.queue import FairQueue, QueueFull
 from ..domain.quota import QuotaBook, QuotaKey
-from ..domain.ports import SchedulerRepository
 from ..domain.scheduler import Scheduler
 from ..domain.shapes import Shape
 from ..domain.topology import SlotMap

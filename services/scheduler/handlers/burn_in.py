@@ -12,7 +12,7 @@ succeeds (``node_agent.slot_rewiped`` ok); a failed re-wipe keeps it quarantined
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import structlog
 
@@ -33,7 +33,7 @@ def start_burn_in(node_id: uuid.UUID, requested_by: uuid.UUID | None) -> dict:
     """A new run's record (the node's ``burn_in`` column)."""
     return {"run_id": str(uuid.uuid4()), "state": "running", "checks": [],
             "requested_by": str(requested_by) if requested_by else None,
-            "started_at": datetime.now(timezone.utc).isoformat(), "finished_at": None}
+            "started_at": datetime.now(UTC).isoformat(), "finished_at": None}
 
 
 async def send_burn_in(ctx: UnitOfWork, node_id: uuid.UUID, run: dict) -> None:

@@ -16,8 +16,8 @@ from shared.unit_of_work import UnitOfWork
 from .. import contracts as c
 from ..domain.topology import NodeTopology, SlotMap, TopologyError, compare, derive_slot_map
 from .active import ActiveScheduler
-from .common import Rejected, admin, emit_node, known_node
 from .burn_in import send_burn_in, start_burn_in
+from .common import Rejected, admin, emit_node, known_node
 from .placing import place_waiting
 
 _DECLARED = ("name", "gpu_model", "gpu_count", "labels", "pool", "region", "site", "rack")

@@ -54,7 +54,7 @@ class Quota:
     user: Limits | None = None       # the user's share (None: none set, only the tenant's limits apply)
 
     @classmethod
-    def of(cls, storage_class: str, tenant: Limits, defaults: Limits, user: Limits | None = None) -> "Quota":
+    def of(cls, storage_class: str, tenant: Limits, defaults: Limits, user: Limits | None = None) -> Quota:
         """The tenant's own limits where set, the defaults otherwise; ``user``: the user's share, if any."""
         return cls(storage_class, _or(tenant.max_bytes, defaults.max_bytes), _or(tenant.max_volumes, defaults.max_volumes),
                    user)

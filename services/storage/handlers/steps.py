@@ -27,8 +27,7 @@ from ..adapters.backends.base import BackendError
 from ..adapters.repository import PgVolumeRepository
 from ..domain.model import GB, Refused, StoragePolicy, Volume, check_size, scratch_id, scratch_name
 from ..domain.ports import VolumeRepository
-from .lifecycle import (Backends, RepositoryFactory, admit, backend_of, changed, destroy, discard, export, make,
-                        release)
+from .lifecycle import Backends, RepositoryFactory, admit, backend_of, changed, destroy, discard, export, make, release
 
 
 class Made:

@@ -21,8 +21,7 @@ from ..adapters.backends.base import BackendError
 from ..adapters.repository import PgVolumeRepository
 from ..domain.model import Refused, StoragePolicy, Volume, check_size
 from ..domain.quota import Limits, effective
-from .lifecycle import (Backends, RepositoryFactory, admit, backend_of, changed, defaults, destroy, discard, make,
-                        publish)
+from .lifecycle import Backends, RepositoryFactory, admit, backend_of, changed, defaults, destroy, discard, make, publish
 
 log = structlog.get_logger()
 

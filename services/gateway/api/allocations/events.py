@@ -51,7 +51,7 @@ async def _pump(gw: Gateway, resp: web.StreamResponse, allocation_id: uuid.UUID,
                 continue
             try:
                 await asyncio.wait_for(wake.wait(), gw.config.stream_poll_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 await resp.write(KEEPALIVE)
 
 

@@ -32,7 +32,7 @@ class InstanceOut(InstanceInfo):
     mounts: list[MountOut] = InstanceInfo.model_fields["mounts"]
 
     @classmethod
-    def shown(cls, stored: dict) -> "InstanceOut":
+    def shown(cls, stored: dict) -> InstanceOut:
         """From the stored InstanceInfo (node_agent.contracts): what this API shows of it (a field the wire
         model gained since is left out, not an error)."""
         shown = {k: v for k, v in stored.items() if k in cls.model_fields}

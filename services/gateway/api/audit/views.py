@@ -3,9 +3,9 @@ Appends go through shared.ledger_store.append (http/audit.py); this module only 
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import AsyncIterator
 
 import asyncpg
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import secrets
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import asyncpg
 from aiohttp import web
@@ -38,8 +38,18 @@ from ...http.problems import forbidden, validation_problem
 from ...http.schema_base import FieldError
 from ...http.state import gateway_of
 from ...http.tenancy import require_tenant, visible_tenant
-from .budget_schemas import (BudgetAccepted, BudgetDeleteAccepted, BudgetOut, BudgetSet, BudgetView, CrossingOut,
-                             DeliveryOut, SpendCapOut, SpendCapSet, ThresholdOut)
+from .budget_schemas import (
+    BudgetAccepted,
+    BudgetDeleteAccepted,
+    BudgetOut,
+    BudgetSet,
+    BudgetView,
+    CrossingOut,
+    DeliveryOut,
+    SpendCapOut,
+    SpendCapSet,
+    ThresholdOut,
+)
 
 DELIVERIES_SHOWN = 50
 
@@ -131,7 +141,7 @@ async def _spend_cap(conn: asyncpg.Connection, tenant_id: uuid.UUID, now: dateti
 
 async def get_budget(request: web.Request) -> web.Response:
     tenant_id = _budget_admin(request)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     async with gateway_of(request).pool.acquire() as conn:
         await require_tenant(conn, tenant_id)
         budget = await conn.fetchrow("SELECT * FROM budgets_view WHERE tenant_id=$1", tenant_id)
@@ -153,7 +163,7 @@ async def put_spend_cap(request: web.Request) -> web.Response:
     admin = require_provider_admin(request)
     tenant_id = path_uuid(request, "tenant_id", "tenant")
     body = await read_body(request, SpendCapSet)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     async with gateway_of(request).unit_of_work("gateway.put_spend_cap") as uow:
         await require_tenant(uow.conn, tenant_id)
         await uow.conn.execute(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import html
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Literal
 
 import asyncpg
@@ -33,7 +33,7 @@ from ...http.schema_base import text
 from ...http.state import gateway_of
 from .invoice_schemas import PERIOD_PATTERN, InvoiceAmount, InvoiceLineOut, InvoiceOut, InvoicePage, InvoiceSummary
 
-UTC = timezone.utc
+UTC = UTC
 INVOICE_ID = Param("invoice_id", "path", "The invoice's id.", uuid.UUID, required=True)
 TENANT = Param("tenant_id", "query", "Whose invoices (provider admins; tenant admins always read their own "
                                      "tenant's).", uuid.UUID)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import io
 import json
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
 from typing import Literal
@@ -41,8 +41,17 @@ from ...http.schema_base import FieldError, Instant, text
 from ...http.state import gateway_of
 from .invoice_schemas import PERIOD_PATTERN
 from .invoices import invoice_reader, month_bounds, scoped_tenant
-from .usage_schemas import (GpuPriceOut, LedgerVerificationOut, PriceListAccepted, PriceListList, PriceListOut,
-                            PriceListPut, PriceListRejectionOut, UsageGroupOut, UsageReport)
+from .usage_schemas import (
+    GpuPriceOut,
+    LedgerVerificationOut,
+    PriceListAccepted,
+    PriceListList,
+    PriceListOut,
+    PriceListPut,
+    PriceListRejectionOut,
+    UsageGroupOut,
+    UsageReport,
+)
 
 log = structlog.get_logger()
 # the wire's units (services.billing.contracts): GPU-seconds, byte-seconds (GB = 10**9 bytes), prices in micros
@@ -96,7 +105,7 @@ async def put_price_list(request: web.Request) -> web.Response:
     gw = gateway_of(request)
     async with gw.unit_of_work("gateway.put_price_list") as uow:
         rows = await uow.conn.fetch("SELECT effective_from, body FROM price_lists_view")
-        _check(doc, rows, datetime.now(timezone.utc))
+        _check(doc, rows, datetime.now(UTC))
         await uow.emit("billing.publish_price_list", PublishPriceList(**doc, requested_by=admin.user_id),
                        correlation_id=f"price-list:{version}")
     return respond(PriceListAccepted(version=version, status="publishing"), 202)
@@ -104,7 +113,7 @@ async def put_price_list(request: web.Request) -> web.Response:
 
 async def list_price_lists(request: web.Request) -> web.Response:
     caller = principal_of(request)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     async with gateway_of(request).pool.acquire() as conn:
         rows = await conn.fetch("SELECT * FROM price_lists_view ORDER BY effective_from")
         rejected = (await conn.fetch("SELECT * FROM price_list_rejections ORDER BY at DESC LIMIT 50")
@@ -136,7 +145,7 @@ def _usage_tenant(request: web.Request) -> uuid.UUID | None:
 
 async def get_usage(request: web.Request) -> web.Response:
     tenant_id = _usage_tenant(request)
-    end = query_value(request, TO) or datetime.now(timezone.utc)
+    end = query_value(request, TO) or datetime.now(UTC)
     start = query_value(request, FROM) or end - timedelta(days=30)
     group_by = query_value(request, GROUP_BY)
     # [from, to) with from >= to is empty: an empty report, like any interval without usage

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 from aiohttp import web
@@ -73,7 +73,7 @@ def _key_out(row: asyncpg.Record, now: datetime) -> dict:
 async def create_api_key(request: web.Request) -> web.Response:
     tenant_id, user_id = _key_holder(request)
     body = await read_body(request, ApiKeyCreate)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     expires_at = now + timedelta(seconds=body.expires_in_s) if body.expires_in_s is not None else None
     key, caller = new_api_key(), principal_of(request)
     async with gateway_of(request).unit_of_work("gateway.create_api_key") as uow:
@@ -88,7 +88,7 @@ async def create_api_key(request: web.Request) -> web.Response:
 
 async def list_api_keys(request: web.Request) -> web.Response:
     tenant_id, user_id = _key_holder(request)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     async with gateway_of(request).pool.acquire() as conn:
         await _require_user(conn, tenant_id, user_id)
         rows = await identity.list_api_keys(conn, user_id, LISTED_KEYS)
@@ -109,7 +109,7 @@ async def revoke_api_key(request: web.Request) -> web.Response:
         if now_revoked:
             await uow.emit("gateway.credential_revoked", CredentialRevoked(
                 kind="api_key", key_id=key_id, user_id=user_id, tenant_id=tenant_id, by=caller.user_id,
-                at=datetime.now(timezone.utc)), correlation_id=f"api-key:{key_id}", tenant_id=tenant_id)
+                at=datetime.now(UTC)), correlation_id=f"api-key:{key_id}", tenant_id=tenant_id)
     gw.tokens.cache.invalidate()   # this replica at once; the others when the event reaches them
     return web.Response(status=204)
 
@@ -129,7 +129,7 @@ async def update_user(request: web.Request) -> web.Response:
             raise not_found("user")
         if changed:   # enabling too: replicas must forget the user's "disabled" entry
             await uow.emit("gateway.credential_revoked", CredentialRevoked(
-                kind="user", user_id=user_id, tenant_id=tenant_id, by=caller.user_id, at=datetime.now(timezone.utc)),
+                kind="user", user_id=user_id, tenant_id=tenant_id, by=caller.user_id, at=datetime.now(UTC)),
                 correlation_id=f"user:{user_id}", tenant_id=tenant_id)
     gw.tokens.cache.invalidate()
     return respond(UserStateOut(**dict(user), disabled=user["disabled_at"] is not None))

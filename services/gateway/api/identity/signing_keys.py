@@ -9,7 +9,7 @@ a kid it does not know reloads anyway).
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from aiohttp import web
 
@@ -30,7 +30,7 @@ async def rotate(gw: Gateway, by: uuid.UUID | None, *, older_than_s: float | Non
         if not await identity.rotate_signing_key(uow.conn, kid, older_than_s=older_than_s):
             return None
         await uow.emit("gateway.credential_revoked", CredentialRevoked(
-            kind="signing_key", key_id=kid, by=by, at=datetime.now(timezone.utc)), correlation_id=f"signing-key:{kid}")
+            kind="signing_key", key_id=kid, by=by, at=datetime.now(UTC)), correlation_id=f"signing-key:{kid}")
     gw.tokens.cache.invalidate()   # this replica at once; the others when the event reaches them
     return kid
 

@@ -7,8 +7,20 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from ...http.schema_base import (Body, GpuModel, Int, Labels, Out, Problem, Rejection, ResourceName, ShapeName, Taints,
-                                 omittable, text)
+from ...http.schema_base import (
+    Body,
+    GpuModel,
+    Int,
+    Labels,
+    Out,
+    Problem,
+    Rejection,
+    ResourceName,
+    ShapeName,
+    Taints,
+    omittable,
+    text,
+)
 
 NodeStatus = Literal["registering", "registered", "pending_approval", "burn_in", "burn_in_failed", "schedulable",
                      "needs_review", "rejected"]
@@ -54,7 +66,7 @@ class NodePatch(Body):
     reason: Reason = omittable()
 
     @model_validator(mode="after")
-    def _changes_something(self) -> "NodePatch":
+    def _changes_something(self) -> NodePatch:
         if not self.model_fields_set & set(NODE_CHANGES):
             raise ValueError(f"nothing to change: send {', '.join(NODE_CHANGES)}")
         return self
@@ -113,7 +125,7 @@ class BurnIn(Out):
     finished_at: datetime | None = None
 
     @classmethod
-    def shown(cls, stored: dict) -> "BurnIn":
+    def shown(cls, stored: dict) -> BurnIn:
         """From the stored document: only the members this API shows (the scheduler's may gain more)."""
         checks = [{k: c[k] for k in BurnInCheck.model_fields if k in c} for c in stored.get("checks") or []]
         return cls(**{k: v for k, v in stored.items() if k in cls.model_fields and k != "checks"}, checks=checks)

@@ -20,8 +20,17 @@ from ...http.params import NODE_ID
 from ...http.problems import ProblemError, not_found
 from ...http.state import Gateway, gateway_of
 from . import node_views as nodes
-from .node_schemas import (BurnIn, NodeCreate, NodeDetail, NodeList, NodeOut, NodePatch, ProposalProblem,
-                           QuarantinedSlot, SlotMapApproval)
+from .node_schemas import (
+    BurnIn,
+    NodeCreate,
+    NodeDetail,
+    NodeList,
+    NodeOut,
+    NodePatch,
+    ProposalProblem,
+    QuarantinedSlot,
+    SlotMapApproval,
+)
 
 log = structlog.get_logger()
 _WRITE_ERRORS = (400, 401, 403, 404, 413, 415, 422)

@@ -45,7 +45,7 @@ class SlotWipe(Out):
     rewipe_request_id: uuid.UUID | None = None
 
     @classmethod
-    def shown(cls, row: dict[str, Any]) -> "SlotWipe":
+    def shown(cls, row: dict[str, Any]) -> SlotWipe:
         """From a slot_wipes row (its evidence: node_agent's SlotWipe as JSON; members added since are left out)."""
         evidence = row["evidence"]
         devices = [{k: d[k] for k in DeviceWipe.model_fields if k in d} for d in evidence.get("devices") or []]

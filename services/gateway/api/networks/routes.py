@@ -16,8 +16,15 @@ import uuid
 import asyncpg
 from aiohttp import web
 
-from services.network.contracts import (AddSecurityRule, CreateNetwork, DeleteNetwork, RemoveSecurityRule, SecurityRule,
-                                        is_private, rule_problems)
+from services.network.contracts import (
+    AddSecurityRule,
+    CreateNetwork,
+    DeleteNetwork,
+    RemoveSecurityRule,
+    SecurityRule,
+    is_private,
+    rule_problems,
+)
 
 from ...adapters.audit_state import StateReader, ids, select_object
 from ...http.auth import require_tenant_member

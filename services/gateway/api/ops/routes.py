@@ -109,7 +109,7 @@ async def _relay(resp: web.StreamResponse, feed: _Feed, poll_s: float) -> None:
     while True:
         try:
             msg = await asyncio.wait_for(feed.queue.get(), poll_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             await resp.write(KEEPALIVE)
             continue
         if feed.closed:

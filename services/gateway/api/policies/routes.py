@@ -9,7 +9,7 @@ validator), and emits ``gateway.policy_changed`` in its transaction: every repli
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import asyncpg
 from aiohttp import web
@@ -28,8 +28,16 @@ from ...http.problems import ProblemError, forbidden, not_found, validation_prob
 from ...http.schema_base import FieldError, text
 from ...http.state import gateway_of
 from ...http.tenancy import require_tenant
-from .schemas import (PolicyCreate, PolicyDecision, PolicyEvaluate, PolicyList, PolicyOut, PolicyReplace,
-                      PolicyVersionOut, PolicyVersions)
+from .schemas import (
+    PolicyCreate,
+    PolicyDecision,
+    PolicyEvaluate,
+    PolicyList,
+    PolicyOut,
+    PolicyReplace,
+    PolicyVersionOut,
+    PolicyVersions,
+)
 
 POLICY_ID = Param("policy_id", "path", "The policy's id (a default provider policy: its @id).",
                   text(128, min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$"), required=True)
@@ -84,7 +92,7 @@ async def _emit(request: web.Request, uow, row, change: str) -> None:
     caller = principal_of(request)
     await uow.emit("gateway.policy_changed", PolicyChanged(
         policy_id=str(row["id"]), scope=row["scope"], tenant_id=row["tenant_id"], version=row["version"],
-        change=change, by=caller.user_id, at=datetime.now(timezone.utc)), correlation_id=f"policy:{row['id']}",
+        change=change, by=caller.user_id, at=datetime.now(UTC)), correlation_id=f"policy:{row['id']}",
         tenant_id=row["tenant_id"])
     cache = cache_of(gateway_of(request))
 

@@ -30,8 +30,15 @@ from ...http.problems import not_found
 from ...http.schema_types import StorageClassName
 from ...http.state import gateway_of
 from ...http.tenancy import require_tenant, visible_tenant
-from .schemas import (StorageClassList, StorageClassOut, StorageQuotaList, StorageQuotaOut, StorageQuotaSet,
-                      StorageQuotaSetOut, StorageShareOut)
+from .schemas import (
+    StorageClassList,
+    StorageClassOut,
+    StorageQuotaList,
+    StorageQuotaOut,
+    StorageQuotaSet,
+    StorageQuotaSetOut,
+    StorageShareOut,
+)
 
 STORAGE_CLASS = Param("storage_class", "path", "The storage class (GET /v1/storage-classes).", StorageClassName,
                       required=True)

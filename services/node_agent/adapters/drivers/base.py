@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import abc
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal, Mapping
+from typing import Literal
 
 from ...domain.model import Instance, InstanceSpec
 from ...domain.volumes import MountedVolume, Volume
@@ -59,7 +59,7 @@ class ProvisioningDriver(abc.ABC):
     devices_simulated: bool = False
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> "ProvisioningDriver":
+    def from_env(cls, environ: Mapping[str, str]) -> ProvisioningDriver:
         """Build the driver from its TESSERA_* variables; raises DriverConfigError. Connects to nothing."""
         return cls()
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from ...domain.model import Instance, InstanceSpec
 from ...domain.volumes import MountedVolume, Volume
@@ -69,7 +69,7 @@ class SimDriver(ProvisioningDriver):
         self._mounting: dict[uuid.UUID, asyncio.Lock] = {}
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> "SimDriver":
+    def from_env(cls, environ: Mapping[str, str]) -> SimDriver:
         latency = parse_latency(environ.get("TESSERA_SIM_LATENCY_S") or "0")
         fail = [op.strip() for op in (environ.get("TESSERA_SIM_FAIL") or "").split(",") if op.strip()]
         return cls(latency, fail, MountNamespaces(VolumeConfig.from_env(environ)))

@@ -40,7 +40,7 @@ class VolumeConfig:
     state_dir: Path = DEFAULT_STATE_DIR
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> "VolumeConfig":
+    def from_env(cls, environ: Mapping[str, str]) -> VolumeConfig:
         """From TESSERA_VOLUME_ROOTS (else TESSERA_BTRFS_ROOT) and TESSERA_VOLUME_STATE_DIR; raises
         DriverConfigError for a relative path. Touches nothing."""
         raw = (environ.get(ROOTS_VAR) or "").strip() or (environ.get("TESSERA_BTRFS_ROOT") or "").strip()

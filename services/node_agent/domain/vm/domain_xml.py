@@ -16,8 +16,8 @@ import hashlib
 import re
 import uuid as _uuid
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Mapping, Sequence
 
 from .filesystems import Filesystem, add_filesystems
 

@@ -110,7 +110,7 @@ class BtrfsBackend(StorageBackend):
         self.drop_timeout_s = drop_timeout_s       # how long delete waits for the kernel to drop a subvolume
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> "BtrfsBackend":
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> BtrfsBackend:
         """From TESSERA_BTRFS_ROOT (required: the absolute mount point of the btrfs file system). No I/O."""
         env = os.environ if environ is None else environ
         raw = (env.get("TESSERA_BTRFS_ROOT") or "").strip()

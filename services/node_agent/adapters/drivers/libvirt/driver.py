@@ -34,10 +34,17 @@ from shared.settings import SettingError, load
 
 from ....domain.model import Instance, InstanceSpec
 from ....domain.vm import cloudinit
-from ....domain.vm.domain_xml import (BootFiles, DomainSpec, Nic, domain_name, domain_xml, fit_to_host, parse_metadata,
-                                      slot_resources)
-from ..base import (BmcSource, Console, DriverConfigError, DriverError, InstanceStarted, PowerAction,
-                    ProvisioningDriver)
+from ....domain.vm.domain_xml import (
+    BootFiles,
+    DomainSpec,
+    Nic,
+    domain_name,
+    domain_xml,
+    fit_to_host,
+    parse_metadata,
+    slot_resources,
+)
+from ..base import BmcSource, Console, DriverConfigError, DriverError, InstanceStarted, PowerAction, ProvisioningDriver
 from ..volumes import VolumeConfig
 from . import boot, host, images
 from .config import LibvirtConfig
@@ -73,7 +80,7 @@ class LibvirtDriver(LibvirtVolumes, ProvisioningDriver):
         return self._locks.setdefault(allocation_id, asyncio.Lock())
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> "LibvirtDriver":
+    def from_env(cls, environ: Mapping[str, str]) -> LibvirtDriver:
         try:
             return cls(load(LibvirtConfig, environ), VolumeConfig.from_env(environ))
         except SettingError as exc:
@@ -88,7 +95,7 @@ class LibvirtDriver(LibvirtVolumes, ProvisioningDriver):
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
     def _libvirt(self):
-        import libvirt   # lazily: only a node that runs this driver needs the binding
+        import libvirt  # lazily: only a node that runs this driver needs the binding
         if not getattr(libvirt, "_tessera_quiet", False):
             # libvirt prints every error to stderr by default; each becomes a DriverError (or is expected, as a
             # lookup of a domain not made yet), logged as JSON where it matters

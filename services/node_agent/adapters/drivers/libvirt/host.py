@@ -7,8 +7,8 @@ building a sim node's domains exactly as a real one's.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 _NODE_DIR = re.compile(r"node(\d+)")
 

@@ -18,7 +18,7 @@ _FILES = (("METADATA.;1", "meta-data"), ("USERDATA.;1", "user-data"), ("NETCONF.
 def write_seed_iso(path: Path, seed: Seed) -> None:
     """Write the seed ISO of ``seed`` to ``path``, atomically (a reader sees the old file or the whole new
     one). Blocking (call it off the event loop); overwrites an existing file; raises OSError."""
-    import pycdlib                       # imported here: only the libvirt driver needs it
+    import pycdlib  # imported here: only the libvirt driver needs it
 
     path = Path(path)
     documents = {"meta-data": meta_data(seed), "user-data": user_data(seed), "network-config": network_config(seed)}

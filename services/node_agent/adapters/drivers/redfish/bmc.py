@@ -14,10 +14,10 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Iterator
 
 import requests
 
@@ -238,7 +238,7 @@ class BmcClient:
                 pass
             self._ca_file = None
 
-    def __enter__(self) -> "BmcClient":
+    def __enter__(self) -> BmcClient:
         return self
 
     def __exit__(self, *_exc) -> None:

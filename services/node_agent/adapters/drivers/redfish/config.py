@@ -123,7 +123,7 @@ class RedfishConfig:
                             doc="seconds between reads of the power state")
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str], **overrides) -> "RedfishConfig":
+    def from_env(cls, environ: Mapping[str, str], **overrides) -> RedfishConfig:
         """The settings from ``environ`` (``overrides`` win); raises DriverConfigError naming the variable."""
         try:
             config = load(cls, environ, **overrides)

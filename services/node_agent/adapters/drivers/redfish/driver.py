@@ -39,11 +39,12 @@ from datetime import UTC, datetime
 import structlog
 
 from ....domain.model import Instance, InstanceSpec
-from ....domain.volumes import MountedVolume, Volume, simulated_mount
 from ....domain.vm import cloudinit
+from ....domain.volumes import MountedVolume, Volume, simulated_mount
 from ..base import BmcSource, DriverError, InstanceStarted, PowerAction, ProvisioningDriver
 from ..libvirt.images import ImageError, boot_file
-from .bmc import BmcClient, BmcConfig, BmcError, RequestCounter, validate as validate_bmc
+from .bmc import BmcClient, BmcConfig, BmcError, RequestCounter
+from .bmc import validate as validate_bmc
 from .config import RedfishConfig
 from .media import MediaError, MediaServer, build_iso, new_token
 from .records import Records, instance_id
@@ -91,7 +92,7 @@ class RedfishDriver(ProvisioningDriver):
         self._lock = asyncio.Lock()   # the server is one: one operation on it at a time
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> "RedfishDriver":
+    def from_env(cls, environ: Mapping[str, str]) -> RedfishDriver:
         return cls(RedfishConfig.from_env(environ))
 
     def bind(self, node_id: uuid.UUID, topology: Callable[[], dict], *, instance_started: InstanceStarted | None = None,
