@@ -104,14 +104,14 @@ async def main(n: int, disk_mib: int) -> dict:
             for i in range(n):
                 t0 = time.time()
                 a = await client.create_allocation(f"bm-{i}", "bm.8gpu", pool="bm", tolerations=["dedicated=bm:NoSchedule"])
-                a = await until(lambda: client.allocation(a["id"]), lambda x: x["state"] in ("ACTIVE", "FAILED"), 600)
+                a = await until(lambda a=a: client.allocation(a["id"]), lambda x: x["state"] in ("ACTIVE", "FAILED"), 600)
                 if a["state"] != "ACTIVE":
                     raise RuntimeError(f"allocation {i} failed: {a.get('reason')}")
                 for dev in lab.loops:
                     await asyncio.to_thread(fill_pattern, dev)
                 r0 = time.time()
                 await client.release(a["id"])
-                done = await until(lambda: client.allocation(a["id"]), lambda x: x["state"] == "RELEASED", 600)
+                done = await until(lambda a=a: client.allocation(a["id"]), lambda x: x["state"] == "RELEASED", 600)
                 wipe = (await client.request("GET", f"/v1/allocations/{a['id']}/wipe"))[1]
                 devices = [d for s in wipe["slots"] for d in s["devices"]]
                 runs.append({"request_to_active_s": epoch(a["updated_at"]) - t0,

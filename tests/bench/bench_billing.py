@@ -11,7 +11,8 @@ baseline measured in the same run on the same embedded, durable PostgreSQL (fsyn
 2. Invoices: R usage records (default 100,000) of T tenants (default 1,000) over one calendar month, rated,
    appended to the ledger and billed on their invoice exactly as billing does it
    (``handlers.rating.rate_and_record``, which also writes the usage record and the ``billing.usage_rated``
-   outbox row; the records are of next month, so their invoices are drafts) in transactions of B records (default 100) from C connections; then every invoice of the
+   outbox row; the records are of next month, so their invoices are drafts) in transactions of B records
+   (default 100) from C connections; then every invoice of the
    month finalized and published (``handlers.invoices.tick`` past the grace period). Figures: records/s
    (and its ratio to the plain INSERTs/s above), the finalization time for the T invoices, and the
    invariant checked afterwards (every invoice's lines sum to its ledger entries).

@@ -69,7 +69,8 @@ def baseline(node_ns: str, rounds: int) -> dict:
         pr = [timed(pyroute2_veth, ipr) for _ in range(rounds)]
     ip = [timed(lambda: (probe.run(node_ns, "ip", "link", "add", "bvA", "type", "veth", "peer", "name", "bvB"),
                          probe.run(node_ns, "ip", "link", "del", "bvA"))) for _ in range(rounds)]
-    table = "table inet bench\ndelete table inet bench\ntable inet bench { chain c { type filter hook forward priority 0; policy accept; }; }\n"
+    table = ("table inet bench\ndelete table inet bench\n"
+             "table inet bench { chain c { type filter hook forward priority 0; policy accept; }; }\n")
     nft = [timed(lambda: subprocess.run(["ip", "netns", "exec", node_ns, "nft", "-f", "-"], input=table, text=True, check=True))
            for _ in range(rounds)]
     probe.run(node_ns, "nft", "delete", "table", "inet", "bench")
@@ -87,7 +88,7 @@ def main(n: int, tenant_count: int, breaks: int) -> dict:
         attach_wall = time.perf_counter() - start
         noop = timed(dp.reconcile)
         assert dp.reconcile() == [], "a reconcile right after attach must find nothing to repair"
-        for tenant, att in random.sample(work, breaks):   # break some: a slot port and a VXLAN device each
+        for _tenant, att in random.sample(work, breaks):   # break some: a slot port and a VXLAN device each
             probe.run(node_ns, "ip", "link", "del", slot_port_name(att.attachment_id))
         for tenant in random.sample(sorted({t.tenant_id: t for t, _ in work}.values(), key=lambda t: str(t.tenant_id)), breaks):
             probe.run(node_ns, "ip", "link", "del", vxlan_name(tenant.networks[0].vni))

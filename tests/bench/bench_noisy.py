@@ -21,7 +21,8 @@ line when the flood stops, and the CPU seconds of every process per phase. The l
 
 The flood runs in processes of its own (this module with ``--flood``): in the measuring process it would
 delay B's timings by its own event-loop work. They run at ``--flood-nice`` (19 by default): a flood comes from
-other machines, and here the generator would otherwise take a core of the two the whole platform shares. ``--bound`` sets TESSERA_SAGA_TENANT_INFLIGHT for the run
+other machines, and here the generator would otherwise take a core of the two the whole platform shares.
+``--bound`` sets TESSERA_SAGA_TENANT_INFLIGHT for the run
 (unset: the coordinator's default), e.g. ``--bound 100000`` to see the flood without the tenant's line.
 """
 from __future__ import annotations
@@ -194,7 +195,8 @@ async def steady(client: TesseraClient, seen: Activations, rate: float, seconds:
             await asyncio.sleep(delay)
         tasks.append(asyncio.create_task(one()))
     results = await asyncio.gather(*tasks)
-    ms = lambda values, q: round(pct(values, q) * 1000, 1)
+    def ms(values, q):
+        return round(pct(values, q) * 1000, 1)
     latencies, posts = [r[0] for r in results], [r[1] for r in results]
     return {"n": n, "failed": sum(r[2] for r in results), "p50_ms": ms(latencies, 0.5), "p99_ms": ms(latencies, 0.99),
             "post_p50_ms": ms(posts, 0.5), "post_p99_ms": ms(posts, 0.99),
@@ -292,7 +294,8 @@ async def main(args) -> dict:
     statuses = counted["statuses"]
     requests = sum(sum(v.values()) for v in statuses.values())
     refused = sum(v.get("429", 0) for v in statuses.values())
-    ratio = lambda k: round(flooded[k] / alone[k], 2) if alone[k] else None
+    def ratio(k):
+        return round(flooded[k] / alone[k], 2) if alone[k] else None
     result.update({
         "b_alone": alone, "b_flood": flooded,
         "b_p50_alone_ms": alone["p50_ms"], "b_p99_alone_ms": alone["p99_ms"],

@@ -252,7 +252,8 @@ async def main(n: int, concurrency: int, nodes: int, profile: str, n1: int, n_ha
     ceiling = min(js_sync / pubs, pg_rate / txns)
     cpu = {k: round((cpu1.get(k, 0) - cpu0.get(k, 0)) / n * 1000, 2) for k in sorted(cpu1)}
     slowest = max((k for k in cpu if k not in NOT_SERVICES), key=lambda k: cpu[k])
-    ms = lambda values, q: round(pct(values, q) * 1000, 1)
+    def ms(values, q):
+        return round(pct(values, q) * 1000, 1)
     result = {
         "allocations": n, "concurrency": concurrency, "nodes": nodes, "failed": run["failures"],
         "allocations_per_s": round(rate, 1),

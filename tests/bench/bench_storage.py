@@ -55,7 +55,7 @@ async def through_platform(client: TesseraClient, n: int) -> list[dict]:
         t0 = time.perf_counter()
         v = await client.create_volume(f"bench-{i}-{uuid.uuid4().hex[:6]}", 64 * MIB)
 
-        async def available():
+        async def available(v=v):
             got = await client.volume(v["id"])
             if got["state"] in ("rejected", "error"):
                 raise RuntimeError(f"volume {v['id']} {got['state']}: {got.get('reason')}")
@@ -64,7 +64,7 @@ async def through_platform(client: TesseraClient, n: int) -> list[dict]:
         t1 = time.perf_counter()
         await client.delete_volume(v["id"])
 
-        async def gone():
+        async def gone(v=v):
             try:
                 await client.volume(v["id"])
             except ApiError as exc:
@@ -156,7 +156,8 @@ async def main(n: int, mib: int) -> dict:
             await asyncio.to_thread(remove_domains, work, list(p.state_dirs))
             await asyncio.to_thread(p.lab.destroy)
             shutil.rmtree(work, ignore_errors=True)
-    q = lambda rows, k, x: round(pct([r[k] for r in rows], x), 4)
+    def q(rows, k, x):
+        return round(pct([r[k] for r in rows], x), 4)
     result = {
         "benchmark": "storage", "n": n,
         "create_p50_s": q(platform_rows, "create_s", 0.5), "create_p99_s": q(platform_rows, "create_s", 0.99),

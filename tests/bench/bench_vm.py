@@ -215,7 +215,8 @@ async def follow(p: Platform, client: TesseraClient, events, allocation_id: str,
     return r
 
 
-async def drive(p: Platform, client: TesseraClient, n: int, concurrency: int, keep: dict, first: int = 0) -> tuple[list[dict], float]:
+async def drive(p: Platform, client: TesseraClient, n: int, concurrency: int, keep: dict,
+                first: int = 0) -> tuple[list[dict], float]:
     queue, out = list(range(first, first + n)), []
 
     async def worker():
@@ -300,9 +301,14 @@ async def main(n: int, concurrency: int, nodes: int, warmup: int, n_base: int, n
 
 
 def figures(runs, warm, wall, cpu0, cpu1, at_c, at_1, n, concurrency, nodes, logs) -> dict:
-    col = lambda rows, k: [r[k] for r in rows]
-    p50 = lambda rows, k: round(pct(col(rows, k), 0.5), 3) if rows else None
-    p99 = lambda rows, k: round(pct(col(rows, k), 0.99), 3) if rows else None
+    def col(rows, k):
+        return [r[k] for r in rows]
+
+    def p50(rows, k):
+        return round(pct(col(rows, k), 0.5), 3) if rows else None
+
+    def p99(rows, k):
+        return round(pct(col(rows, k), 0.99), 3) if rows else None
     total, cp = col(runs, "request_to_ready_s"), col(runs, "control_plane_s")
     split_rows = [r for r in runs if r["ready_to_activated_s"] is not None]
     virsh_ready = p50(at_c, "create_to_ready_s")

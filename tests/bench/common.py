@@ -137,6 +137,7 @@ def summarise_profile(path: Path, top: int = 12) -> dict:
                 incl[f] += n
     if not total:
         return {}
-    pct_of = lambda c: {k.replace(str(Path(__file__).resolve().parents[2]) + "/", ""): round(100 * v / total, 1)
-                        for k, v in c.most_common(top)}
+    def pct_of(c):
+        root = str(Path(__file__).resolve().parents[2]) + "/"
+        return {k.replace(root, ""): round(100 * v / total, 1) for k, v in c.most_common(top)}
     return {"samples": total, "self_pct": pct_of(self_t), "inclusive_pct_project_code": pct_of(incl)}

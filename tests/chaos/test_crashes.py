@@ -8,7 +8,7 @@ import uuid
 import asyncpg
 import pytest
 
-from tests.support.platform import E2E_ENV, leftovers
+from tests.support.platform import E2E_ENV, NOTHING_LEFT, leftovers
 from tests.support.polling import eventually
 from tooling.client import TesseraClient
 from tooling.platform import Platform
@@ -76,7 +76,7 @@ async def test_saga_coordinator_killed_mid_saga_resumes_and_completes(fresh_plat
             assert active["state"] == "ACTIVE", active
             await tenant.release(a["id"])
             await tenant.wait_state(a["id"], "RELEASED", timeout=60)
-            assert await leftovers(db, a["id"]) == {"slots": 0, "attachments": 0, "volumes": 0, "volume_attachments": 0, "instances": 0, "running_meters": 0}
+            assert await leftovers(db, a["id"]) == NOTHING_LEFT
     finally:
         await db.close()
 

@@ -375,7 +375,8 @@ def test_every_deployed_nats_server_requires_credentials_with_generated_permissi
         missing = _nats_server_test(text.replace("authorization.conf", "no-such-file.conf"), conf.parent, conf.name)
         assert missing.returncode != 0, where
     auth = (bus_secrets / "nats" / "authorization.conf").read_text()
-    assert "no_auth_user" not in "\n".join(line.split("#", 1)[0] for line in auth.splitlines()) and auth.count('"nkey"') == len(SERVICES) - 1 + 2 + 1   # + ops, admin, a node
+    assert "no_auth_user" not in "\n".join(line.split("#", 1)[0] for line in auth.splitlines())
+    assert auth.count('"nkey"') == len(SERVICES) - 1 + 2 + 1   # + ops, admin, a node
     # no other NATS configuration lives in deploy/ (the shared base is included by both, the embedded runner adds its own)
     confs = {p.relative_to(ROOT).as_posix() for p in (ROOT / "deploy").rglob("*.conf")}
     assert confs == {"deploy/nats/nats-server.conf", "deploy/compose/nats.conf"}

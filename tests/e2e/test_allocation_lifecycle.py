@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from shared.participant import FAULT_LABEL
-from tests.support.platform import leftovers
+from tests.support.platform import NOTHING_LEFT, leftovers
 from tests.support.polling import eventually
 from tooling.client import ApiError, WaitAborted
 
@@ -40,7 +40,7 @@ async def test_fault_at_each_step_fails_the_allocation_and_compensates_every_ear
     assert failed["state"] == "FAILED"
     assert failed["failed_step"] == step
     assert "injected fault" in failed["reason"]
-    assert await leftovers(db, a["id"]) == {"slots": 0, "attachments": 0, "volumes": 0, "volume_attachments": 0, "instances": 0, "running_meters": 0}
+    assert await leftovers(db, a["id"]) == NOTHING_LEFT
 
 
 async def test_a_wait_for_active_stops_as_soon_as_the_allocation_fails_and_says_where_and_why(tenant):
@@ -59,7 +59,7 @@ async def test_step_that_never_answers_times_out_and_is_compensated(tenant, db):
     failed = await tenant.user.wait_state(a["id"], {"FAILED", "ACTIVE"}, timeout=90)
     assert failed["state"] == "FAILED" and failed["failed_step"] == "provision_node"
     assert "timed out" in failed["reason"]
-    assert await leftovers(db, a["id"]) == {"slots": 0, "attachments": 0, "volumes": 0, "volume_attachments": 0, "instances": 0, "running_meters": 0}
+    assert await leftovers(db, a["id"]) == NOTHING_LEFT
 
 
 async def test_no_capacity_with_fail_fast_fails_at_reservation_with_nothing_reserved(tenant, db):

@@ -132,7 +132,8 @@ async def test_two_networks_of_a_tenant_are_isolated_until_a_rule_opens_exactly_
         nets[name] = net
     web = await active(tenant.user, "web-1", opts, network_id=nets["web"]["id"])
     db = await active(tenant.user, "db-1", opts, network_id=nets["db"]["id"])
-    web_att, db_att = await attachment_of(tenant.user, web, nets["web"]["id"]), await attachment_of(tenant.user, db, nets["db"]["id"])
+    web_att = await attachment_of(tenant.user, web, nets["web"]["id"])
+    db_att = await attachment_of(tenant.user, db, nets["db"]["id"])
     web_ns, db_ns, db_ip = netns_of(web_att), netns_of(db_att), db_att["ip_address"]
     servers = [await asyncio.to_thread(probe.start, db_ns, probe.TCP_SERVER, db_ip, p) for p in ("5432", "6000")]
     try:

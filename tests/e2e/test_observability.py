@@ -29,10 +29,12 @@ async def test_one_trace_spans_gateway_saga_and_every_participant(platform, tena
     wanted = {"gateway", "allocation", "saga", "scheduler", "network", "storage", "node_agent", "billing"}
 
     def services_per_trace() -> dict[str, set[str]]:
-        spans = [json.loads(l) for l in trace_file.read_text().splitlines() if l.strip()] if trace_file.exists() else []
+        lines = trace_file.read_text().splitlines() if trace_file.exists() else []
+        spans = [json.loads(line) for line in lines if line.strip()]
         by_trace: dict[str, set[str]] = {}
         for s in spans:
-            if s["attributes"].get("tessera.correlation_id") == a["id"] or s["attributes"].get("tessera.allocation_id") == a["id"]:
+            attrs = s["attributes"]
+            if a["id"] in (attrs.get("tessera.correlation_id"), attrs.get("tessera.allocation_id")):
                 by_trace.setdefault(s["trace_id"], set())
         for s in spans:
             if s["trace_id"] in by_trace:

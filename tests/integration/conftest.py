@@ -16,7 +16,8 @@ async def run_service(infra, provision):
 
     async def _run(name: str, build, **overrides):
         bus = overrides.pop("bus", BusSettings(ack_wait_s=5, max_deliver=3, retry_backoff_s=[0.05, 0.1, 0.2]))
-        settings = ServiceSettings(service=name, nats_url=infra.nats_url, nats_nkey_file=infra.nkey_file(identity(name, overrides.get("instance", "0"))),
+        seed = infra.nkey_file(identity(name, overrides.get("instance", "0")))
+        settings = ServiceSettings(service=name, nats_url=infra.nats_url, nats_nkey_file=seed,
                                    db_dsn=await provision(overrides.pop("schema", name)), bus=bus, **overrides)
         rt = build(settings)
         await rt.start()

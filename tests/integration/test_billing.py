@@ -25,7 +25,8 @@ async def test_start_meter_command_yields_one_meter_and_one_reply_even_when_deli
     await publish_envelope(js, "billing.cmd.start_meter", env)
     # the same envelope again under another Nats-Msg-Id: the server cannot dedupe it, the inbox must
     await publish_envelope(js, "billing.cmd.start_meter", env, msg_id=f"again-{env.id}")
-    hits = await replies.wait_for(lambda i: i[1]["type"] == "billing.meter_started" and i[1]["data"]["allocation_id"] == str(alloc))
+    hits = await replies.wait_for(
+        lambda i: i[1]["type"] == "billing.meter_started" and i[1]["data"]["allocation_id"] == str(alloc))
     assert hits[0][1]["causation_id"] == str(env.id)
     assert hits[0][1]["correlation_id"] == str(alloc)
     async with rt.pool.acquire() as conn:
@@ -50,7 +51,8 @@ async def test_compensated_key_makes_a_late_start_a_failure_with_no_meter(run_se
     await publish_envelope(js, "billing.cmd.stop_meter", make_envelope("billing.stop_meter", stop, tenant_id=tenant))
     await replies.wait_for(lambda i: i[1]["type"] == "billing.meter_stopped" and i[1]["data"]["allocation_id"] == str(alloc))
     await publish_envelope(js, "billing.cmd.start_meter", make_envelope("billing.start_meter", start_cmd(alloc, tenant, saga)))
-    hits = await replies.wait_for(lambda i: i[1]["type"] == "billing.meter_start_failed" and i[1]["data"]["allocation_id"] == str(alloc))
+    hits = await replies.wait_for(
+        lambda i: i[1]["type"] == "billing.meter_start_failed" and i[1]["data"]["allocation_id"] == str(alloc))
     assert "compensated" in hits[0][1]["data"]["reason"]
     async with rt.pool.acquire() as conn:
         assert await conn.fetchval("SELECT count(*) FROM meters WHERE allocation_id=$1", alloc) == 0

@@ -164,10 +164,12 @@ async def test_purge_forgets_old_published_rows_and_inbox_entries_but_keeps_unpu
             old_pub = await probe.outbox.add(conn, "probe.pinged", Ping(n=1), correlation_id="purge")
             pending = await probe.outbox.add(conn, "probe.pinged", Ping(n=2), correlation_id="purge")
             await conn.execute("UPDATE outbox SET published_at = now() - interval '2 hours' WHERE id = $1", old_pub.id)
-            await conn.execute("UPDATE outbox SET published_at = NULL, created_at = now() - interval '2 hours' WHERE id = $1", pending.id)
+            await conn.execute("UPDATE outbox SET published_at = NULL, created_at = now() - interval '2 hours' "
+                               "WHERE id = $1", pending.id)
             old_in, new_in = uuid.uuid4(), uuid.uuid4()
-            await conn.execute("INSERT INTO inbox (consumer, event_id, processed_at) VALUES ('purge-test', $1, now() - interval '9 days'),"
-                               " ('purge-test', $2, now())", old_in, new_in)
+            await conn.execute("INSERT INTO inbox (consumer, event_id, processed_at) "
+                               "VALUES ('purge-test', $1, now() - interval '9 days'), ('purge-test', $2, now())",
+                               old_in, new_in)
         await probe.relay.purge()
         assert await conn.fetchval("SELECT count(*) FROM outbox WHERE id = $1", old_pub.id) == 0
         assert await conn.fetchval("SELECT count(*) FROM outbox WHERE id = $1", pending.id) == 1

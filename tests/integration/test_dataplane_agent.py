@@ -34,7 +34,8 @@ async def kernel_agent(infra, provision):
                "TESSERA_NODE_UNDERLAY_DEV": "ul0", "TESSERA_NODE_RECONCILE_S": "3600"}
 
     async def start(driver: SimDriver | None = None):
-        settings = ServiceSettings(service="node_agent", nats_url=infra.nats_url, nats_nkey_file=infra.nkey_file(node_identity(lab.node_ids[0])),
+        seed = infra.nkey_file(node_identity(lab.node_ids[0]))
+        settings = ServiceSettings(service="node_agent", nats_url=infra.nats_url, nats_nkey_file=seed,
                                    db_dsn=dsn, instance=str(lab.node_ids[0]),
                                    bus=BusSettings(ack_wait_s=5, max_deliver=3, retry_backoff_s=[0.05, 0.1, 0.2]))
         rt = build(settings, driver=driver or SimDriver(), environ=environ)

@@ -225,7 +225,8 @@ def _fuzz(world: World, session: requests.Session, schema, operation) -> None:
         _call(world, session, operation, case)
     for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
         @given(case=operation.as_strategy(generation_mode=mode), use_live_ids=st.booleans())
-        @settings(max_examples=FUZZ_EXAMPLES if world.role == "natural" else OTHER_ROLE_EXAMPLES, derandomize=True, database=None, deadline=None, phases=[Phase.generate],
+        @settings(max_examples=FUZZ_EXAMPLES if world.role == "natural" else OTHER_ROLE_EXAMPLES, derandomize=True,
+                  database=None, deadline=None, phases=[Phase.generate],
                   suppress_health_check=list(HealthCheck), verbosity=hypothesis.Verbosity.quiet)
         def fuzzed(case, use_live_ids):
             _call(world, session, operation, case, use_live_ids)

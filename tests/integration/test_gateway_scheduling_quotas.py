@@ -36,7 +36,8 @@ async def test_provider_admin_sets_a_tenant_quota_and_bad_requests_send_nothing(
     assert r.status == 202 and (r.body["limit"], r.body["guaranteed"], r.body["used"]) == (16, 4, 0)
     hits = await commands.wait_for(lambda i: i[1]["data"]["tenant_id"] == tenant_id)
     sent = hits[0][1]["data"]
-    assert (sent["pool"], sent["gpu_model"], sent["limit"], sent["guaranteed"], sent["user_id"]) == ("shared", "H100", 16, 4, None)
+    got = (sent["pool"], sent["gpu_model"], sent["limit"], sent["guaranteed"], sent["user_id"])
+    assert got == ("shared", "H100", 16, 4, None)
     cases = [(admin, path, {"limit": 2, "guaranteed": 3}, 422), (admin, path, {"limit": -1}, 422),
              (admin, path, {"limit": 2, "used": 0}, 422), (admin, f"/v1/tenants/{tenant_id}/quotas/Bad_Pool/H100",
                                                            {"limit": 1}, 422),

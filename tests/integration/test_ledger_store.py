@@ -92,7 +92,7 @@ async def test_appends_form_a_chain_of_gap_free_seqs_each_linked_to_the_last(led
     assert [a.seq for a in got] == [1, 2, 3, 4, 5]
     rows = await ledger.conn.fetch("SELECT * FROM ledger_entries ORDER BY seq")
     prev = GENESIS
-    for (seq, digest), r in zip(got, rows):
+    for (_seq, digest), r in zip(got, rows):
         assert bytes(r["prev_hash"]) == prev and bytes(r["row_hash"]) == digest
         fields = {**dict(r.items()), "entry": json.loads(r["entry"])}
         assert row_hash(prev, fields) == digest

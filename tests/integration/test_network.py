@@ -129,7 +129,8 @@ async def test_concurrent_attaches_never_give_an_address_or_a_vni_twice(run_serv
     vnis = set()
     for tenant in tenants:
         rows = await attachments(rt, tenant_id=tenant)
-        assert sorted(ipaddress.IPv4Address(r["ip"]) for r in rows) == [ipaddress.IPv4Address(f"10.0.0.{i}") for i in range(2, 10)]
+        expected = [ipaddress.IPv4Address(f"10.0.0.{i}") for i in range(2, 10)]
+        assert sorted(ipaddress.IPv4Address(r["ip"]) for r in rows) == expected
         assert len({r["vni"] for r in rows}) == 1 and len({r["mac_address"] for r in rows}) == 8
         vnis |= {r["vni"] for r in rows}
     assert len(vnis) == 3

@@ -104,7 +104,8 @@ async def test_a_rewipe_answers_its_outcome_with_evidence(run_service, nc, watch
     node = await _node(run_service, disks)
     events = await watch(f"node_agent.evt.slot_rewiped.{node}")
     request = uuid.uuid4()
-    await publish_from_node(nc, "node_agent.rewipe", node, {"request_id": request, "node_id": node, "slot": 1, "requested_by": uuid.uuid4()})
+    await publish_from_node(nc, "node_agent.rewipe", node,
+                            {"request_id": request, "node_id": node, "slot": 1, "requested_by": uuid.uuid4()})
     hit = (await events.wait_for(lambda i: i[1]["data"]["request_id"] == str(request), timeout=60))[0][1]["data"]
     # no slot detail: the default policy, which a loop device cannot satisfy (NVMe format only)
     assert hit["slot"] == 1 and hit["ok"] is False and "nvme" in hit["evidence"]["reason"].lower()

@@ -22,6 +22,10 @@ E2E_ENV = {
 }
 
 
+# what leftovers() answers once nothing is held
+NOTHING_LEFT = {"slots": 0, "attachments": 0, "volumes": 0, "volume_attachments": 0, "instances": 0, "running_meters": 0}
+
+
 async def leftovers(db: asyncpg.Connection, allocation_id: str) -> dict[str, int]:
     """What any service still holds for an allocation (all zero after release or compensation)."""
     aid = uuid.UUID(allocation_id)
@@ -33,5 +37,6 @@ async def leftovers(db: asyncpg.Connection, allocation_id: str) -> dict[str, int
         "volume_attachments": await db.fetchval("SELECT count(*) FROM storage.attachments WHERE allocation_id=$1",
                                                 aid),
         "instances": await db.fetchval("SELECT count(*) FROM node_agent.instances WHERE allocation_id=$1", aid),
-        "running_meters": await db.fetchval("SELECT count(*) FROM billing.meters WHERE allocation_id=$1 AND stopped_at IS NULL", aid),
+        "running_meters": await db.fetchval("SELECT count(*) FROM billing.meters WHERE allocation_id=$1 "
+                                            "AND stopped_at IS NULL", aid),
     }

@@ -193,7 +193,7 @@ def test_cross_field_rules_are_refused_naming_the_field():
 def test_a_uuid_in_a_body_is_written_as_json_schema_says():
     body = VALID[AllocationCreate]
     ident = uuid.uuid4()
-    for form in (ident.hex, "{%s}" % ident, f"urn:uuid:{ident}", str(ident) + "\n"):
+    for form in (ident.hex, f"{{{ident}}}", f"urn:uuid:{ident}", str(ident) + "\n"):
         assert _fields(AllocationCreate, {**body, "network_id": form}) == {"network_id"}, form
     assert AllocationCreate.model_validate({**body, "network_id": str(ident).upper()}).network_id == ident
 
@@ -209,8 +209,8 @@ def test_json_depth_counts_nesting_outside_strings_only():
 
 def test_the_cidr_patterns_agree_with_the_network_services_rule():
     from services.network.contracts import UNUSABLE_PATTERN, cidr_problem
-    samples = [f"{a}.{b}.{c}.{d}/{p}" for a in (0, 10, 127, 169, 223, 224, 239, 240, 255) for b in (0, 1, 128, 254) for c in (0, 3, 128, 255)
-               for d in (0, 8, 129) for p in (0, 8, 15, 16, 17, 23, 24, 25, 29, 30, 32)]
+    samples = [f"{a}.{b}.{c}.{d}/{p}" for a in (0, 10, 127, 169, 223, 224, 239, 240, 255) for b in (0, 1, 128, 254)
+               for c in (0, 3, 128, 255) for d in (0, 8, 129) for p in (0, 8, 15, 16, 17, 23, 24, 25, 29, 30, 32)]
     for text in samples + ["10.1.0.0/24", "010.1.0.0/24", "10.1.0.0/024", "10.1.0.0", "10.1.0.0/24 ", ""]:
         documented = bool(re.fullmatch(SUBNET_PATTERN, text)) and not re.search(UNUSABLE_PATTERN, text)
         assert documented == (cidr_problem(text) is None and text.strip() == text

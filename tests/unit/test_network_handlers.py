@@ -210,7 +210,8 @@ async def test_a_rule_id_used_on_another_network_or_a_rule_the_domain_refuses_is
     await add(repo, a, r)
     taken = (await add(repo, b, r)).only("network.command_rejected").data
     assert taken["reason"] == "rule id already in use; choose another" and taken["rule_id"] == str(r.id)
-    foreign = (await add(repo, a, rule(direction="ingress", remote_cidr=None, remote_network_id=uuid.uuid4()))).only("network.command_rejected").data
+    added = await add(repo, a, rule(direction="ingress", remote_cidr=None, remote_network_id=uuid.uuid4()))
+    foreign = added.only("network.command_rejected").data
     assert foreign["command"] == "add_security_rule" and len(repo.rules) == 1
 
 

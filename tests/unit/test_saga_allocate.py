@@ -15,7 +15,8 @@ NODE, VOLUME = str(uuid.uuid4()), str(uuid.uuid4())
 # what each step's participant answers on success
 OK_DATA = {
     "reserve_slots": {"node_id": NODE, "slots": [2, 3], "gpu_model": "H100"},
-    "attach_network": {"attachment_id": str(uuid.uuid4()), "vni": 4100, "ip_address": "10.0.0.5", "mac_address": "02:00:00:00:00:05"},
+    "attach_network": {"attachment_id": str(uuid.uuid4()), "vni": 4100, "ip_address": "10.0.0.5",
+                       "mac_address": "02:00:00:00:00:05"},
     "provision_volume": {"volume_id": VOLUME, "size_gb": 50},
     "provision_node": {"node_id": NODE, "instance_id": "vm-1"},
     "start_meter": {"meter_id": str(uuid.uuid4()), "started_at": "2030-01-01T00:00:00+00:00"},
@@ -157,7 +158,8 @@ def test_duplicate_stale_and_mismatched_replies_change_nothing():
     reserve = s.expect_command("scheduler.reserve_slots")
     sid = s.saga.id
     # wrong key, unknown step, a reply type that does not belong to the step, an undo nobody asked for
-    assert s.reply("scheduler.slots_reserved", "reserve_slots", step_key(uuid.uuid4(), "reserve_slots"), **OK_DATA["reserve_slots"]) == []
+    stale = step_key(uuid.uuid4(), "reserve_slots")
+    assert s.reply("scheduler.slots_reserved", "reserve_slots", stale, **OK_DATA["reserve_slots"]) == []
     assert s.reply("scheduler.slots_reserved", "no_such_step", step_key(sid, "no_such_step")) == []
     assert s.reply("network.network_attached", "reserve_slots", step_key(sid, "reserve_slots")) == []
     assert s.reply("scheduler.slots_released", "reserve_slots", compensation_key(sid, "reserve_slots")) == []

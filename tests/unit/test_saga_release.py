@@ -7,7 +7,8 @@ from shared.wire import step_key
 from tests.support.saga import SagaScenario
 
 ORDER = [("billing.stop_meter", "stop_meter"), ("node_agent.deprovision", "deprovision_node"),
-         ("node_agent.wipe_slots", "wipe_slots"), ("storage.delete_volume", "delete_volume"), ("network.detach_network", "detach_network"),
+         ("node_agent.wipe_slots", "wipe_slots"), ("storage.delete_volume", "delete_volume"),
+         ("network.detach_network", "detach_network"),
          ("scheduler.release_slots", "release_slots"), ("allocation.mark_released", "mark_released")]
 
 

@@ -199,7 +199,7 @@ def check_invariants(sched: Scheduler) -> None:
     """No slot is held twice, every held slot is off the free list, quota use equals holdings."""
     per_slot: dict[tuple, list] = {}
     use: dict[QuotaKey, int] = {}
-    for aid, (r, p) in sched.inv.holdings().items():
+    for r, p in sched.inv.holdings().values():
         for s in p.slots:
             per_slot.setdefault((p.node_id, s), []).append(r)
         key = QuotaKey(r.tenant_id, p.gpu_model, p.pool)
