@@ -1,4 +1,4 @@
-"""Bare metal made real (issue 12): through the gateway, a bare_metal allocation is provisioned by the node's
+"""Bare metal made real: through the gateway, a bare_metal allocation is provisioned by the node's
 redfish driver against a real sushy-emulator BMC whose server is a real QEMU domain (TCG); the server boots the
 project's image from virtual media and phones home; release powers it off, ejects the media and wipes its disks
 (loop devices full of "tenant data") with evidence; a wrong BMC password fails the step naming the 401 and leaves

@@ -1,4 +1,4 @@
-"""Billing end to end, every service its own process (issue 14's "done when"): a provider publishes prices, a
+"""Billing end to end, every service its own process: a provider publishes prices, a
 tenant is quoted before it runs, sees its usage and its draft invoice grow while the allocation runs (meters
 cut every second here: E2E_ENV), exports a FOCUS file that the FinOps Foundation's validator accepts, and the
 ledger verifies."""

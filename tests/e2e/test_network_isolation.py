@@ -1,4 +1,4 @@
-"""Tenant network isolation through the gateway and the saga, proven with real packets (issue 4).
+"""Tenant network isolation through the gateway and the saga, proven with real packets.
 
 Three node-agents run with the kernel dataplane, each in its own "node" network
 namespace; the namespaces share an underlay bridge (the lab). Allocations go

@@ -1,4 +1,4 @@
-"""Scheduling through the gateway and the saga, every service its own process (issue 3).
+"""Scheduling through the gateway and the saga, every service its own process.
 
 Each test works in a pool of its own, tainted so that only requests tolerating
 the taint land there: the package's other nodes and tests never interfere.

@@ -1,10 +1,10 @@
-"""VM slices made real (issue 11): through the gateway, the saga and three node-agents running the libvirt driver
-on a real libvirtd (QEMU, TCG), each node in its own network namespace on one underlay (the lab of issue 4), the
+"""VM slices made real: through the gateway, the saga and three node-agents running the libvirt driver
+on a real libvirtd (QEMU, TCG), each node in its own network namespace on one underlay (the tenant-network lab), the
 guests booting the project's image with their NoCloud seed on their tenant's network.
 
 "From inside a guest" is its interactive serial console (ttyS1, a UNIX socket the domain binds): the test runs
 ping and wget there. The guests' taps are plugged into the tenant bridges by the node's dataplane, so the
-isolation between tenants is the one issue 4 proved with namespaces, now with real guests.
+isolation between tenants is the one tests/e2e/test_network_isolation.py proves with namespaces, now with real guests.
 """
 from __future__ import annotations
 

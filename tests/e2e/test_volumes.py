@@ -1,4 +1,4 @@
-"""Tenant volumes through the whole platform (issue 13): the gateway, the storage service on a real btrfs (a loop file
+"""Tenant volumes through the whole platform: the gateway, the storage service on a real btrfs (a loop file
 of the platform's data folder, one subvolume and qgroup per volume), the saga, and node-agents whose slots are
 network-namespace slots with a mount namespace each (``nsenter --mount=<state>/mntns/<allocation>`` is "inside the
 slot"). The VM guests' side (virtiofs, EDQUOT in the guest) is tests/e2e/test_vm_slices.py's.

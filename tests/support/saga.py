@@ -1,4 +1,4 @@
-"""A given/expect harness over the pure saga state machine (STYLE.md §4), for unit tests.
+"""A given/expect harness over the pure saga state machine, for unit tests.
 
     s = SagaScenario.allocate()                       # given a started allocate saga
     cmd = s.expect_command("scheduler.reserve_slots") # expect this command next

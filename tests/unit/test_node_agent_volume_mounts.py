@@ -1,4 +1,4 @@
-"""The pure side of mounting tenant volumes (issue 13): the volume checks and virtiofs tags, the rendered client
+"""The pure side of mounting tenant volumes: the volume checks and virtiofs tags, the rendered client
 mount commands of appliance volumes, the path check of volume roots, the virtiofs devices and shared memory of a
 VM slice's domain XML, and cloud-init's ``mounts`` in the NoCloud user-data."""
 from __future__ import annotations
