@@ -1,6 +1,7 @@
-"""A bare-metal lab on this host (the redfish driver's tests and ``./taskw up``'s bare-metal demo node): a provisioning bridge, "servers" that are
-persistent libvirt domains (never started by the lab: their BMC powers them), loop devices standing in for the
-servers' NVMe, and a real ``sushy-emulator`` (the BMC) in front of them with HTTP basic auth.
+"""A bare-metal lab on this host (the redfish driver's tests and ``./taskw up``'s bare-metal demo node): a
+provisioning bridge, "servers" that are persistent libvirt domains (never started by the lab: their BMC powers
+them), loop devices standing in for the servers' NVMe, and a real ``sushy-emulator`` (the BMC) in front of them
+with HTTP basic auth.
 
 Blocking helpers (the tests call them through ``asyncio.to_thread``); everything needs root and a running
 libvirtd (``tooling.libvirt_host.ensure_libvirtd``). ``BmcLab.stop()`` removes everything ``start()`` made, in

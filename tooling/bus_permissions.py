@@ -11,21 +11,22 @@ the node-agents (``node_agent_<node id in hex>``, ``node_permissions``: the comm
 ``admin`` (everything: operator tooling and the test harness, like PostgreSQL's superuser; never a service).
 An identity is an NATS nkey: the server's configuration holds only public keys, each process holds its own
 seed (``TESSERA_NATS_NKEY_FILE``), and the server checks a signature of a fresh nonce at every connect, so
-neither the configuration nor the traffic carries anything a reader could replay. Nothing argued for passwords or tokens instead (nats-py and
-faststream take a seed file as they take a password), and nkeys are what NATS's decentralised JWT accounts
-build on, should the cluster move to them.
+neither the configuration nor the traffic carries anything a reader could replay. Nothing argued for passwords
+or tokens instead (nats-py and faststream take a seed file as they take a password), and nkeys are what NATS's
+decentralised JWT accounts build on, should the cluster move to them.
 
 What each service may do, derived from the catalog (``ServiceContract.messages/receives/sends``):
 
 - publish its events and the commands and requests of others in its ``sends`` (``Catalog.check_send`` also
-  lets an owner send its own commands; no service does, so no permission allows it), its dead letters (``deadletter.<service>.>``, see ``shared.batches``), and the
-  JetStream API calls its kit makes: account info; info, create and update of its own stream and of the
-  dead-letter stream (``shared.streams``: a service declares only those), info and create of the streams it
-  reads (it creates one only when it does not exist yet, with the project's configuration, so that services
-  start in any order; only the owner updates it, nobody deletes or purges it); for each durable consumer (``shared.consumer``, one per received
-  message type, named ``contract.durable_name``): consumer info, create (only the named form, whose subject
-  carries the filter: the server refuses a create whose filter differs from the subject's, so a service
-  can only ever read what it receives), next message, and the acknowledgements of that consumer;
+  lets an owner send its own commands; no service does, so no permission allows it), its dead letters
+  (``deadletter.<service>.>``, see ``shared.batches``), and the JetStream API calls its kit makes: account info;
+  info, create and update of its own stream and of the dead-letter stream (``shared.streams``: a service
+  declares only those), info and create of the streams it reads (it creates one only when it does not exist
+  yet, with the project's configuration, so that services start in any order; only the owner updates it,
+  nobody deletes or purges it); for each durable consumer (``shared.consumer``, one per received message type,
+  named ``contract.durable_name``): consumer info, create (only the named form, whose subject carries the
+  filter: the server refuses a create whose filter differs from the subject's, so a service can only ever read
+  what it receives), next message, and the acknowledgements of that consumer;
 - answer the requests it owns (``shared.rpc``) through ``allow_responses``: a reply goes to the asker's
   inbox, only once, only in answer to a request it received, with no publish right on any inbox;
 - subscribe to what it receives (a listener is a plain subscription), the requests it owns, and its own

@@ -150,7 +150,8 @@ class _Stub:
 class _Consumers(Consumers):
     """The kit's consumers, recording instead of consuming (``participate`` and the rest are the kit's own)."""
 
-    def __init__(self, service: str, catalog: Catalog, record: list[tuple[str, Any, str]]):   # noqa: super not called
+    # super().__init__ is not called on purpose: the kit's wants a broker, an outbox and a pool, none of which recording needs
+    def __init__(self, service: str, catalog: Catalog, record: list[tuple[str, Any, str]]):
         self.service, self.catalog, self._record = service, catalog, record
         self.names = []
 

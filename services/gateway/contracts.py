@@ -67,13 +67,22 @@ class CredentialRevoked(Wire):
 CONTRACT = ServiceContract(
     service="gateway",
     title="Tessera API gateway",
-    description="The only HTTP entry for tenants and provider admins; records identity changes and projects allocation events for reads; sends tenants' power actions to the nodes and reads their consoles live; registers nodes' BMCs (passwords sealed), checks them live, shows the wipe evidence of released slots and re-wipes quarantined ones; sends tenants' volume and storage quota requests to the storage service and projects its volumes, quotas, classes and usage.",
+    description=(
+        "The only HTTP entry for tenants and provider admins; records identity changes and projects allocation events for reads; "
+        "sends tenants' power actions to the nodes and reads their consoles live; registers nodes' BMCs (passwords sealed), "
+        "checks them live, shows the wipe evidence of released slots and re-wipes quarantined ones; sends tenants' volume and "
+        "storage quota requests to the storage service and projects its volumes, quotas, classes and usage."
+    ),
     messages=[
-        Message("gateway.tenant_created", "gateway.evt.tenant_created", TenantCreated, "event", "A provider admin created a tenant (audit)."),
+        Message("gateway.tenant_created", "gateway.evt.tenant_created", TenantCreated, "event",
+                "A provider admin created a tenant (audit)."),
         Message("gateway.user_created", "gateway.evt.user_created", UserCreated, "event", "A user was created (audit)."),
-        Message("gateway.policy_changed", "gateway.evt.policy_changed", PolicyChanged, "event", "A provider or tenant policy was created, replaced or deleted (replicas drop their cached policies)."),
-        Message("gateway.credential_revoked", "gateway.evt.credential_revoked", CredentialRevoked, "event", "An API key was revoked, a user disabled or a signing key retired (replicas drop their cached revocation list)."),
-        Message("gateway.power_action_expired", "gateway.evt.power_action_expired", PowerActionExpired, "event", "No node answered a power action by its deadline (plus a grace): the action failed."),
+        Message("gateway.policy_changed", "gateway.evt.policy_changed", PolicyChanged, "event",
+                "A provider or tenant policy was created, replaced or deleted (replicas drop their cached policies)."),
+        Message("gateway.credential_revoked", "gateway.evt.credential_revoked", CredentialRevoked, "event",
+                "An API key was revoked, a user disabled or a signing key retired (replicas drop their cached revocation list)."),
+        Message("gateway.power_action_expired", "gateway.evt.power_action_expired", PowerActionExpired, "event",
+                "No node answered a power action by its deadline (plus a grace): the action failed."),
     ],
     receives=[
         "allocation.requested", "allocation.provisioning", "allocation.activated", "allocation.release_requested",

@@ -86,15 +86,23 @@ _SENDS, _RECEIVES = sent_and_received()
 CONTRACT = ServiceContract(
     service="saga",
     title="Tessera saga coordinator",
-    description="Runs the allocate and release sagas: persists each step before sending it, compensates in reverse on failure or timeout.",
+    description=(
+        "Runs the allocate and release sagas: persists each step before sending it, compensates in reverse on failure or timeout."
+    ),
     messages=[
         Message("saga.started", "saga.evt.started", SagaStarted, "event", "A saga started."),
-        Message("saga.step_changed", "saga.evt.step_changed", SagaStepChanged, "event", "A step change no other message states: timed out, retrying, given up (failed) or skipped."),
+        Message("saga.step_changed", "saga.evt.step_changed", SagaStepChanged, "event",
+                "A step change no other message states: timed out, retrying, given up (failed) or skipped."),
         Message("saga.completed", "saga.evt.completed", SagaCompleted, "event", "Every step succeeded."),
-        Message("saga.failed", "saga.evt.failed", SagaFailed, "event", "A step failed or timed out; the completed steps were compensated."),
-        Message("saga.compensation_failed", "saga.evt.compensation_failed", CompensationFailed, "event", "Operator attention: an undo failed after all retries."),
-        Message("saga.allocation_waiting", "saga.evt.allocation_waiting", AllocationWaiting, "event", "The allocation waits in its tenant's line, at this place."),
-        Message("saga.withdraw", "saga.cmd.withdraw", WithdrawAllocation, "command", "Release an allocation not started yet: out of its tenant's line at once, or once its saga completes (sent by the gateway)."),
+        Message("saga.failed", "saga.evt.failed", SagaFailed, "event",
+                "A step failed or timed out; the completed steps were compensated."),
+        Message("saga.compensation_failed", "saga.evt.compensation_failed", CompensationFailed, "event",
+                "Operator attention: an undo failed after all retries."),
+        Message("saga.allocation_waiting", "saga.evt.allocation_waiting", AllocationWaiting, "event",
+                "The allocation waits in its tenant's line, at this place."),
+        Message("saga.withdraw", "saga.cmd.withdraw", WithdrawAllocation, "command",
+                "Release an allocation not started yet: out of its tenant's line at once, or once its saga completes "
+                "(sent by the gateway)."),
     ],
     # besides the saga starts: the replies of the steps the saga table names, whose commands it sends
     receives=["allocation.requested", "allocation.release_requested", "saga.withdraw", *_RECEIVES],

@@ -1,6 +1,6 @@
 """The scheduler's inventory as the HTTP handlers read it: nodes_view (scheduler columns), shapes_view, pools_view
-and quotas_view (asyncpg; the caller owns the transaction). The inventory slice's projection writes them (api/inventory/projection.py;
-the free slots also from the allocations slice's: ``apply_capacity``).
+and quotas_view (asyncpg; the caller owns the transaction). The inventory slice's projection writes them
+(api/inventory/projection.py; the free slots also from the allocations slice's: ``apply_capacity``).
 """
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The audit trail's pure rules (no I/O): what a mutating request (or a privileged read: AUDITED_READS) records, how secrets are kept out of it, and
-how a record reads as a CADF event and as a Kubernetes ``audit.k8s.io/v1`` Event (docs/audit.md has the table).
+"""The audit trail's pure rules (no I/O): what a mutating request (or a privileged read: AUDITED_READS) records,
+how secrets are kept out of it, and how a record reads as a CADF event and as a Kubernetes ``audit.k8s.io/v1``
+Event (docs/audit.md has the table).
 
 Redaction: only PUT and PATCH bodies are recorded (the brief; a POST records its size only). In them, the value
 of every member whose name (any depth, case-insensitive) is a secret's name — contains ``password``,

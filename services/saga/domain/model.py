@@ -17,7 +17,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Literal, NamedTuple, Union
+from typing import Any, Literal, NamedTuple
 
 INVOKE, COMPENSATE = "invoke", "compensate"
 Phase = Literal["invoke", "compensate"]
@@ -131,7 +131,7 @@ class Expired:
     now: datetime
 
 
-Input = Union[Start, Reply, Expired]
+Input = Start | Reply | Expired
 
 
 # --- actions --------------------------------------------------------------------------------------
@@ -153,7 +153,7 @@ class Event:
     data: dict[str, Any]
 
 
-Action = Union[Command, Event]
+Action = Command | Event
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,9 @@ A volume's life::
 
 ``creating`` and ``deleting`` last while the backend works, inside the unit of work that decides the outcome (so
 they are not published today). ``rejected`` is a create refused (over quota, unknown class, the backend's
-refusal): nothing of it exists on a backend. A refused resize, destroy or attach leaves the volume as it was with ``reason`` set. Every change
-bumps ``version`` (``touch``), which the service publishes with the whole volume.
+refusal): nothing of it exists on a backend. A refused resize, destroy or attach leaves the volume as it was
+with ``reason`` set. Every change bumps ``version`` (``touch``), which the service publishes with the whole
+volume.
 
 Attach rules: the volume must be the tenant's and live (available, or in-use if it is shared); a volume that is
 not shared has at most one attachment (a failed one does not count: it is kept only to show its reason).

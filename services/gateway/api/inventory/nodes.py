@@ -1,6 +1,6 @@
 """Nodes (provider admins): ask the scheduler to register one; list what was asked and what it confirmed; read a
-node's whole document, approve its slot map, change it, cordon it and run its burn-in again. Every write is a scheduler command sent
-through the outbox; the views follow its events."""
+node's whole document, approve its slot map, change it, cordon it and run its burn-in again. Every write is a
+scheduler command sent through the outbox; the views follow its events."""
 from __future__ import annotations
 
 import uuid

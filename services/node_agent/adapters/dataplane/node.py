@@ -161,7 +161,7 @@ class KernelDataplane(Dataplane):
 
     def guest_mtu(self) -> int | None:
         with self._lock:
-            self.kernel.ipr   # opened on first use: it reads the underlay's MTU
+            _ = self.kernel.ipr   # opened on first use: it reads the underlay's MTU
             return self.kernel.mtu
 
     def plug(self, allocation_id: uuid.UUID) -> bool:

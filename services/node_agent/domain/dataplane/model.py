@@ -121,9 +121,10 @@ class DesiredNode:
         """Every owned object with its fingerprint (the reconcile's unit of comparison)."""
         objs = [Obj("router", ns, "") for ns in self.routers.values()]
         for seg in self.segments.values():
-            objs += [Obj("bridge", bridge_name(seg.vni), ""),
-                     Obj("vxlan", vxlan_name(seg.vni), f"vni={seg.vni} group={vxlan_group(seg.vni)} master={bridge_name(seg.vni)}"),
-                     Obj("leg", leg_name(seg.vni), f"master={bridge_name(seg.vni)}")]
+            bridge = bridge_name(seg.vni)
+            objs += [Obj("bridge", bridge, ""),
+                     Obj("vxlan", vxlan_name(seg.vni), f"vni={seg.vni} group={vxlan_group(seg.vni)} master={bridge}"),
+                     Obj("leg", leg_name(seg.vni), f"master={bridge}")]
         if self.guest_ports:
             objs += [Obj("slot", s.port, tap_fp(bridge_name(s.vni))) for s in self.slots.values()]
         else:
