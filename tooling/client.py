@@ -284,7 +284,7 @@ class TesseraClient:
             raise NotYet({"status": w["status"]})
         return await _until(done, timeout, f"allocation {allocation_id} wiped")
 
-    # -- volumes (issue 13)
+    # -- volumes
     async def storage_classes(self) -> list[dict]:
         return (await self.request("GET", "/v1/storage-classes"))[1]["items"]
 

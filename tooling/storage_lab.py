@@ -1,5 +1,5 @@
 """The storage host of the embedded platform: a real btrfs file system on a loop file in the data folder, and
-the storage classes the platform offers (issue 13).
+the storage classes the platform offers.
 
 ``./taskw up``, the end-to-end tests and the benchmarks run the storage service with:
 - ``standard`` (the default class): btrfs, one subvolume per volume with a qgroup limit, on

@@ -1,8 +1,8 @@
 """The billing ledger (``ledger_entries``, schema/0002_ledger.sql) over shared.ledger_store, on the unit of
 work's connection (the caller owns the transaction; the append lock is held until it commits).
 
-Groundwork: nothing calls this yet. Rating a usage event will append one entry per event, idempotently by
-the event's id (``source_event``); a late event after its period closed is a ``correction`` entry, never a
+Every rated usage record goes through here (handlers/rating.py): one entry per record, idempotently by its
+source (``source_event``); usage that arrives after its period closed is a ``correction`` entry, never a
 change to an old one (the table refuses UPDATE and DELETE)."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
--- Bare metal, wipe-on-release and burn-in (issue 12), as the gateway keeps and shows them.
+-- Bare metal, wipe-on-release and burn-in, as the gateway keeps and shows them.
 
 -- The node document: the scheduler's new statuses, its quarantined slots ([{slot, reason, since}]) and its last
 -- burn-in run ({run_id, state, checks, requested_by, started_at, finished_at} or NULL), from scheduler.node_changed.

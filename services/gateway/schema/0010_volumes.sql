@@ -1,4 +1,4 @@
--- Tenant volumes (issue 13), as the gateway requests and shows them: projected from storage.* events.
+-- Tenant volumes, as the gateway requests and shows them: projected from storage.* events.
 
 -- One row per volume: written 'creating' (version 0) by POST /v1/volumes, then replaced by each newer
 -- storage.volume_changed document (the highest version wins). pending_size_bytes: a resize the gateway asked

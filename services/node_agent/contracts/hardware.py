@@ -1,4 +1,4 @@
-"""Wire models of the node-agent's hardware lifecycle (issue 12): a node's BMC (bare metal through Redfish),
+"""Wire models of the node-agent's hardware lifecycle: a node's BMC (bare metal through Redfish),
 the wipe of released slots with its evidence, quarantine and re-wipe, and the burn-in before hand-off.
 Part of the node-agent's contract (``services.node_agent.contracts`` declares the messages and re-exports these)."""
 from __future__ import annotations

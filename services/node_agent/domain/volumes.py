@@ -1,4 +1,4 @@
-"""Tenant volumes as a node mounts them into an allocation's slots (issue 13). Pure: no I/O.
+"""Tenant volumes as a node mounts them into an allocation's slots. Pure: no I/O.
 
 A volume appears in every slot of its allocation at ``/mnt/<name>``, and nowhere else. How depends on where
 the slots run and on the volume's backend:

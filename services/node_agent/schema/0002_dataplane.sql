@@ -1,4 +1,4 @@
--- The node's desired network inputs (issue 4), so reconcile works after a restart.
+-- The node's desired network inputs, so reconcile works after a restart.
 -- One row per tenant with the highest snapshot version seen; one row per plumbed attachment.
 CREATE TABLE tenant_networks (
     node_id    uuid NOT NULL,

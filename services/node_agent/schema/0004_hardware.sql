@@ -1,4 +1,4 @@
--- The node's BMC (bare metal through Redfish) and the evidence of every wipe the node ran (issue 12).
+-- The node's BMC (bare metal through Redfish) and the evidence of every wipe the node ran.
 
 -- One row per node: the BMC as the gateway registered it, the password sealed with the platform key
 -- (shared.secrets, purpose 'bmc:<node id>'); the highest version wins (set_bmc is idempotent).

@@ -1,4 +1,4 @@
-"""The allocate and release sagas, each a table of steps (STYLE.md §4).
+"""The allocate and release sagas, each a table of steps.
 
 Each step names the participant's declared step (``shared.steps.Step``, in the participant's contracts
 module): the command that performs it, the replies that end it, the undo command that compensates it

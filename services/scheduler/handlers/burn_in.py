@@ -1,4 +1,4 @@
-"""Burn-in before hand-off, and quarantined slots coming back (issue 12).
+"""Burn-in before hand-off, and quarantined slots coming back.
 
 An approved node (or one a provider admin re-runs) is ``burn_in``: its node-agent runs its checks
 (``node_agent.burn_in``) and answers ``node_agent.burn_in_finished``; a pass makes the node schedulable, a

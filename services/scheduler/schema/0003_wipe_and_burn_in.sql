@@ -1,4 +1,4 @@
--- Quarantined slots and burn-in (issue 12).
+-- Quarantined slots and burn-in.
 --
 -- A slot whose wipe failed is quarantined: quarantine_reason says why. It is taken out of service the way
 -- the schema already knows, an empty wipe_policy (never claimed, never counted free), so the claim and

@@ -1,4 +1,4 @@
-"""The kernel half of the node's tenant-network dataplane (issue 4): bridges, VXLAN, namespaces and nftables, made real.
+"""The kernel half of the node's tenant-network dataplane: bridges, VXLAN, namespaces and nftables, made real.
 
 kernel/observe touch the kernel; repair carries out a reconcile plan against it;
 node holds the ``Dataplane`` the node-agent calls. What the kernel should hold,

@@ -1,4 +1,4 @@
-"""The pure half of the node's tenant-network dataplane (issue 4): no I/O anywhere in this package.
+"""The pure half of the node's tenant-network dataplane: no I/O anywhere in this package.
 
 model     the kernel objects a node should hold (``desired_state``), each with a fingerprint
 names     names, addresses and fingerprints of those objects

@@ -1,4 +1,4 @@
-"""The one storage-backend interface (issue 13): a tenant volume made real on a storage system.
+"""The one storage-backend interface: a tenant volume made real on a storage system.
 
 A backend is chosen per storage class. ``btrfs`` is real (a subvolume per volume with a qgroup limit on a btrfs
 file system of the storage host). ``lustre``, ``vast`` and ``weka`` render the exact calls their systems would
