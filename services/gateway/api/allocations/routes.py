@@ -179,25 +179,26 @@ async def get_allocation(request: web.Request) -> web.Response:
     return respond(allocation_out(row))
 
 
+async def _ask_once(uow: UnitOfWork, row: asyncpg.Record, p: Principal, marker: str, command: str,
+                    model: type[CancelRequest] | type[WithdrawAllocation]) -> asyncpg.Record:
+    """Send ``command`` about this allocation once: the ``marker`` column records when it was asked; a repeated
+    DELETE finds it set and sends nothing again. Returns the allocation's row as it now is."""
+    if row[marker] is None:
+        await repo.update(uow.conn, row["id"], **{marker: utcnow()})
+        await uow.emit(command, model(allocation_id=row["id"], tenant_id=p.tenant_id, requested_by=p.user_id),
+                       correlation_id=str(row["id"]), tenant_id=p.tenant_id)
+    return await repo.get(uow.conn, row["id"])
+
+
 async def _cancel_queued(uow: UnitOfWork, row: asyncpg.Record, p: Principal) -> asyncpg.Record:
     """A QUEUED allocation is cancelled, once: the scheduler drops the request and the saga fails it (cancelled)."""
-    if row["cancel_requested_at"] is None:
-        await repo.update(uow.conn, row["id"], cancel_requested_at=utcnow())
-        await uow.emit("scheduler.cancel_request", CancelRequest(
-            allocation_id=row["id"], tenant_id=p.tenant_id, requested_by=p.user_id),
-            correlation_id=str(row["id"]), tenant_id=p.tenant_id)
-    return await repo.get(uow.conn, row["id"])
+    return await _ask_once(uow, row, p, "cancel_requested_at", "scheduler.cancel_request", CancelRequest)
 
 
 async def _withdraw_requested(uow: UnitOfWork, row: asyncpg.Record, p: Principal) -> asyncpg.Record:
     """A REQUESTED allocation is withdrawn, once: the saga coordinator takes it out of its tenant's line and has
     it released at once (nothing was reserved), or, when its saga had started, has it released once ACTIVE."""
-    if row["release_requested_at"] is None:
-        await repo.update(uow.conn, row["id"], release_requested_at=utcnow())
-        await uow.emit("saga.withdraw", WithdrawAllocation(
-            allocation_id=row["id"], tenant_id=p.tenant_id, requested_by=p.user_id),
-            correlation_id=str(row["id"]), tenant_id=p.tenant_id)
-    return await repo.get(uow.conn, row["id"])
+    return await _ask_once(uow, row, p, "release_requested_at", "saga.withdraw", WithdrawAllocation)
 
 
 async def release_allocation(request: web.Request) -> web.Response:
