@@ -14,7 +14,6 @@ must still be correct should two run at once (row locks, idempotent statements).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 from functools import partial
 
@@ -65,7 +64,10 @@ class Lease:
         while True:
             await asyncio.sleep(self.probe_s)
             try:
-                await asyncio.wait_for(self._conn.fetchval("SELECT 1"), timeout=max(self.probe_s * 4, 2.0))
+                # asyncio.timeout, not wait_for: 3.11's wait_for drops a cancellation that arrives as the probe
+                # answers, and a stop would then wait for a watch that never ends
+                async with asyncio.timeout(max(self.probe_s * 4, 2.0)):
+                    await self._conn.fetchval("SELECT 1")
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError, AttributeError) as exc:
                 log.error("leader.lost", lock=self.name, error=repr(exc))
                 return
@@ -74,10 +76,14 @@ class Lease:
         """Give up the lock (closing the session releases it)."""
         conn, self._conn = self._conn, None
         if conn is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(conn.close(), timeout=2)
-            if not conn.is_closed():
-                conn.terminate()
+            try:
+                async with asyncio.timeout(2):
+                    await conn.close()
+            except Exception:   # noqa: BLE001 -- a session that will not close politely is cut below
+                pass
+            finally:            # even when a stop cancels the close: the lock must not outlive the leader
+                if not conn.is_closed():
+                    conn.terminate()
 
     def terminate_for_test(self) -> None:
         """Cut the session without a goodbye, as a crashed process would."""

@@ -52,6 +52,21 @@ def nats_security(settings: ServiceSettings) -> BaseSecurity | None:
     return NatsSecurity(ssl_context=tls, use_ssl=True) if tls else None
 
 
+
+async def _cancel_all(tasks: list[asyncio.Task], grace_s: float = 10.0, every_s: float = 1.0) -> None:
+    """Cancel ``tasks`` and wait for them to end, cancelling again every ``every_s`` any that went on: a library
+    call may swallow one cancellation (3.11's ``asyncio.wait_for`` does when its awaitable completes at the same
+    moment). After ``grace_s`` the stragglers are logged and left, so a stop never hangs on one of them."""
+    pending = {t for t in tasks if not t.done()}
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace_s
+    while pending and loop.time() < deadline:
+        for t in pending:
+            t.cancel()
+        _, pending = await asyncio.wait(pending, timeout=min(every_s, max(deadline - loop.time(), 0)))
+    for t in pending:
+        log.error("service.task_did_not_stop", task=t.get_name(), coroutine=repr(t.get_coro()))
+
 class Runtime:
     def __init__(self, settings: ServiceSettings, *, schema: str | None = None, schema_dir: Path | None = None,
                  catalog: Catalog | None = None):
@@ -195,11 +210,7 @@ class Runtime:
         for sub in self._answering:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
-        for t in self._running:
-            t.cancel()
-        for t in self._running:
-            with contextlib.suppress(BaseException):
-                await t
+        await _cancel_all(self._running)
         with contextlib.suppress(Exception):
             await self.consumers.stop()
         if self.relay is not None:   # publish what the last batches committed, rather than leave it to a replica

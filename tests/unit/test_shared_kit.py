@@ -5,6 +5,8 @@ import asyncio
 import uuid
 
 import pytest
+import structlog
+import structlog.testing
 from pydantic import ValidationError
 
 from shared.db import role_name, service_dsn
@@ -147,3 +149,48 @@ def test_a_leadership_is_named_after_its_service():
         rt.leader("storage")
     with pytest.raises(ValueError, match="election"):
         rt.leader("billing", elect=False)
+
+
+async def test_a_stop_cancels_again_a_task_that_swallowed_its_cancellation():
+    """3.11's asyncio.wait_for may drop a cancellation when its awaitable completes at that moment: the task
+    goes on, and a stop that awaited it once would wait forever."""
+    from shared.runtime import _cancel_all
+
+    swallowed = asyncio.Event()
+
+    async def swallows_once():
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            swallowed.set()           # as wait_for does: the cancellation is lost, the loop goes on
+        await asyncio.sleep(3600)
+
+    task = asyncio.create_task(swallows_once())
+    await asyncio.sleep(0)
+    await _cancel_all([task], grace_s=5, every_s=0.05)
+    assert swallowed.is_set() and task.cancelled()
+
+
+async def test_a_stop_gives_up_on_a_task_that_never_ends_and_names_it():
+    from shared.runtime import _cancel_all
+
+    release = asyncio.Event()
+
+    async def never_ends():
+        while not release.is_set():
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                continue
+
+    task = asyncio.create_task(never_ends(), name="stubborn")
+    await asyncio.sleep(0)
+    try:
+        with structlog.testing.capture_logs() as logs:
+            await _cancel_all([task], grace_s=0.2, every_s=0.05)
+        assert not task.done()
+        assert [e["task"] for e in logs if e["event"] == "service.task_did_not_stop"] == ["stubborn"]
+    finally:
+        release.set()
+        task.cancel()
+        await asyncio.wait([task])
