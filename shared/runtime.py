@@ -53,10 +53,10 @@ def nats_security(settings: ServiceSettings) -> BaseSecurity | None:
 
 
 
-async def _cancel_all(tasks: list[asyncio.Task], grace_s: float = 10.0, every_s: float = 1.0) -> None:
+async def _cancel_all(tasks: list[asyncio.Task], grace_s: float = 10.0, every_s: float = 1.0) -> set[asyncio.Task]:
     """Cancel ``tasks`` and wait for them to end, cancelling again every ``every_s`` any that went on: a library
     call may swallow one cancellation (3.11's ``asyncio.wait_for`` does when its awaitable completes at the same
-    moment). After ``grace_s`` the stragglers are logged and left, so a stop never hangs on one of them."""
+    moment). After ``grace_s`` the stragglers are logged and left (and returned), so a stop never hangs on one."""
     pending = {t for t in tasks if not t.done()}
     loop = asyncio.get_running_loop()
     deadline = loop.time() + grace_s
@@ -66,6 +66,7 @@ async def _cancel_all(tasks: list[asyncio.Task], grace_s: float = 10.0, every_s:
         _, pending = await asyncio.wait(pending, timeout=min(every_s, max(deadline - loop.time(), 0)))
     for t in pending:
         log.error("service.task_did_not_stop", task=t.get_name(), coroutine=repr(t.get_coro()))
+    return pending
 
 class Runtime:
     def __init__(self, settings: ServiceSettings, *, schema: str | None = None, schema_dir: Path | None = None,
