@@ -48,19 +48,22 @@ async def platform(tmp_path_factory):
         await p.stop()
 
 
+async def answered(call) -> tuple | None:
+    """``(answer,)`` of ``call()``, or None when a dead gateway, or a 502/503/504 of a dead service behind it, kept
+    it from answering."""
+    try:
+        return (await call(),)
+    except TRANSIENT:
+        return None
+    except ApiError as exc:
+        if exc.status in (502, 503, 504):
+            return None
+        raise
+
+
 async def retried(call, what: str, timeout: float = 60.0):
-    """``call()`` until it gets an answer: a dead gateway, or a 502/503/504 of a dead service behind it, is waited
-    out (each retry the same request: a creation carries its idempotency key)."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        try:
-            return await call()
-        except TRANSIENT + (ApiError,) as exc:
-            if isinstance(exc, ApiError) and exc.status not in (502, 503, 504):
-                raise
-            if asyncio.get_running_loop().time() > deadline:
-                raise AssertionError(f"{what}: no answer after {timeout}s: {exc!r}") from exc
-            await asyncio.sleep(0.1)
+    """``call()`` until it gets an answer (each retry the same request: a creation carries its idempotency key)."""
+    return (await eventually(lambda: answered(call), timeout=timeout, interval=0.1, what=what))[0]
 
 
 async def create(tenant: TesseraClient, name: str) -> str:
@@ -80,18 +83,11 @@ async def release(tenant: TesseraClient, allocation_id: str) -> None:
 
 async def settled(tenant: TesseraClient, allocation_id: str, state: str) -> dict:
     """The allocation once it is ``state``; fails at once on FAILED, and names the state it is stuck in."""
-    async def now() -> dict | None:
-        try:
-            return await tenant.allocation(allocation_id)
-        except TRANSIENT:
-            return None
-        except ApiError as exc:
-            if exc.status in (502, 503, 504):
-                return None
-            raise
-    return await eventually(now, until=lambda a: a is not None and a["state"] == state,
-                            fail_if=lambda a: a is not None and a["state"] in {"FAILED", "RELEASED"} - {state},
-                            timeout=90, interval=0.1, what=f"allocation {allocation_id} {state}")
+    got = await eventually(lambda: answered(lambda: tenant.allocation(allocation_id)),
+                           until=lambda a: a is not None and a[0]["state"] == state,
+                           fail_if=lambda a: a is not None and a[0]["state"] in {"FAILED", "RELEASED"} - {state},
+                           timeout=90, interval=0.1, what=f"allocation {allocation_id} {state}")
+    return got[0]
 
 
 def process_name(p: Platform, service: str) -> str:

@@ -14,7 +14,8 @@ import pytest
 from tests.support.polling import eventually
 from tooling.supervision import RestartPolicy, ServiceProcess, Supervisor, exit_reason, wanted
 
-SERVES = "print('TESSERA_READY service=stand-in instance=0 port=1', flush=True); import time; time.sleep(120)"
+# ready, then serves until signalled (signal.pause: no timer of its own)
+SERVES = "print('TESSERA_READY service=stand-in instance=0 port=1', flush=True); import signal; signal.pause()"
 CRASHES = "import sys; sys.exit(3)"
 
 

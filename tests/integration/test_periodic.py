@@ -41,10 +41,10 @@ async def replicas(infra, provision):
         await rt.stop()
 
 
-async def runs_during(rt, seconds: float) -> int:
+async def runs_more(rt, n: int = 5) -> None:
+    """Wait until ``rt``'s leader-only step has run ``n`` more times."""
     before = len(rt.led)
-    await asyncio.sleep(seconds)
-    return len(rt.led) - before
+    await eventually(lambda: len(rt.led) >= before + n, timeout=10, what=f"{n} more runs of the leader's step")
 
 
 async def test_a_leader_only_step_runs_on_one_replica_and_the_other_takes_over_when_it_stops(replicas):
@@ -52,14 +52,15 @@ async def test_a_leader_only_step_runs_on_one_replica_and_the_other_takes_over_w
     await eventually(lambda: first.led, timeout=10, what="the first replica to lead")
     second = await replicas()
     await eventually(lambda: second.own, timeout=10, what="the second replica's own step")
-    assert await runs_during(first, 0.5) > 5 and not second.led
+    await runs_more(first)
+    assert not second.led
     assert second.leaderships["periodic"].lease is not None and not second.leaderships["periodic"].leading.is_set()
 
     await first.stop()                     # a clean stop releases the lock at once
     stopped = len(first.led)
     await eventually(lambda: second.led, timeout=10, what="the standby to take over")
-    await asyncio.sleep(0.2)
-    assert len(first.led) == stopped and await runs_during(second, 0.3) > 5
+    await runs_more(second)
+    assert len(first.led) == stopped
 
 
 async def test_a_standby_takes_over_when_the_leaders_session_dies(replicas):
@@ -69,5 +70,7 @@ async def test_a_standby_takes_over_when_the_leaders_session_dies(replicas):
     first.leaderships["periodic"].lease.terminate_for_test()     # as a crashed process's session would end
     await eventually(lambda: second.led, timeout=10, what="the standby to take over")
     await eventually(lambda: not first.leaderships["periodic"].leading.is_set(), timeout=10, what="the old leader to notice")
-    await asyncio.sleep(0.1)               # a step the old leader had in flight has finished
-    assert await runs_during(first, 0.3) == 0 and first.own   # it stands by; its own steps go on
+    idle, own = len(first.led), len(first.own)
+    await runs_more(second)
+    assert len(first.led) == idle                  # it stands by
+    await eventually(lambda: len(first.own) > own, timeout=10, what="the old leader's own step")   # which goes on
