@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from functools import partial
 
 import aiohttp
+import nats
 import pytest
 
 from shared.bus_identity import identity
@@ -77,3 +80,43 @@ def btrfs_pool(tmp_path_factory):
 
     with loop_pool(tmp_path_factory.mktemp("btrfs-pool")) as pool:
         yield pool
+
+class Refusals:
+    """What the server refused on one connection: nats-py hands the server's ``-ERR 'Permissions Violation ...'``
+    to the error callback only."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+        self._changed = asyncio.Event()
+
+    async def error_cb(self, exc: Exception) -> None:
+        self.errors.append(str(exc))
+        self._changed.set()
+
+    async def wait_for(self, *fragments: str, timeout: float = 10.0) -> str:
+        """The first error naming every one of ``fragments`` (case-insensitive), waiting for it."""
+        async with asyncio.timeout(timeout):
+            while True:
+                for e in self.errors:
+                    if all(f.lower() in e.lower() for f in fragments):
+                        return e
+                self._changed.clear()
+                await self._changed.wait()
+
+
+@pytest.fixture
+async def connect(infra):
+    """connect(identity) -> (client, refusals): a connection as ``identity`` (closed after the test)."""
+    clients = []
+
+    async def _connect(identity: str):
+        infra.nkey_file(identity)    # a node-agent's identity is made (and the server reloaded) on first use
+        refusals = Refusals()
+        nc = await nats.connect(infra.nats_url, error_cb=refusals.error_cb, **infra.connect_options(identity))
+        clients.append(nc)
+        return nc, refusals
+
+    yield _connect
+    for nc in clients:
+        with contextlib.suppress(Exception):
+            await nc.close()
