@@ -37,22 +37,20 @@ class Snapshots:
             raise
 
 
-class StepConnection:
-    def __init__(self, *fakes: Any):
-        self.fakes = fakes            # each with snapshot() and restore(state)
+class StepConnection(Snapshots):
+    unsaved = ("fakes",)
+
+    def __init__(self, *fakes: Snapshots):
+        self.fakes = fakes
         self.outcomes: dict[str, tuple[str, dict]] = {}
 
     @contextlib.asynccontextmanager
     async def transaction(self, **_: Any) -> AsyncIterator[None]:
-        states = [f.snapshot() for f in self.fakes]
-        saved = dict(self.outcomes)
-        try:
+        """A savepoint of the step outcomes and of every fake: each is put back when the block raises."""
+        async with contextlib.AsyncExitStack() as savepoints:
+            for holder in (self, *self.fakes):
+                await savepoints.enter_async_context(holder.savepoint())
             yield
-        except BaseException:
-            for fake, state in zip(self.fakes, states):
-                fake.restore(state)
-            self.outcomes = saved
-            raise
 
     async def execute(self, sql: str, *args: Any) -> str:
         if sql.startswith("SELECT pg_advisory_xact_lock"):
