@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 
 import pytest
@@ -13,6 +14,7 @@ from shared.participant import FAULT_LABEL, injected_fault
 from shared.periodic import Leadership, periodic
 from shared.streams import DEAD_LETTER_STREAM, stream_configs
 from shared.wire import StepCommand, step_key
+from tests.support.polling import eventually
 
 
 def cmd(step: str, labels: dict[str, str]) -> StepCommand:
@@ -67,12 +69,16 @@ def test_a_bad_setting_is_refused_naming_the_variable(monkeypatch):
                 ServiceSettings.from_env("billing")
 
 
-async def run_for(loop, seconds: float) -> None:
+@contextlib.asynccontextmanager
+async def running(loop):
+    """Run ``loop`` for the block, then cancel it as a stop does."""
     task = asyncio.create_task(loop())
-    await asyncio.sleep(seconds)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    try:
+        yield task
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
 
 
 async def test_a_periodic_step_that_raises_is_logged_and_the_next_one_runs_on_time():
@@ -82,40 +88,48 @@ async def test_a_periodic_step_that_raises_is_logged_and_the_next_one_runs_on_ti
         calls.append(len(calls))
         if len(calls) == 1:
             raise RuntimeError("first round fails")
-    await run_for(periodic(0.01, step, at_once=True), 0.1)
-    assert len(calls) >= 3
+    async with running(periodic(0.01, step, at_once=True)):
+        await eventually(lambda: len(calls) >= 3, timeout=5, what="the rounds after the failed one")
+
+
+async def first_step_after(*, at_once: bool, period: float) -> float:
+    """Seconds from a periodic loop's start to its step's first run."""
+    clock, ran = asyncio.get_running_loop(), asyncio.Event()
+
+    async def step():
+        ran.set()
+    started = clock.time()
+    async with running(periodic(period, step, at_once=at_once)):
+        await asyncio.wait_for(ran.wait(), 5)
+    return clock.time() - started
 
 
 async def test_a_periodic_step_runs_first_after_one_period_unless_at_once():
-    calls = []
-
-    async def step():
-        calls.append(1)
-    await run_for(periodic(10, step), 0.05)
-    assert calls == []
-    await run_for(periodic(10, step, at_once=True), 0.05)
-    assert calls == [1]
+    assert await first_step_after(at_once=False, period=0.5) >= 0.5
+    assert await first_step_after(at_once=True, period=30) < 30
 
 
 async def test_a_leader_only_step_runs_only_while_its_replica_leads():
-    lead, calls = Leadership("probe", lease=None), []
+    lead, led, periods = Leadership("probe", lease=None), [], []
 
     async def step():
-        calls.append(1)
-    task = asyncio.create_task(periodic(0.01, step, leadership=lead)())
-    await asyncio.sleep(0.05)
-    assert calls == []
-    lead.leading.set()
-    await asyncio.sleep(0.05)
-    assert calls
-    lead.leading.clear()
-    await asyncio.sleep(0.02)   # a step in flight may finish
-    seen = len(calls)
-    await asyncio.sleep(0.05)
-    assert len(calls) == seen
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+        led.append(lead.leading.is_set())
+
+    async def tick():
+        periods.append(1)
+
+    async def some_periods(n: int = 5):
+        seen = len(periods)
+        await eventually(lambda: len(periods) >= seen + n, timeout=5, what=f"{n} periods")
+    async with running(periodic(0.01, step, leadership=lead)), running(periodic(0.01, tick)):
+        await some_periods()
+        assert led == []
+        lead.leading.set()
+        await eventually(lambda: len(led) >= 2, timeout=5, what="steps while leading")
+        lead.leading.clear()
+        ran = len(led)
+        await some_periods()
+        assert len(led) == ran and all(led)
 
 
 async def test_a_leadership_without_election_leads_at_once_and_steps_down_in_reverse_order_when_stopped():
@@ -154,17 +168,18 @@ async def test_a_stop_cancels_again_a_task_that_swallowed_its_cancellation():
     goes on, and a stop that awaited it once would wait forever."""
     from shared.runtime import _cancel_all
 
-    swallowed = asyncio.Event()
+    started, swallowed, never = asyncio.Event(), asyncio.Event(), asyncio.Event()
 
     async def swallows_once():
+        started.set()
         try:
-            await asyncio.sleep(3600)
+            await never.wait()
         except asyncio.CancelledError:
             swallowed.set()           # as wait_for does: the cancellation is lost, the loop goes on
-        await asyncio.sleep(3600)
+        await never.wait()
 
     task = asyncio.create_task(swallows_once())
-    await asyncio.sleep(0)
+    await started.wait()
     await _cancel_all([task], grace_s=5, every_s=0.05)
     assert swallowed.is_set() and task.cancelled()
 
@@ -172,17 +187,18 @@ async def test_a_stop_cancels_again_a_task_that_swallowed_its_cancellation():
 async def test_a_stop_gives_up_on_a_task_that_never_ends_and_names_it():
     from shared.runtime import _cancel_all
 
-    release = asyncio.Event()
+    started, release = asyncio.Event(), asyncio.Event()
 
     async def never_ends():
+        started.set()
         while not release.is_set():
             try:
-                await asyncio.sleep(3600)
+                await release.wait()
             except asyncio.CancelledError:
                 continue
 
     task = asyncio.create_task(never_ends(), name="stubborn")
-    await asyncio.sleep(0)
+    await started.wait()
     try:
         stragglers = await _cancel_all([task], grace_s=0.2, every_s=0.05)
         assert not task.done()
@@ -191,3 +207,4 @@ async def test_a_stop_gives_up_on_a_task_that_never_ends_and_names_it():
         release.set()
         task.cancel()
         await asyncio.wait([task])
+
