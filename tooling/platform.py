@@ -214,7 +214,7 @@ class Platform:
         (with supervision on)."""
         p = self.procs[name]
         if not restart:
-            p.supervised, p.restart_at = False, None
+            p.supervised = False
         p.signal(sig)
         p.wait_exit()
 
@@ -222,7 +222,7 @@ class Platform:
         """Stop (if running) and start a service again; ``env`` changes some of its settings. Supervised again
         once it is ready."""
         p = self.procs[name]
-        p.supervised, p.restart_at = False, None   # this restart, not the supervisor's, starts it
+        p.supervised = False   # this restart, not the supervisor's, starts it
         if p.proc and p.proc.poll() is None:
             self.kill(name, signal.SIGTERM)
         p.respawn(env)   # the gateway keeps its port: clients keep their URL
@@ -232,7 +232,7 @@ class Platform:
     async def _stop_supervising(self) -> None:
         """No process is started again from here on (stop() is stopping them all)."""
         for p in self.procs.values():
-            p.supervised, p.restart_at = False, None
+            p.supervised = False
         task, self._supervising = self._supervising, None
         if task is not None:
             task.cancel()

@@ -5,8 +5,9 @@ shows it) and in ``logs/runner.log`` of the platform's work folder.
 
 What "nobody asked" means is the process's ``supervised`` flag: the platform sets it once the process is ready,
 and clears it when it stops the process on purpose (``Platform.stop``, ``Platform.kill`` without ``restart``,
-a ``Platform.restart`` in progress). Every process is polled a few times a second by one task; a crash loop
-costs one process start per delay, never a busy loop.
+a ``Platform.restart`` in progress); a start of any kind ends a wait for a restart (``ServiceProcess.start``).
+Every process is polled a few times a second by one task; a crash loop costs one process start per delay,
+never a busy loop.
 """
 from __future__ import annotations
 
@@ -93,8 +94,9 @@ class ServiceProcess:
         return "services." + (self.name.split(":")[0])
 
     def start(self) -> None:
+        """Start the process (again); a restart the supervisor was waiting to make is then made."""
         self.ready.clear()
-        self.port = None
+        self.port, self.restart_at = None, None
         log = open(self.log_path, "ab")
         self.started_at = time.monotonic()
         self.proc = subprocess.Popen(self.argv or [sys.executable, "-m", self.module], env=self.env, cwd=REPO,
@@ -171,7 +173,6 @@ class Supervisor:
                 continue
             if p.restart_at is not None:
                 if now >= p.restart_at:
-                    p.restart_at = None
                     p.respawn()
                     self._record("info", "process.restarted", name, pid=p.proc.pid, restarts=p.restarts)
                 continue
