@@ -6,19 +6,16 @@ types for a checker and are never loaded."""
 from __future__ import annotations
 
 import graphlib
-from pathlib import Path
 
 import pytest
 
 from shared.contract import SERVICES
-from tests.support.imports import imported_names, module_name
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.imports import imported_names, module_name, py_files
 
 
 def import_graph(root: str) -> dict[str, set[str]]:
     """Module -> the modules of ``root`` it imports (a name resolves to its longest module prefix)."""
-    modules = {module_name(p): p for p in (REPO / root).rglob("*.py") if "__pycache__" not in p.parts}
+    modules = {module_name(p): p for p in py_files(root)}
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for module, path in modules.items():
         for name in imported_names(path, type_checking=False):

@@ -7,9 +7,7 @@ from pathlib import Path
 import pytest
 
 from shared.contract import SERVICES
-from tests.support.imports import imported_names
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.imports import REPO, imported_names, py_files
 
 # Every service: these and nothing else at its top level (a name ending in "/" is a package).
 LAYOUT = {"__init__.py", "__main__.py", "contracts", "domain/", "handlers", "adapters/", "entrypoints/",
@@ -33,15 +31,6 @@ def top_level(service: str) -> set[str]:
     return names
 
 
-def imports(path: Path) -> set[str]:
-    """Absolute module names imported by ``path`` (relative imports resolved against its package)."""
-    return imported_names(path)
-
-
-def py_files(*roots: str) -> list[Path]:
-    return [p for r in roots for p in (REPO / r).rglob("*.py") if "__pycache__" not in p.parts]
-
-
 @pytest.mark.parametrize("service", SERVICES)
 def test_every_service_has_the_one_layout(service):
     names = top_level(service)
@@ -57,7 +46,7 @@ def test_a_service_reaches_another_only_through_its_contracts():
     breaches = []
     for path in py_files("services"):
         own = path.relative_to(REPO / "services").parts[0]
-        for name in imports(path):
+        for name in imported_names(path):
             parts = name.split(".")
             if parts[0] == "services" and len(parts) > 2 and parts[1] != own and parts[2] != "contracts":
                 breaches.append(f"{path.relative_to(REPO)} imports {name}")
@@ -65,20 +54,20 @@ def test_a_service_reaches_another_only_through_its_contracts():
 
 
 def test_no_service_and_nothing_in_the_kit_imports_the_tooling():
-    users = [f"{p.relative_to(REPO)}: {n}" for p in py_files("services", "shared") for n in imports(p)
+    users = [f"{p.relative_to(REPO)}: {n}" for p in py_files("services", "shared") for n in imported_names(p)
              if n == "tooling" or n.startswith("tooling.")]
     assert users == []
 
 
 def test_the_kit_holds_only_what_services_import():
     kit = {p.stem for p in (REPO / "shared").glob("*.py") if p.stem != "__init__"}
-    used = {n.split(".")[1] for p in py_files("services") for n in imports(p) if n.startswith("shared.")}
+    used = {n.split(".")[1] for p in py_files("services") for n in imported_names(p) if n.startswith("shared.")}
     grown = True
     while grown:   # a kit module may serve services only through other kit modules
         before = len(used)
         for p in (REPO / "shared").glob("*.py"):
             if p.stem in used:
-                used |= {n.split(".")[1] for n in imports(p) if n.startswith("shared.")}
+                used |= {n.split(".")[1] for n in imported_names(p) if n.startswith("shared.")}
         grown = len(used) > before
     assert kit - used == set(), "kit modules no service uses belong in tooling/ or with their owner"
 
@@ -100,9 +89,9 @@ def _slice_of(name: str) -> str | None:
 
 def test_no_gateway_slice_imports_another():
     """A slice reaches what it shares with another through the gateway's lower layer (http/, domain/, adapters/),
-    never through the other slice: imports inside functions count too (``imports`` walks the whole tree)."""
+    never through the other slice: imports inside functions count too (``imported_names`` walks the whole tree)."""
     breaches = [f"{path.relative_to(REPO)} imports {name}" for path, module in _gateway_modules("api")
-                for name in imports(path)
+                for name in imported_names(path)
                 if _slice_of(name) not in (None, _slice_of(module)) and _slice_of(module) is not None]
     assert breaches == []
 
@@ -110,5 +99,5 @@ def test_no_gateway_slice_imports_another():
 def test_the_gateway_http_plumbing_imports_no_slice():
     """http/ is plumbing: the route table reaches it as an argument (entrypoints/http.py gathers it)."""
     breaches = [f"{path.relative_to(REPO)} imports {name}" for path, _module in _gateway_modules("http")
-                for name in imports(path) if name == GATEWAY_API or name.startswith(GATEWAY_API + ".")]
+                for name in imported_names(path) if name == GATEWAY_API or name.startswith(GATEWAY_API + ".")]
     assert breaches == []

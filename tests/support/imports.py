@@ -1,11 +1,17 @@
-"""What the layout and import-graph contract tests read of the source: a module's dotted name, and the absolute
-names a file imports (anywhere in it, inside functions too; relative imports resolved against its package)."""
+"""What the layout and import-graph contract tests read of the source: its Python files, a module's dotted name,
+and the absolute names a file imports (anywhere in it, inside functions too; relative imports resolved against its
+package)."""
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def py_files(*roots: str) -> list[Path]:
+    """Every Python file under the repository folders ``roots``."""
+    return [p for r in roots for p in (REPO / r).rglob("*.py") if "__pycache__" not in p.parts]
 
 
 def module_name(path: Path) -> str:
