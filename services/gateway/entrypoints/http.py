@@ -36,7 +36,6 @@ from ..http.lowlevel import answer_parser_errors_with_problems
 from ..http.openapi import with_openapi
 from ..http.policy import policy_middleware
 from ..http.policy_cache import PolicySchema
-from ..http.policy_cache import mutating_endpoints as judged_of
 from ..http.problems import problems_middleware
 from ..http.ratelimit import rate_limit_middlewares
 from ..http.state import GATEWAY, Gateway
@@ -57,13 +56,9 @@ ENDPOINTS = with_openapi([
     *audit.ENDPOINTS])
 # the state reader of each PUT, PATCH and DELETE operation, by operationId (the audit middleware's)
 STATE_READERS: dict[str, AuditState] = {e.operation_id: e.audit_state for e in ENDPOINTS if e.audit_state is not None}
-# the Cedar schema of this route table (the policy middleware builds its own from the same list)
+# the Cedar schema of this route table and the operations policies judge (``judged``, by operationId): the policy
+# middleware's and the policy routes', compiled once per process on first use
 POLICY_SCHEMA = PolicySchema(ENDPOINTS)
-
-
-def mutating_endpoints():
-    """The operations policies judge, by operationId."""
-    return judged_of(ENDPOINTS)
 
 
 async def _bootstrap_admin(app: web.Application) -> AsyncIterator[None]:
@@ -99,7 +94,7 @@ def create_app(rt: Runtime, config: GatewaySettings, app: web.Application | None
     shed, limit = rate_limit_middlewares(gw)
     app.middlewares.extend([client_address_middleware(config.trusted_proxies), shed, telemetry_middleware(rt.service),
                             audit_middleware(STATE_READERS), problems_middleware, auth_middleware(gw.tokens), limit,
-                            policy_middleware(gw, ENDPOINTS)])
+                            policy_middleware(gw, POLICY_SCHEMA)])
     add_routes(app, ENDPOINTS)
     answer_parser_errors_with_problems(app)   # aiohttp's own answers to unparsable requests: problem+json too
     app.cleanup_ctx.append(_bootstrap_admin)

@@ -108,10 +108,9 @@ async def resource_of(request: web.Request, endpoint: Endpoint) -> Resource | No
     return None if built is None else Resource(op, kind, *built)
 
 
-def policy_middleware(gw: Gateway, endpoints: list[Endpoint]):
-    """The middleware judging the mutating operations of ``endpoints`` (the route table); it also gives ``gw`` its
+def policy_middleware(gw: Gateway, schema: PolicySchema):
+    """The middleware judging the operations ``schema`` judges (the route table's); it also gives ``gw`` its
     PolicyCache and registers the cache's listener with the runtime (started with it, after NATS is connected)."""
-    schema = PolicySchema(endpoints)
     cache = PolicyCache(schema, lambda: gw.pool)
     gw.policy_cache = cache
     gw.rt.listen(CHANGED, cache.on_change)
