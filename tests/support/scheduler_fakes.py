@@ -161,13 +161,18 @@ class FakeSchedulerRepository(Snapshots, SchedulerRepository):
         row = self.quotas_.get((tenant_id, gpu_model, pool, NIL))
         return None if row is None else row["used"]
 
+    def _quotas(self, tenant_id, gpu_model: str, pool: str, user_id) -> list[tuple[uuid.UUID, Row | None]]:
+        """(who, quota row or None) a holding counts against: the tenant's own row, then the user's share if any."""
+        return [(who, self.quotas_.get((tenant_id, gpu_model, pool, who)))
+                for who in [NIL] + ([user_id] if user_id else [])]
+
     # --- holdings
     async def claim(self, c: Claim, *, count: bool = True) -> tuple[list[Row], Row | None]:
         assert c.mig_profile is None, "the fake claims whole GPUs only"
         if not (c.shape in self.shapes_ and not self.shapes_[c.shape]["deleted"]):
             raise ShapeDeleted(f"shape {c.shape!r} was deleted")
-        for who in [NIL] + ([c.user_id] if c.user_id else []):
-            q = self.quotas_.get((c.tenant_id, c.gpu_model, c.pool, who))
+        quotas = self._quotas(c.tenant_id, c.gpu_model, c.pool, c.user_id)
+        for who, q in quotas:
             if (q is None and who == NIL) or (q is not None and q["used"] + c.units > q["limit"]):
                 raise QuotaExceeded(quota_name(c.tenant_id, c.gpu_model, c.pool, None if who == NIL else who),
                                     q and q["limit"], q["used"] if q else 0, c.units)
@@ -176,8 +181,8 @@ class FakeSchedulerRepository(Snapshots, SchedulerRepository):
         if any(s is None or s["allocation_id"] or not s["wipe_policy"] or s["retired"] for s in slots) or \
                 node is None or node["status"] != "schedulable" or node["cordoned"]:
             raise SlotTaken(f"slots {list(c.slots)} of node {c.node_id} are not all free")
-        for who in [NIL] + ([c.user_id] if c.user_id else []):
-            if (q := self.quotas_.get((c.tenant_id, c.gpu_model, c.pool, who))) is not None:
+        for _, q in quotas:
+            if q is not None:
                 q["used"] += c.units
         for s in slots:
             s["allocation_id"] = c.allocation_id
@@ -213,8 +218,8 @@ class FakeSchedulerRepository(Snapshots, SchedulerRepository):
         row = self.allocations.pop(allocation_id, None)
         if row is None:
             return None, None
-        for who in [NIL] + ([row["user_id"]] if row["user_id"] else []):
-            if (q := self.quotas_.get((row["tenant_id"], row["gpu_model"], row["pool"], who))) is not None:
+        for _, q in self._quotas(row["tenant_id"], row["gpu_model"], row["pool"], row["user_id"]):
+            if q is not None:
                 q["used"] = max(q["used"] - row["gpus"], 0)
         for s in self.slots.values():
             if s["allocation_id"] == allocation_id:
