@@ -207,7 +207,7 @@ async def up(workdir: Path, port: int | None, restart: bool = True) -> int:
     stop everything it started. A signal while it is still starting stops the start too. 0 after a signal once
     it was up, 128 + the signal's number before. Meanwhile a service or node-agent that exits is started again
     (``tooling.supervision``), unless ``restart`` is false or TESSERA_RUNNER_RESTART says ``no``."""
-    platform = _platform(workdir, gateway_port=port, env=UP_ENV, **({} if restart else {"supervise": False}))
+    platform = _platform(workdir, gateway_port=port, env=UP_ENV, supervise=None if restart else False)
     main = asyncio.current_task()
     signalled: list[int] = []
 
