@@ -124,7 +124,7 @@ class Leadership:
                     log.info("leader.leading", leader=self.name)
                     await (self.lease.watch() if self.lease is not None else asyncio.Event().wait())
                 finally:
-                    await self._step_down()
+                    await to_the_end(self._step_down())
                 if self.lease is not None:   # let a healthy standby take over first
                     await asyncio.sleep(self.lease.probe_s * 4)
         finally:
@@ -143,6 +143,23 @@ class Leadership:
             await self.lease.release()
         if was:
             log.info("leader.stood_down", leader=self.name)
+
+
+async def to_the_end(work: Awaitable[object]) -> None:
+    """Await ``work`` to its end even when this task is cancelled again meanwhile, then let the cancellation
+    through. A stop cancels again, every second, a task that goes on (``shared.runtime._cancel_all``); a
+    step-down cut short there would leave a leader-only subscriber half stopped (its batches in flight are
+    waited for) and skip the lose hooks after it. A step-down that never ends is the stop's straggler."""
+    task = asyncio.ensure_future(work)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancelled = True
+    task.result()
+    if cancelled:
+        raise asyncio.CancelledError
 
 
 def periodic(seconds: float, step: Step, *, leadership: Leadership | None = None,

@@ -208,3 +208,29 @@ async def test_a_stop_gives_up_on_a_task_that_never_ends_and_names_it():
         task.cancel()
         await asyncio.wait([task])
 
+
+async def test_a_stop_that_cancels_again_lets_the_step_down_finish():
+    """A lose hook that waits (a leader-only subscriber's batches in flight) is not cut short by the stop's
+    repeated cancellations: every hook runs, then the leadership's task ends cancelled."""
+    from shared.runtime import _cancel_all
+
+    lead, said = Leadership("probe", lease=None), []
+    stepping_down, batch_done = asyncio.Event(), asyncio.Event()
+
+    async def unload():
+        said.append("unload")
+
+    async def stop_consumers():
+        stepping_down.set()
+        await batch_done.wait()
+        said.append("consumers stopped")
+    lead.on_lose(unload)
+    lead.on_lose(stop_consumers)
+    task = asyncio.create_task(lead.run())
+    await asyncio.wait_for(lead.leading.wait(), 5)
+    stop = asyncio.create_task(_cancel_all([task], grace_s=10, every_s=0.01))
+    await asyncio.wait_for(stepping_down.wait(), 5)
+    await eventually(task.cancelling, until=lambda n: n >= 3, timeout=5, what="the stop to cancel again")
+    batch_done.set()
+    assert await stop == set()
+    assert task.cancelled() and said == ["consumers stopped", "unload"]
