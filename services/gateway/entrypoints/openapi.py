@@ -4,12 +4,15 @@ Regenerate with ``python -m services.gateway.entrypoints.openapi > contracts/ope
 """
 from __future__ import annotations
 
+import functools
+
 from ..http import openapi
 from .http import ENDPOINTS
 
 
+@functools.cache
 def document() -> dict:
-    """The document of the gateway's route table."""
+    """The document of the gateway's route table (built once a process; the caller must not change it)."""
     return openapi.document(ENDPOINTS)
 
 

@@ -6,6 +6,7 @@ The gateway's route table is gathered in entrypoints/http.py, which serves it at
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
 
@@ -25,11 +26,16 @@ _SECURITY = {"bearer": [{"bearerAuth": []}], "api_key": [{"apiKey": []}], "none"
 
 
 def with_openapi(api: list[Endpoint]) -> list[Endpoint]:
-    """``api`` and, last, GET /openapi.json: the document of that whole list."""
+    """``api`` and, last, GET /openapi.json: the document of that whole list (built and rendered at its first
+    request, then served as it is: the route table does not change while the process runs)."""
     endpoints: list[Endpoint] = []
 
+    @functools.cache
+    def text() -> str:
+        return json.dumps(document(endpoints))
+
     async def serve_openapi(_request: web.Request) -> web.Response:
-        return web.Response(text=json.dumps(document(endpoints)), content_type="application/json")
+        return web.Response(text=text(), content_type="application/json")
 
     endpoints += [*api, Endpoint("GET", "/openapi.json", serve_openapi, "getOpenApi", "This OpenAPI document", "meta",
                                  {200: "application/json"}, security="none")]
@@ -139,18 +145,8 @@ def _links(paths: dict[str, dict], schemas: dict) -> None:
             post["responses"][status]["links"] = dict(sorted(links.items()))
 
 
-_DOCUMENTS: dict[tuple[int, ...], tuple[list[Endpoint], dict]] = {}
-
-
 def document(endpoints: list[Endpoint]) -> dict:
-    """The whole document of ``endpoints`` (pure; cached per list of endpoints)."""
-    key = tuple(map(id, endpoints))
-    if key not in _DOCUMENTS:   # (the list is kept with it, so the ids stay its endpoints')
-        _DOCUMENTS[key] = list(endpoints), _document(endpoints)
-    return _DOCUMENTS[key][1]
-
-
-def _document(endpoints: list[Endpoint]) -> dict:
+    """The whole document of ``endpoints`` (pure; building it takes a while: a caller keeps what it needs again)."""
     mapping, top = models_json_schema([(m, "validation") for m in _models(endpoints)], ref_template=_REF,
                                       schema_generator=ApiJsonSchema)
 
