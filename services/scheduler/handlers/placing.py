@@ -27,6 +27,7 @@ from .. import contracts as c
 from ..adapters.metrics import PENDING, PREEMPTIONS, QUEUE_WAIT
 from ..domain import claims
 from ..domain.inventory import Placement, Request
+from ..domain.ports import SchedulerRepository
 from ..domain.queue import QueueFull
 from ..domain.quota import QuotaKey
 from .active import ActiveScheduler
@@ -53,12 +54,11 @@ def reserved_result(p: Placement, details: list[dict], waited_s: float = 0.0,
             "waited_s": round(waited_s, 3), "capacity": capacity}
 
 
-async def commit(ctx: UnitOfWork, active: ActiveScheduler, req: Request, p: Placement,
+async def commit(ctx: UnitOfWork, active: ActiveScheduler, store: SchedulerRepository, req: Request, p: Placement,
                  cmd: dict[str, Any], *, count: bool = True) -> tuple[list[dict], dict | None]:
     """Claim what the index decided: (slot details, the node's capacity after it, None unless ``count``).
     On SlotTaken / QuotaExceeded / ShapeDeleted the index is corrected (decision undone, node or quota
     re-read) and the exception propagates; nothing was written."""
-    store = active.repository(ctx.conn)
     try:
         # quota use: published by a loop
         return await store.claim(claim_of(req, p, cmd), count=count)
@@ -128,7 +128,7 @@ async def settle(ctx: UnitOfWork, active: ActiveScheduler, placed: list[tuple[Re
             continue
         try:
             async with store.savepoint():
-                details, _ = await commit(ctx, active, req, p, row["request"], count=False)
+                details, _ = await commit(ctx, active, store, req, p, row["request"], count=False)
                 await store.dequeue(req.allocation_id)
         except claims.SlotTaken:
             active.sched.queue.push(req)        # stale index: it waits again, the node was re-read
@@ -166,11 +166,10 @@ def refresh_pending_gauge(active: ActiveScheduler) -> None:
     active.seen_pending = set(counts)
 
 
-async def notify_preemption(ctx: UnitOfWork, active: ActiveScheduler, req: Request,
+async def notify_preemption(ctx: UnitOfWork, active: ActiveScheduler, store: SchedulerRepository, req: Request,
                             victims: tuple[uuid.UUID, ...]) -> None:
     """Record each victim with its grace deadline and send ``scheduler.preemption_notice``; the request
     stays queued, nominated to the victims' node (the index reserved it: backfill cannot take it)."""
-    store = active.repository(ctx.conn)
     node = None
     for victim in victims:
         row = await store.held(victim)

@@ -62,7 +62,8 @@ async def reserve_slots(ctx: UnitOfWork, cmd: c.ReserveSlots, *, active: ActiveS
     if prior is not None and prior.status != "deferred":
         await participant.answer(ctx, c.RESERVE_SLOTS, data, prior, tenant_id=cmd.tenant_id, compensated=_CANCELLED)
         return
-    queued, held = await active.repository(ctx.conn).standing(cmd.allocation_id)
+    store = active.repository(ctx.conn)
+    queued, held = await store.standing(cmd.allocation_id)
     if queued:
         await _queued(ctx, active, data, "already waiting in the queue", again=True)
         return
@@ -73,19 +74,18 @@ async def reserve_slots(ctx: UnitOfWork, cmd: c.ReserveSlots, *, active: ActiveS
         await conclude(ctx, data, "failed", {"reason": f"injected fault at {cmd.step}", "code": "invalid-request"})
         return
     try:
-        outcome = await _decide(ctx, active, cmd, data, held)
+        outcome = await _decide(ctx, active, store, cmd, data, held)
     except Exception:
         active.needs_reload = True      # the index may hold a decision this transaction will not commit
         raise
     LATENCY.labels(str(cmd.tenant_id), outcome).observe(time.perf_counter() - started)
 
 
-async def _decide(ctx: UnitOfWork, active: ActiveScheduler, cmd: c.ReserveSlots, data: dict,
-                  held: dict | None) -> str:
+async def _decide(ctx: UnitOfWork, active: ActiveScheduler, store: SchedulerRepository, cmd: c.ReserveSlots,
+                  data: dict, held: dict | None) -> str:
     if held is not None:   # reserved before under another key: the same answer, no second reservation
         node = uuid.UUID(held["node_id"])
         p = Placement(node, held["pool"], held["gpu_model"], tuple(held["slots"]), held["mig_profile"])
-        store = active.repository(ctx.conn)
         details = await store.slot_details(node, list(held["slots"]))
         await conclude(ctx, data, "done", reserved_result(p, details, capacity=await store.capacity(node)))
         return "placed"
@@ -104,7 +104,7 @@ async def _decide(ctx: UnitOfWork, active: ActiveScheduler, cmd: c.ReserveSlots,
                 active.forget(req.allocation_id)
                 continue
             try:
-                details, capacity = await commit(ctx, active, req, d.placement, data)
+                details, capacity = await commit(ctx, active, store, req, d.placement, data)
             except claims.SlotTaken:
                 continue
             except claims.QuotaExceeded as exc:
@@ -120,7 +120,7 @@ async def _decide(ctx: UnitOfWork, active: ActiveScheduler, cmd: c.ReserveSlots,
         if d.reason == "already pending":        # queued in the index only (a failed handler): forget it
             active.sched.cancel(req.allocation_id)
             continue
-        return await _enqueue(ctx, active, req, d, data)
+        return await _enqueue(ctx, active, store, req, d, data)
     raise RuntimeError(f"the index stayed stale for allocation {cmd.allocation_id}: reloading it")
 
 
@@ -138,14 +138,14 @@ async def _fail(ctx: UnitOfWork, data: dict, reason: str, code: str) -> str:
     return "rejected"
 
 
-async def _enqueue(ctx: UnitOfWork, active: ActiveScheduler, req, d: Decision, data: dict) -> str:
-    store = active.repository(ctx.conn)
+async def _enqueue(ctx: UnitOfWork, active: ActiveScheduler, store: SchedulerRepository, req, d: Decision,
+                   data: dict) -> str:
     if not await store.hold_shape(req.shape.name):   # deleted meanwhile: nothing may wait for it
         active.sched.cancel(req.allocation_id)
         return await _fail(ctx, data, f"shape {req.shape.name!r} was deleted", "unknown-shape")
     await store.enqueue(data, ctx.causation.correlation_id)
     if d.victims:
-        await notify_preemption(ctx, active, req, d.victims)
+        await notify_preemption(ctx, active, store, req, d.victims)
     await _queued(ctx, active, data, d.reason)
     refresh_pending_gauge(active)
     return "queued"
