@@ -14,6 +14,7 @@ from tests.integration.test_saga import ALLOCATE_ORDER, Participants, saga_row
 from tests.support.polling import eventually
 
 LINE_OF_2 = SagaSettings(Policy(tenant_inflight=2), deadline_poll_s=0.05)
+LINE_OF_1 = SagaSettings(Policy(tenant_inflight=1), deadline_poll_s=0.05)
 
 
 def of_tenant(p: Participants, tenant_id: uuid.UUID) -> Participants:
@@ -79,7 +80,7 @@ async def test_a_tenants_burst_runs_two_at_a_time_in_order_while_another_tenant_
 
 
 async def test_a_saga_that_fails_gives_its_place_to_the_next_waiting_request(run_service, watch, nc):
-    rt = await run_service("saga", partial(build, saga=SagaSettings(Policy(tenant_inflight=1), deadline_poll_s=0.05)))
+    rt = await run_service("saga", partial(build, saga=LINE_OF_1))
     first = await Participants.start(watch, nc)
     tenant = uuid.uuid4()
     one, two = of_tenant(first, tenant), of_tenant(first, tenant)
@@ -148,7 +149,15 @@ async def test_a_waiting_request_of_a_tenant_with_room_is_started_by_the_deadlin
 
 # --- places in line, and a release before the saga starts ----------------------------------------------------
 
-LINE_OF_1 = SagaSettings(Policy(tenant_inflight=1), deadline_poll_s=0.05)
+async def three_of_a_tenant(run_service, watch, nc):
+    """A coordinator with lines of one, and three allocations of one tenant requested in turn: the first starts,
+    the other two wait. Returns (the coordinator, the tenant, the three)."""
+    rt = await run_service("saga", partial(build, saga=LINE_OF_1))
+    first = await Participants.start(watch, nc)
+    tenant = uuid.uuid4()
+    three = tuple(of_tenant(first, tenant) for _ in range(3))
+    await request_in_turn(rt, list(three))
+    return rt, tenant, three
 
 
 async def told(p: Participants, position: int) -> dict:
@@ -173,11 +182,7 @@ async def release_withdrawn(p: Participants) -> None:
 
 
 async def test_waiting_allocations_are_told_their_places_as_the_line_moves(run_service, watch, nc):
-    rt = await run_service("saga", partial(build, saga=LINE_OF_1))
-    first = await Participants.start(watch, nc)
-    tenant = uuid.uuid4()
-    one, two, three = (of_tenant(first, tenant) for _ in range(3))
-    await request_in_turn(rt, [one, two, three])
+    rt, tenant, (one, two, three) = await three_of_a_tenant(run_service, watch, nc)
     assert (await told(two, 1))["reason"] == "tenant_line"
     await told(three, 2)
     assert places_told(one) == []                                    # it started at once
@@ -197,11 +202,7 @@ def places_told(p: Participants) -> list[int]:
 
 
 async def test_a_waiting_allocation_released_leaves_the_line_at_once_with_nothing_reserved(run_service, watch, nc):
-    rt = await run_service("saga", partial(build, saga=LINE_OF_1))
-    first = await Participants.start(watch, nc)
-    tenant = uuid.uuid4()
-    one, two, three = (of_tenant(first, tenant) for _ in range(3))
-    await request_in_turn(rt, [one, two, three])
+    rt, tenant, (one, two, three) = await three_of_a_tenant(run_service, watch, nc)
     await told(three, 2)
 
     await withdraw(two)                                              # the first waiting one: three moves up
