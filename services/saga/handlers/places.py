@@ -5,11 +5,14 @@ tenant's lock (requests started by ``sagas._fill``, one withdrawn), the waiting 
 places in that transaction too. An ending saga hands its place over without that lock: it only records that
 the line moved (``adapters.lines.moved``), and the deadline loop tells the places (``tell_moved_lines``) under
 the lock, from what is committed, so two sagas of one tenant ending at once never leave a place told wrong.
-Which changes are told, and what bounds the messages: ``domain.lines.retell``.
+Which changes are told, and what bounds the messages: ``domain.lines.retell``. How the deadline loop visits
+the lines it finds, one tenant's at a time under its lock (here, and for ``sagas.fill_short_lines``):
+``each_free_line``.
 """
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 
 import asyncpg
 import structlog
@@ -47,20 +50,32 @@ async def tell_places(uow: UnitOfWork, tenant_id: uuid.UUID) -> int:
     return len(told)
 
 
-async def tell_moved_lines(pool: asyncpg.Pool, outbox: Outbox) -> int:
-    """Tell the places in the lines that moved without their tenant's lock, one tenant per transaction,
-    skipping a tenant whose line another holds (the next pass takes it). A tenant whose telling raises is
-    logged and left to the next pass. Returns how many requests were told. Raises when the database is
-    unreachable."""
+async def each_free_line(pool: asyncpg.Pool, outbox: Outbox, find: Callable[[asyncpg.Connection], Awaitable[list]],
+                         work: Callable[[UnitOfWork, uuid.UUID], Awaitable[int]], *, name: str, failed: str) -> int:
+    """What the deadline loop does to the lines it finds (``find``): ``work`` on each tenant's, one tenant per
+    transaction under the line's lock, skipping a tenant whose line another holds (the next pass takes it). A
+    tenant whose work raises is logged (``failed``) and left to the next pass. Returns the sum of what ``work``
+    returned. Raises when the database is unreachable."""
     async with pool.acquire() as conn:
-        tenants = await line_store.moved_lines(conn)
-    told = 0
+        tenants = await find(conn)
+    done = 0
     for tenant_id in tenants:
         try:
-            async with UnitOfWork.begin(pool, outbox, name="saga.places") as uow:
+            async with UnitOfWork.begin(pool, outbox, name=name) as uow:
                 if await line_store.lock(uow.conn, tenant_id, wait=False):
-                    await line_store.clear_moves(uow.conn, tenant_id)
-                    told += await tell_places(uow, tenant_id)
+                    done += await work(uow, tenant_id)
         except (asyncpg.PostgresError, ValueError) as exc:
-            log.error("saga.places_failed", tenant_id=str(tenant_id), error=repr(exc))
-    return told
+            log.error(failed, tenant_id=str(tenant_id), error=repr(exc))
+    return done
+
+
+async def _tell_moved(uow: UnitOfWork, tenant_id: uuid.UUID) -> int:
+    await line_store.clear_moves(uow.conn, tenant_id)
+    return await tell_places(uow, tenant_id)
+
+
+async def tell_moved_lines(pool: asyncpg.Pool, outbox: Outbox) -> int:
+    """Tell the places in the lines that moved without their tenant's lock (``each_free_line``). Returns how
+    many requests were told."""
+    return await each_free_line(pool, outbox, line_store.moved_lines, _tell_moved, name="saga.places",
+                                failed="saga.places_failed")

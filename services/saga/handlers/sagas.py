@@ -14,6 +14,7 @@ coordinator carries on from PostgreSQL and the outbox.
 from __future__ import annotations
 
 import uuid
+from functools import partial
 
 import asyncpg
 import structlog
@@ -27,7 +28,7 @@ from ..adapters import repository
 from ..domain import lines
 from ..domain.machine import expired, handle
 from ..domain.model import Command, Input, Policy, Reply, Saga, Start
-from .places import tell_joined, tell_places
+from .places import each_free_line, tell_joined, tell_places
 from .withdrawals import after_allocate, on_request, withdrawn
 
 log = structlog.get_logger()
@@ -99,20 +100,9 @@ async def _fill(ctx: UnitOfWork, tenant_id: uuid.UUID, policy: Policy) -> int:
 
 async def fill_short_lines(pool: asyncpg.Pool, outbox: Outbox, policy: Policy) -> int:
     """Start waiting requests of tenants that have room (a hand-over an ending saga missed: the request was
-    not committed yet), one tenant per transaction, skipping a tenant whose line another holds (it fills it).
-    A tenant whose start raises is logged and left to the next pass. Returns how many started. Raises when
-    the database is unreachable."""
-    async with pool.acquire() as conn:
-        tenants = await line_store.short_lines(conn, policy.tenant_inflight)
-    started = 0
-    for tenant_id in tenants:
-        try:
-            async with UnitOfWork.begin(pool, outbox, name="saga.lines") as uow:
-                if await line_store.lock(uow.conn, tenant_id, wait=False):
-                    started += await _fill(uow, tenant_id, policy)
-        except (asyncpg.PostgresError, ValueError) as exc:
-            log.error("saga.line_fill_failed", tenant_id=str(tenant_id), error=repr(exc))
-    return started
+    not committed yet), as ``places.each_free_line`` does. Returns how many started."""
+    return await each_free_line(pool, outbox, partial(line_store.short_lines, bound=policy.tenant_inflight),
+                                partial(_fill, policy=policy), name="saga.lines", failed="saga.line_fill_failed")
 
 
 async def on_reply(ctx: UnitOfWork, reply, *, policy: Policy) -> None:
