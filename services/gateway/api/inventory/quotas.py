@@ -14,12 +14,12 @@ from services.scheduler.contracts import SetQuota
 
 from ...adapters import inventory
 from ...adapters.audit_state import StateReader, select_object
-from ...adapters.quota_split import require_member, require_within, split_of
 from ...domain.scheduling import NIL
 from ...http.auth import require_provider_admin
 from ...http.endpoint import Endpoint, Param, respond
 from ...http.inputs import path_uuid, path_value, read_body
 from ...http.params import TENANT_ID, USER_ID
+from ...http.quota_split import require_member, require_within, split_of
 from ...http.schema_base import GpuModel, ShapeName
 from ...http.state import gateway_of
 from ...http.tenancy import require_tenant, visible_tenant

@@ -19,7 +19,6 @@ from services.storage.contracts import SetStorageQuota
 from ...adapters import volumes as repo
 from ...adapters.admission import limits_of
 from ...adapters.audit_state import StateReader, select_object
-from ...adapters.quota_split import require_member, require_within, split_of
 from ...domain.scheduling import NIL
 from ...domain.volumes import Offer, tenant_limits
 from ...http.auth import require_provider_admin
@@ -27,6 +26,7 @@ from ...http.endpoint import Endpoint, Param, respond
 from ...http.inputs import path_uuid, path_value, read_body
 from ...http.params import TENANT_ID, USER_ID
 from ...http.problems import not_found
+from ...http.quota_split import require_member, require_within, split_of
 from ...http.schema_types import StorageClassName
 from ...http.state import gateway_of
 from ...http.tenancy import require_tenant, visible_tenant

@@ -9,13 +9,13 @@ from dataclasses import dataclass
 import asyncpg
 from aiohttp import web
 
+from ..adapters import inventory
 from ..domain.model import Principal
-from ..http.auth import principal_of
-from ..http.inputs import path_uuid
-from ..http.problems import forbidden, not_found, validation_problem
-from ..http.schema_base import FieldError
-from ..http.tenancy import visible_tenant
-from . import inventory
+from .auth import principal_of
+from .inputs import path_uuid
+from .problems import forbidden, not_found, validation_problem
+from .schema_base import FieldError
+from .tenancy import visible_tenant
 
 
 @dataclass(frozen=True)
