@@ -62,7 +62,7 @@ async def _network(ctx: UnitOfWork, networks: NetworkRepository, cmd: c.AttachNe
     if cidr is None:
         raise Refused(f"no subnet of /{plan.tenant_cidr.prefixlen} left in {plan.default_pool} for the tenant's "
                       f"default network: its networks cover the pool; name a network")
-    net = await provision_network(networks, plan, cmd.tenant_id, uuid.uuid4(), DEFAULT_NETWORK, cidr,
+    net = await provision_network(networks, plan, cmd.tenant_id, nets, uuid.uuid4(), DEFAULT_NETWORK, cidr,
                                   is_default=True)
     tn = await changed(ctx, networks, cmd.tenant_id)
     await ctx.emit("network.network_created", c.NetworkCreated(

@@ -64,7 +64,8 @@ async def create_network(ctx: UnitOfWork, cmd: c.CreateNetwork, *, plan: Network
         return await _reject(ctx, cmd, "create_network", "network id already in use; choose another")
     try:
         async with networks.savepoint():
-            await provision_network(networks, plan, cmd.tenant_id, cmd.network_id, cmd.name, parse_cidr(cmd.cidr))
+            await provision_network(networks, plan, cmd.tenant_id, nets, cmd.network_id, cmd.name,
+                                    parse_cidr(cmd.cidr))
     except Refused as exc:
         return await _reject(ctx, cmd, "create_network", exc.reason)
     await _created(ctx, networks, cmd.tenant_id, cmd.network_id, bump=True)

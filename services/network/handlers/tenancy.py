@@ -32,12 +32,13 @@ async def _lease(networks: NetworkRepository, pool_name: str, pool: IdPool, owne
 
 
 async def provision_network(networks: NetworkRepository, plan: NetworkPlan, tenant_id: uuid.UUID,
-                            network_id: uuid.UUID, name: str, cidr: ipaddress.IPv4Network, *,
-                            is_default: bool = False) -> TenantNetwork:
+                            existing: list[TenantNetwork], network_id: uuid.UUID, name: str,
+                            cidr: ipaddress.IPv4Network, *, is_default: bool = False) -> TenantNetwork:
     """Create the network with a VNI and a NAT address, and give the tenant its VRF id, PKey and L3 VNI
-    if it has none. Raises Refused (name taken, overlap, a pool exhausted); run it in a savepoint
-    so a refusal leaves no lease behind."""
-    check_new_network(name, cidr, await networks.networks_of(tenant_id))
+    if it has none; ``existing``: the tenant's networks, as the caller read them under the tenant's lock.
+    Raises Refused (name taken, overlap, a pool exhausted); run it in a savepoint so a refusal leaves no
+    lease behind."""
+    check_new_network(name, cidr, existing)
     await networks.tenant(tenant_id)
     vrf = await _lease(networks, "vrf", plan.vrfs, tenant_id, "VRF table")
     pkey = await _lease(networks, "pkey", plan.pkeys, tenant_id, "PKey")
