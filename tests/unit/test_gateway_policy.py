@@ -152,6 +152,16 @@ def test_the_schema_of_the_gateways_route_table_has_one_action_per_judged_operat
     assert parse_one("forbid (principal, action, resource);")["effect"] == "forbid"
 
 
+def test_every_operation_with_a_resource_type_of_its_own_builds_that_resource():
+    """An operation the schema types (OPERATION_RESOURCE) but whose endpoint builds no resource would be judged as a
+    Target that does not fit its action, and every request of it denied; a builder on an untyped operation would
+    never be called."""
+    from services.gateway.domain.policy import OPERATION_RESOURCE
+    from services.gateway.entrypoints.http import ENDPOINTS
+    built = {e.operation_id for e in ENDPOINTS if e.policy_resource is not None}
+    assert built == set(OPERATION_RESOURCE)
+
+
 def test_a_denial_names_the_policy_by_its_id_annotation_and_carries_its_stored_id_beside_it():
     from services.gateway.http.policy import PolicyDenied
 
