@@ -39,7 +39,8 @@ from ...domain.model import advances, advances_to
 
 log = structlog.get_logger()
 
-TENANT_LINE = "tenant_line"   # queued_reason of an allocation waiting in its tenant's line (the saga's)
+# queued_reason of an allocation waiting in its tenant's line: the saga's own word for it
+TENANT_LINE = AllocationWaiting.model_fields["reason"].default
 
 
 async def _record(ctx: UnitOfWork, allocation_id: uuid.UUID, state: str | None = None, **fields) -> None:
