@@ -8,12 +8,12 @@ fails with it and nothing is kept (the partial copy is removed).
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import subprocess
-import tempfile
 import urllib.request
 from pathlib import Path
+
+from shared.files import replace_atomically
 
 from ....domain.model import BootImage
 
@@ -36,12 +36,15 @@ def _copy(source: str, target, name: str) -> None:
         raise ImageError(f"image {name}: cannot read {source}: {exc}") from None
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(CHUNK):
-            digest.update(block)
-    return digest.hexdigest()
+class _Hashing:
+    """A file-like target that hashes what it writes on its way to ``target``."""
+
+    def __init__(self, target) -> None:
+        self.target, self.digest = target, hashlib.sha256()
+
+    def write(self, block: bytes) -> int:
+        self.digest.update(block)
+        return self.target.write(block)
 
 
 def ensure(image: BootImage, images_dir: Path) -> Path:
@@ -50,19 +53,16 @@ def ensure(image: BootImage, images_dir: Path) -> Path:
     local = images_dir / f"{image.sha256}.{image.format}"
     if local.exists():
         return local
-    fd, tmp = tempfile.mkstemp(dir=images_dir, prefix=".partial-")
-    try:
-        with os.fdopen(fd, "wb") as target:
-            _copy(image.source, target, image.name)
-        got = _sha256(Path(tmp))
+
+    def verified(target) -> None:
+        hashing = _Hashing(target)
+        _copy(image.source, hashing, image.name)
+        got = hashing.digest.hexdigest()
         if got != image.sha256:
             raise ImageError(f"image {image.name}: checksum mismatch: the catalog says sha256 {image.sha256}, "
                              f"{image.source} has {got}")
-        os.chmod(tmp, 0o444)
-        os.replace(tmp, local)   # atomic: a concurrent provision sees the whole verified file or none
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    # a concurrent provision sees the whole verified file or none; a copy lost in a crash is fetched again
+    replace_atomically(local, verified, binary=True, durable=False, mode=0o444)
     return local
 
 
@@ -83,13 +83,6 @@ def boot_file(source: str | None, images_dir: Path, name: str) -> str | None:
     if source is None or not source.startswith(("http://", "https://")):
         return source
     local = images_dir / ("boot-" + hashlib.sha256(source.encode()).hexdigest()[:32])
-    if not local.exists():
-        fd, tmp = tempfile.mkstemp(dir=images_dir, prefix=".partial-")
-        try:
-            with os.fdopen(fd, "wb") as target:
-                _copy(source, target, name)
-            os.replace(tmp, local)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+    if not local.exists():   # a cache: a download lost in a crash is fetched again, so no fsync
+        replace_atomically(local, lambda target: _copy(source, target, name), binary=True, durable=False)
     return str(local)
