@@ -39,6 +39,10 @@ class Message:
     # in a stream (its subject is <service>.rpc.*, outside the streams' cmd/evt subjects), answered at once or
     # not at all; for reads that must be live (a console's tail), never for a change of state.
     reply: type[BaseModel] | None = None
+    # an event only: published live (a plain core-NATS publish, not through the outbox) and never stored; its
+    # service's stream leaves its subject out (shared.streams). For proof that the sender is connected now (a
+    # heartbeat), which a copy replayed from a stream must never seem to give. Received with Runtime.listen.
+    live: bool = False
 
     @property
     def name(self) -> str:
@@ -112,6 +116,8 @@ class Catalog:
                 infix = {"command": "cmd", "event": "evt", "request": "rpc"}[m.kind]
                 if not m.subject.startswith(f"{c.service}.{infix}."):
                     raise ContractViolation(f"{m.type}: a {m.kind}'s subject starts {c.service}.{infix}.")
+                if m.live and m.kind != "event":
+                    raise ContractViolation(f"{m.type}: only an event is published live")
                 if (m.kind == "request") != (m.reply is not None):
                     raise ContractViolation(f"{m.type}: a request, and only a request, has a reply model")
                 self.by_type[m.type] = (c, m)

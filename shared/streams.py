@@ -1,5 +1,6 @@
 """The JetStream streams the project declares: one per service (its commands and events; its requests,
-<service>.rpc.*, are core NATS request/reply and never stored), plus the dead-letter stream.
+<service>.rpc.*, are core NATS request/reply and never stored, and so are its live events, such as the
+node-agents' heartbeats), plus the dead-letter stream.
 
 A service declares (creates or updates, idempotently, with one config) its own stream and the dead-letter
 stream, where it publishes what it cannot handle; the streams of others that it reads it only creates when
@@ -17,17 +18,28 @@ from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import BadRequestError, NotFoundError
 
-from .contract import SERVICES, stream_name
+from .contract import SERVICES, load_catalog, stream_name
 
 DEAD_LETTER_STREAM = "TESSERA_DEADLETTER"
 DEAD_LETTER_PREFIX = "deadletter"
 DUPLICATE_WINDOW_S = 120.0
 
 
+def stream_subjects(service: str) -> list[str]:
+    """The subjects ``service``'s stream stores: its commands and its events, live events (``Message.live``)
+    excepted. A stream cannot exclude a subject, so a service with live events has its others listed one by one
+    instead of ``<service>.evt.>``."""
+    contract = load_catalog().contracts[service]
+    if not any(m.live for m in contract.messages):
+        return [f"{service}.cmd.>", f"{service}.evt.>"]
+    events = sorted({m.wildcard() for m in contract.messages if m.kind == "event" and not m.live})
+    return [f"{service}.cmd.>", *events]
+
+
 def stream_configs(replicas: int = 1) -> list[StreamConfig]:
     configs = [
         StreamConfig(
-            name=stream_name(s), subjects=[f"{s}.cmd.>", f"{s}.evt.>"], storage=StorageType.FILE,
+            name=stream_name(s), subjects=stream_subjects(s), storage=StorageType.FILE,
             retention=RetentionPolicy.LIMITS, discard=DiscardPolicy.OLD,
             max_age=7 * 24 * 3600.0, max_bytes=1 << 30, duplicate_window=DUPLICATE_WINDOW_S,
             num_replicas=replicas,

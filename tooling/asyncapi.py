@@ -118,6 +118,7 @@ def component_message(msg: Message, owner: ServiceContract, schemas: dict[str, A
 
 def channel(msg: Message, owner: ServiceContract) -> dict[str, Any]:
     stored = (f"answered over core NATS request/reply by {owner.service}, never stored" if msg.kind == "request"
+              else "published live over core NATS, never stored" if msg.live
               else f"stored in stream {owner.stream}")
     ch: dict[str, Any] = {
         "address": msg.subject,

@@ -109,6 +109,8 @@ def service_permissions(catalog: Catalog, service: str) -> dict[str, Any]:
     for type_ in contract.receives:
         msg, stream = catalog.message(type_), catalog.owner(type_).stream
         subscribe.add(msg.wildcard())
+        if msg.live:   # never stored: heard through a plain subscription (Runtime.listen), no durable
+            continue
         durable = durable_name(service, type_)
         publish.update({f"{JS}.STREAM.INFO.{stream}", f"{JS}.STREAM.CREATE.{stream}"})   # created if missing
         publish.update(consumer_subjects(stream, durable, msg.wildcard()))

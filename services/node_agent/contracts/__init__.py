@@ -32,6 +32,17 @@ from .hardware import (
     ValidateBmc,
     WipeSlots,
 )
+from .health import (
+    Alert,
+    Condition,
+    FaultInjected,
+    FaultKind,
+    FenceInstances,
+    GpuMetrics,
+    Heartbeat,
+    InjectFault,
+    InstancesFenced,
+)
 
 Sha256 = Field(pattern=r"^[0-9a-f]{64}$", description="Lower-case hex SHA-256.", examples=["0" * 64])
 PowerAction = Literal["reboot", "stop", "start"]
@@ -298,13 +309,26 @@ CONTRACT = ServiceContract(
                 "A volume was mounted or unmounted on the node, or could not be (reason)."),
         Message("node_agent.read_console", "node_agent.rpc.console.{node_id}", ReadConsole, "request",
                 "Read the serial console of an instance on this node (tail, or from an offset to follow).", reply=ConsoleChunk),
+        Message("node_agent.heartbeat", "node_agent.evt.heartbeat.{node_id}", Heartbeat, "event",
+                "The agent is alive: the node's current alerts, the instances it holds, its GPUs' metrics. "
+                "Published live every few seconds, never stored.", live=True),
+        Message("node_agent.inject_fault", "node_agent.cmd.inject_fault.{node_id}", InjectFault, "command",
+                "A provider injects a fault into a simulated node (a real one refuses it)."),
+        Message("node_agent.fault_injected", "node_agent.evt.fault_injected.{node_id}", FaultInjected, "event",
+                "What the node did with an injected fault: accepted, or refused (reason)."),
+        Message("node_agent.fence_instances", "node_agent.cmd.fence_instances.{node_id}", FenceInstances, "command",
+                "These allocations moved to another node: destroy their instances here for good."),
+        Message("node_agent.instances_fenced", "node_agent.evt.instances_fenced.{node_id}", InstancesFenced, "event",
+                "The allocations' instances, and the node's records of them, are gone."),
     ],
     receives=["network.tenant_networks_changed", "node_agent.power", "node_agent.set_bmc", "node_agent.rewipe",
-              "node_agent.burn_in", "node_agent.mount_volume", "node_agent.unmount_volume"],
+              "node_agent.burn_in", "node_agent.mount_volume", "node_agent.unmount_volume",
+              "node_agent.inject_fault", "node_agent.fence_instances"],
     sends=["scheduler.report_topology"],
     steps=[PROVISION_NODE, WIPE_SLOTS],
 )
 
-__all__ = ["Bmc", "BmcReport", "BurnInCheck", "BurnInFinished", "DeviceWipe", "QuarantinedSlot", "Rewipe", "RunBurnIn",
-           "SetBmc", "SlotRewiped", "SlotsWiped", "SlotWipe", "ValidateBmc", "WipeSlots", "CONTRACT", "PROVISION_NODE",
-           "WIPE_SLOTS"]
+__all__ = ["Alert", "Condition", "FaultInjected", "FaultKind", "FenceInstances", "GpuMetrics", "Heartbeat",
+           "InjectFault", "InstancesFenced", "Bmc", "BmcReport", "BurnInCheck", "BurnInFinished", "DeviceWipe",
+           "QuarantinedSlot", "Rewipe", "RunBurnIn", "SetBmc", "SlotRewiped", "SlotsWiped", "SlotWipe", "ValidateBmc",
+           "WipeSlots", "CONTRACT", "PROVISION_NODE", "WIPE_SLOTS"]
