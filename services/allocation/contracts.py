@@ -14,7 +14,8 @@ from shared.contract import Message, ServiceContract
 from shared.steps import Step
 from shared.wire import StepCommand, StepFailure, Wire
 
-State = Literal["REQUESTED", "PROVISIONING", "ACTIVE", "RELEASING", "RELEASED", "FAILED"]
+State = Literal["REQUESTED", "PROVISIONING", "ACTIVE", "INTERRUPTED", "RELEASING", "RELEASED", "FAILED"]
+InterruptCategory = Literal["node_lost", "gpu_fault", "drain", "maintenance"]
 
 
 class Scheduling(Wire):
@@ -57,6 +58,18 @@ class PreemptAllocation(Wire):
     tenant_id: uuid.UUID
     reason: str = Field(max_length=500)
     preempted_for: uuid.UUID | None = None
+
+
+class InterruptAllocation(Wire):
+    """Sent by the scheduler for each allocation on a node that failed: the allocation is rescheduled (or given
+    up, past the retry policy's bound for the category)."""
+    allocation_id: uuid.UUID
+    tenant_id: uuid.UUID
+    node_id: uuid.UUID = Field(description="The node the allocation was on (a stale interrupt for another is a no-op).")
+    category: InterruptCategory
+    reason: str = Field(max_length=2000, description="What failed, for the tenant.")
+    interrupted_at: datetime = Field(description="When the tenant lost the allocation: the fault's time, before now.")
+    next: str = Field(max_length=500, description="What happens next, for the tenant.")
 
 
 class MarkProvisioning(Wire):
@@ -112,6 +125,35 @@ class AllocationActivationFailed(StepFailure):
     pass
 
 
+class AllocationInterrupted(AllocationEvent, Scheduling):
+    """The allocation lost its node and waits to be rescheduled: what the tenant is told, and all a reschedule
+    needs to place it again without asking (the request's spec and options, as allocation.requested has them)."""
+    state: Literal["INTERRUPTED"] = "INTERRUPTED"
+    node_id: uuid.UUID = Field(description="The node it lost.")
+    category: InterruptCategory
+    reason: str
+    interrupted_at: datetime = Field(description="When the tenant lost it.")
+    next: str = Field(description="What happens next, for the tenant.")
+    attempt: int = Field(ge=1, description="The reschedule this starts, 1-based.")
+    user_id: uuid.UUID
+    shape: str
+    gpu_count: int
+    volume_gb: int
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class AllocationRescheduled(AllocationEvent):
+    """The interrupted allocation is ACTIVE again on another node (same id), published with the activate
+    step's reply."""
+    state: Literal["ACTIVE"] = "ACTIVE"
+    from_node_id: uuid.UUID
+    to_node_id: uuid.UUID
+    interrupted_at: datetime
+    gap_s: float = Field(ge=0, description="Seconds from interrupted_at until it was ACTIVE again.")
+    attempt: int = Field(ge=1)
+    instance: InstanceInfo | None = Field(default=None, description="What runs on the new node.")
+
+
 class AllocationReleaseRequested(AllocationEvent):
     requested_by: uuid.UUID | None = None
     reason: str | None = Field(default=None, description="Why, when not the tenant's own request (e.g. preempted).")
@@ -164,7 +206,8 @@ CONTRACT = ServiceContract(
     service="allocation",
     title="Tessera allocation service",
     description=(
-        "Owns the Allocation aggregate: REQUESTED → PROVISIONING → ACTIVE → RELEASING → RELEASED, or FAILED with a reason."
+        "Owns the Allocation aggregate: REQUESTED → PROVISIONING → ACTIVE → RELEASING → RELEASED, or FAILED with a reason; "
+        "ACTIVE → INTERRUPTED → ACTIVE when its node fails and it is rescheduled."
     ),
     messages=[
         Message("allocation.request", "allocation.cmd.request", RequestAllocation, "command",
@@ -174,10 +217,17 @@ CONTRACT = ServiceContract(
                 "before it started (sent by the saga coordinator)."),
         Message("allocation.preempt", "allocation.cmd.preempt", PreemptAllocation, "command",
                 "The scheduler preempts an ACTIVE allocation: release it, recording the reason."),
+        Message("allocation.interrupt", "allocation.cmd.interrupt", InterruptAllocation, "command",
+                "The allocation's node failed (sent by the scheduler): ACTIVE → INTERRUPTED, or FAILED once the "
+                "retry policy's bound for the category is reached."),
         Message("allocation.requested", "allocation.evt.requested", AllocationRequested, "event",
                 "An allocation was requested (REQUESTED)."),
         Message("allocation.provisioning", "allocation.evt.provisioning", AllocationProvisioning, "event",
                 "Provisioning started (PROVISIONING)."),
+        Message("allocation.interrupted", "allocation.evt.interrupted", AllocationInterrupted, "event",
+                "The allocation lost its node and is being rescheduled (INTERRUPTED)."),
+        Message("allocation.rescheduled", "allocation.evt.rescheduled", AllocationRescheduled, "event",
+                "The interrupted allocation is ACTIVE again on a new node (with the activate step's reply)."),
         Message("allocation.release_requested", "allocation.evt.release_requested", AllocationReleaseRequested, "event",
                 "Release was requested (RELEASING)."),
         Message("allocation.failed", "allocation.evt.failed", AllocationFailed, "event",
@@ -185,6 +235,6 @@ CONTRACT = ServiceContract(
         Message("allocation.command_rejected", "allocation.evt.command_rejected", AllocationCommandRejected, "event",
                 "A command did not apply to the allocation's state."),
     ],
-    receives=["allocation.request", "allocation.release", "allocation.preempt"],
+    receives=["allocation.request", "allocation.release", "allocation.preempt", "allocation.interrupt"],
     steps=[MARK_PROVISIONING, ACTIVATE, MARK_RELEASED, FAIL_ALLOCATION],
 )

@@ -1,13 +1,14 @@
 """Allocation's handlers: load the aggregate (row locked), apply the command, save, and write the
 events it recorded to the outbox, all in the consumer's transaction.
 
-Plain commands (request, mark_provisioning, fail, release, preempt) emit the recorded
+Plain commands (request, mark_provisioning, fail, release, preempt, interrupt) emit the recorded
 events; a command that does not fit the state emits ``allocation.command_rejected``
-(request, fail, release, preempt) or is a no-op when it is stale (see the aggregate).
-A request, release or preempt that can never apply (data PostgreSQL refuses, such as a NUL
+(request, fail, release, preempt, interrupt) or is a no-op when it is stale (see the aggregate).
+A request, release, preempt or interrupt that can never apply (data PostgreSQL refuses, such as a NUL
 in a name) is rolled back by the consumer kit and rejected at once the same way (``refused``).
 The saga steps (activate, mark_released) go through ``shared.participant.invoke``:
-one effect per idempotency key, and the reply *is* the recorded event. Their effect
+one effect per idempotency key, and the reply *is* the recorded event (activate from INTERRUPTED also emits
+``allocation.rescheduled``, in the same unit of work and only with the step's first effect). Their effect
 (``activate_step``, ``mark_released_step``) is a function of the repository and the
 command, returning the reply's fields.
 
@@ -18,7 +19,7 @@ repository unless told otherwise (the unit tests pass an in-memory fake).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -33,8 +34,9 @@ from shared.unit_of_work import UnitOfWork
 from . import contracts as c
 from .adapters.repository import PgAllocationRepository
 from .domain import events
-from .domain.errors import IllegalTransition, InvalidSpec
+from .domain.errors import BeingRescheduled, IllegalTransition, InvalidSpec
 from .domain.model import Allocation
+from .domain.policy import RESCHEDULE_LIMITS
 from .domain.ports import AllocationRepository
 
 RepositoryFactory = Callable[[asyncpg.Connection], AllocationRepository]
@@ -42,15 +44,21 @@ RepositoryFactory = Callable[[asyncpg.Connection], AllocationRepository]
 WIRE_EVENTS: dict[type, tuple[str, type[BaseModel]]] = {
     events.Requested: ("allocation.requested", c.AllocationRequested),
     events.Provisioning: ("allocation.provisioning", c.AllocationProvisioning),
+    events.Interrupted: ("allocation.interrupted", c.AllocationInterrupted),
+    events.Rescheduled: ("allocation.rescheduled", c.AllocationRescheduled),
     events.ReleaseRequested: ("allocation.release_requested", c.AllocationReleaseRequested),
     events.Failed: ("allocation.failed", c.AllocationFailed),
 }
 
 
+async def _emit(ctx: UnitOfWork, ev: events.AllocationEvent) -> None:
+    type_, model = WIRE_EVENTS[type(ev)]
+    await ctx.emit(type_, model(**asdict(ev)), tenant_id=ev.tenant_id)
+
+
 async def _publish(ctx: UnitOfWork, alloc: Allocation) -> None:
     for ev in alloc.pull_events():
-        type_, model = WIRE_EVENTS[type(ev)]
-        await ctx.emit(type_, model(**asdict(ev)), tenant_id=alloc.tenant_id)
+        await _emit(ctx, ev)
 
 
 async def _save(ctx: UnitOfWork, allocations: AllocationRepository, alloc: Allocation) -> None:
@@ -122,8 +130,8 @@ async def fail(ctx: UnitOfWork, cmd: c.FailAllocation, *,
     await _save(ctx, allocations, alloc)
 
 
-async def _tenants(ctx: UnitOfWork, allocations: AllocationRepository, cmd: c.ReleaseAllocation | c.PreemptAllocation,
-                   command: str) -> Allocation | None:
+async def _tenants(ctx: UnitOfWork, allocations: AllocationRepository,
+                   cmd: c.ReleaseAllocation | c.PreemptAllocation | c.InterruptAllocation, command: str) -> Allocation | None:
     """The locked aggregate if it is the command's tenant's; otherwise the command is rejected (None)."""
     alloc = await allocations.get_for_update(cmd.allocation_id)
     if alloc is None or alloc.tenant_id != cmd.tenant_id:
@@ -141,6 +149,9 @@ async def release(ctx: UnitOfWork, cmd: c.ReleaseAllocation, *,
         return
     try:
         alloc.release(cmd.requested_by, utcnow())
+    except BeingRescheduled as exc:
+        await _reject(ctx, alloc.id, "allocation.release", str(exc))
+        return
     except IllegalTransition as exc:
         await _reject(ctx, alloc.id, "allocation.release", f"{exc} (only an ACTIVE or REQUESTED allocation can be released)")
         return
@@ -163,19 +174,48 @@ async def preempt(ctx: UnitOfWork, cmd: c.PreemptAllocation, *,
         await _save(ctx, allocations, alloc)
 
 
-async def activate_step(allocations: AllocationRepository, cmd: c.ActivateAllocation) -> dict:
+async def interrupt(ctx: UnitOfWork, cmd: c.InterruptAllocation, *,
+                    repository: RepositoryFactory = PgAllocationRepository,
+                    limits: Mapping[str, int] = RESCHEDULE_LIMITS) -> None:
+    """The scheduler reports the allocation's node failed: ACTIVE on that node → INTERRUPTED (emits
+    allocation.interrupted, the reschedule saga follows), or → FAILED when ``limits`` (the retry policy) allow no
+    more reschedules (emits allocation.failed, failed step "reschedule"). A no-op when it is INTERRUPTED for that
+    node already, releasing, released or failed, or on another node (stale); rejected before it is ACTIVE."""
+    allocations = repository(ctx.conn)
+    if (alloc := await _tenants(ctx, allocations, cmd, "allocation.interrupt")) is None:
+        return
+    try:
+        changed = alloc.interrupt(cmd.node_id, cmd.category, cmd.reason, cmd.interrupted_at, cmd.next, utcnow(),
+                                  limits)
+    except IllegalTransition as exc:
+        await _reject(ctx, alloc.id, "allocation.interrupt", f"{exc} (only an ACTIVE allocation can be interrupted)")
+        return
+    if changed:
+        await _save(ctx, allocations, alloc)
+
+
+Publish = Callable[[events.AllocationEvent], Awaitable[object]]
+
+
+async def activate_step(allocations: AllocationRepository, cmd: c.ActivateAllocation, *,
+                        publish: Publish | None = None) -> dict:
     """The activate step's effect: → ACTIVE on the command's node; returns the reply's fields. Raises StepRejected
-    (nothing changes) when the allocation does not exist or its state forbids it."""
+    (nothing changes) when the allocation does not exist or its state forbids it. From INTERRUPTED the
+    aggregate also records Rescheduled: ``publish`` gets it once the allocation is saved (nothing is raised
+    after it, so it never outlives a rejected step)."""
     alloc = await allocations.get_for_update(cmd.allocation_id)
     if alloc is None:
         raise StepRejected(f"no allocation {cmd.allocation_id}")
+    instance = cmd.instance.model_dump(mode="json") if cmd.instance else None
     try:
-        alloc.activate(cmd.node_id, utcnow(), cmd.instance.model_dump(mode="json") if cmd.instance else None)
+        alloc.activate(cmd.node_id, utcnow(), instance)
     except IllegalTransition as exc:
         raise StepRejected(str(exc)) from None
     await allocations.save(alloc)
-    return _as_reply(alloc, node_id=alloc.node_id,
-                     instance=cmd.instance.model_dump(mode="json") if cmd.instance else None)
+    for ev in alloc.pull_events():
+        if publish is not None and isinstance(ev, events.Rescheduled):
+            await publish(ev)
+    return _as_reply(alloc, node_id=alloc.node_id, instance=instance)
 
 
 async def mark_released_step(allocations: AllocationRepository, cmd: c.MarkReleased) -> dict:
@@ -193,8 +233,11 @@ async def mark_released_step(allocations: AllocationRepository, cmd: c.MarkRelea
 
 async def activate(ctx: UnitOfWork, cmd: c.ActivateAllocation, *, sim_faults: bool = False,
                    repository: RepositoryFactory = PgAllocationRepository) -> None:
-    """Saga step: → ACTIVE on the node; replies activated, or activation_failed if the state forbids it."""
-    await invoke(ctx, cmd, over(repository, activate_step), step=c.ACTIVATE, sim_faults=sim_faults)
+    """Saga step: → ACTIVE on the node; replies activated, or activation_failed if the state forbids it. An
+    INTERRUPTED allocation's activation (the reschedule saga's last step) also emits allocation.rescheduled."""
+    async def step(allocations: AllocationRepository, command: c.ActivateAllocation) -> dict:
+        return await activate_step(allocations, command, publish=lambda ev: _emit(ctx, ev))
+    await invoke(ctx, cmd, over(repository, step), step=c.ACTIVATE, sim_faults=sim_faults)
 
 
 async def mark_released(ctx: UnitOfWork, cmd: c.MarkReleased, *, sim_faults: bool = False,

@@ -99,7 +99,8 @@ class FakeAllocationRepository(AllocationRepository):
 
     async def save(self, allocation: Allocation) -> None:
         row = self.rows[allocation.id]
-        for name in ("state", "node_id", "failed_step", "reason", "updated_at"):
+        for name in ("state", "node_id", "failed_step", "reason", "updated_at", "interrupted_at", "interrupt_category",
+                     "reschedules"):
             setattr(row, name, getattr(allocation, name))
 
 

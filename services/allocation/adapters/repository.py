@@ -11,7 +11,8 @@ from ..domain.model import Allocation
 from ..domain.ports import AllocationRepository
 
 _COLUMNS = ("id", "tenant_id", "user_id", "name", "shape", "gpu_count", "volume_gb", "labels", "state",
-            "created_at", "updated_at", "node_id", "failed_step", "reason", "options")
+            "created_at", "updated_at", "node_id", "failed_step", "reason", "options", "interrupted_at",
+            "interrupt_category", "reschedules")
 
 
 def _from_row(row: asyncpg.Record) -> Allocation:
@@ -41,5 +42,7 @@ class PgAllocationRepository(AllocationRepository):
 
     async def save(self, a: Allocation) -> None:
         await self.conn.execute(
-            "UPDATE allocations SET state=$2, node_id=$3, failed_step=$4, reason=$5, updated_at=$6 WHERE id=$1",
-            a.id, a.state, a.node_id, a.failed_step, a.reason, a.updated_at)
+            "UPDATE allocations SET state=$2, node_id=$3, failed_step=$4, reason=$5, updated_at=$6, interrupted_at=$7, "
+            "interrupt_category=$8, reschedules=$9 WHERE id=$1",
+            a.id, a.state, a.node_id, a.failed_step, a.reason, a.updated_at, a.interrupted_at, a.interrupt_category,
+            a.reschedules)

@@ -19,6 +19,11 @@ class AllocationEvent:
     at: datetime
 
 
+# the request's scheduling and network options (contracts.Scheduling), as Requested and Interrupted carry them
+SCHEDULING_OPTIONS = frozenset({"priority", "spot", "pool", "tolerations", "fail_fast", "network_id", "guest", "volumes",
+                                "scratch_class", "price"})
+
+
 @dataclass(frozen=True)
 class Requested(AllocationEvent):
     user_id: uuid.UUID
@@ -47,6 +52,44 @@ class Provisioning(AllocationEvent):
 @dataclass(frozen=True)
 class Activated(AllocationEvent):
     node_id: uuid.UUID
+    instance: dict | None = None
+
+
+@dataclass(frozen=True)
+class Interrupted(AllocationEvent):
+    """The allocation's node failed under it: what the tenant is told, and all a reschedule needs to place it
+    again (the request's spec and options, as Requested carries them)."""
+    node_id: uuid.UUID
+    category: str
+    reason: str
+    interrupted_at: datetime
+    next: str
+    attempt: int                                          # the reschedule this starts, 1-based
+    user_id: uuid.UUID
+    shape: str
+    gpu_count: int
+    volume_gb: int
+    labels: dict[str, str] = field(default_factory=dict)
+    priority: int = 0
+    spot: bool = False
+    pool: str | None = None
+    tolerations: list[str] = field(default_factory=list)
+    fail_fast: bool = False
+    network_id: uuid.UUID | None = None
+    guest: dict | None = None
+    volumes: list[dict] = field(default_factory=list)
+    scratch_class: str | None = None
+    price: dict | None = None
+
+
+@dataclass(frozen=True)
+class Rescheduled(AllocationEvent):
+    """The interrupted allocation is ACTIVE again, on ``to_node_id``; ``gap_s``: seconds the tenant went without."""
+    from_node_id: uuid.UUID
+    to_node_id: uuid.UUID
+    interrupted_at: datetime
+    gap_s: float
+    attempt: int
     instance: dict | None = None
 
 

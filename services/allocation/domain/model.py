@@ -3,7 +3,11 @@
     REQUESTED → PROVISIONING → ACTIVE → RELEASING → RELEASED
     REQUESTED → ACTIVE            (activate may overtake a late mark_provisioning)
     REQUESTED → RELEASING         (withdrawn before its allocate saga started: the release saga only marks it)
-    any non-terminal state → FAILED (with the failed step and the reason)
+    ACTIVE → INTERRUPTED          (its node failed: a reschedule saga places it again, same id)
+    INTERRUPTED → ACTIVE          (activate, on the new node: the reschedule succeeded)
+    INTERRUPTED ↛ RELEASING       (refused while the reschedule runs: BeingRescheduled)
+    any non-terminal state → FAILED (with the failed step and the reason; from INTERRUPTED: the reschedule
+                                     failed, or from ACTIVE at an interruption the retry policy gives up on)
 
 Each command method either changes the state and records one event, does
 nothing (the command is a duplicate or arrives after a later one: the result it
@@ -21,15 +25,18 @@ from datetime import datetime
 from services.scheduler.contracts import SHAPES
 
 from . import events
-from .errors import IllegalTransition, InvalidSpec
+from .errors import BeingRescheduled, IllegalTransition, InvalidSpec
+from .policy import RESCHEDULE_LIMITS, limit_reason, may_reschedule
 
 REQUESTED, PROVISIONING, ACTIVE = "REQUESTED", "PROVISIONING", "ACTIVE"
 RELEASING, RELEASED, FAILED = "RELEASING", "RELEASED", "FAILED"
+INTERRUPTED = "INTERRUPTED"
 
 TRANSITIONS: dict[str, frozenset[str]] = {
     REQUESTED: frozenset({PROVISIONING, ACTIVE, RELEASING, FAILED}),
     PROVISIONING: frozenset({ACTIVE, FAILED}),
-    ACTIVE: frozenset({RELEASING, FAILED}),
+    ACTIVE: frozenset({RELEASING, INTERRUPTED, FAILED}),
+    INTERRUPTED: frozenset({ACTIVE, FAILED}),
     RELEASING: frozenset({RELEASED, FAILED}),
     RELEASED: frozenset(),
     FAILED: frozenset(),
@@ -63,6 +70,9 @@ class Allocation:
     failed_step: str | None = None
     reason: str | None = None
     options: dict = field(default_factory=dict)   # scheduling/network options, see contracts.Scheduling
+    interrupted_at: datetime | None = None        # the last interruption: when the tenant lost it,
+    interrupt_category: str | None = None         # its category (policy.Category),
+    reschedules: int = 0                          # and how many reschedules it has started, all told
     _events: list[events.AllocationEvent] = field(default_factory=list, repr=False, compare=False)
 
     @classmethod
@@ -92,14 +102,47 @@ class Allocation:
         self._record(events.Provisioning, saga_id=saga_id)
 
     def activate(self, node_id: uuid.UUID, at: datetime, instance: Mapping | None = None) -> None:
-        """REQUESTED/PROVISIONING → ACTIVE on ``node_id``; no-op if already ACTIVE on that node.
+        """REQUESTED/PROVISIONING → ACTIVE on ``node_id``, recording Activated; INTERRUPTED → ACTIVE on the
+        node it was rescheduled to, recording Activated then Rescheduled (from the node it lost, and the gap
+        since it lost it); no-op if already ACTIVE on that node.
 
         Raises IllegalTransition otherwise (e.g. FAILED, or ACTIVE on another node)."""
         if self.state == ACTIVE and self.node_id == node_id:
             return
+        rescheduled_from = self.node_id if self.state == INTERRUPTED else None
         self._move(ACTIVE, "activate", at)
         self.node_id = node_id
-        self._record(events.Activated, node_id=node_id, instance=dict(instance) if instance is not None else None)
+        doc = dict(instance) if instance is not None else None
+        self._record(events.Activated, node_id=node_id, instance=doc)
+        if rescheduled_from is not None:
+            lost = self.interrupted_at or at
+            self._record(events.Rescheduled, from_node_id=rescheduled_from, to_node_id=node_id, interrupted_at=lost,
+                         gap_s=max(0.0, (at - lost).total_seconds()), attempt=self.reschedules,
+                         instance=doc)
+
+    def interrupt(self, node_id: uuid.UUID, category: str, reason: str, interrupted_at: datetime, next: str,
+                  at: datetime, limits: Mapping[str, int] = RESCHEDULE_LIMITS) -> bool:
+        """Its node ``node_id`` failed at ``interrupted_at`` (kept no later than ``at``). ACTIVE on that node →
+        INTERRUPTED, recording Interrupted (the reschedule's attempt number); or, when the retry policy gives up
+        on one more reschedule, → FAILED (failed step "reschedule"), recording Failed. Returns False (no-op) when
+        it is INTERRUPTED for that node already, releasing, released or failed, or on another node (the
+        interruption is stale: it moved already). Raises IllegalTransition before it is ACTIVE."""
+        if self.state in (REQUESTED, PROVISIONING):
+            raise IllegalTransition(self.id, self.state, INTERRUPTED, "interrupt")
+        if self.state != ACTIVE or self.node_id != node_id:
+            return False
+        self.interrupted_at, self.interrupt_category = min(interrupted_at, at), category
+        if not may_reschedule(category, self.reschedules, limits):
+            self.fail("reschedule", f"{limit_reason(category, self.reschedules, limits)} ({reason})", at)
+            return True
+        self._move(INTERRUPTED, "interrupt", at)
+        self.reschedules += 1
+        opts = {k: v for k, v in self.options.items() if k in events.SCHEDULING_OPTIONS}
+        self._record(events.Interrupted, node_id=node_id, category=category, reason=reason,
+                     interrupted_at=self.interrupted_at, next=next, attempt=self.reschedules, user_id=self.user_id,
+                     shape=self.shape, gpu_count=self.gpu_count, volume_gb=self.volume_gb, labels=dict(self.labels),
+                     **opts)
+        return True
 
     def fail(self, failed_step: str, reason: str, at: datetime) -> None:
         """Any non-terminal state → FAILED; no-op if already FAILED. Raises IllegalTransition from RELEASED."""
@@ -116,6 +159,8 @@ class Allocation:
         withdrew from its tenant's line (no allocate saga ever ran for it; the gateway asks it of ACTIVE ones)."""
         if self.state in (RELEASING, RELEASED):
             return
+        if self.state == INTERRUPTED:
+            raise BeingRescheduled(self.id, RELEASING, "release")
         self._move(RELEASING, "release", at)
         self._record(events.ReleaseRequested, requested_by=requested_by, node_id=self.node_id,
                      volume_gb=self.volume_gb, labels=dict(self.labels))

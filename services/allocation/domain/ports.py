@@ -28,6 +28,7 @@ class AllocationRepository(abc.ABC):
 
     @abc.abstractmethod
     async def save(self, allocation: Allocation) -> None:
-        """Write back what the life cycle changes (state, node_id, failed_step, reason, updated_at) of an
-        allocation loaded with ``get_for_update`` in this unit of work; the fields a request fixes (tenant,
-        user, name, shape, GPUs, volume, labels, options, created_at) are never rewritten."""
+        """Write back what the life cycle changes (state, node_id, failed_step, reason, updated_at, and the last
+        interruption: interrupted_at, interrupt_category, reschedules) of an allocation loaded with
+        ``get_for_update`` in this unit of work; the fields a request fixes (tenant, user, name, shape, GPUs,
+        volume, labels, options, created_at) are never rewritten."""

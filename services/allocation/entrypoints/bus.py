@@ -18,4 +18,6 @@ def wire(rt: Runtime) -> None:
     rt.consumers.participate(FAIL_ALLOCATION, invoke=handlers.fail)
     rt.consumers.subscribe("allocation.release", handlers.release, on_refused=handlers.refused("allocation.release"))
     rt.consumers.subscribe("allocation.preempt", handlers.preempt, on_refused=handlers.refused("allocation.preempt"))
+    rt.consumers.subscribe("allocation.interrupt", handlers.interrupt,
+                           on_refused=handlers.refused("allocation.interrupt"))
     rt.consumers.participate(MARK_RELEASED, invoke=partial(handlers.mark_released, sim_faults=faults))
