@@ -137,6 +137,19 @@ async def test_an_attach_repeated_under_its_key_or_another_gets_the_same_attachm
     assert len(repo.attachments) == 1
 
 
+async def test_an_allocation_still_attached_on_another_node_is_not_attached_there_too():
+    repo = FakeNetworkRepository()
+    conn, cmd = StepConnection(repo), attach_cmd()
+    await step(handlers.attach_network, "network.attach_network", cmd, repo, conn, plan=PLAN)
+    elsewhere = attach_cmd(cmd.allocation_id).model_copy(update={"node_id": uuid.uuid4()})
+    uow = await step(handlers.attach_network, "network.attach_network", elsewhere, repo, conn, plan=PLAN)
+    assert uow.only("network.network_attach_failed").data["reason"] == (
+        f"allocation {cmd.allocation_id} is still attached on node {NODE}: "
+        f"detach it there before attaching it on node {elsewhere.node_id}")
+    [row] = repo.attachments.values()
+    assert row.node_id == NODE
+
+
 async def test_attaching_to_another_tenants_network_fails_as_not_found_and_creates_nothing():
     repo = FakeNetworkRepository()
     conn = StepConnection(repo)

@@ -5,9 +5,11 @@ not found") or the tenant's "default" network (created on first use, on a subnet
 none of the tenant's networks: ``NetworkPlan.default_subnet``), gives the slot the
 network's lowest free host after the gateway, a MAC and an InfiniBand GUID derived from the
 attachment id, and a leaf-local VLAN on the leaf serving the node; then every fabric driver
-renders and sends its calls, all in the step's transaction. Detach undoes exactly that and
+renders and sends its calls, all in the step's transaction. An allocation has at most one
+attachment: an attach of an attached allocation answers that attachment when it is on the same
+node, and fails when it is on another (detach it there first). Detach undoes exactly that and
 releases the address, the VLAN when the network's last slot leaves the leaf, and the fabric
-config that only this slot needed.
+config that only this slot needed; the allocation can then be attached again, anywhere.
 
 The steps' effects (``attach_step``, ``detach_step``) reach storage through the ``NetworkRepository`` port
 only; the handlers' ``repository`` keyword builds one on the unit of work's connection (the asyncpg one
@@ -88,11 +90,11 @@ async def attach_step(networks: NetworkRepository, cmd: c.AttachNetwork, *, ctx:
     (``invoke``'s savepoint undoes what it wrote) when the network is unknown or something is exhausted."""
     existing = await networks.attachment_for(cmd.allocation_id)
     if existing is not None:  # attached before under another key: the same answer, no second address
-        return await _reply(networks, *existing)
+        return await _existing(networks, cmd, *existing)
     await networks.lock_tenant(cmd.tenant_id)
     existing = await networks.attachment_for(cmd.allocation_id)   # a concurrent attach may have won the lock
     if existing is not None:
-        return await _reply(networks, *existing)
+        return await _existing(networks, cmd, *existing)
     try:
         net = await _network(ctx, networks, cmd, plan)
     except Refused as exc:
@@ -113,6 +115,16 @@ async def attach_step(networks: NetworkRepository, cmd: c.AttachNetwork, *, ctx:
     for driver in fabric:
         await driver.apply(ctx.conn, "attach", change)
     return await _reply(networks, a, cmd.tenant_id)
+
+
+async def _existing(networks: NetworkRepository, cmd: c.AttachNetwork, a: Attachment, tenant_id: uuid.UUID) -> dict:
+    """The answer to an attach of an allocation already attached: that attachment if it is on the node asked
+    for; on another node it would be the wrong answer (the slot would be plumbed where it is not), and a second
+    attachment would give the allocation two ports: the caller detaches it there first."""
+    if a.node_id != cmd.node_id:
+        raise StepRejected(f"allocation {cmd.allocation_id} is still attached on node {a.node_id}: "
+                           f"detach it there before attaching it on node {cmd.node_id}")
+    return await _reply(networks, a, tenant_id)
 
 
 async def detach_step(networks: NetworkRepository, cmd: c.DetachNetwork, *, ctx: UnitOfWork,
