@@ -12,7 +12,7 @@ import ipaddress
 import uuid
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from shared.contract import Message, ServiceContract
 from shared.steps import Step
@@ -140,6 +140,22 @@ def cidr_problem(text: str) -> str | None:
 class AttachNetwork(StepCommand):
     node_id: uuid.UUID
     network_id: uuid.UUID | None = Field(default=None, description="A network of the tenant; none: its 'default' network.")
+    ip_address: str | None = Field(default=None, description=(
+        "The address to keep (a reschedule re-attaches an allocation on another node with the address it had); "
+        "none: the next free address. An address that cannot be kept (held by another allocation, outside the "
+        "network's subnet, or its network, gateway or broadcast address) does not fail the attach: the slot gets "
+        "the next free address and the reply's kept_address is false."), examples=["10.0.0.7"])
+
+    @field_validator("ip_address")
+    @classmethod
+    def _an_address(cls, value: str | None) -> str | None:
+        """An IPv4 or IPv6 address, in its canonical text form (so it compares as text)."""
+        if value is None:
+            return None
+        try:
+            return str(ipaddress.ip_address(value.strip()))
+        except ValueError:
+            raise ValueError(f"{value!r} is not an IPv4 or IPv6 address such as 10.0.0.5") from None
 
 
 class NetworkAttached(StepReply):
@@ -148,6 +164,8 @@ class NetworkAttached(StepReply):
     ip_address: str
     mac_address: str
     node_id: uuid.UUID | None = None
+    kept_address: bool = Field(default=True, description=(
+        "False when the command asked for an address (ip_address) and the slot got another one instead."))
     attachment: SlotAttachment
     tenant_networks: TenantNetworks
 

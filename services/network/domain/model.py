@@ -132,6 +132,23 @@ def lowest_free_slot_address(cidr: ipaddress.IPv4Network,
     return None
 
 
+def kept_slot_address(cidr: ipaddress.IPv4Network, wanted: str | None,
+                      used: Iterable[ipaddress.IPv4Address]) -> ipaddress.IPv4Address | None:
+    """``wanted`` as an address a slot may take now: a host of ``cidr`` after the gateway (so neither the
+    network, gateway nor broadcast address) that is not in ``used``; None when there is no such wish or it
+    cannot be granted (an IPv6 address never can: tenant subnets are IPv4)."""
+    if wanted is None:
+        return None
+    try:
+        address = ipaddress.IPv4Address(wanted)
+    except ValueError:
+        return None
+    first, last = _host_bounds(cidr)
+    if not first < address <= last or address in set(used):
+        return None
+    return address
+
+
 def mac_for(attachment_id: uuid.UUID) -> str:
     """A deterministic, locally administered, unicast MAC for the attachment (02:xx:... style).
 

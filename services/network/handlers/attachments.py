@@ -3,13 +3,14 @@
 Attach takes the tenant's lock, picks the named network (one of another tenant is "network
 not found") or the tenant's "default" network (created on first use, on a subnet that overlaps
 none of the tenant's networks: ``NetworkPlan.default_subnet``), gives the slot the
-network's lowest free host after the gateway, a MAC and an InfiniBand GUID derived from the
-attachment id, and a leaf-local VLAN on the leaf serving the node; then every fabric driver
-renders and sends its calls, all in the step's transaction. An allocation has at most one
-attachment: an attach of an attached allocation answers that attachment when it is on the same
-node, and fails when it is on another (detach it there first). Detach undoes exactly that and
-releases the address, the VLAN when the network's last slot leaves the leaf, and the fabric
-config that only this slot needed; the allocation can then be attached again, anywhere.
+address the command asks to keep when it can (a reschedule re-attaches an allocation on another node
+with the address it had: ``kept_slot_address``) and otherwise the network's lowest free host after the
+gateway, a MAC and an InfiniBand GUID derived from the attachment id, and a leaf-local VLAN on the leaf
+serving the node; then every fabric driver renders and sends its calls, all in the step's transaction.
+An allocation has at most one attachment: an attach of an attached allocation answers that attachment
+when it is on the same node, and fails when it is on another (detach it there first). Detach undoes
+exactly that and releases the address, the VLAN when the network's last slot leaves the leaf, and the
+fabric config that only this slot needed; the allocation can then be attached again, anywhere.
 
 The steps' effects (``attach_step``, ``detach_step``) reach storage through the ``NetworkRepository`` port
 only; the handlers' ``repository`` keyword builds one on the unit of work's connection (the asyncpg one
@@ -35,6 +36,7 @@ from ..domain.model import (
     TenantNetwork,
     VlanPool,
     guid_for,
+    kept_slot_address,
     lowest_free_slot_address,
     mac_for,
 )
@@ -43,13 +45,14 @@ from ..domain.ports import NetworkRepository
 from .tenancy import RepositoryFactory, changed, find, provision_network, snapshot
 
 
-async def _reply(networks: NetworkRepository, a: Attachment, tenant_id: uuid.UUID) -> dict:
+async def _reply(networks: NetworkRepository, a: Attachment, tenant_id: uuid.UUID, *, kept: bool) -> dict:
     net = next(n for n in await networks.networks_of(tenant_id) if n.id == a.network_id)
     slot = SlotAttachment(attachment_id=a.id, allocation_id=a.allocation_id, network_id=a.network_id,
                           ip_address=str(a.ip_address), prefix_len=net.cidr.prefixlen, mac_address=a.mac_address)
     tn = await snapshot(networks, tenant_id)
     return {"attachment_id": a.id, "vni": a.vni, "ip_address": str(a.ip_address), "mac_address": a.mac_address,
-            "node_id": a.node_id, "attachment": slot.model_dump(mode="json"), "tenant_networks": tn.model_dump(mode="json")}
+            "node_id": a.node_id, "kept_address": kept, "attachment": slot.model_dump(mode="json"),
+            "tenant_networks": tn.model_dump(mode="json")}
 
 
 async def _network(ctx: UnitOfWork, networks: NetworkRepository, cmd: c.AttachNetwork, plan: NetworkPlan) -> TenantNetwork:
@@ -100,7 +103,8 @@ async def attach_step(networks: NetworkRepository, cmd: c.AttachNetwork, *, ctx:
     except Refused as exc:
         raise StepRejected(exc.reason) from None
     await networks.lock_network(net.id)
-    ip = lowest_free_slot_address(net.cidr, await networks.used_addresses(net.id))
+    used = await networks.used_addresses(net.id)
+    ip = kept_slot_address(net.cidr, cmd.ip_address, used) or lowest_free_slot_address(net.cidr, used)
     if ip is None:
         raise StepRejected(f"subnet exhausted: tenant network {net.id} (VNI {net.vni}, {net.cidr}) has no free address")
     leaf = plan.leaves.leaf_of(cmd.node_id)
@@ -114,7 +118,12 @@ async def attach_step(networks: NetworkRepository, cmd: c.AttachNetwork, *, ctx:
     await networks.add_attachment(a)
     for driver in fabric:
         await driver.apply(ctx.conn, "attach", change)
-    return await _reply(networks, a, cmd.tenant_id)
+    return await _reply(networks, a, cmd.tenant_id, kept=_kept(cmd, a))
+
+
+def _kept(cmd: c.AttachNetwork, a: Attachment) -> bool:
+    """Whether ``a`` honours the address ``cmd`` asked for (true when it asked for none)."""
+    return cmd.ip_address is None or cmd.ip_address == str(a.ip_address)
 
 
 async def _existing(networks: NetworkRepository, cmd: c.AttachNetwork, a: Attachment, tenant_id: uuid.UUID) -> dict:
@@ -124,7 +133,7 @@ async def _existing(networks: NetworkRepository, cmd: c.AttachNetwork, a: Attach
     if a.node_id != cmd.node_id:
         raise StepRejected(f"allocation {cmd.allocation_id} is still attached on node {a.node_id}: "
                            f"detach it there before attaching it on node {cmd.node_id}")
-    return await _reply(networks, a, tenant_id)
+    return await _reply(networks, a, tenant_id, kept=_kept(cmd, a))
 
 
 async def detach_step(networks: NetworkRepository, cmd: c.DetachNetwork, *, ctx: UnitOfWork,
