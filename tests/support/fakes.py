@@ -179,15 +179,28 @@ class FakeVolumeRepository(VolumeRepository):
 
 # --- billing ---------------------------------------------------------------------------------------------------
 class FakeMeterRepository(MeterRepository):
+    """Meters in the order they were added (``segments``); ``meters``: each allocation's latest."""
+
     def __init__(self, *meters: Meter):
-        self.meters: dict[uuid.UUID, Meter] = {m.allocation_id: copy.copy(m) for m in meters}
+        self.segments: list[Meter] = [copy.copy(m) for m in meters]
+
+    @property
+    def meters(self) -> dict[uuid.UUID, Meter]:
+        return {m.allocation_id: m for m in self.segments}
+
+    def of(self, allocation_id: uuid.UUID) -> list[Meter]:
+        return [m for m in self.segments if m.allocation_id == allocation_id]
 
     async def get_for_allocation(self, allocation_id: uuid.UUID) -> Meter | None:
-        return copy.copy(self.meters.get(allocation_id))
+        mine = self.of(allocation_id)
+        running = [m for m in mine if m.running]
+        return copy.copy((running or mine or [None])[-1])
 
     async def add(self, meter: Meter) -> None:
-        assert meter.allocation_id not in self.meters, f"allocation {meter.allocation_id} has a meter already"
-        self.meters[meter.allocation_id] = copy.copy(meter)
+        assert not any(m.running for m in self.of(meter.allocation_id)), \
+            f"allocation {meter.allocation_id} has a running meter already"
+        self.segments.append(copy.copy(meter))
 
     async def save_stop(self, meter: Meter) -> None:
-        self.meters[meter.allocation_id].stopped_at = meter.stopped_at
+        [stored] = [m for m in self.segments if m.id == meter.id]
+        stored.stopped_at = meter.stopped_at

@@ -32,7 +32,11 @@ class PgMeterRepository(MeterRepository):
         self.conn = conn
 
     async def get_for_allocation(self, allocation_id: uuid.UUID) -> Meter | None:
-        row = await self.conn.fetchrow(f"{_SELECT} WHERE allocation_id=$1 FOR UPDATE", allocation_id)
+        # before its first meter there is no row to lock: two starts of the allocation serialise on this instead
+        await self.conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", f"meters:{allocation_id}")
+        row = await self.conn.fetchrow(f"{_SELECT} WHERE allocation_id=$1 "
+                                       "ORDER BY stopped_at IS NULL DESC, started_at DESC, id LIMIT 1 FOR UPDATE",
+                                       allocation_id)
         return _meter(row) if row else None
 
     async def add(self, m: Meter) -> None:

@@ -56,7 +56,9 @@ class MeterStartFailed(StepFailure):
 
 
 class StopMeter(UndoCommand):
-    pass
+    at: datetime | None = Field(default=None, description=(
+        "When usage ends: the moment the tenant lost the allocation (a reschedule pauses the meter at the "
+        "interruption, never later than now); none: now. Never before the usage already recorded."))
 
 
 class MeterStopped(StepUndone):

@@ -1,4 +1,6 @@
-"""A usage meter per allocation: started once, cut while it runs, stopped once.
+"""A usage meter: one stretch of an allocation's running, started once, cut while it runs, stopped once. An
+allocation has one per stretch (a reschedule stops it at the interruption and starts another on the new node),
+at most one running.
 
 GPU-seconds = GPUs × elapsed seconds. ``cut_until`` is how far its usage is already recorded (None: nothing
 yet); a cut or the stop records [cut_until or started_at, until) and moves it to ``until``, so no second of a

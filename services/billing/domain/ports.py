@@ -12,19 +12,21 @@ from .model import Meter
 
 
 class MeterRepository(abc.ABC):
-    """Usage meters (at most one per allocation), within one unit of work."""
+    """Usage meters, within one unit of work. An allocation has one meter per stretch it ran (a reschedule
+    pauses its meter and starts a new one on the new node), and at most one of them running."""
 
     @abc.abstractmethod
     async def get_for_allocation(self, allocation_id: uuid.UUID) -> Meter | None:
-        """The allocation's meter as it is stored, or None if it has none.
+        """The allocation's running meter as it is stored, else its last one (the latest started), or None if
+        it has none.
 
-        It stays locked against every other unit of work until this one ends (so a stop cannot race a stop);
-        the call waits while another unit of work holds it."""
+        The allocation's meters stay locked against every other unit of work until this one ends (so a stop
+        cannot race a stop, nor a start a start); the call waits while another unit of work holds them."""
 
     @abc.abstractmethod
     async def add(self, meter: Meter) -> None:
-        """Store a new (running) meter. Its allocation must have none yet (one meter per allocation: a second is
-        an error, never a silent replacement)."""
+        """Store a new (running) meter. Its allocation must have no running one (a second running meter is an
+        error, never a silent replacement); stopped ones stay as they are."""
 
     @abc.abstractmethod
     async def save_stop(self, meter: Meter) -> None:

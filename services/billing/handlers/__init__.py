@@ -3,6 +3,10 @@
 A meter stores the price its allocation was quoted (``StartMeter.price``); the stop records the usage the
 running cuts (handlers/meters.py) have not, [cut_until or started_at, stopped_at).
 
+A reschedule pauses an allocation's metering and resumes it: its saga stops the meter at the interruption
+(``StopMeter.at``) and, on the new node, starts it again under its own keys, which starts a new meter (a
+segment) for the same allocation. Its usage then has a hole where the tenant had no GPUs.
+
 Each step's effect (``start_step``, ``stop_step``) is a function of the ``MeterRepository``
 port, the command and a clock, returning the reply's fields; the handlers run it through
 ``shared.participant`` on a repository their ``repository`` factory builds on the unit of
@@ -33,9 +37,9 @@ Clock = Callable[[], datetime]
 
 async def start_step(meters: MeterRepository, cmd: c.StartMeter, *, clock: Clock = utcnow) -> dict:
     """The start step's effect: the allocation's meter runs from now (its running meter, not a second, if it
-    has one); returns the reply's fields."""
+    has one; a new meter, a segment, if its last one was stopped); returns the reply's fields."""
     meter = await meters.get_for_allocation(cmd.allocation_id)
-    if meter is None:
+    if meter is None or not meter.running:
         meter = Meter(uuid.uuid4(), cmd.allocation_id, cmd.tenant_id, cmd.shape, cmd.gpu_count, clock(),
                       user_id=cmd.user_id, gpu_model=cmd.gpu_model, pool=cmd.pool, spot=cmd.spot,
                       price=QuotedPrice.from_doc(cmd.price.model_dump()) if cmd.price is not None else None)
@@ -45,13 +49,16 @@ async def start_step(meters: MeterRepository, cmd: c.StartMeter, *, clock: Clock
 
 async def stop_step(meters: MeterRepository, cmd: c.StopMeter, *, clock: Clock = utcnow,
                     stopped: Callable[[Meter], Awaitable[object]] | None = None) -> dict:
-    """The stop step's effect: the allocation's meter stops now, or stays stopped when it was; returns the meter
-    and the GPU-seconds it measured (nothing when the allocation has no meter). ``stopped`` gets the stopped
-    meter while it is still locked (the handler meters and rates its usage there: rating.meter_stopped)."""
+    """The stop step's effect: the allocation's running meter stops at ``cmd.at`` or now, whichever is earlier
+    (never before its start or the usage already recorded), or, with none running, its last meter stays as it
+    was stopped; returns that meter and the GPU-seconds it measured (nothing when the allocation has no meter).
+    ``stopped`` gets the stopped meter while it is still locked (the handler meters and rates its usage there:
+    rating.meter_stopped)."""
     meter = await meters.get_for_allocation(cmd.allocation_id)
     if meter is None:
         return {}
-    meter.stop(clock())
+    now = clock()
+    meter.stop(min(cmd.at, now) if cmd.at is not None else now)
     await meters.save_stop(meter)
     if stopped is not None:
         await stopped(meter)
