@@ -28,8 +28,8 @@ class Net:
                                                               "tenant_id": tenant, "name": name, "cidr": cidr})
 
     async def attach(self, tenant: uuid.UUID, network_id: uuid.UUID | None, alloc: uuid.UUID | None = None,
-                     node: uuid.UUID | None = None) -> dict:
-        cmd = {**attach_cmd(alloc or uuid.uuid4(), tenant), "network_id": network_id}
+                     node: uuid.UUID | None = None, ip_address: str | None = None) -> dict:
+        cmd = {**attach_cmd(alloc or uuid.uuid4(), tenant), "network_id": network_id, "ip_address": ip_address}
         if node:
             cmd["node_id"] = node
         env, _ = await send(self.js, "network.attach_network", cmd)
