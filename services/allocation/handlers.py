@@ -21,6 +21,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -185,13 +186,18 @@ async def interrupt(ctx: UnitOfWork, cmd: c.InterruptAllocation, *,
     if (alloc := await _tenants(ctx, allocations, cmd, "allocation.interrupt")) is None:
         return
     try:
-        changed = alloc.interrupt(cmd.node_id, cmd.category, cmd.reason, cmd.interrupted_at, cmd.next, utcnow(),
-                                  limits)
+        changed = alloc.interrupt(cmd.node_id, cmd.category, cmd.reason, _aware(cmd.interrupted_at), cmd.next,
+                                  utcnow(), limits)
     except IllegalTransition as exc:
         await _reject(ctx, alloc.id, "allocation.interrupt", f"{exc} (only an ACTIVE allocation can be interrupted)")
         return
     if changed:
         await _save(ctx, allocations, alloc)
+
+
+def _aware(t: datetime) -> datetime:
+    """A wire time without a zone is UTC (the kit writes every time with one; a hand-made command may not)."""
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
 
 
 Publish = Callable[[events.AllocationEvent], Awaitable[object]]

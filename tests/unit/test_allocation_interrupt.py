@@ -230,3 +230,11 @@ async def test_a_tenant_cannot_release_an_allocation_being_rescheduled():
     reason = uow.only("allocation.command_rejected").data["reason"]
     assert "being rescheduled; release it once it is ACTIVE again or FAILED" in reason
     assert repo.rows[a.id].state == INTERRUPTED
+
+
+async def test_an_interruption_time_without_a_zone_is_taken_as_utc():
+    a = allocation(ACTIVE)
+    repo = FakeAllocationRepository(a)
+    lost = datetime.now(UTC) - timedelta(minutes=1)
+    await interrupt(repo, interrupt_cmd(a, lost=lost.replace(tzinfo=None)))
+    assert repo.rows[a.id].interrupted_at == lost

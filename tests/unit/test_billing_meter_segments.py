@@ -82,3 +82,10 @@ async def test_starting_while_a_segment_runs_returns_it_and_starts_no_second():
     second = await handlers.start_step(repo, start_cmd(alloc), clock=clock(20))
     again = await handlers.start_step(repo, start_cmd(alloc), clock=clock(30))
     assert again == second and len(repo.of(alloc)) == 2
+
+
+async def test_a_stop_time_without_a_zone_is_taken_as_utc():
+    repo, alloc = FakeMeterRepository(), uuid.uuid4()
+    await handlers.start_step(repo, start_cmd(alloc), clock=clock(0))
+    await handlers.stop_step(repo, stop_cmd(alloc, at=t(40).replace(tzinfo=None)), clock=clock(100))
+    assert repo.meters[alloc].stopped_at == t(40)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import UTC, datetime
 
 import asyncpg
 
@@ -58,7 +58,8 @@ async def stop_step(meters: MeterRepository, cmd: c.StopMeter, *, clock: Clock =
     if meter is None:
         return {}
     now = clock()
-    meter.stop(min(cmd.at, now) if cmd.at is not None else now)
+    at = cmd.at if cmd.at is None or cmd.at.tzinfo is not None else cmd.at.replace(tzinfo=UTC)   # zoneless: UTC
+    meter.stop(min(at, now) if at is not None else now)
     await meters.save_stop(meter)
     if stopped is not None:
         await stopped(meter)
