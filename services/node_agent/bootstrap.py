@@ -13,11 +13,13 @@ from shared.settings import ServiceSettings, SettingError
 
 from .adapters.burn_in import BurnInConfigError, burn_in_from_env
 from .adapters.dataplane import Dataplane, Kernel, KernelDataplane, NullDataplane
-from .adapters.discovery import Discovery, DiscoveryError, discovery_from_env
+from .adapters.discovery import Discovery, DiscoveryError, discover_sim, discovery_from_env
 from .adapters.drivers import DRIVERS, DriverConfigError, ProvisioningDriver
+from .adapters.health import build_probe
 from .adapters.records import PgNodeRecords
 from .adapters.wipe import Wiper
 from .domain.dataplane.names import node_tag
+from .domain.health import GpuHealthProbe, Limits
 from .entrypoints import bus, loops
 from .handlers import Node, stored_bmc
 from .settings import NodeAgentSettings, load_settings, parse_node_id, service_settings
@@ -47,6 +49,18 @@ def build_discovery(environ: Mapping[str, str]) -> tuple[str, Discovery]:
         raise SettingError(str(exc)) from None
 
 
+def build_health_probe(settings: NodeAgentSettings, driver: ProvisioningDriver, node_name: str,
+                       environ: Mapping[str, str]) -> GpuHealthProbe | None:
+    """The GPU health probe TESSERA_NODE_HEALTH_PROBE names; a sim probe models the node's simulated topology
+    (TESSERA_SIM_TOPOLOGY). Raises SettingError when NVML cannot start or the topology is unknown."""
+    kind = (environ.get("TESSERA_SIM_TOPOLOGY") or "hgx-h100-8").strip()
+    try:
+        return build_probe(settings.health_probe, devices_simulated=driver.devices_simulated,
+                           topology=lambda: discover_sim(node_name, kind), seed=node_name)
+    except (RuntimeError, DiscoveryError) as exc:
+        raise SettingError(f"TESSERA_NODE_HEALTH_PROBE={settings.health_probe}: {exc}") from None
+
+
 def build(settings: ServiceSettings | None = None, *, driver: ProvisioningDriver | None = None,
           environ: Mapping[str, str] | None = None) -> Runtime:
     """Build (connect nothing) the node-agent of one node; raises SettingError on a bad setting.
@@ -68,18 +82,21 @@ def build(settings: ServiceSettings | None = None, *, driver: ProvisioningDriver
         secret_key = key_from_env(environ)
     except (ValueError, SecretError, BurnInConfigError) as exc:
         raise SettingError(str(exc)) from None
+    node_name = own.node_name or str(node_id)
     node = Node(id=node_id, driver=driver, records=partial(PgNodeRecords, node_id=node_id), wiper=wiper,
                 burn_in=burn_in, sim_faults=settings.sim_faults,
-                dataplane=build_dataplane(own, node_id, driver.guest_ports), secret_key=secret_key)
+                dataplane=build_dataplane(own, node_id, driver.guest_ports), secret_key=secret_key,
+                probe=build_health_probe(own, driver, node_name, environ),
+                limits=Limits(own.gpu_temp_limit_c, own.gpu_power_limit_w))
     discovery = build_discovery(environ)
-    node_name = own.node_name or str(node_id)
     rt = Runtime(settings, schema_dir=Path(__file__).parent / "schema")
     # the node's part of the driver: an instance started is plugged into its network; bare metal's BMC is the
     # one the gateway registered for this node
     driver.bind(node_id, partial(discovery[1], node_name), instance_started=node.plug,
                 bmc=lambda: stored_bmc(node, rt.pool))
     bus.wire(rt, node)
-    loops.wire(rt, node, node_name=node_name, discovery=discovery, reconcile_s=own.reconcile_s)
+    loops.wire(rt, node, node_name=node_name, discovery=discovery, reconcile_s=own.reconcile_s,
+               heartbeat_s=own.heartbeat_s)
     rt.readiness.append(("driver", node.driver_ready))
     rt.on_stop.append(node.close)
     rt.on_stop.append(driver.close)

@@ -16,6 +16,11 @@ raises ``SettingError`` naming the variable. Variables (defaults in brackets):
                                         (tests run several nodes in one kernel)
   TESSERA_NODE_UNDERLAY_DEV             [the default route's device] the device VXLAN runs over
   TESSERA_NODE_RECONCILE_S              [30] seconds between reconciles of the kernel state
+  TESSERA_NODE_HEARTBEAT_S              [2] seconds between heartbeats (node_agent.heartbeat)
+  TESSERA_NODE_HEALTH_PROBE             [auto] how the GPUs' health is read: auto, sim, nvml or none
+                                        (``adapters.health``); only a sim probe accepts injected faults
+  TESSERA_NODE_GPU_TEMP_LIMIT_C         [90] a GPU hotter than this raises a temperature alert
+  TESSERA_NODE_GPU_POWER_LIMIT_W        [700] a GPU drawing more than this raises a power alert
 
 The driver and the discovery read their own variables when bootstrap builds them: the sim driver
 TESSERA_SIM_LATENCY_S and TESSERA_SIM_FAIL (``adapters.drivers.sim``), the libvirt driver TESSERA_LIBVIRT_*
@@ -34,6 +39,7 @@ from dataclasses import dataclass
 from shared.settings import ServiceSettings, SettingError, load, setting
 
 from .adapters.drivers import DRIVERS
+from .adapters.health import PROBES
 
 NODE_ID_VAR = "TESSERA_NODE_ID"
 INSTANCE_VAR = "TESSERA_INSTANCE"
@@ -70,6 +76,25 @@ def _seconds(raw: str) -> float:
 _seconds.what = "a number of seconds (it must be positive)"   # type: ignore[attr-defined]
 
 
+def _probe(raw: str) -> str:
+    if raw not in PROBES:
+        raise ValueError(raw)
+    return raw
+
+
+_probe.what = f"a health probe: one of {list(PROBES)}"   # type: ignore[attr-defined]
+
+
+def _limit(raw: str) -> float:
+    value = float(raw)
+    if not value > 0:
+        raise ValueError(raw)
+    return value
+
+
+_limit.what = "a positive number"   # type: ignore[attr-defined]
+
+
 @dataclass(frozen=True)
 class NodeAgentSettings:
     """The node-agent's settings besides the kit's (the node id is the kit's ``instance``)."""
@@ -82,6 +107,13 @@ class NodeAgentSettings:
                                        doc="the device VXLAN runs over (unset: the default route's)")
     reconcile_s: float = setting("TESSERA_NODE_RECONCILE_S", 30.0, _seconds,
                                  doc="seconds between reconciles of the kernel state")
+    heartbeat_s: float = setting("TESSERA_NODE_HEARTBEAT_S", 2.0, _seconds, doc="seconds between heartbeats")
+    health_probe: str = setting("TESSERA_NODE_HEALTH_PROBE", "auto", _probe,
+                                doc="how the GPUs' health is read: auto, sim, nvml or none")
+    gpu_temp_limit_c: float = setting("TESSERA_NODE_GPU_TEMP_LIMIT_C", 90.0, _limit,
+                                      doc="°C above which a GPU raises a temperature alert")
+    gpu_power_limit_w: float = setting("TESSERA_NODE_GPU_POWER_LIMIT_W", 700.0, _limit,
+                                       doc="W above which a GPU raises a power alert")
 
 
 def node_id_from_env(environ: Mapping[str, str]) -> str | None:

@@ -1,11 +1,13 @@
 """The node-agent's background work: at start, the instance gauge, the topology report and the load of the
-stored network state; then, periodically, the network and instance reconciles.
+stored network state; then, periodically, the heartbeat and the network and instance reconciles.
 
 Every loop runs on every replica: each agent is its own node's only replica, and reconciles that node alone."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from functools import partial
 
 import structlog
@@ -15,7 +17,8 @@ from shared.runtime import Runtime
 from shared.unit_of_work import UnitOfWork
 
 from ..adapters.discovery import DiscoveryError
-from ..handlers import Node, load_network, reconcile_instances, reconcile_network, refresh_gauge
+from ..contracts import Heartbeat
+from ..handlers import Node, heartbeat, load_network, reconcile_instances, reconcile_network, refresh_gauge
 
 log = structlog.get_logger()
 
@@ -55,12 +58,27 @@ async def instance_reconcile(rt: Runtime, node: Node) -> None:
     await reconcile_instances(node, rt.pool, rt.outbox)
 
 
+async def publish_heartbeat(rt: Runtime, node: Node, seq: Iterator[int]) -> Heartbeat | None:
+    """One heartbeat, published live: a plain core-NATS publish, never through the outbox nor into a stream, since
+    it must prove the agent is connected now. None while an injected fault keeps the agent silent."""
+    if node.faults.silent(datetime.now(UTC)):
+        return None
+    await node.slowed()
+    beat = await heartbeat(node, rt.pool, next(seq))
+    subject = rt.catalog.message("node_agent.heartbeat").render_subject(**node.subject_params)
+    rt.catalog.check_send(rt.service, "node_agent.heartbeat", subject)
+    env = rt.outbox.envelope("node_agent.heartbeat", beat, correlation_id=str(node.id), tenant_id=None, causation=None)
+    await rt.broker.connection.publish(subject, env.model_dump_json().encode(), headers=env.headers())
+    return beat
+
+
 def wire(rt: Runtime, node: Node, *, node_name: str, discovery: tuple[str, Callable[[str], dict]],
-         reconcile_s: float) -> None:
+         reconcile_s: float, heartbeat_s: float = 2.0) -> None:
     """Register the background work; the network reconcile only when the node plumbs networks, the instance
     reconcile only when its instances outlive the agent."""
     rt.background(partial(refresh_gauge, node))   # runs once at start, so the gauge exists before any command
     rt.background(partial(report_topology, rt, node, node_name, *discovery))
+    rt.every(heartbeat_s, partial(publish_heartbeat, rt, node, itertools.count()), at_once=True)
     if node.dataplane.kind != "none":
         rt.background(partial(load_stored_network, rt, node))
         # per node: this agent is its node's only replica

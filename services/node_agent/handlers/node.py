@@ -1,6 +1,7 @@
 """The node this process serves, as its handlers see it: its id and its ports (driver, dataplane, records, wiper,
-burn-in), the platform key that opens its BMC password, and the gate that holds network work until the stored
-desired state is loaded.
+burn-in, GPU health probe), the platform key that opens its BMC password, the gate that holds network work until
+the stored desired state is loaded, and its health as the heartbeats report it (the faults injected into the
+agent, the alerts' start times).
 
 It lives with the handlers because it is their context and nothing else's: not pure (a kernel thread, an asyncio
 event), so not domain; no I/O of its own (it only runs its ports'), so not an adapter. The bootstrap builds it,
@@ -13,10 +14,12 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from ..adapters.dataplane import Dataplane, KernelError, NullDataplane
 from ..adapters.drivers import ProvisioningDriver
+from ..domain.health import AgentFaults, AlertBook, GpuHealthProbe, Limits
 from ..domain.model import InvalidRequest
 from ..domain.ports import BurnIn, NodeRecords, SlotWiper
 
@@ -42,6 +45,12 @@ class Node:
     kernel_thread: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "dataplane"), repr=False)
     # set once the stored desired state is loaded: a command handled before that would be undone by the load
     loaded: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    # health: the GPUs' probe (None: none), the limits their alerts use, the faults injected into the agent
+    probe: GpuHealthProbe | None = None
+    limits: Limits = field(default_factory=Limits)
+    faults: AgentFaults = field(default_factory=AgentFaults, repr=False)
+    alerts: AlertBook = field(default_factory=AlertBook, repr=False)
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
     async def guest_mtu(self) -> int | None:
         """The MTU of the node's tenant networks for a guest NIC (None without a dataplane)."""
@@ -72,7 +81,14 @@ class Node:
         await self.driver.list_instances()
         return True
 
+    async def slowed(self) -> None:
+        """Wait the delay an injected slow_agent fault puts before every heartbeat and command (none: at once)."""
+        if self.faults.slow_s:
+            await asyncio.sleep(self.faults.slow_s)
+
     async def close(self) -> None:
-        """At stop: release the dataplane's kernel sockets on their thread, then the thread."""
+        """At stop: release the dataplane's kernel sockets on their thread, then the thread, then the probe."""
         await asyncio.get_running_loop().run_in_executor(self.kernel_thread, self.dataplane.close)
         self.kernel_thread.shutdown(wait=False)
+        if self.probe is not None:
+            self.probe.close()

@@ -98,13 +98,20 @@ async def provision_step(records: NodeRecords, cmd: c.ProvisionNode, *, node: No
     return {"node_id": node.id, "instance_id": instance_id, "instance": info.model_dump(mode="json")}
 
 
+async def remove_allocation(records: NodeRecords, allocation_id: uuid.UUID, *, node: Node) -> str | None:
+    """Nothing of the allocation left on the node: its instance, its network, its records (the kept command
+    with them, so no reconcile makes it again). Safe when never made; the instance id it had, or None. The
+    caller holds the allocation's lock."""
+    # the driver is asked even without a row: a crash may have left an instance that never got one
+    await node.driver.deprovision(allocation_id)
+    await node.plumbing(node.dataplane.detach, allocation_id)
+    await records.forget_attachment(allocation_id)
+    return await records.forget_instance(allocation_id)
+
+
 async def deprovision_step(records: NodeRecords, cmd: c.DeprovisionNode, *, node: Node) -> dict:
     """Undo's effect: nothing of the allocation left on the node, nor in its records (safe when never made)."""
-    # the driver is asked even without a row: a crash may have left an instance that never got one
-    await node.driver.deprovision(cmd.allocation_id)
-    await node.plumbing(node.dataplane.detach, cmd.allocation_id)
-    await records.forget_attachment(cmd.allocation_id)
-    gone = await records.forget_instance(cmd.allocation_id)
+    gone = await remove_allocation(records, cmd.allocation_id, node=node)
     log.info("node_agent.deprovisioned", allocation_id=str(cmd.allocation_id), instance_id=gone)
     return {"node_id": node.id}
 

@@ -99,6 +99,15 @@ class SimDriver(ProvisioningDriver):
         self._instances.pop(allocation_id, None)
         self._stopped.discard(allocation_id)
 
+    def lose_everything(self) -> list[uuid.UUID]:
+        """The node went down (an injected node_down): every instance vanishes at once, unasked. Their volumes'
+        namespaces stay, as they would on a host that lost power: a deprovision still takes them away. Returns
+        the allocations whose instances vanished."""
+        lost = list(self._instances)
+        self._instances.clear()
+        self._stopped.clear()
+        return lost
+
     def _lock(self, allocation_id: uuid.UUID) -> asyncio.Lock:
         if len(self._mounting) > 1024:   # forget idle ones
             self._mounting = {a: lk for a, lk in self._mounting.items() if lk.locked()}
