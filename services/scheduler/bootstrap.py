@@ -8,6 +8,7 @@ from shared.settings import ServiceSettings
 
 from .entrypoints import bus, loops
 from .handlers import ActiveScheduler
+from .handlers.health import HealthMonitor
 from .settings import SchedulerSettings
 
 
@@ -18,8 +19,10 @@ def build(settings: ServiceSettings | None = None, scheduler: SchedulerSettings 
     scheduler = scheduler or SchedulerSettings.from_env()
     rt = Runtime(settings, schema_dir=Path(__file__).parent / "schema")
     active = ActiveScheduler(scheduler)
+    monitor = HealthMonitor(scheduler)
     bus.wire(rt, active)            # leader-only subscribers: the leadership starts and stops them
-    leadership = loops.wire(rt, active, scheduler)
+    leadership = loops.wire(rt, active, scheduler, monitor)
+    rt.health_monitor = monitor     # tests reach the heartbeats received through the runtime
     rt.scheduler = active          # tests and the benchmark reach the index through the runtime
     rt.leadership = leadership
     return rt

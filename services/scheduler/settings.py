@@ -28,6 +28,20 @@ class SchedulerSettings:
                                     doc="`1`: one active replica (leader election); `0`: every replica decides, "
                                         "guarded by SQL alone")
 
+    heartbeat_timeout_s: float = setting("TESSERA_SCHEDULER_HEARTBEAT_TIMEOUT_S", 5.0, number(0.1),
+                                         doc="a node without a heartbeat for this long is suspect; for twice as "
+                                             "long, unreachable (its allocations are rescheduled)")
+    health_period_s: float = setting("TESSERA_SCHEDULER_HEALTH_PERIOD_S", 1.0, number(0.05),
+                                     doc="how often the leader judges every node's health")
+    breaker_share: float = setting("TESSERA_SCHEDULER_BREAKER_SHARE", 0.5, number(0),
+                                   doc="automatic cordons of a pool stop once this share of its nodes was cordoned "
+                                       "within the window (a provider admin closes the breaker)")
+    breaker_window_s: float = setting("TESSERA_SCHEDULER_BREAKER_WINDOW_S", 300.0, number(1),
+                                      doc="the breaker's window")
+    fence_retry_s: float = setting("TESSERA_SCHEDULER_FENCE_RETRY_S", 10.0, number(0.1),
+                                   doc="how often a node still holding instances placed elsewhere is told again to "
+                                       "fence them")
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> SchedulerSettings:
         return load(cls, environ)

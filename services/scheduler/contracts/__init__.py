@@ -17,6 +17,8 @@ from shared.contract import Message, ServiceContract
 from shared.steps import Step
 from shared.wire import StepCommand, StepFailure, StepReply, StepUndone, UndoCommand, Wire
 
+from .health import BreakerChanged, CloseBreaker, DrainNode, HealthPolicyChanged, NodeHealthChanged, SetHealthPolicy
+
 NAME = r"^[a-z0-9]([a-z0-9.\-]{0,61}[a-z0-9])?$"
 # The shapes the platform ships with, by GPU count (the scheduler seeds them; admins add or remove shapes later).
 SHAPES: dict[str, int] = {"vm.1gpu": 1, "vm.2gpu": 2, "vm.4gpu": 4, "vm.8gpu": 8, "bm.8gpu": 8}
@@ -334,11 +336,18 @@ CONTRACT = ServiceContract(
         _m("admin_command_rejected", AdminCommandRejected, "event", "An inventory command could not be applied."),
         _m("scheduling_stats", SchedulingStats, "event", "Periodic pending/utilisation/fragmentation snapshot."),
         _m("preemption_notice", PreemptionNotice, "event", "An allocation will be preempted after its grace period."),
+        _m("set_health_policy", SetHealthPolicy, "command", "A provider admin sets how a health condition is classified."),
+        _m("drain_node", DrainNode, "command", "A provider admin drains a node (now, or at a deadline)."),
+        _m("close_breaker", CloseBreaker, "command", "A provider admin closes a pool's automatic-cordon breaker."),
+        _m("node_health_changed", NodeHealthChanged, "event", "A node's whole health document after any change."),
+        _m("health_policy_changed", HealthPolicyChanged, "event", "A health condition's classifications changed."),
+        _m("breaker_changed", BreakerChanged, "event", "A pool's automatic-cordon breaker opened or closed."),
     ],
     receives=["scheduler.register_node", "scheduler.report_topology", "scheduler.approve_slot_map",
               "scheduler.update_node", "scheduler.define_shape", "scheduler.define_pool", "scheduler.set_quota",
               "scheduler.cancel_request", "scheduler.run_burn_in", "node_agent.burn_in_finished",
-              "node_agent.slot_rewiped"],
-    sends=["allocation.preempt", "node_agent.burn_in"],
+              "node_agent.slot_rewiped", "scheduler.set_health_policy", "scheduler.drain_node",
+              "scheduler.close_breaker", "node_agent.heartbeat"],
+    sends=["allocation.preempt", "node_agent.burn_in", "allocation.interrupt", "node_agent.fence_instances"],
     steps=[RESERVE_SLOTS],
 )

@@ -9,6 +9,7 @@ from shared.runtime import Runtime
 
 from .. import handlers as h
 from ..contracts import RESERVE_SLOTS
+from ..handlers import health
 
 ROUTES = {
     "scheduler.register_node": h.register_node,
@@ -20,6 +21,9 @@ ROUTES = {
     "scheduler.set_quota": h.set_quota,
     "scheduler.cancel_request": h.cancel_request,
     "scheduler.run_burn_in": h.run_burn_in,
+    "scheduler.drain_node": health.drain_node,
+    "scheduler.set_health_policy": health.set_health_policy,
+    "scheduler.close_breaker": health.close_breaker,
 }
 # the node-agents' results: every node's (the subject's node id is a wildcard)
 NODE_EVENTS = {

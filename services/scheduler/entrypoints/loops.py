@@ -21,23 +21,30 @@ from shared.unit_of_work import UnitOfWork
 
 from .. import contracts as c
 from ..adapters import catalog
+from ..adapters import health as health_store
 from ..adapters import queue as pending
 from ..adapters.metrics import FRAGMENTATION, LEADER, UTILISATION
+from ..domain.health import DEFAULT_POLICY
 from ..handlers import ActiveScheduler
+from ..handlers.health import HealthMonitor, evaluate
 from ..handlers.placing import settle
 from ..settings import SchedulerSettings
 
 log = structlog.get_logger()
 
 
-def wire(rt: Runtime, active: ActiveScheduler, settings: SchedulerSettings) -> Leadership:
+def wire(rt: Runtime, active: ActiveScheduler, settings: SchedulerSettings, monitor: HealthMonitor) -> Leadership:
     """Register the leadership (what a replica does as it gains and loses it) and the leader's loops;
-    returns the leadership (tests and the benchmark watch its ``leading``)."""
+    returns the leadership (tests and the benchmark watch its ``leading``). Every replica listens to the
+    heartbeats; the leader judges them (handlers/health.py)."""
     lead = rt.leader("scheduler", elect=settings.leader_election)
+    rt.listen("node_agent.heartbeat", monitor.on_heartbeat)
 
     async def gained() -> None:
         await active.load(rt.pool)
         await announce_catalog(rt)
+        await announce_health_policy(rt)
+        monitor.leading_since = None   # every node gets one full timeout from the first judgement on
         await rt.consumers.start_leader_only()
         LEADER.set(1)
 
@@ -53,7 +60,19 @@ def wire(rt: Runtime, active: ActiveScheduler, settings: SchedulerSettings) -> L
     rt.every(settings.stats_s, partial(publish_stats, rt, active), leader="scheduler", at_once=True)
     rt.every(1.0, partial(publish_quota_use, rt), leader="scheduler", at_once=True)
     rt.every(min(max(settings.aging_s / 4, 0.5), 5.0), partial(tick, rt, active), leader="scheduler", at_once=True)
+    rt.every(settings.health_period_s, partial(evaluate, rt, active, monitor), leader="scheduler")
     return lead
+
+
+async def announce_health_policy(rt: Runtime) -> int:
+    """Seed the default classification of every condition the provider has not set, and publish the whole
+    policy (read models ignore versions they have)."""
+    async with UnitOfWork.begin(rt.pool, rt.outbox, name="scheduler.health_policy") as uow:
+        await health_store.seed_policy(uow.conn, DEFAULT_POLICY)
+        rows = await health_store.policy_rows(uow.conn)
+        await uow.emit_many([("scheduler.health_policy_changed", c.HealthPolicyChanged(**r), None) for r in rows],
+                            correlation_id="scheduler.health_policy")
+    return len(rows)
 
 
 async def announce_catalog(rt: Runtime) -> int:

@@ -46,7 +46,7 @@ def quota_target(cmd: c.SetQuota) -> str:
 
 
 # command -> (the kind of object it is about, that object's name in a rejection)
-TARGETS: dict[str, tuple[c.TargetKind, Callable[[Any], str]]] = {
+TARGETS: dict[str, tuple[c.TargetKind | None, Callable[[Any], str]]] = {
     "scheduler.register_node": ("node", lambda cmd: str(cmd.node_id)),
     "scheduler.report_topology": ("node", lambda cmd: str(cmd.node_id)),
     "scheduler.approve_slot_map": ("node", lambda cmd: str(cmd.node_id)),
@@ -56,6 +56,9 @@ TARGETS: dict[str, tuple[c.TargetKind, Callable[[Any], str]]] = {
     "scheduler.set_quota": ("quota", quota_target),
     "scheduler.cancel_request": ("allocation", lambda cmd: str(cmd.allocation_id)),
     "scheduler.run_burn_in": ("node", lambda cmd: str(cmd.node_id)),
+    "scheduler.drain_node": ("node", lambda cmd: str(cmd.node_id)),
+    "scheduler.set_health_policy": (None, lambda cmd: cmd.condition),   # a condition: no kind of its own
+    "scheduler.close_breaker": ("pool", lambda cmd: cmd.pool),
 }
 
 
@@ -90,8 +93,10 @@ def refused(command: str, active: ActiveScheduler) -> Refusal:
     return on_refused
 
 
-async def emit_node(ctx: UnitOfWork, store: SchedulerRepository, node_id: uuid.UUID) -> dict:
-    """Emit ``scheduler.node_changed`` with the node's whole committed-to-be document; returns it."""
+async def emit_node(ctx: UnitOfWork, store: SchedulerRepository, node_id: uuid.UUID, *,
+                    correlation_id: str | None = None) -> dict:
+    """Emit ``scheduler.node_changed`` with the node's whole committed-to-be document; returns it
+    (``correlation_id``: for work no message caused, such as the health monitor's)."""
     doc = await store.node_document(node_id)
-    await ctx.emit("scheduler.node_changed", c.NodeChanged(**doc))
+    await ctx.emit("scheduler.node_changed", c.NodeChanged(**doc), correlation_id=correlation_id)
     return doc
