@@ -12,7 +12,7 @@ from shared.wire import Wire
 
 from .domain.definitions import sent_and_received
 
-SagaKind = Literal["allocate", "release"]
+SagaKind = Literal["allocate", "release", "reschedule"]
 
 
 class SagaStarted(Wire):
@@ -87,7 +87,8 @@ CONTRACT = ServiceContract(
     service="saga",
     title="Tessera saga coordinator",
     description=(
-        "Runs the allocate and release sagas: persists each step before sending it, compensates in reverse on failure or timeout."
+        "Runs the allocate, release and reschedule sagas: persists each step before sending it, compensates in "
+        "reverse on failure or timeout."
     ),
     messages=[
         Message("saga.started", "saga.evt.started", SagaStarted, "event", "A saga started."),
@@ -105,7 +106,8 @@ CONTRACT = ServiceContract(
                 "(sent by the gateway)."),
     ],
     # besides the saga starts: the replies of the steps the saga table names, whose commands it sends
-    receives=["allocation.requested", "allocation.release_requested", "saga.withdraw", *_RECEIVES],
+    receives=["allocation.requested", "allocation.release_requested", "allocation.interrupted", "saga.withdraw",
+              *_RECEIVES],
     # allocation.release: a withdrawn allocation's release (services/saga/handlers/withdrawals.py)
     sends=[*_SENDS, "allocation.release"],
 )

@@ -46,6 +46,16 @@ class SagaScenario:
                 "volume_gb": 50, "labels": {"team": "ml"}, **input_overrides}
         return cls(Saga(uuid.uuid4(), "release", alloc, tenant, data), policy or Policy()).start()
 
+    @classmethod
+    def reschedule(cls, policy: Policy | None = None, **input_overrides) -> SagaScenario:
+        """A move of an allocation interrupted on ``from_node_id`` (what start_reschedule gives the saga)."""
+        alloc, tenant = uuid.uuid4(), uuid.uuid4()
+        data = {"allocation_id": str(alloc), "tenant_id": str(tenant), "shape": "vm.2gpu", "gpu_count": 2,
+                "volume_gb": 50, "labels": {"team": "ml"}, "node_id": None, "from_node_id": str(uuid.uuid4()),
+                "old_slots": [2, 3], "kept_ip_address": "10.0.0.7", "interrupted_at": "2029-12-31T23:59:50+00:00",
+                "attempt": 1, "category": "gpu_fault", **input_overrides}
+        return cls(Saga(uuid.uuid4(), "reschedule", alloc, tenant, data), policy or Policy()).start()
+
     # --- given / when -----------------------------------------------------------------------------
 
     def feed(self, message: Input) -> list[Action]:

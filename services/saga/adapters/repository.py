@@ -19,11 +19,13 @@ _AWAITING, _OPEN = sorted(AWAITING), sorted(OPEN)
 
 async def create(conn: asyncpg.Connection, saga: Saga) -> datetime | None:
     """Insert a new saga and return the database's clock; None (and nothing written) when the allocation
-    already has one of this kind."""
+    already has one of this kind (and attempt: a reschedule's ``input["attempt"]``)."""
     return await conn.fetchval(
-        "INSERT INTO sagas (id, kind, allocation_id, tenant_id, status, input) VALUES ($1,$2,$3,$4,$5,$6::jsonb) "
-        "ON CONFLICT (allocation_id, kind) DO NOTHING RETURNING clock_timestamp()",
-        saga.id, saga.kind, saga.allocation_id, saga.tenant_id, saga.status, json.dumps(saga.input))
+        "INSERT INTO sagas (id, kind, allocation_id, tenant_id, status, input, attempt) "
+        "VALUES ($1,$2,$3,$4,$5,$6::jsonb,$7) ON CONFLICT (allocation_id, kind, attempt) DO NOTHING "
+        "RETURNING clock_timestamp()",
+        saga.id, saga.kind, saga.allocation_id, saga.tenant_id, saga.status, json.dumps(saga.input),
+        int(saga.input.get("attempt") or 0))
 
 
 async def get(conn: asyncpg.Connection, saga_id: uuid.UUID) -> tuple[Saga, datetime] | None:
@@ -77,23 +79,37 @@ async def claim_due(conn: asyncpg.Connection, skip: list[uuid.UUID]) -> uuid.UUI
         _OPEN, _AWAITING, skip)
 
 
+# the reservation the allocation holds: its allocate saga's, or its latest completed reschedule's
+_HELD = ("SELECT st.result FROM saga_steps st JOIN sagas s ON s.id = st.saga_id "
+         "WHERE s.allocation_id=$1 AND (s.kind='allocate' OR (s.kind='reschedule' AND s.status='completed')) "
+         "AND st.step='reserve_slots' AND st.phase='invoke' AND st.status='succeeded' "
+         "ORDER BY s.attempt DESC LIMIT 1")
+
+
 async def reserved_node(conn: asyncpg.Connection, allocation_id: uuid.UUID) -> str | None:
-    """The node the allocation's allocate saga reserved, if it recorded one."""
-    return await conn.fetchval(
-        "SELECT st.result->>'node_id' FROM saga_steps st JOIN sagas s ON s.id = st.saga_id "
-        "WHERE s.allocation_id=$1 AND s.kind='allocate' AND st.step='reserve_slots' AND st.phase='invoke' "
-        "AND st.status='succeeded'", allocation_id)
+    """The node the allocation holds slots on (its allocate saga's or latest move's), if one was recorded."""
+    raw = await conn.fetchval(_HELD, allocation_id)
+    result = (json.loads(raw) if isinstance(raw, str) else raw) or {}
+    return result.get("node_id")
 
 
 async def reservation(conn: asyncpg.Connection, allocation_id: uuid.UUID) -> dict:
-    """What the allocation's allocate saga reserved: {node_id, slots, slot_details} ({} when nothing)."""
-    raw = await conn.fetchval(
-        "SELECT st.result FROM saga_steps st JOIN sagas s ON s.id = st.saga_id "
-        "WHERE s.allocation_id=$1 AND s.kind='allocate' AND st.step='reserve_slots' AND st.phase='invoke' "
-        "AND st.status='succeeded'", allocation_id)
+    """What the allocation holds (its allocate saga's reservation, or its latest move's): {node_id, slots,
+    slot_details} ({} when nothing)."""
+    raw = await conn.fetchval(_HELD, allocation_id)
     result = (json.loads(raw) if isinstance(raw, str) else raw) or {}
     return {k: result[k] for k in ("node_id", "slots", "slot_details") if result.get(k) is not None}
 
 
 async def find(conn: asyncpg.Connection, allocation_id: uuid.UUID, kind: str) -> uuid.UUID | None:
     return await conn.fetchval("SELECT id FROM sagas WHERE allocation_id=$1 AND kind=$2", allocation_id, kind)
+
+
+async def placed(conn: asyncpg.Connection, allocation_id: uuid.UUID) -> Saga | None:
+    """The saga that placed the allocation where it runs: its latest completed allocate or reschedule saga
+    (locked, with its steps), or None."""
+    saga_id = await conn.fetchval(
+        "SELECT id FROM sagas WHERE allocation_id=$1 AND kind IN ('allocate', 'reschedule') AND status='completed' "
+        "ORDER BY attempt DESC LIMIT 1", allocation_id)
+    loaded = await get(conn, saga_id) if saga_id is not None else None
+    return loaded[0] if loaded else None

@@ -143,7 +143,7 @@ class Notice:
 
 @dataclass(frozen=True)
 class SagaDefinition:
-    kind: Literal["allocate", "release"]
+    kind: Literal["allocate", "release", "reschedule"]
     steps: tuple[SagaStep, ...]
     # "compensate": a failure or timeout undoes the completed steps in reverse order.
     # "retry": forward-only; a step without a reply is resent with backoff until it is confirmed.
@@ -211,7 +211,47 @@ RELEASE = SagaDefinition(
     on_failure=_FAILED,
 )
 
-DEFINITIONS: dict[str, SagaDefinition] = {d.kind: d for d in (ALLOCATE, RELEASE)}
+
+def _pause(ctx: Context) -> dict:
+    """Stop the meter when the tenant lost the allocation (the interruption), not when the saga got to it."""
+    return {"compensates": None, **_some("at")({"at": ctx.get("interrupted_at")})}
+
+
+def _quarantine_old(ctx: Context) -> dict:
+    """Free the old placement's slots into quarantine: whatever the tenant left there was never wiped (the node
+    failed, or is being drained), so they come back only through a provider admin's re-wipe."""
+    reason = f"held by allocation {ctx.get('allocation_id')} when it was moved off the node; not wiped"
+    return {"compensates": None, "quarantine": [{"slot": s, "reason": reason} for s in ctx.get("old_slots") or ()]}
+
+
+def _keep_address(ctx: Context) -> dict:
+    """The new attachment asks for the address the allocation had (the tenant keeps it when it is free)."""
+    return {**_some("node_id", "network_id")(ctx), **_some("ip_address")({"ip_address": ctx.get("kept_ip_address")})}
+
+
+# An interrupted allocation moves: pause its meter, fence its old port out of the tenant's network, free its old
+# slots (into quarantine: unwiped), then place, attach (same address), provision and meter it on a healthy node as
+# the allocate saga does, and activate it there (same allocation id). Its volumes stay where they are (the storage
+# service keeps the allocation's scratch and named volumes, exported to its address), so provision_volume finds
+# them. The first three steps have nothing to undo (the old placement is gone for good); a failure after them
+# undoes the new placement's steps and fails the allocation. What the old node still runs is fenced when it
+# answers again (the scheduler's monitor).
+_MOVE = {s.name: s for s in ALLOCATE.steps}
+RESCHEDULE = SagaDefinition(
+    "reschedule", recovery="compensate",
+    steps=(
+        SagaStep("pause_meter", START_METER.undo_step, fields=_pause),
+        SagaStep("fence_network", ATTACH_NETWORK.undo_step, fields=_undo()),
+        SagaStep("free_old_slots", RESERVE_SLOTS.undo_step, fields=_quarantine_old),
+        _MOVE["reserve_slots"],
+        SagaStep("attach_network", ATTACH_NETWORK, fields=_keep_address,
+                 yields=("ip_address", "mac_address", "attachment", "tenant_networks")),
+        _MOVE["provision_volume"], _MOVE["provision_node"], _MOVE["start_meter"], _MOVE["activate"],
+    ),
+    on_failure=_FAILED,
+)
+
+DEFINITIONS: dict[str, SagaDefinition] = {d.kind: d for d in (ALLOCATE, RELEASE, RESCHEDULE)}
 
 
 def sent_and_received() -> tuple[list[str], list[str]]:

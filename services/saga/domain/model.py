@@ -90,7 +90,7 @@ class StepRecord:
 @dataclass
 class Saga:
     id: uuid.UUID
-    kind: Literal["allocate", "release"]
+    kind: Literal["allocate", "release", "reschedule"]
     allocation_id: uuid.UUID
     tenant_id: uuid.UUID
     input: dict[str, Any]

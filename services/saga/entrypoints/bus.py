@@ -9,7 +9,8 @@ from .. import handlers
 from ..contracts import CONTRACT
 from ..domain.model import Policy
 
-STARTS = {"allocation.requested": handlers.start_allocate, "allocation.release_requested": handlers.start_release}
+STARTS = {"allocation.requested": handlers.start_allocate, "allocation.release_requested": handlers.start_release,
+          "allocation.interrupted": handlers.start_reschedule}
 
 
 def wire(rt: Runtime, policy: Policy) -> None:

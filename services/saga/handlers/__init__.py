@@ -2,8 +2,8 @@
 lines), the places told to requests waiting in those lines (places.py), and a tenant's release of an allocation
 before its saga started (withdrawals.py). bootstrap.py wires them; nothing here connects."""
 from .places import tell_moved_lines
-from .sagas import apply, expire_due, fill_short_lines, on_reply, start_allocate, start_release
+from .sagas import apply, expire_due, fill_short_lines, on_reply, start_allocate, start_release, start_reschedule
 from .withdrawals import withdraw
 
 __all__ = ["apply", "expire_due", "fill_short_lines", "on_reply", "start_allocate", "start_release",
-           "tell_moved_lines", "withdraw"]
+           "start_reschedule", "tell_moved_lines", "withdraw"]

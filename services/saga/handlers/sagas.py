@@ -19,13 +19,20 @@ from functools import partial
 import asyncpg
 import structlog
 
-from services.allocation.contracts import AllocationReleaseRequested, AllocationRequested, Scheduling
+from services.allocation.contracts import (
+    AllocationInterrupted,
+    AllocationReleaseRequested,
+    AllocationRequested,
+    FailAllocation,
+    Scheduling,
+)
 from shared.outbox import Outbox
 from shared.unit_of_work import UnitOfWork
 
 from ..adapters import lines as line_store
 from ..adapters import repository
 from ..domain import lines
+from ..domain.definitions import DEFINITIONS, context
 from ..domain.machine import expired, handle
 from ..domain.model import Command, Input, Policy, Reply, Saga, Start
 from .places import each_free_line, tell_joined, tell_places
@@ -75,6 +82,32 @@ async def start_release(ctx: UnitOfWork, evt: AllocationReleaseRequested, *, pol
         saga_input["withdrawn"] = True
     await _start(ctx, Saga(uuid.uuid4(), "release", evt.allocation_id, evt.tenant_id, {**saga_input, "node_id": node_id}),
                  policy)
+
+
+# what a move carries over from the saga that placed the allocation: the request, never the old placement
+_CARRIED = ("allocation_id", "tenant_id", "shape", "gpu_count", "volume_gb", "labels", *SCHEDULING_INPUT, "price")
+
+
+async def start_reschedule(ctx: UnitOfWork, evt: AllocationInterrupted, *, policy: Policy) -> None:
+    """Move an interrupted allocation (the reschedule saga, one per attempt: a redelivered interruption starts
+    nothing new). Its request comes from the saga that placed it where it ran; the old node, slots and address
+    are what the move fences and frees and the address it asks to keep. An allocation no saga placed (or not on
+    the interrupted node) is not this coordinator's to move: it is failed at once, so it never waits silently."""
+    placed = await repository.placed(ctx.conn, evt.allocation_id)
+    held = context(placed, DEFINITIONS[placed.kind]) if placed is not None else {}
+    if placed is None or str(held.get("node_id")) != str(evt.node_id):
+        log.warning("saga.reschedule_without_placement", allocation_id=str(evt.allocation_id),
+                    node_id=str(evt.node_id), placed_on=str(held.get("node_id")))
+        await ctx.emit("allocation.fail", FailAllocation(
+            allocation_id=evt.allocation_id, saga_id=placed.id if placed else uuid.UUID(int=0),
+            failed_step="reschedule", reason=f"no placement on node {evt.node_id} to move"),
+            correlation_id=str(evt.allocation_id), tenant_id=evt.tenant_id)
+        return
+    saga_input = {k: held[k] for k in _CARRIED if held.get(k) is not None}
+    saga_input.update({"from_node_id": str(evt.node_id), "old_slots": held.get("slots") or [],
+                       "kept_ip_address": held.get("ip_address"), "interrupted_at": evt.interrupted_at.isoformat(),
+                       "attempt": evt.attempt, "category": evt.category, "node_id": None})
+    await _start(ctx, Saga(uuid.uuid4(), "reschedule", evt.allocation_id, evt.tenant_id, saga_input), policy)
 
 
 async def _start(ctx: UnitOfWork, saga: Saga, policy: Policy) -> bool:
