@@ -3,6 +3,7 @@ the heartbeat composed over in-memory records and the sim driver, injected fault
 and the NVML probe over a fake NVML."""
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import subprocess
@@ -18,6 +19,7 @@ from services.node_agent import handlers
 from services.node_agent.adapters.discovery import discover_sim
 from services.node_agent.adapters.health import FaultError, NvmlProbe, SimHealthProbe, build_probe
 from services.node_agent.domain.health import AlertBook, Finding, Limits, findings
+from services.node_agent.entrypoints.loops import watch_xid_events
 from services.node_agent.handlers.health import DCGM, apply_fault
 from services.scheduler.contracts import SlotDetail
 from shared.refusals import PermanentError
@@ -278,3 +280,16 @@ def test_the_nvml_probe_reads_each_gpu_skipping_what_it_does_not_support_and_kee
     p.close()
     p.close()
     assert nvml.shut
+
+
+async def test_the_agent_waits_for_nvmls_xid_events_and_the_samples_then_carry_the_last():
+    p = NvmlProbe(FakeNvml())
+    watching = asyncio.create_task(watch_xid_events(uuid.uuid4(), p, wait_ms=10))
+    try:
+        async with asyncio.timeout(5):
+            while p.sample()[0].xid != 79:
+                await asyncio.sleep(0.01)
+    finally:
+        watching.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watching

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from functools import partial
@@ -18,6 +19,7 @@ from shared.unit_of_work import UnitOfWork
 
 from ..adapters.discovery import DiscoveryError
 from ..contracts import Heartbeat
+from ..domain.health import GpuHealthProbe
 from ..handlers import Node, heartbeat, load_network, reconcile_instances, reconcile_network, refresh_gauge
 
 log = structlog.get_logger()
@@ -72,6 +74,14 @@ async def publish_heartbeat(rt: Runtime, node: Node, seq: Iterator[int]) -> Hear
     return beat
 
 
+async def watch_xid_events(node_id: uuid.UUID, probe: GpuHealthProbe, wait_ms: int = 1000) -> None:
+    """For the life of the process: wait for the GPUs' XID events (NVML's event wait, in a thread, a second at a
+    time so a stop is prompt). The probe keeps the last XID per GPU, which the heartbeats report as an alert."""
+    while True:
+        for event in await asyncio.to_thread(probe.events, wait_ms):
+            log.warning("node_agent.gpu_xid", node_id=str(node_id), gpu=event.gpu, code=event.code)
+
+
 def wire(rt: Runtime, node: Node, *, node_name: str, discovery: tuple[str, Callable[[str], dict]],
          reconcile_s: float, heartbeat_s: float = 2.0) -> None:
     """Register the background work; the network reconcile only when the node plumbs networks, the instance
@@ -79,6 +89,8 @@ def wire(rt: Runtime, node: Node, *, node_name: str, discovery: tuple[str, Calla
     rt.background(partial(refresh_gauge, node))   # runs once at start, so the gauge exists before any command
     rt.background(partial(report_topology, rt, node, node_name, *discovery))
     rt.every(heartbeat_s, partial(publish_heartbeat, rt, node, itertools.count()), at_once=True)
+    if node.probe is not None and not node.probe.simulates:   # a simulated XID is in the samples at once
+        rt.background(partial(watch_xid_events, node.id, node.probe))
     if node.dataplane.kind != "none":
         rt.background(partial(load_stored_network, rt, node))
         # per node: this agent is its node's only replica
