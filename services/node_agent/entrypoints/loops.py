@@ -62,8 +62,9 @@ async def instance_reconcile(rt: Runtime, node: Node) -> None:
 
 async def publish_heartbeat(rt: Runtime, node: Node, seq: Iterator[int]) -> Heartbeat | None:
     """One heartbeat, published live: a plain core-NATS publish, never through the outbox nor into a stream, since
-    it must prove the agent is connected now. None while an injected fault keeps the agent silent."""
-    if node.faults.silent(datetime.now(UTC)):
+    it must prove the agent is connected now. None while an injected fault keeps the agent silent, or while the
+    connection is down (the client would buffer the heartbeat and send it, stale, on reconnecting)."""
+    if node.faults.silent(datetime.now(UTC)) or not rt.broker.connection.is_connected:
         return None
     await node.slowed()
     beat = await heartbeat(node, rt.pool, next(seq))
