@@ -86,8 +86,8 @@ CONTRACT = ServiceContract(
     ],
     receives=[
         "allocation.requested", "allocation.provisioning", "allocation.activated", "allocation.release_requested",
-        "allocation.released", "allocation.failed", "allocation.command_rejected",
-        "scheduler.node_registered", "saga.step_changed", "saga.allocation_waiting",
+        "allocation.released", "allocation.failed", "allocation.command_rejected", "allocation.interrupted",
+        "allocation.rescheduled", "scheduler.node_registered", "saga.step_changed", "saga.allocation_waiting",
         "scheduler.node_changed", "scheduler.shape_changed", "scheduler.pool_changed", "scheduler.quota_changed",
         "scheduler.admin_command_rejected", "scheduler.reservation_queued", "scheduler.slots_reserved",
         "scheduler.slots_released", "scheduler.slot_reservation_failed", "scheduler.preemption_notice",

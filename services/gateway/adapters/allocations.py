@@ -24,6 +24,7 @@ _COLS += (", priority, spot, pool, tolerations, fail_fast, network_id, placed, q
 _COLS += ", image, instance"   # the image it boots and the instance the node made (0007_instances.sql)
 _COLS += ", volumes, scratch_class"   # the volumes it mounts and its scratch volume's class (0010_volumes.sql)
 _COLS += ", price"                   # the GPU-hour price quoted when it was created (0014_budgets.sql)
+_COLS += ", interruption"            # its last interruption by a failed node (0019_interruptions.sql)
 
 
 async def claim_idempotency_key(conn: asyncpg.Connection, tenant_id: uuid.UUID, key: str, request_hash: str,

@@ -26,7 +26,7 @@ NODE_COLS = (", ".join(f"n.{c.strip()}" for c in _NODE_VIEW_COLS.split(",")) +
              "CASE WHEN b.url IS NULL THEN NULL ELSE jsonb_build_object('url', b.url, 'system_id', b.system_id, "
              "'username', b.username, 'password_set', true) END AS bmc")
 _JSON_COLS = ("labels", "taints", "proposed_slot_map", "approved_slot_map", "review", "last_rejection", "tolerations",
-              "preemption", "problem", "instance", "quarantined", "burn_in", "bmc", "volumes")
+              "preemption", "problem", "instance", "quarantined", "burn_in", "bmc", "volumes", "interruption")
 
 
 def plain(row: asyncpg.Record | None) -> dict[str, Any] | None:

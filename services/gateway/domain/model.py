@@ -6,13 +6,15 @@ from dataclasses import dataclass
 from typing import Literal
 
 Role = Literal["provider_admin", "tenant_admin", "tenant_user"]
-State = Literal["REQUESTED", "QUEUED", "PROVISIONING", "ACTIVE", "RELEASING", "RELEASED", "FAILED"]
+State = Literal["REQUESTED", "QUEUED", "PROVISIONING", "ACTIVE", "INTERRUPTED", "RELEASING", "RELEASED", "FAILED"]
 
 # Forward order of the allocation lifecycle; FAILED ranks above everything so it always wins.
 # The saga's start (allocation.provisioning) comes before the scheduler queues the request, so
 # PROVISIONING < QUEUED; PROVISIONING once slots are reserved ("placed") ranks after QUEUED.
-_RANK: dict[str, int] = {"REQUESTED": 0, "PROVISIONING": 1, "QUEUED": 2, "ACTIVE": 4, "RELEASING": 5, "RELEASED": 6,
-                         "FAILED": 7}
+# ACTIVE and INTERRUPTED share a rank: an allocation goes back and forth between them (its node failed, it was
+# rescheduled), which the rank cannot order; the reschedule's attempt number does (``interruption_moves``).
+_RANK: dict[str, int] = {"REQUESTED": 0, "PROVISIONING": 1, "QUEUED": 2, "ACTIVE": 4, "INTERRUPTED": 4,
+                         "RELEASING": 5, "RELEASED": 6, "FAILED": 7}
 _PLACED = 3
 TERMINAL = frozenset({"RELEASED", "FAILED"})
 # A DELETE of an allocation in one of these states was already accepted: answer 202 again, send nothing.
@@ -42,6 +44,22 @@ def advances_to(current: str, current_placed: bool, new: str, new_placed: bool =
     if current in TERMINAL:
         return False
     return stage(new, new_placed) > stage(current, current_placed)
+
+
+def interruption_moves(current: str, shown_attempt: int, shown_rescheduled: bool, attempt: int,
+                       rescheduled: bool) -> bool:
+    """True when an interruption event moves the view's state: ``allocation.interrupted`` (``rescheduled`` False)
+    to INTERRUPTED, ``allocation.rescheduled`` (True) to ACTIVE, for reschedule ``attempt``; the view shows the
+    interruption of ``shown_attempt`` (0: none) and whether it was rescheduled.
+
+    Attempts only grow, and each is interrupted before it is rescheduled, so a later attempt moves the view and
+    an earlier one never does; within one attempt, only a rescheduled not seen yet moves it (an interruption
+    arriving after its own reschedule is late). Never from RELEASING or a terminal state, nor back from them."""
+    if current in TERMINAL or _RANK[current] > _RANK["ACTIVE"] or attempt < shown_attempt:
+        return False
+    if attempt > shown_attempt:
+        return True
+    return not shown_rescheduled
 
 
 @dataclass(frozen=True)

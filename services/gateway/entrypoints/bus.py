@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from shared.runtime import Runtime
 
+from ..api.allocations import interruption_projection as interruptions
 from ..api.allocations import power_projection as instances
 from ..api.allocations import projection as allocations
 from ..api.billing import budget_projection as budgets
@@ -24,6 +25,8 @@ def wire(rt: Runtime) -> None:
     subscribe("allocation.released", allocations.on_released)
     subscribe("allocation.failed", allocations.on_failed)
     subscribe("allocation.command_rejected", allocations.on_command_rejected)
+    subscribe("allocation.interrupted", interruptions.on_interrupted)
+    subscribe("allocation.rescheduled", interruptions.on_rescheduled)
     subscribe("saga.step_changed", allocations.on_saga_step_changed)
     subscribe("saga.allocation_waiting", allocations.on_allocation_waiting)
     subscribe("scheduler.node_registered", inventory.on_node_registered)

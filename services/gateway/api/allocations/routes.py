@@ -53,7 +53,7 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 
 _SCHEDULING = ("priority", "spot", "pool", "tolerations", "fail_fast", "network_id", "queue_position", "queued_reason",
-               "preemption", "problem", "image", "instance", "volumes", "scratch_class")
+               "preemption", "interruption", "problem", "image", "instance", "volumes", "scratch_class")
 # fields that came after requests were first fingerprinted: left out of the fingerprint when not sent, so a
 # retry across an upgrade still matches its Idempotency-Key
 _LATER_FIELDS = ("image", "ssh_keys", "key_names", "volumes", "scratch_class")

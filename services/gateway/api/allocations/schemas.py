@@ -84,6 +84,23 @@ class AllocationPreemption(Out):
     preempted_for: uuid.UUID | None = None
 
 
+class AllocationInterruption(Out):
+    """The allocation's last interruption: its node failed and it was (or is being) rescheduled onto another."""
+
+    category: Literal["node_lost", "gpu_fault", "drain", "maintenance"] | None = Field(
+        default=None, description="Why it lost its node: node_lost, gpu_fault, drain or maintenance.")
+    reason: str | None = Field(default=None, description="What failed, for the tenant.")
+    node_id: uuid.UUID | None = Field(default=None, description="The node it lost.")
+    interrupted_at: datetime | None = Field(default=None, description="When it lost the node.")
+    next: str | None = Field(default=None, description="What happens next, for the tenant.")
+    attempt: int = Field(description="Which reschedule of the allocation this is (1-based).")
+    from_node_id: uuid.UUID | None = Field(default=None, description="Once rescheduled: the node it lost.")
+    to_node_id: uuid.UUID | None = Field(default=None, description="Once rescheduled: the node it runs on now.")
+    gap_s: float | None = Field(default=None, description="Once rescheduled: seconds from interrupted_at until it "
+                                                            "was ACTIVE again.")
+    rescheduled: bool = Field(default=False, description="It is ACTIVE again on to_node_id.")
+
+
 class AllocationProblem(Out):
     """Why the scheduler refused the reservation (quota members set for code quota-exceeded)."""
 
@@ -152,6 +169,9 @@ class AllocationOut(Out):
                                                                 "REQUESTED, waiting for one of the tenant's "
                                                                 "allocations in provisioning to end.")
     preemption: AllocationPreemption | None = None
+    interruption: AllocationInterruption | None = Field(
+        default=None, description="Its last interruption: INTERRUPTED while it is rescheduled after its node "
+                                  "failed; kept (with the new node and the gap) once it is ACTIVE again.")
     problem: AllocationProblem | None = None
     image: str | None = Field(default=None, description="The name of the image it boots (as the catalog held it "
                                                         "when requested); null: no image of the catalog.")
