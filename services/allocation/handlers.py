@@ -33,6 +33,7 @@ from shared.refusals import PermanentError, Refusal, text_safe
 from shared.unit_of_work import UnitOfWork
 
 from . import contracts as c
+from .adapters.metrics import RESCHEDULE_GAP
 from .adapters.repository import PgAllocationRepository
 from .domain import events
 from .domain.errors import BeingRescheduled, IllegalTransition, InvalidSpec
@@ -55,6 +56,10 @@ WIRE_EVENTS: dict[type, tuple[str, type[BaseModel]]] = {
 async def _emit(ctx: UnitOfWork, ev: events.AllocationEvent) -> None:
     type_, model = WIRE_EVENTS[type(ev)]
     await ctx.emit(type_, model(**asdict(ev)), tenant_id=ev.tenant_id)
+    if isinstance(ev, events.Rescheduled):
+        async def observe(gap: float = ev.gap_s) -> None:
+            RESCHEDULE_GAP.observe(gap)
+        ctx.on_commit(observe)
 
 
 async def _publish(ctx: UnitOfWork, alloc: Allocation) -> None:

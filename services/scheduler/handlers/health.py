@@ -32,6 +32,7 @@ from shared.unit_of_work import UnitOfWork
 
 from .. import contracts as c
 from ..adapters import health as store
+from ..adapters.metrics import BREAKER_OPEN, DETECTION_TO_CORDON, INTERRUPTION_INTERVAL, NODE_STATE
 from ..domain import health as rules
 from ..settings import SchedulerSettings
 from .active import ActiveScheduler
@@ -50,6 +51,7 @@ class HealthMonitor:
     settings: SchedulerSettings
     beats: dict[uuid.UUID, tuple[datetime, dict]] = field(default_factory=dict)
     fenced_at: dict[uuid.UUID, float] = field(default_factory=dict)
+    drained_at: dict[uuid.UUID, datetime] = field(default_factory=dict)   # the last drain of each node
     leading_since: datetime | None = None
 
     async def on_heartbeat(self, msg) -> None:
@@ -134,6 +136,7 @@ async def _may_cordon(uow: UnitOfWork, pool: str, now: datetime, settings: Sched
     if allowed:
         breaker.record(now)
     saved = await store.save_breaker(uow.conn, pool, breaker.open, breaker.opened_at, breaker.cordons)
+    BREAKER_OPEN.labels(pool).set(1 if breaker.open else 0)
     if breaker.open and not row["open"]:
         log.warning("scheduler.health_breaker_opened", pool=pool)
         await emit_breaker(uow, saved, settings, now)
@@ -185,12 +188,17 @@ async def judge(uow: UnitOfWork, active: ActiveScheduler, monitor: HealthMonitor
         elif not cordoned:
             await set_cordon(uow, active, node_id, True)
             cordoned, cordoned_by = True, cause.condition
+            began = last_seen if cause.condition == rules.HEARTBEAT_LOST else cause.since
+            DETECTION_TO_CORDON.labels(cause.condition.split(":")[0]).observe(max(0.0, (now - began).total_seconds()))
             events.append(f"cordoned: {cause.condition} on {cause.target}")
     if rules.DRAIN in todo:
         cause = next(a for a in new if rules.DRAIN in a.classifications)
         at = last_seen if cause.condition == rules.HEARTBEAT_LOST else min(cause.since, now)
         n = await interrupt_all(uow, node_id, rules.category(cause.condition), cause.message, at)
         events.append(f"drained: {n} allocation(s) interrupted ({cause.condition})")
+        if node_id in monitor.drained_at:
+            INTERRUPTION_INTERVAL.observe((now - monitor.drained_at[node_id]).total_seconds())
+        monitor.drained_at[node_id] = now
     if row["draining"] and row["drain_deadline"] is not None and now >= row["drain_deadline"]:
         n = await interrupt_all(uow, node_id, "maintenance", "the node's drain deadline passed", now)
         events.append(f"drain deadline passed: {n} allocation(s) interrupted")
@@ -234,9 +242,11 @@ async def evaluate(rt, active: ActiveScheduler, monitor: HealthMonitor) -> int:
         for node_id in monitor.beats.keys() - (await store.monitored(conn)).keys():
             await store.start_watching(conn, node_id, monitor.beats[node_id][0])
         policy = await store.policy(conn)
-        nodes = list(await store.monitored(conn))
+        watched = await store.monitored(conn)
+    for state in rules.STATES:
+        NODE_STATE.labels(state).set(sum(1 for r in watched.values() if r["state"] == state))
     judged = 0
-    for node_id in nodes:
+    for node_id in watched:
         try:
             async with rt.consumers.exclusive:   # cordons change the index: never inside another batch
                 async with UnitOfWork.begin(rt.pool, rt.outbox, name="scheduler.health") as uow:
@@ -285,4 +295,5 @@ async def close_breaker(ctx: UnitOfWork, cmd: c.CloseBreaker, *, active: ActiveS
     """Close the pool's breaker: health cordons there again (what it skipped while open is not done now)."""
     await store.breaker(ctx.conn, cmd.pool)
     row = await store.save_breaker(ctx.conn, cmd.pool, False, None, [])
+    BREAKER_OPEN.labels(cmd.pool).set(0)
     await emit_breaker(ctx, row, active.settings, utcnow())
