@@ -19,7 +19,7 @@ from shared.db import provision_service, service_dsn
 from shared.secrets import ensure_key_file
 
 from .client import TesseraClient
-from .embedded import REPO, EmbeddedNats, EmbeddedPostgres, NatsIdentities
+from .embedded import REPO, EmbeddedNats, EmbeddedNatsCluster, EmbeddedPostgres, NatsIdentities
 from .storage_lab import StorageLab
 from .storage_lab import wanted as storage_lab_wanted
 from .supervision import RestartPolicy, ServiceProcess, Supervisor
@@ -36,12 +36,17 @@ class Platform:
     it the services connect without credentials (a server without authorization). An embedded NATS brings its own.
 
     ``supervise``: a service or node-agent that exits unasked is started again, with backoff (``tooling.supervision``;
-    ``restart_policy`` its delays); None (the default) reads TESSERA_RUNNER_RESTART: on unless it says ``no``."""
+    ``restart_policy`` its delays); None (the default) reads TESSERA_RUNNER_RESTART: on unless it says ``no``.
+
+    ``nats_servers``: with an embedded NATS, 3 starts a JetStream cluster of three servers
+    (``EmbeddedNatsCluster``, ``platform.nats.kill(i)`` / ``restart(i)``) whose streams the services declare with
+    as many replicas (TESSERA_STREAM_REPLICAS). Each service is given the first server's URL (its setting holds
+    one) and learns the others from the cluster, so it reconnects to a survivor when its server dies."""
 
     def __init__(self, workdir: Path, *, nats_url: str | None = None, database_url: str | None = None,
                  env: dict[str, str] | None = None, durable: bool = True, gateway_port: int | None = None,
                  nats_creds: NatsIdentities | Path | str | None = None, supervise: bool | None = None,
-                 restart_policy: RestartPolicy | None = None):
+                 restart_policy: RestartPolicy | None = None, nats_servers: int = 1):
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "logs").mkdir(exist_ok=True)
@@ -51,7 +56,8 @@ class Platform:
         self.extra_env = env or {}
         self.durable = durable
         self.gateway_port = gateway_port   # None: the gateway binds any free port and reports it
-        self.nats: EmbeddedNats | None = None
+        self.nats: EmbeddedNats | EmbeddedNatsCluster | None = None
+        self.nats_servers = nats_servers
         self.pg: EmbeddedPostgres | None = None
         self.procs: dict[str, ServiceProcess] = {}
         self.secrets = self._load_secrets()
@@ -94,6 +100,10 @@ class Platform:
         When anything fails (a service exits at once, a timeout, the caller is cancelled or interrupted),
         what was started is stopped before the error propagates: a failed start leaves nothing running."""
         try:
+            if not self.nats_url and self.nats_servers > 1:
+                self.nats = EmbeddedNatsCluster(self.workdir / "nats", self.nats_servers, sync_always=self.durable)
+                self.nats.start()
+                self.nats_url, self.nats_creds = self.nats.url, self.nats.identities
             if not self.nats_url:
                 self.nats = EmbeddedNats(self.workdir / "nats", port=None)   # set before start: stop() sees it
                 self.nats.start()   # blocking on purpose: a cancellation cannot land half-way (it stops itself on errors)
@@ -137,6 +147,8 @@ class Platform:
         })
         if self.nats_creds:   # its own identity on the bus; a node-agent its node's, created (server reloaded) if new
             env["TESSERA_NATS_NKEY_FILE"] = str(self.nats_creds.add(bus_identity(service, instance)))
+        if isinstance(self.nats, EmbeddedNatsCluster):
+            env["TESSERA_STREAM_REPLICAS"] = str(len(self.nats.members))
         if service in ("gateway", "node_agent"):   # they seal and open the BMC passwords
             env["TESSERA_SECRET_KEY_FILE"] = str(ensure_key_file(self.workdir / "secret.key"))
         if service == "gateway":
