@@ -9,7 +9,7 @@ import pytest
 from services.gateway.api.ops.routes import subscription_plan
 from services.gateway.api.ops.rules import intersect, valid_filter
 from services.gateway.domain.keys import BadCursor, decode_cursor, encode_cursor, fingerprint, hash_api_key, new_api_key
-from services.gateway.domain.model import Principal, advances
+from services.gateway.domain.model import Principal, advances, interruption_moves
 
 ORDER = ["REQUESTED", "PROVISIONING", "ACTIVE", "RELEASING", "RELEASED"]
 
@@ -28,6 +28,21 @@ def test_failed_wins_over_any_live_state_and_terminal_states_never_change():
         assert not advances("FAILED", s)
         assert not advances("RELEASED", s)
     assert not advances("ACTIVE", "PROVISIONING")
+
+
+def test_an_interruption_moves_the_view_by_its_attempt_whatever_order_its_events_arrive_in():
+    # attempt 1: interrupted, then rescheduled; either order leaves the view ACTIVE
+    assert interruption_moves("ACTIVE", 0, False, 1, rescheduled=False)
+    assert interruption_moves("INTERRUPTED", 1, False, 1, rescheduled=True)
+    assert not interruption_moves("ACTIVE", 1, True, 1, rescheduled=False)   # late: its reschedule came first
+    # a later attempt moves it again; an earlier one never does
+    assert interruption_moves("ACTIVE", 1, True, 2, rescheduled=False)
+    assert not interruption_moves("INTERRUPTED", 2, False, 1, rescheduled=True)
+    # never from releasing or a terminal state; INTERRUPTED ranks with ACTIVE for the other events
+    for state in ("RELEASING", "RELEASED", "FAILED"):
+        assert not interruption_moves(state, 0, False, 1, rescheduled=False)
+    assert advances("INTERRUPTED", "FAILED") and advances("INTERRUPTED", "RELEASING")
+    assert not advances("INTERRUPTED", "ACTIVE") and not advances("ACTIVE", "INTERRUPTED")
 
 
 def test_principal_permissions_follow_role_and_tenant():
