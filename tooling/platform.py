@@ -113,6 +113,8 @@ class Platform:
                 self.pg.start()
                 self.database_url = self.pg.admin_dsn
             await self._provision()
+            if isinstance(self.nats, EmbeddedNatsCluster):
+                await self._declare_replicated_streams()
             if self.storage:
                 await asyncio.to_thread(self.storage.start)
             for name in CORE_SERVICES:
@@ -135,6 +137,20 @@ class Platform:
                 await provision_service(admin, s, self.secrets["db"])
         finally:
             await admin.close()
+
+    async def _declare_replicated_streams(self) -> None:
+        """Every stream declared once, with the cluster's replicas, before any service starts: a replicated
+        stream takes a round of the cluster's consensus to create, and seven services creating theirs at once on a
+        busy machine can outlast their request timeout (they exit before they are ready); found existing, theirs
+        is quick."""
+        import nats
+
+        from shared.streams import declare_streams
+        nc = await nats.connect(self.nats.urls, **self.connect_options("admin"))
+        try:
+            await declare_streams(nc.jetstream(timeout=60), replicas=len(self.nats.members))
+        finally:
+            await nc.close()
 
     def service_env(self, name: str, instance: str = "0") -> dict[str, str]:
         service = name.split(":")[0]
