@@ -71,7 +71,8 @@ CONTRACT = ServiceContract(
         "The only HTTP entry for tenants and provider admins; records identity changes and projects allocation events for reads; "
         "sends tenants' power actions to the nodes and reads their consoles live; registers nodes' BMCs (passwords sealed), "
         "checks them live, shows the wipe evidence of released slots and re-wipes quarantined ones; sends tenants' volume and "
-        "storage quota requests to the storage service and projects its volumes, quotas, classes and usage."
+        "storage quota requests to the storage service and projects its volumes, quotas, classes and usage; "
+        "shows nodes' health, drains nodes, sets the health policy, closes breakers and injects faults into simulated nodes."
     ),
     messages=[
         Message("gateway.tenant_created", "gateway.evt.tenant_created", TenantCreated, "event",
@@ -91,10 +92,11 @@ CONTRACT = ServiceContract(
         "scheduler.node_changed", "scheduler.shape_changed", "scheduler.pool_changed", "scheduler.quota_changed",
         "scheduler.admin_command_rejected", "scheduler.reservation_queued", "scheduler.slots_reserved",
         "scheduler.slots_released", "scheduler.slot_reservation_failed", "scheduler.preemption_notice",
+        "scheduler.node_health_changed", "scheduler.health_policy_changed", "scheduler.breaker_changed",
         "network.network_created", "network.network_deleted", "network.security_rule_added",
         "network.security_rule_removed", "network.command_rejected", "network.network_attached",
         "network.network_detached", "node_agent.power_changed", "node_agent.instance_problem",
-        "node_agent.slots_wiped", "node_agent.slot_rewiped",
+        "node_agent.slots_wiped", "node_agent.slot_rewiped", "node_agent.fault_injected",
         "storage.volume_changed", "storage.quota_changed", "storage.classes_announced", "storage.usage_reported",
         "billing.price_list_published", "billing.price_list_rejected", "billing.usage_rated",
         "billing.invoice_changed", "billing.budget_changed", "billing.budget_threshold_crossed",
@@ -109,5 +111,6 @@ CONTRACT = ServiceContract(
            "node_agent.validate_bmc", "node_agent.rewipe", "scheduler.run_burn_in",
            "storage.create_volume", "storage.resize_volume", "storage.destroy_volume", "storage.attach_volume",
            "storage.detach_volume", "storage.set_quota", "billing.publish_price_list", "billing.set_budget",
-           "billing.delete_budget", "billing.verify_ledger"],
+           "billing.delete_budget", "billing.verify_ledger", "scheduler.drain_node", "scheduler.set_health_policy",
+           "scheduler.close_breaker", "node_agent.inject_fault"],
 )

@@ -19,6 +19,7 @@ from services.gateway.api.identity.api_key_schemas import ApiKeyCreate, UserPatc
 from services.gateway.api.identity.schemas import TenantCreate, UserCreate
 from services.gateway.api.identity.ssh_key_schemas import SshKeyCreate
 from services.gateway.api.inventory.bmc_schemas import BmcSet
+from services.gateway.api.inventory.health_schemas import DrainRequest, FaultRequest, HealthPolicySet
 from services.gateway.api.inventory.image_schemas import ImageCreate
 from services.gateway.api.inventory.node_schemas import NodeCreate, NodePatch, SlotMapApproval
 from services.gateway.api.inventory.pool_schemas import PoolDefinition
@@ -38,6 +39,9 @@ KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE2ZZdnE/RtlHeGDHHC2CVZeBzgkzYhgCfhP2
 
 # One valid body per request model, naming every field it has.
 VALID = {
+    DrainRequest: {"mode": "deadline", "deadline": "2030-01-01T00:00:00Z", "reason": "replace the PSU"},
+    FaultRequest: {"kind": "xid", "gpu": 1, "code": 79, "value": 1.5, "duration_s": 60.5},
+    HealthPolicySet: {"classifications": ["prevent_allocations", "drain"], "note": "fell off the bus"},
     AllocationCreate: {"name": "train-1", "shape": "vm.1gpu", "volume_gb": 10, "labels": {"team": "ml"},
                        "priority_class": "high", "spot": True, "pool": "shared", "tolerations": ["gpu=h100:NoSchedule"],
                        "fail_fast": True, "network_id": str(uuid.uuid4()), "image": "ubuntu-24.04", "ssh_keys": [KEY],
@@ -88,7 +92,8 @@ VALID = {
              "verify_tls": True, "ca_bundle": "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmg\n-----END CERTIFICATE-----\n"},
 }
 MULTI_LINE_FIELDS = {(NodePatch, "reason"), (PoolDefinition, "description"), (PolicyCreate, "text"),
-                     (PolicyReplace, "text"), (PolicyEvaluate, "candidate")}
+                     (PolicyReplace, "text"), (PolicyEvaluate, "candidate"), (DrainRequest, "reason"),
+                     (HealthPolicySet, "note")}
 REFUSED = ["\x00", "\x01", "\x1b", "\x1f", "\x7f", "\x85", "\x9f", "\ud800", "\udfff"]
 
 

@@ -9,6 +9,7 @@ from ..api.allocations import projection as allocations
 from ..api.billing import budget_projection as budgets
 from ..api.billing import invoice_projection as invoices
 from ..api.billing import usage_projection as billing
+from ..api.inventory import health_projection as health
 from ..api.inventory import projection as inventory
 from ..api.inventory import rejections_projection as rejections
 from ..api.inventory import wipe_projection as wipes
@@ -40,6 +41,9 @@ def wire(rt: Runtime) -> None:
     subscribe("scheduler.slots_released", inventory.on_slots_released)
     subscribe("scheduler.slot_reservation_failed", allocations.on_slot_reservation_failed)
     subscribe("scheduler.preemption_notice", allocations.on_preemption_notice)
+    subscribe("scheduler.node_health_changed", health.on_node_health_changed)
+    subscribe("scheduler.health_policy_changed", health.on_health_policy_changed)
+    subscribe("scheduler.breaker_changed", health.on_breaker_changed)
     subscribe("network.network_created", networks.on_network_created)
     subscribe("network.network_deleted", networks.on_network_deleted)
     subscribe("network.security_rule_added", networks.on_rule_added)
@@ -51,6 +55,7 @@ def wire(rt: Runtime) -> None:
     subscribe("node_agent.instance_problem", instances.on_instance_problem)
     subscribe("node_agent.slots_wiped", wipes.on_slots_wiped)        # every node's (the subject's wildcard)
     subscribe("node_agent.slot_rewiped", wipes.on_slot_rewiped)
+    subscribe("node_agent.fault_injected", health.on_fault_injected)   # every node's (the subject's wildcard)
     subscribe("storage.volume_changed", volumes.on_volume_changed)
     subscribe("storage.quota_changed", volumes.on_quota_changed)
     subscribe("storage.classes_announced", volumes.on_classes_announced)

@@ -19,7 +19,7 @@ from ..api.audit import routes as audit
 from ..api.billing import budgets, invoices
 from ..api.billing import usage as billing
 from ..api.identity import api_keys, auth, ssh_keys, tenants
-from ..api.inventory import bmc, images, nodes, pools, quotas, shapes, wipes
+from ..api.inventory import bmc, faults, health, images, nodes, pools, quotas, shapes, wipes
 from ..api.limits import routes as rate_limits
 from ..api.networks import routes as networks
 from ..api.ops import routes as ops
@@ -48,6 +48,7 @@ log = structlog.get_logger()
 # every endpoint, in the order the OpenAPI document lists them, GET /openapi.json last
 ENDPOINTS = with_openapi([
     *auth.ENDPOINTS, *tenants.ENDPOINTS, *ssh_keys.ENDPOINTS, *nodes.ENDPOINTS, *bmc.ENDPOINTS,
+    *health.ENDPOINTS, *faults.ENDPOINTS,
     *pools.ENDPOINTS, *shapes.ENDPOINTS, *images.ENDPOINTS, *quotas.ENDPOINTS, *allocations.ENDPOINTS,
     *power.ENDPOINTS, *console.ENDPOINTS, *wipes.ENDPOINTS, *ops.ENDPOINTS, *networks.ENDPOINTS,
     *storage_quotas.ENDPOINTS, *volumes.ENDPOINTS, *volume_attachments.ENDPOINTS,

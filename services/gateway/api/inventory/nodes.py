@@ -120,8 +120,9 @@ async def approve_slot_map(request: web.Request) -> web.Response:
     return respond(node_detail(row), 202)
 
 
-async def _update(gw: Gateway, node_id: uuid.UUID, changes: dict, requested_by: uuid.UUID) -> dict:
-    """Send one update_node; returns the node document with the requested changes (as requested)."""
+async def send_update(gw: Gateway, node_id: uuid.UUID, changes: dict, requested_by: uuid.UUID) -> dict:
+    """Send one update_node; returns the node document with the requested changes (as requested). 404 for a
+    node the view does not know."""
     async with gw.unit_of_work("gateway._update") as uow:
         conn = uow.conn
         row = await inventory.get_node(conn, node_id)
@@ -137,7 +138,7 @@ async def patch_node(request: web.Request) -> web.Response:
     node_id = path_uuid(request, "node_id", "node")
     body = await read_body(request, NodePatch)     # one change at least, none of them null (the model says so)
     changes = body.model_dump(exclude_unset=True)
-    row = await _update(gateway_of(request), node_id, changes, admin.user_id)
+    row = await send_update(gateway_of(request), node_id, changes, admin.user_id)
     return respond(node_detail(row), 202)
 
 
@@ -145,7 +146,7 @@ def _cordon(value: bool):
     async def handler(request: web.Request) -> web.Response:
         admin = require_provider_admin(request)
         node_id = path_uuid(request, "node_id", "node")
-        row = await _update(gateway_of(request), node_id, {"cordoned": value}, admin.user_id)
+        row = await send_update(gateway_of(request), node_id, {"cordoned": value}, admin.user_id)
         return respond(node_detail(row), 202)
     return handler
 
