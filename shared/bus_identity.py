@@ -37,14 +37,17 @@ def identity(service: str, instance: str = "0") -> str:
 
 
 def publish_scope(service: str, instance: str = "0") -> tuple[str, str] | None:
-    """What a process may publish of its service's subjects, when that is less than all of them: for a node-agent
-    (``prefix``, ``suffix``) = (``node_agent.``, ``.<node id>``), its node's subjects only. None: no limit.
+    """What a process may publish of its outbox's rows, when that is less than all of them: for a node-agent
+    (``prefix``, ``suffix``) = (``""``, ``.<node id>``), the rows of its own node only, whatever service the subject
+    belongs to (its events, and the commands it sends on its node's subject, such as
+    ``scheduler.cmd.report_topology.<node id>``: every subject a node-agent publishes ends with its node id).
+    None: no limit.
 
     Every node-agent writes to the same outbox table (one schema for the service); its relay must publish only
     its own node's rows, which the server would refuse from any other node (``shared.outbox.OutboxRelay``)."""
     if identity(service, instance) == service:
         return None
-    return f"{service}.", f".{uuid.UUID(str(instance))}"
+    return "", f".{uuid.UUID(str(instance))}"
 
 
 def node_durable_suffix(type_: str) -> str:

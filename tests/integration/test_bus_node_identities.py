@@ -134,6 +134,11 @@ async def test_node_agents_share_one_outbox_and_each_relay_publishes_its_own_nod
                 await conn.execute("INSERT INTO outbox (id, subject, type, headers, body) VALUES ($1, $2, $3, $4, $5)",
                                    env.id, f"node_agent.evt.power_changed.{node}", env.type, json.dumps(env.headers()),
                                    env.model_dump_json().encode())
+            # a command to another service on node B's subject is node B's agent's too
+            report = make_envelope("scheduler.report_topology", {"node_id": NODE_B, "driver": "sim", "topology": {}})
+            await conn.execute("INSERT INTO outbox (id, subject, type, headers, body) VALUES ($1, $2, $3, $4, $5)",
+                               report.id, f"scheduler.cmd.report_topology.{NODE_B}", report.type,
+                               json.dumps(report.headers()), report.model_dump_json().encode())
         events = await watch("node_agent.evt.power_changed.*")
         agent_a, refusals = await connect(node_identity(NODE_A))
         relay = OutboxRelay(pool, agent_a.jetstream(), "node_agent", scope=publish_scope("node_agent", NODE_A))
@@ -142,7 +147,7 @@ async def test_node_agents_share_one_outbox_and_each_relay_publishes_its_own_nod
         assert subject == f"node_agent.evt.power_changed.{NODE_A}"
         async with pool.acquire() as conn:
             waiting = await conn.fetch("SELECT id FROM outbox WHERE published_at IS NULL")
-        assert [r["id"] for r in waiting] == [rows[NODE_B]]          # node B's agent publishes it
+        assert {r["id"] for r in waiting} == {rows[NODE_B], report.id}     # node B's agent publishes them
         assert not refusals.errors
     finally:
         await pool.close()

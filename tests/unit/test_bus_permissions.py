@@ -242,7 +242,7 @@ def test_a_node_agents_outbox_relay_publishes_its_own_nodes_subjects_only():
     from shared.bus_identity import publish_scope
 
     assert publish_scope("billing", "billing-7f9c") is None
-    assert publish_scope("node_agent", NODE_A.upper()) == ("node_agent.", f".{NODE_A}")   # as its subjects spell it
+    assert publish_scope("node_agent", NODE_A.upper()) == ("", f".{NODE_A}")   # as its subjects spell it
 
 
 def test_adding_and_rotating_an_identity_reloads_the_server_once_each(tmp_path):
