@@ -306,7 +306,8 @@ async def finish(p: Platform, history: History, workload: Workload, injected: li
     for dl in dead_letters:
         history.write("dead_letter", **dl)
     return {"faults_injected": sum(f["outcome"] == "injected" for f in injected),
-            "faults": [f"{f['started_s']}s {f['kind']} {f.get('target')} {f['outcome']}" for f in injected],
+            "faults": [f"{f['started_s']}s {f['kind']} {f.get('target')} {f['outcome']}"
+                       for f in sorted(injected, key=lambda f: f["started_s"])],
             "requests_completed": workload.completed, "requests_unanswered": workload.unanswered,
             "allocations": sum(len(t.allocations) for t in workload.tenants),
             "p99_create_to_active_s": p99(workload.latencies), "dead_letters": dead_letters,
