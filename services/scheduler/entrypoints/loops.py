@@ -26,7 +26,7 @@ from ..adapters import queue as pending
 from ..adapters.metrics import FRAGMENTATION, LEADER, UTILISATION
 from ..domain.health import DEFAULT_POLICY
 from ..handlers import ActiveScheduler
-from ..handlers.health import HealthMonitor, evaluate
+from ..handlers.health import HealthMonitor, evaluate, on_heartbeat
 from ..handlers.placing import settle
 from ..settings import SchedulerSettings
 
@@ -38,7 +38,7 @@ def wire(rt: Runtime, active: ActiveScheduler, settings: SchedulerSettings, moni
     returns the leadership (tests and the benchmark watch its ``leading``). Every replica listens to the
     heartbeats; the leader judges them (handlers/health.py)."""
     lead = rt.leader("scheduler", elect=settings.leader_election)
-    rt.listen("node_agent.heartbeat", monitor.on_heartbeat)
+    rt.listen("node_agent.heartbeat", partial(on_heartbeat, monitor=monitor))
 
     async def gained() -> None:
         await active.load(rt.pool)

@@ -54,7 +54,7 @@ class HealthMonitor:
     drained_at: dict[uuid.UUID, datetime] = field(default_factory=dict)   # the last drain of each node
     leading_since: datetime | None = None
 
-    async def on_heartbeat(self, msg) -> None:
+    async def keep(self, msg) -> None:
         """Keep the heartbeat (an envelope, or the bare payload); one that does not parse is logged and dropped."""
         try:
             body = Envelope.model_validate_json(msg.data).data
@@ -80,6 +80,11 @@ class HealthMonitor:
             return False
         self.fenced_at[node_id] = now
         return True
+
+
+async def on_heartbeat(msg, *, monitor: HealthMonitor) -> None:
+    """A node-agent's heartbeat (every replica's listener): kept in memory for the leader's judgement."""
+    await monitor.keep(msg)
 
 
 def _alerts(beat: dict, policy: dict[str, tuple[str, ...]]) -> list[rules.Alert]:
@@ -151,28 +156,69 @@ async def emit_breaker(uow: UnitOfWork, row: dict, settings: SchedulerSettings, 
         correlation_id=f"breaker:{row['pool']}")
 
 
-async def judge(uow: UnitOfWork, active: ActiveScheduler, monitor: HealthMonitor, row: dict,
-                policy: dict[str, tuple[str, ...]], now: datetime) -> None:
-    """One node's health at ``now``: state, alerts, and what to do about the new ones (see the module)."""
-    settings, node_id = monitor.settings, row["node_id"]
-    beat = monitor.beats.get(node_id)
-    heard = row["last_seen"] is not None or beat is not None   # a node never heard from is never judged
+@dataclass(frozen=True)
+class Assessment:
+    """What the node's row and its last heartbeat say at ``now``, before any database truth is read."""
+
+    heard: bool                        # a heartbeat ever came (a node never heard from is never judged)
+    last_seen: datetime | None
+    live: str                          # liveness: healthy, suspect, unreachable (unknown: never heard)
+    fresh: dict | None                 # the last heartbeat while it is recent, else None
+    alerts: list[rules.Alert]
+
+
+def assess(monitor: HealthMonitor, row: dict, policy: dict[str, tuple[str, ...]], now: datetime) -> Assessment:
+    """Pure: liveness since the last heartbeat (never less than since this replica began to lead), and the
+    current alerts classified: the heartbeat's while it is fresh, else what the node last reported, plus
+    ``heartbeat_lost`` once it is unreachable."""
+    beat = monitor.beats.get(row["node_id"])
+    heard = row["last_seen"] is not None or beat is not None
     seen = [t for t in (row["last_seen"], beat[0] if beat else None, monitor.leading_since) if t is not None]
     last_seen = max(seen) if heard else None
-    live = rules.liveness(last_seen, now, settings.heartbeat_timeout_s) if heard else rules.UNKNOWN
-    fresh = beat is not None and (now - beat[0]).total_seconds() < settings.heartbeat_timeout_s
-    if fresh:
-        alerts = _alerts(beat[1], policy)
+    timeout = monitor.settings.heartbeat_timeout_s
+    live = rules.liveness(last_seen, now, timeout) if heard else rules.UNKNOWN
+    fresh = beat[1] if beat is not None and (now - beat[0]).total_seconds() < timeout else None
+    if fresh is not None:
+        alerts = _alerts(fresh, policy)
     else:   # what the node last reported stands while it is silent
         alerts = [a for a in _alerts({"alerts": row["alerts"]}, policy) if a.condition != rules.HEARTBEAT_LOST]
     if live == rules.UNREACHABLE:
         lost = rules.lost_heartbeat(last_seen)
         alerts.append(replace(lost, classifications=rules.classify(lost.condition, policy)))
+    return Assessment(heard, last_seen, live, fresh, alerts)
+
+
+def _instances(beat: dict | None) -> list[uuid.UUID]:
+    return [uuid.UUID(str(i)) for i in (beat or {}).get("instances") or ()]
+
+
+def worth_judging(a: Assessment, row: dict, active: ActiveScheduler, now: datetime) -> bool:
+    """Whether judging the node could change anything: its state or alerts differ from its row, it may hold an
+    allocation placed elsewhere (by the index; the judgement asks the database), it is still reconciling, a
+    cordon a lost heartbeat made may be lifted, or its drain deadline passed. Most nodes, most periods: no, and
+    no transaction is opened for them."""
+    if not a.heard:
+        return row["draining"] and row["drain_deadline"] is not None and now >= row["drain_deadline"]
+    sched = active.sched
+    stray = sched is not None and any(
+        (held := sched.inv.holding(i)) is None or held[1].node_id != row["node_id"] for i in _instances(a.fresh))
+    changed = rules.next_state(row["state"], a.live, stray) != row["state"]
+    alerts_changed = [_key(x) for x in a.alerts] != [_key(x) for x in _alerts({"alerts": row["alerts"]}, {})]
+    return (changed or alerts_changed or stray or row["state"] == rules.RECONCILING
+            or (row["cordoned"] and row["cordoned_by"] == rules.HEARTBEAT_LOST and a.live == rules.HEALTHY)
+            or (row["draining"] and row["drain_deadline"] is not None and now >= row["drain_deadline"]))
+
+
+async def judge(uow: UnitOfWork, active: ActiveScheduler, monitor: HealthMonitor, row: dict,
+                policy: dict[str, tuple[str, ...]], now: datetime) -> None:
+    """One node's health at ``now``: state, alerts, and what to do about the new ones (see the module)."""
+    settings, node_id = monitor.settings, row["node_id"]
+    a = assess(monitor, row, policy, now)
+    last_seen, live, alerts = a.last_seen, a.live, a.alerts
     stray: set[uuid.UUID] = set()
-    if fresh and beat[1].get("instances"):
-        held = [uuid.UUID(str(i)) for i in beat[1]["instances"]]
+    if held := _instances(a.fresh):
         stray = set(held) - await store.placed_on(uow.conn, node_id, held)
-    state = rules.next_state(row["state"], live, bool(stray)) if heard else rules.UNKNOWN
+    state = rules.next_state(row["state"], live, bool(stray)) if a.heard else rules.UNKNOWN
 
     acted = {tuple(k) for k in row["acted"]}
     new = [a for a in alerts if tuple(_key(a)) not in acted]
@@ -246,7 +292,9 @@ async def evaluate(rt, active: ActiveScheduler, monitor: HealthMonitor) -> int:
     for state in rules.STATES:
         NODE_STATE.labels(state).set(sum(1 for r in watched.values() if r["state"] == state))
     judged = 0
-    for node_id in watched:
+    for node_id, seen in watched.items():
+        if not worth_judging(assess(monitor, seen, policy, now), seen, active, now):
+            continue
         try:
             async with rt.consumers.exclusive:   # cordons change the index: never inside another batch
                 async with UnitOfWork.begin(rt.pool, rt.outbox, name="scheduler.health") as uow:
