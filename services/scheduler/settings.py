@@ -28,10 +28,10 @@ class SchedulerSettings:
                                     doc="`1`: one active replica (leader election); `0`: every replica decides, "
                                         "guarded by SQL alone")
 
-    heartbeat_timeout_s: float = setting("TESSERA_SCHEDULER_HEARTBEAT_TIMEOUT_S", 5.0, number(0.1),
+    heartbeat_timeout_s: float = setting("TESSERA_SCHEDULER_HEARTBEAT_TIMEOUT_S", 4.0, number(0.1),
                                          doc="a node without a heartbeat for this long is suspect; for twice as "
                                              "long, unreachable (its allocations are rescheduled)")
-    health_period_s: float = setting("TESSERA_SCHEDULER_HEALTH_PERIOD_S", 1.0, number(0.05),
+    health_period_s: float = setting("TESSERA_SCHEDULER_HEALTH_PERIOD_S", 0.5, number(0.05),
                                      doc="how often the leader judges every node's health")
     breaker_share: float = setting("TESSERA_SCHEDULER_BREAKER_SHARE", 0.5, number(0),
                                    doc="automatic cordons of a pool stop once this share of its nodes was cordoned "
