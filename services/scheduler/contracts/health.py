@@ -62,7 +62,7 @@ class DrainNode(Wire):
     """A provider admin drains a node: cordon it, then move every allocation on it elsewhere, now or at a
     deadline (allocations that end before it are left to end)."""
     node_id: uuid.UUID
-    mode: Literal["now", "deadline"] = "now"
+    mode: Literal["deadline", "now"] = "now"
     deadline: datetime | None = None
     reason: str = Field(default="drained by a provider admin", max_length=2000)
     requested_by: uuid.UUID | None = None
