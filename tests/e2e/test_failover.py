@@ -108,3 +108,29 @@ async def test_a_node_whose_agent_and_guests_die_has_its_allocations_moved_and_f
     for t, a in zip(tenants, active):
         await t.user.release(a["id"])
         await t.user.wait_state(a["id"], "RELEASED")
+
+
+async def test_an_interrupted_allocation_that_fits_nowhere_waits_in_the_queue_and_moves_when_room_frees(
+        platform, admin, make_tenant, platform_nc):
+    owner, crowd = await make_tenant(), await make_tenant()
+    ids, opts = await pool_of_two(platform, admin, [owner, crowd])
+    full = [await crowd.user.create_allocation(f"full-{i}", "vm.2gpu", **opts) for i in range(4)]
+    full = [await crowd.user.wait_state(a["id"], "ACTIVE") for a in full]
+    [busy] = {a["node_id"] for a in full}                       # the pool packs: one node full
+    alloc = await owner.user.wait_state((await owner.user.create_allocation("mine", "vm.2gpu", **opts))["id"],
+                                        "ACTIVE")
+    [bad] = set(ids) - {busy}
+    assert alloc["node_id"] == bad
+    await publish_from_node(platform_nc, "node_agent.inject_fault", bad, {
+        "node_id": bad, "kind": "xid", "gpu": 0, "code": 48, "request_id": str(uuid.uuid4())})
+    waiting = await eventually(lambda: owner.user.allocation(alloc["id"]), timeout=60,
+                               until=lambda a: a["state"] == "INTERRUPTED" and a.get("queue_position"),
+                               fail_if=lambda a: a["state"] in ("FAILED", "RELEASED"),
+                               what="the interrupted allocation waiting in the queue, its place shown")
+    assert waiting["queue_position"] == 1 and waiting["interruption"]["category"] == "gpu_fault"
+    await crowd.user.release(full[0]["id"])                     # room on the healthy node
+    back = await moved(owner, alloc, busy)
+    assert back["id"] == alloc["id"] and back.get("queue_position") is None
+    for t, a in [(owner, alloc), *[(crowd, f) for f in full[1:]]]:
+        await t.user.release(a["id"])
+        await t.user.wait_state(a["id"], "RELEASED")

@@ -150,14 +150,24 @@ async def _record_scheduling(ctx: UnitOfWork, allocation_id: uuid.UUID, state: s
         await repo.update(ctx.conn, allocation_id, **changes)
 
 
+async def _while_interrupted(ctx: UnitOfWork, allocation_id: uuid.UUID, position: int | None,
+                             reason: str | None) -> None:
+    """An INTERRUPTED allocation waiting to be placed again shows its place in the queue (its state stays
+    INTERRUPTED until it is ACTIVE again; the queue's events do not move it)."""
+    await ctx.conn.execute("UPDATE allocations_view SET queue_position=$2, queued_reason=$3, updated_at=now() "
+                           "WHERE id=$1 AND state='INTERRUPTED'", allocation_id, position, reason)
+
+
 async def on_reservation_queued(ctx: UnitOfWork, data: sc.ReservationQueued) -> None:
     await _record_scheduling(ctx, data.allocation_id, "QUEUED", queue_position=data.position,
                              queued_reason=data.reason)
+    await _while_interrupted(ctx, data.allocation_id, data.position, data.reason)
 
 
 async def on_slots_reserved(ctx: UnitOfWork, data: sc.SlotsReserved) -> None:
     await _record_scheduling(ctx, data.allocation_id, "PROVISIONING", placed=True, node_id=data.node_id,
                              queue_position=None, queued_reason=None)
+    await _while_interrupted(ctx, data.allocation_id, None, None)
     await inventory.apply_capacity(ctx.conn, data.node_id, data.capacity)   # the node's free slots after it
 
 
