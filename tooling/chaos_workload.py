@@ -241,7 +241,7 @@ class Workload:
 
 
 async def release_everything(db: asyncpg.Connection, workload: Workload, history: History,
-                             deadline: float) -> list[str]:
+                             deadline: float) -> list[dict]:
     """Release every allocation not yet RELEASED or FAILED (again every few seconds while it is not) until none
     is left or ``deadline``; returns those still not ended. Each attempt and its answer is in the history."""
     asked: dict[str, float] = {}
@@ -249,7 +249,7 @@ async def release_everything(db: asyncpg.Connection, workload: Workload, history
         rows = await db.fetch("SELECT id, state FROM allocation.allocations WHERE state <> ALL($1::text[])",
                               list(TERMINAL))
         if not rows or time.monotonic() > deadline:
-            return [f"{r['id']} {r['state']}" for r in rows]
+            return [{"allocation_id": str(r["id"]), "state": r["state"]} for r in rows]
         for r in rows:
             aid, t = str(r["id"]), workload.owner(str(r["id"]))
             if t is None or time.monotonic() - asked.get(aid, 0.0) < 5.0:
@@ -274,8 +274,9 @@ def p99(values: list[float]) -> float | None:
 
 
 async def finish(p: Platform, history: History, workload: Workload, injected: list[dict], settle_s: float) -> dict:
-    """Release everything, let the platform settle (until every check passes or ``settle_s`` ends), then check
-    the database, the allocation events and the dead letters; returns the run's summary."""
+    """Release everything, let the platform settle (until every check passes or ``settle_s`` ends; one still
+    ACTIVE then lost its release), then check the database, the allocation events and the dead letters;
+    returns the run's summary."""
     await workload.stop_watching()
     deadline = time.monotonic() + settle_s
     db = await asyncpg.connect(p.database_url)
@@ -288,6 +289,8 @@ async def finish(p: Platform, history: History, workload: Workload, injected: li
             if not violations or time.monotonic() > deadline:
                 break
             await asyncio.sleep(2.0)
+        # every allocation was asked to end (again every few seconds): one still ACTIVE lost its release
+        violations += [{"check": "release_not_honoured", **a} for a in not_ended if a["state"] == "ACTIVE"]
     finally:
         await db.close()
     events = []
