@@ -61,7 +61,7 @@ def test_build_reads_the_node_id_from_tessera_node_id_without_connecting():
     rt = build(environ={"TESSERA_NODE_ID": str(node)})
     assert rt.settings.instance == str(node)
     assert rt.consumers.names == [f"node_agent_{node.hex}__{n}" for n in (
-        "provision", "deprovision", "power", "wipe_slots", "rewipe", "burn_in", "set_bmc", "mount_volume",
-        "unmount_volume", "inject_fault", "fence_instances")]
+        "provision", "deprovision", "power", "wipe_slots", "fence_node", "rewipe", "burn_in", "set_bmc",
+        "mount_volume", "unmount_volume", "inject_fault", "fence_instances")]
     assert [(t, p) for t, _, p in rt.responders] == [("node_agent.validate_bmc", {"node_id": str(node)}),
                                                       ("node_agent.read_console", {"node_id": str(node)})]

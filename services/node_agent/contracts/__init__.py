@@ -1,5 +1,6 @@
 """Wire contract of the node-agent (one process per node; subjects carry the node id)."""
-# the hardware lifecycle models (BMC, wipe, burn-in) live in contracts/hardware.py and are re-exported here
+# the hardware lifecycle models (BMC, wipe, burn-in) live in contracts/hardware.py, the fence of a moved
+# allocation's old node in contracts/fencing.py; both are re-exported here
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from shared.contract import Message, ServiceContract
 from shared.steps import Step
 from shared.wire import StepCommand, StepFailure, StepReply, StepUndone, UndoCommand, Wire
 
+from .fencing import FENCE_NODE, FenceNode, NodeFenced, NodeFenceFailed
 from .hardware import (
     Bmc,
     BmcReport,
@@ -325,10 +327,11 @@ CONTRACT = ServiceContract(
               "node_agent.burn_in", "node_agent.mount_volume", "node_agent.unmount_volume",
               "node_agent.inject_fault", "node_agent.fence_instances"],
     sends=["scheduler.report_topology"],
-    steps=[PROVISION_NODE, WIPE_SLOTS],
+    steps=[PROVISION_NODE, WIPE_SLOTS, FENCE_NODE],
 )
 
 __all__ = ["Alert", "Condition", "FaultInjected", "FaultKind", "FenceInstances", "GpuMetrics", "Heartbeat",
            "InjectFault", "InstancesFenced", "Bmc", "BmcReport", "BurnInCheck", "BurnInFinished", "DeviceWipe",
            "QuarantinedSlot", "Rewipe", "RunBurnIn", "SetBmc", "SlotRewiped", "SlotsWiped", "SlotWipe", "ValidateBmc",
-           "WipeSlots", "CONTRACT", "PROVISION_NODE", "WIPE_SLOTS"]
+           "WipeSlots", "FenceNode", "NodeFenced", "NodeFenceFailed", "CONTRACT", "PROVISION_NODE", "WIPE_SLOTS",
+           "FENCE_NODE"]

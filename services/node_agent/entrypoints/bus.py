@@ -9,7 +9,7 @@ from shared.bus_identity import node_durable, node_identity
 from shared.runtime import Runtime
 
 from .. import handlers
-from ..contracts import PROVISION_NODE, WIPE_SLOTS
+from ..contracts import FENCE_NODE, PROVISION_NODE, WIPE_SLOTS
 
 
 def slowed(node: handlers.Node, handler: Callable) -> Callable:
@@ -40,6 +40,9 @@ def wire(rt: Runtime, node: handlers.Node) -> None:
     # a wipe reads and writes the slots' disks for seconds: one per transaction, a few at once
     rt.consumers.participate(WIPE_SLOTS, invoke=delayed(handlers.wipe_slots), subject_params=params,
                              durable=durable, batch_size=1, max_workers=4)
+    # a fence of bare metal waits for the BMC to power the server off and read it back (seconds): one per transaction
+    rt.consumers.participate(FENCE_NODE, invoke=delayed(handlers.fence_node),
+                             subject_params=params, durable=durable, batch_size=1, max_workers=2)
     for type_, handler in (("node_agent.rewipe", handlers.rewipe), ("node_agent.burn_in", handlers.burn_in),
                            ("node_agent.set_bmc", handlers.set_bmc)):
         rt.consumers.subscribe(type_, delayed(handler), subject_params=params,

@@ -273,6 +273,35 @@ class RedfishDriver(ProvisioningDriver):
             self.records.remove(allocation_id)
             log.info("redfish.deprovisioned", instance=record.get("instance_id"), redfish_calls=run.counter.count)
 
+    # -- fence ------------------------------------------------------------------------------------------
+    async def fence(self, allocation_id: uuid.UUID) -> None:
+        """The allocation runs no more on the server, confirmed: ForceOff and the power state read back until Off
+        (the power_off phase and its timeout), also when no record of it is kept (a record lost must not leave the
+        server running); then eject, the ISO withdrawn, the record forgotten (best effort: the server is off).
+        Raises DriverError, keeping the record, when the power-off is not confirmed, and without a BMC call when
+        the server runs another allocation (that one is not this fence's to stop)."""
+        async with self._lock:
+            other = next((r for r in self.records.all() if r["allocation_id"] != str(allocation_id)), None)
+            if other is not None:
+                raise DriverError(f"the server runs allocation {other['allocation_id']}, not {allocation_id}: "
+                                  "not powered off")
+            record = self.records.get(allocation_id)
+            run = _Run(await self._bmc())
+            try:
+                await self._phase(run, "power_off", lambda: self._power_to(run, "ForceOff", "Off"))
+                if record is not None:
+                    try:
+                        await self._phase(run, "eject", lambda: run.call(run.client.eject_cd))
+                    except DriverError as exc:   # the media stays inserted; the next provision inserts its own
+                        log.warning("redfish.fence_eject_failed", allocation_id=str(allocation_id), error=str(exc))
+            finally:
+                run.close()
+            if record is not None:
+                self._drop_media(record.get("token"))
+                self.records.remove(allocation_id)
+            log.warning("redfish.fenced", allocation_id=str(allocation_id), instance=(record or {}).get("instance_id"),
+                        phases=run.phases, redfish_calls=run.counter.count)
+
     # -- what runs here ---------------------------------------------------------------------------------
     @staticmethod
     def _instance(record: dict) -> Instance:
