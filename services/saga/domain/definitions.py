@@ -1,13 +1,13 @@
-"""The allocate and release sagas, each a table of steps.
+"""The allocate, release and reschedule sagas, each a table of steps.
 
 Each step names the participant's declared step (``shared.steps.Step``, in the participant's contracts
 module): the command that performs it, the replies that end it, the undo command that compensates it
 (allocate saga only) and the reply that confirms the undo. What is the saga's own business stays here:
 ``fields`` builds the command's own fields from the saga *context* (the saga's input merged with what
 earlier, succeeded steps ``yields``: node and slots from the reservation, addresses from the attachment,
-the volume id); ``subject`` names context values that are subject parameters (the node-agent listens per
-node). A release saga's steps are the participants' undo commands run as steps of their own
-(``Step.undo_step``).
+the volume id); ``subject`` names the commands' subject parameters (the node-agent listens per node), each the
+command's own field of that name, else the context value. A release saga's steps are the participants' undo
+commands run as steps of their own (``Step.undo_step``).
 
 A definition may also send notices, commands that are not steps (nothing to wait for or undo):
 ``on_start`` when the saga starts, ``on_failure`` when it ends failed. Their ``fields`` read the saga's
@@ -25,7 +25,7 @@ from typing import Any, Literal
 from services.allocation.contracts import ACTIVATE, FAIL_ALLOCATION, MARK_PROVISIONING, MARK_RELEASED
 from services.billing.contracts import START_METER
 from services.network.contracts import ATTACH_NETWORK
-from services.node_agent.contracts import PROVISION_NODE, WIPE_SLOTS
+from services.node_agent.contracts import FENCE_NODE, PROVISION_NODE, WIPE_SLOTS
 from services.scheduler.contracts import RESERVE_SLOTS
 from services.storage.contracts import PROVISION_VOLUME
 from shared.steps import Step
@@ -92,7 +92,8 @@ class SagaStep:
     contract: Step                       # the participant's declared step: its commands and replies
     fields: FieldBuilder = _nothing      # step-specific fields of the command
     undo_fields: FieldBuilder = _nothing  # step-specific fields of the undo command
-    subject: tuple[str, ...] = ()        # context values that are subject parameters of both commands
+    # subject parameters of both commands: each the command's own field of that name, else the context value
+    subject: tuple[str, ...] = ()
     yields: tuple[str, ...] = ()         # reply fields later steps need
     requires: str | None = None          # context value without which the step has nothing to do (skipped)
     skip_if: str | None = None           # context value with which the step has nothing to do (skipped)
@@ -224,23 +225,36 @@ def _quarantine_old(ctx: Context) -> dict:
     return {"compensates": None, "quarantine": [{"slot": s, "reason": reason} for s in ctx.get("old_slots") or ()]}
 
 
+# set in the input of a move of a bare-metal allocation (its placement's instance was made by the redfish driver):
+# without it the server is not powered off (a VM slice is fenced through the network, and when its node answers)
+_BARE_METAL = "bare_metal"
+
+
+def _old_node(ctx: Context) -> dict:
+    """The fence is addressed to the node the allocation ran on (its field, and so its subject), not the new one."""
+    return {"node_id": ctx.get("from_node_id")}
+
+
 def _keep_address(ctx: Context) -> dict:
     """The new attachment asks for the address the allocation had (the tenant keeps it when it is free)."""
     return {**_some("node_id", "network_id")(ctx), **_some("ip_address")({"ip_address": ctx.get("kept_ip_address")})}
 
 
-# An interrupted allocation moves: pause its meter, fence its old port out of the tenant's network, free its old
-# slots (into quarantine: unwiped), then place, attach (same address), provision and meter it on a healthy node as
-# the allocate saga does, and activate it there (same allocation id). Its volumes stay where they are (the storage
-# service keeps the allocation's scratch and named volumes, exported to its address), so provision_volume finds
-# them. The first three steps have nothing to undo (the old placement is gone for good); a failure after them
-# undoes the new placement's steps and fails the allocation. What the old node still runs is fenced when it
+# An interrupted allocation moves: pause its meter, power its bare-metal server off (confirmed), fence its old port
+# out of the tenant's network, free its old slots (into quarantine: unwiped), then place, attach (same address),
+# provision and meter it on a healthy node as the allocate saga does, and activate it there (same allocation id).
+# Its volumes stay where they are (the storage service keeps the allocation's scratch and named volumes, exported
+# to its address), so provision_volume finds them. The first four steps have nothing to undo (the old placement
+# is gone for good); a failure after them undoes the new placement's steps and fails the allocation. A bare-metal
+# fence that is refused or times out fails the allocation before anything is placed: an allocation never runs in
+# two places, even at the cost of its availability. What the old node of a VM slice still runs is fenced when it
 # answers again (the scheduler's monitor).
 _MOVE = {s.name: s for s in ALLOCATE.steps}
 RESCHEDULE = SagaDefinition(
     "reschedule", recovery="compensate",
     steps=(
         SagaStep("pause_meter", START_METER.undo_step, fields=_pause),
+        SagaStep("fence_node", FENCE_NODE, fields=_old_node, subject=("node_id",), requires=_BARE_METAL),
         SagaStep("fence_network", ATTACH_NETWORK.undo_step, fields=_undo()),
         SagaStep("free_old_slots", RESERVE_SLOTS.undo_step, fields=_quarantine_old),
         _MOVE["reserve_slots"],

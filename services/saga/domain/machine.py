@@ -141,7 +141,7 @@ class _Transition:
         if step.compensate and self.saga.record(step.name, COMPENSATE) is None:
             self.saga.steps[(step.name, COMPENSATE)] = StepRecord("armed")   # armed before the command goes out
         data = {**self._base(step.name, step_key(self.saga.id, step.name)), **step.fields(ctx)}
-        self._command(step.invoke, data, self._subject(step, ctx))
+        self._command(step.invoke, data, self._subject(step, ctx, data))
         self._set(step.name, INVOKE, "invoked", attempt=attempt, deadline=self.now + self.policy.step_timeout(step.name))
 
     def _invoke_progressed(self, step: SagaStep, r: Reply) -> None:
@@ -205,7 +205,7 @@ class _Transition:
         self.saga.current_step = step.name
         data = {**self._base(step.name, compensation_key(self.saga.id, step.name)),
                 "compensates": step_key(self.saga.id, step.name), **step.undo_fields(ctx)}
-        self._command(step.compensate, data, self._subject(step, ctx))
+        self._command(step.compensate, data, self._subject(step, ctx, data))
         self._set(step.name, COMPENSATE, "compensating", attempt=attempt,
                   deadline=self.now + self.policy.compensation_timeout)
 
@@ -272,8 +272,10 @@ class _Transition:
                                                       "tenant_id": s.tenant_id, **facts}))
 
     @staticmethod
-    def _subject(step: SagaStep, ctx) -> dict[str, str]:
-        return {p: str(ctx.get(p)) for p in step.subject}
+    def _subject(step: SagaStep, ctx, data: dict) -> dict[str, str]:
+        """The command's subject parameters: its own field of that name when it has one (so the subject and the
+        node the command names never differ), else the context value."""
+        return {p: str(data[p] if data.get(p) is not None else ctx.get(p)) for p in step.subject}
 
     def _command(self, type_: str, data: dict, subject_params: dict[str, str] | None = None) -> None:
         self.actions.append(Command(type_, data, subject_params or {}))

@@ -38,8 +38,11 @@ class Policy:
     backoff_s: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0)
     queue_timeout_s: float = 86_400.0   # how long a step that reported "queued" may wait for capacity
     # (step name, seconds): steps that take longer than a message round trip by nature. provision_node boots a
-    # VM (a cloud image's first boot with cloud-init takes a minute or more) or a bare-metal server.
-    step_timeouts: tuple[tuple[str, float], ...] = (("provision_node", 600.0), ("wipe_slots", 600.0))
+    # VM (a cloud image's first boot with cloud-init takes a minute or more) or a bare-metal server. fence_node
+    # waits for a BMC's power-off and its read-back (the agent's own bound, 60 s, then a best-effort eject, 60 s):
+    # longer than both, so the agent's reason, quoting the BMC, normally comes before the saga gives up.
+    step_timeouts: tuple[tuple[str, float], ...] = (("provision_node", 600.0), ("wipe_slots", 600.0),
+                                                    ("fence_node", 180.0))
     tenant_inflight: int = 8   # allocate sagas of one tenant running or compensating at once
 
     def __post_init__(self) -> None:

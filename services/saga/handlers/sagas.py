@@ -91,7 +91,8 @@ _CARRIED = ("allocation_id", "tenant_id", "shape", "gpu_count", "volume_gb", "la
 async def start_reschedule(ctx: UnitOfWork, evt: AllocationInterrupted, *, policy: Policy) -> None:
     """Move an interrupted allocation (the reschedule saga, one per attempt: a redelivered interruption starts
     nothing new). Its request comes from the saga that placed it where it ran; the old node, slots and address
-    are what the move fences and frees and the address it asks to keep. An allocation no saga placed (or not on
+    are what the move fences and frees and the address it asks to keep; a bare-metal server (its instance made by
+    the redfish driver) is powered off first (``bare_metal``). An allocation no saga placed (or not on
     the interrupted node) is not this coordinator's to move: it is failed at once, so it never waits silently."""
     placed = await repository.placed(ctx.conn, evt.allocation_id)
     held = context(placed, DEFINITIONS[placed.kind]) if placed is not None else {}
@@ -107,6 +108,8 @@ async def start_reschedule(ctx: UnitOfWork, evt: AllocationInterrupted, *, polic
     saga_input.update({"from_node_id": str(evt.node_id), "old_slots": held.get("slots") or [],
                        "kept_ip_address": held.get("ip_address"), "interrupted_at": evt.interrupted_at.isoformat(),
                        "attempt": evt.attempt, "category": evt.category, "node_id": None})
+    if (held.get("instance") or {}).get("driver") == "redfish":   # bare metal: powered off before it moves
+        saga_input["bare_metal"] = True
     await _start(ctx, Saga(uuid.uuid4(), "reschedule", evt.allocation_id, evt.tenant_id, saga_input), policy)
 
 
