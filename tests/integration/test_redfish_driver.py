@@ -277,3 +277,37 @@ async def test_deprovision_powers_off_ejects_and_forgets_and_is_idempotent(lab, 
     served = lab.emulator.log_tail(100000).count("HTTP/1.1")
     await driver.deprovision(spec.allocation_id)    # nothing left: not even a call to the BMC
     assert lab.emulator.log_tail(100000).count("HTTP/1.1") == served
+
+
+# -- the fence of a move ----------------------------------------------------------------------------------------
+@on_lab
+async def test_a_fence_powers_the_running_server_off_confirms_it_and_forgets_the_allocation(lab, tmp_path):
+    """The old server of a moved allocation: ForceOff, read back as Off, the record forgotten. An unreachable BMC
+    is no fence: it fails naming the phase and the record stays."""
+    from services.node_agent.adapters.drivers.redfish.bmc import BmcClient
+    from services.node_agent.adapters.drivers.redfish.records import instance_id
+
+    with BmcClient(lab.bmc_config()) as client:
+        await asyncio.to_thread(client.reset, "On")
+    await eventually(lambda: asyncio.to_thread(lab.running), timeout=30, what="the server running")
+    allocation = uuid.uuid4()
+    closed = BmcConfig(f"http://127.0.0.1:{free_port()}", lab.server_system_id, "admin", "pw", verify_tls=False)
+
+    async def unreachable():
+        return closed
+    cut_off = make_driver(lab, tmp_path / "cut-off", bmc_source=unreachable)
+    cut_off.records.save({"allocation_id": str(allocation), "instance_id": instance_id(allocation), "slots": [0],
+                          "status": "ready"})
+    with pytest.raises(DriverError, match="^power_off: "):
+        await cut_off.fence(allocation)
+    assert cut_off.records.get(allocation) is not None and await asyncio.to_thread(lab.running)
+
+    driver = make_driver(lab, tmp_path / "fence")
+    driver.records.save({"allocation_id": str(allocation), "instance_id": instance_id(allocation), "slots": [0],
+                         "status": "ready"})
+    try:
+        await driver.fence(allocation)
+        assert not await asyncio.to_thread(lab.running)
+        assert driver.records.get(allocation) is None and await driver.list_instances() == []
+    finally:
+        await driver.close()
