@@ -79,10 +79,11 @@ async def claim_due(conn: asyncpg.Connection, skip: list[uuid.UUID]) -> uuid.UUI
         _OPEN, _AWAITING, skip)
 
 
-# the reservation the allocation holds: its allocate saga's, or its latest completed reschedule's
+# the reservation the allocation holds: its latest move's (a reschedule running or completed: one that failed
+# gave its slots back), else its allocate saga's
 _HELD = ("SELECT st.result FROM saga_steps st JOIN sagas s ON s.id = st.saga_id "
-         "WHERE s.allocation_id=$1 AND (s.kind='allocate' OR (s.kind='reschedule' AND s.status='completed')) "
-         "AND st.step='reserve_slots' AND st.phase='invoke' AND st.status='succeeded' "
+         "WHERE s.allocation_id=$1 AND (s.kind='allocate' OR (s.kind='reschedule' AND s.status IN ('running', "
+         "'completed'))) AND st.step='reserve_slots' AND st.phase='invoke' AND st.status='succeeded' "
          "ORDER BY s.attempt DESC LIMIT 1")
 
 
@@ -106,10 +107,11 @@ async def find(conn: asyncpg.Connection, allocation_id: uuid.UUID, kind: str) ->
 
 
 async def placed(conn: asyncpg.Connection, allocation_id: uuid.UUID) -> Saga | None:
-    """The saga that placed the allocation where it runs: its latest completed allocate or reschedule saga
-    (locked, with its steps), or None."""
+    """The saga that placed the allocation where it runs: its latest allocate or reschedule saga that has not
+    failed (locked, with its steps), or None. It may still be running: the allocation turns ACTIVE at its last
+    step, before the coordinator has read that step's reply."""
     saga_id = await conn.fetchval(
-        "SELECT id FROM sagas WHERE allocation_id=$1 AND kind IN ('allocate', 'reschedule') AND status='completed' "
-        "ORDER BY attempt DESC LIMIT 1", allocation_id)
+        "SELECT id FROM sagas WHERE allocation_id=$1 AND kind IN ('allocate', 'reschedule') "
+        "AND status IN ('running', 'completed') ORDER BY attempt DESC LIMIT 1", allocation_id)
     loaded = await get(conn, saga_id) if saga_id is not None else None
     return loaded[0] if loaded else None

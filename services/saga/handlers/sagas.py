@@ -23,7 +23,6 @@ from services.allocation.contracts import (
     AllocationInterrupted,
     AllocationReleaseRequested,
     AllocationRequested,
-    FailAllocation,
     Scheduling,
 )
 from shared.outbox import Outbox
@@ -88,22 +87,22 @@ async def start_release(ctx: UnitOfWork, evt: AllocationReleaseRequested, *, pol
 _CARRIED = ("allocation_id", "tenant_id", "shape", "gpu_count", "volume_gb", "labels", *SCHEDULING_INPUT, "price")
 
 
+class PlacementNotRecorded(Exception):
+    """The interrupted allocation's placement is not in the saga schema (yet): retried (the message is
+    redelivered with backoff, then dead-lettered), never guessed."""
+
+
 async def start_reschedule(ctx: UnitOfWork, evt: AllocationInterrupted, *, policy: Policy) -> None:
     """Move an interrupted allocation (the reschedule saga, one per attempt: a redelivered interruption starts
     nothing new). Its request comes from the saga that placed it where it ran; the old node, slots and address
     are what the move fences and frees and the address it asks to keep; a bare-metal server (its instance made by
-    the redfish driver) is powered off first (``bare_metal``). An allocation no saga placed (or not on
-    the interrupted node) is not this coordinator's to move: it is failed at once, so it never waits silently."""
+    the redfish driver) is powered off first (``bare_metal``). Raises PlacementNotRecorded when no
+    saga placed it on the interrupted node (the consumer retries it)."""
     placed = await repository.placed(ctx.conn, evt.allocation_id)
     held = context(placed, DEFINITIONS[placed.kind]) if placed is not None else {}
     if placed is None or str(held.get("node_id")) != str(evt.node_id):
-        log.warning("saga.reschedule_without_placement", allocation_id=str(evt.allocation_id),
-                    node_id=str(evt.node_id), placed_on=str(held.get("node_id")))
-        await ctx.emit("allocation.fail", FailAllocation(
-            allocation_id=evt.allocation_id, saga_id=placed.id if placed else uuid.UUID(int=0),
-            failed_step="reschedule", reason=f"no placement on node {evt.node_id} to move"),
-            correlation_id=str(evt.allocation_id), tenant_id=evt.tenant_id)
-        return
+        raise PlacementNotRecorded(f"allocation {evt.allocation_id}: no placement on node {evt.node_id} recorded "
+                                   f"(latest: {held.get('node_id')})")
     saga_input = {k: held[k] for k in _CARRIED if held.get(k) is not None}
     saga_input.update({"from_node_id": str(evt.node_id), "old_slots": held.get("slots") or [],
                        "kept_ip_address": held.get("ip_address"), "interrupted_at": evt.interrupted_at.isoformat(),
