@@ -36,7 +36,7 @@ from . import contracts as c
 from .adapters.metrics import RESCHEDULE_GAP
 from .adapters.repository import PgAllocationRepository
 from .domain import events
-from .domain.errors import BeingRescheduled, IllegalTransition, InvalidSpec
+from .domain.errors import IllegalTransition, InvalidSpec
 from .domain.model import Allocation
 from .domain.policy import RESCHEDULE_LIMITS
 from .domain.ports import AllocationRepository
@@ -148,16 +148,13 @@ async def _tenants(ctx: UnitOfWork, allocations: AllocationRepository,
 
 async def release(ctx: UnitOfWork, cmd: c.ReleaseAllocation, *,
                   repository: RepositoryFactory = PgAllocationRepository) -> None:
-    """ACTIVE (or REQUESTED, withdrawn by the saga coordinator) → RELEASING; no-op if RELEASING/RELEASED;
-    otherwise rejected with the reason (no change)."""
+    """ACTIVE (or REQUESTED, withdrawn by the saga coordinator) → RELEASING; no-op if RELEASING/RELEASED; kept for
+    later while INTERRUPTED (done once the reschedule activates it); otherwise rejected with the reason."""
     allocations = repository(ctx.conn)
     if (alloc := await _tenants(ctx, allocations, cmd, "allocation.release")) is None:
         return
     try:
         alloc.release(cmd.requested_by, utcnow())
-    except BeingRescheduled as exc:
-        await _reject(ctx, alloc.id, "allocation.release", str(exc))
-        return
     except IllegalTransition as exc:
         await _reject(ctx, alloc.id, "allocation.release", f"{exc} (only an ACTIVE or REQUESTED allocation can be released)")
         return
@@ -223,8 +220,8 @@ async def activate_step(allocations: AllocationRepository, cmd: c.ActivateAlloca
     except IllegalTransition as exc:
         raise StepRejected(str(exc)) from None
     await allocations.save(alloc)
-    for ev in alloc.pull_events():
-        if publish is not None and isinstance(ev, events.Rescheduled):
+    for ev in alloc.pull_events():   # Activated is the step's reply; a move's follow-ups are published with it
+        if publish is not None and isinstance(ev, (events.Rescheduled, events.ReleaseRequested)):
             await publish(ev)
     return _as_reply(alloc, node_id=alloc.node_id, instance=instance)
 

@@ -32,10 +32,12 @@ async def test_interrupt_then_the_reschedules_activate_brings_it_back_on_a_new_n
     assert (r["state"], r["node_id"], r["interrupted_at"], r["interrupt_category"], r["reschedules"]) == (
         "INTERRUPTED", node, lost, "node_lost", 1)
 
-    # the tenant cannot release it meanwhile
-    await send(js, "allocation.release", {"allocation_id": alloc, "tenant_id": tenant, "requested_by": uuid.uuid4()})
-    [rej] = await events.wait_for(of(alloc, "allocation.command_rejected"))
-    assert "being rescheduled" in rej[1]["data"]["reason"]
+    # a release the tenant asks meanwhile waits for the move: kept, nothing rejected
+    owner = uuid.uuid4()
+    _, seq = await send(js, "allocation.release", {"allocation_id": alloc, "tenant_id": tenant, "requested_by": owner})
+    await wait_handled(js, "allocation", "allocation.release", seq)
+    r = await row(rt, alloc)
+    assert (r["state"], r["release_pending"], r["release_pending_by"]) == ("INTERRUPTED", True, owner)
 
     saga, new_node = uuid.uuid4(), uuid.uuid4()
     activate = step_cmd(alloc, tenant, saga, "activate", node_id=new_node)
@@ -47,8 +49,11 @@ async def test_interrupt_then_the_reschedules_activate_brings_it_back_on_a_new_n
     assert (data["state"], data["from_node_id"], data["to_node_id"], data["attempt"]) == (
         "ACTIVE", str(node), str(new_node), 1)
     assert data["gap_s"] >= 20
+    [released] = await events.wait_for(of(alloc, "allocation.release_requested"))   # and then the waiting release
+    assert (released[1]["data"]["requested_by"], released[1]["data"]["node_id"]) == (str(owner), str(new_node))
     r = await row(rt, alloc)
-    assert (r["state"], r["node_id"], r["interrupted_at"]) == ("ACTIVE", new_node, lost)
+    assert (r["state"], r["node_id"], r["interrupted_at"], r["release_pending"]) == ("RELEASING", new_node, lost, False)
+    assert await emitted(rt, alloc, "allocation.command_rejected") == 0
     assert await emitted(rt, alloc, "allocation.rescheduled") == 1
     assert await emitted(rt, alloc, "allocation.activated") == 2   # the first activation and the reschedule's
     async with rt.pool.acquire() as conn:

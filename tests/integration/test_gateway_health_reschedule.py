@@ -45,8 +45,6 @@ async def test_an_interrupted_allocation_shows_why_then_where_it_was_rescheduled
     assert (cut["category"], cut["node_id"], cut["attempt"], cut["rescheduled"]) == ("gpu_fault", str(lost), 1, False)
     assert cut["next"] == "it is being placed on another node" and "xid 79" in cut["reason"]
     assert a["id"] in {x["id"] for x in (await client.get("/v1/allocations")).body["items"]}
-    r = await client.delete(f"/v1/allocations/{a['id']}")   # the allocation service refuses it while rescheduling
-    assert r.status == 409 and "INTERRUPTED" in r.body["detail"]
     got_rescheduled = await project(api, nc, "allocation.rescheduled", rescheduled(a, lost, to), a["tenant_id"])
     shown = (await client.get(f"/v1/allocations/{a['id']}")).body
     assert shown["state"] == "ACTIVE" and shown["node_id"] == str(to)
@@ -61,6 +59,18 @@ async def test_an_interrupted_allocation_shows_why_then_where_it_was_rescheduled
     kinds = {e["event"]: json.loads(e["data"]) for e in seen}
     assert kinds["allocation.interrupted"]["id"] == str(got_interrupted.id)
     assert kinds["allocation.rescheduled"]["data"]["to_node_id"] == str(to)
+
+
+async def test_a_release_asked_while_interrupted_is_sent_and_a_later_reschedule_does_not_undo_it(api, nc, watch):
+    lost, to = uuid.uuid4(), uuid.uuid4()
+    client, a = await active_allocation(api, nc, lost)
+    await project(api, nc, "allocation.interrupted", interrupted(a, lost), a["tenant_id"])
+    sent = await watch("allocation.cmd.release")
+    r = await client.delete(f"/v1/allocations/{a['id']}")   # kept by the allocation service until it is placed again
+    assert r.status == 202 and r.body["state"] == "RELEASING"
+    await sent.wait_for(lambda i: i[1]["data"]["allocation_id"] == a["id"])
+    await project(api, nc, "allocation.rescheduled", rescheduled(a, lost, to), a["tenant_id"])
+    assert (await client.get(f"/v1/allocations/{a['id']}")).body["state"] == "RELEASING"
 
 
 async def test_a_reschedule_arriving_before_its_interruption_leaves_the_allocation_active(api, nc):

@@ -100,7 +100,7 @@ class FakeAllocationRepository(AllocationRepository):
     async def save(self, allocation: Allocation) -> None:
         row = self.rows[allocation.id]
         for name in ("state", "node_id", "failed_step", "reason", "updated_at", "interrupted_at", "interrupt_category",
-                     "reschedules"):
+                     "reschedules", "release_pending", "release_pending_by"):
             setattr(row, name, getattr(allocation, name))
 
 

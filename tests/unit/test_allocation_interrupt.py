@@ -220,16 +220,23 @@ async def test_a_failed_reschedule_fails_the_interrupted_allocation():
         await handlers.activate_step(repo, activate_cmd(a))
 
 
-# --- what INTERRUPTED refuses ----------------------------------------------------------------------------------
-async def test_a_tenant_cannot_release_an_allocation_being_rescheduled():
+# --- a release asked while INTERRUPTED ------------------------------------------------------------------------
+async def test_a_release_asked_while_the_allocation_moves_waits_and_is_done_once_it_is_active_again():
     a = allocation(INTERRUPTED)
     repo = FakeAllocationRepository(a)
-    cmd = c.ReleaseAllocation(allocation_id=a.id, tenant_id=TENANT, requested_by=uuid.uuid4())
+    owner = uuid.uuid4()
+    cmd = c.ReleaseAllocation(allocation_id=a.id, tenant_id=TENANT, requested_by=owner)
     uow = FakeUnitOfWork("allocation", "allocation.release", cmd)
     await handlers.release(uow, cmd, repository=factory(repo))
-    reason = uow.only("allocation.command_rejected").data["reason"]
-    assert "being rescheduled; release it once it is ACTIVE again or FAILED" in reason
-    assert repo.rows[a.id].state == INTERRUPTED
+    assert uow.types() == [] and repo.rows[a.id].state == INTERRUPTED and repo.rows[a.id].release_pending
+    published = []
+
+    async def publish(ev):
+        published.append(ev)
+    await handlers.activate_step(repo, activate_cmd(a), publish=publish)
+    assert [type(e) for e in published] == [events.Rescheduled, events.ReleaseRequested]
+    assert published[1].requested_by == owner and published[1].node_id == NEW_NODE
+    assert repo.rows[a.id].state == RELEASING and not repo.rows[a.id].release_pending
 
 
 async def test_an_interruption_time_without_a_zone_is_taken_as_utc():

@@ -12,7 +12,7 @@ from ..domain.ports import AllocationRepository
 
 _COLUMNS = ("id", "tenant_id", "user_id", "name", "shape", "gpu_count", "volume_gb", "labels", "state",
             "created_at", "updated_at", "node_id", "failed_step", "reason", "options", "interrupted_at",
-            "interrupt_category", "reschedules")
+            "interrupt_category", "reschedules", "release_pending", "release_pending_by")
 
 
 def _from_row(row: asyncpg.Record) -> Allocation:
@@ -43,6 +43,6 @@ class PgAllocationRepository(AllocationRepository):
     async def save(self, a: Allocation) -> None:
         await self.conn.execute(
             "UPDATE allocations SET state=$2, node_id=$3, failed_step=$4, reason=$5, updated_at=$6, interrupted_at=$7, "
-            "interrupt_category=$8, reschedules=$9 WHERE id=$1",
+            "interrupt_category=$8, reschedules=$9, release_pending=$10, release_pending_by=$11 WHERE id=$1",
             a.id, a.state, a.node_id, a.failed_step, a.reason, a.updated_at, a.interrupted_at, a.interrupt_category,
-            a.reschedules)
+            a.reschedules, a.release_pending, a.release_pending_by)

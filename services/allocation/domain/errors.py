@@ -15,14 +15,5 @@ class IllegalTransition(DomainError):
                          f"and {current} → {target} is not a legal transition")
 
 
-class BeingRescheduled(IllegalTransition):
-    """A tenant asks to release an allocation while it is INTERRUPTED: its reschedule owns it until it ends."""
-
-    def __init__(self, allocation_id, target: str, command: str):
-        super().__init__(allocation_id, "INTERRUPTED", target, command)
-        self.args = (f"cannot {command} allocation {allocation_id}: it is being rescheduled; "
-                     "release it once it is ACTIVE again or FAILED",)
-
-
 class InvalidSpec(DomainError):
     """The requested allocation is inconsistent (unknown shape, GPU count not the shape's)."""

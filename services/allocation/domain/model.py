@@ -5,7 +5,8 @@
     REQUESTED → RELEASING         (withdrawn before its allocate saga started: the release saga only marks it)
     ACTIVE → INTERRUPTED          (its node failed: a reschedule saga places it again, same id)
     INTERRUPTED → ACTIVE          (activate, on the new node: the reschedule succeeded)
-    INTERRUPTED ↛ RELEASING       (refused while the reschedule runs: BeingRescheduled)
+    INTERRUPTED: a release waits  (the reschedule owns it until it ends: once ACTIVE again it goes RELEASING at
+                                   once; a failed reschedule ends FAILED, which holds nothing either way)
     any non-terminal state → FAILED (with the failed step and the reason; from INTERRUPTED: the reschedule
                                      failed, or from ACTIVE at an interruption the retry policy gives up on)
 
@@ -25,7 +26,7 @@ from datetime import datetime
 from services.scheduler.contracts import SHAPES
 
 from . import events
-from .errors import BeingRescheduled, IllegalTransition, InvalidSpec
+from .errors import IllegalTransition, InvalidSpec
 from .policy import RESCHEDULE_LIMITS, limit_reason, may_reschedule
 
 REQUESTED, PROVISIONING, ACTIVE = "REQUESTED", "PROVISIONING", "ACTIVE"
@@ -73,6 +74,8 @@ class Allocation:
     interrupted_at: datetime | None = None        # the last interruption: when the tenant lost it,
     interrupt_category: str | None = None         # its category (policy.Category),
     reschedules: int = 0                          # and how many reschedules it has started, all told
+    release_pending_by: uuid.UUID | None = None   # a release asked while INTERRUPTED (by whom), done once ACTIVE
+    release_pending: bool = False
     _events: list[events.AllocationEvent] = field(default_factory=list, repr=False, compare=False)
 
     @classmethod
@@ -119,6 +122,9 @@ class Allocation:
             self._record(events.Rescheduled, from_node_id=rescheduled_from, to_node_id=node_id, interrupted_at=lost,
                          gap_s=max(0.0, (at - lost).total_seconds()), attempt=self.reschedules,
                          instance=doc)
+            if self.release_pending:   # the tenant asked while it moved: released now that it is placed
+                self.release_pending = False
+                self.release(self.release_pending_by, at)
 
     def interrupt(self, node_id: uuid.UUID, category: str, reason: str, interrupted_at: datetime, next: str,
                   at: datetime, limits: Mapping[str, int] = RESCHEDULE_LIMITS) -> bool:
@@ -152,15 +158,19 @@ class Allocation:
         self.failed_step, self.reason = failed_step, reason
         self._record(events.Failed, failed_step=failed_step, reason=reason)
 
-    def release(self, requested_by: uuid.UUID, at: datetime) -> None:
+    def release(self, requested_by: uuid.UUID | None, at: datetime) -> None:
         """ACTIVE → RELEASING; no-op if RELEASING or RELEASED already. Raises IllegalTransition otherwise.
+        INTERRUPTED: nothing changes now, the release is kept and done when the reschedule activates it (a
+        command the gateway accepted never dies silently; a reschedule that fails leaves it FAILED, holding
+        nothing).
 
         Also REQUESTED → RELEASING: asked of a REQUESTED allocation only by the saga coordinator, for one it
         withdrew from its tenant's line (no allocate saga ever ran for it; the gateway asks it of ACTIVE ones)."""
         if self.state in (RELEASING, RELEASED):
             return
-        if self.state == INTERRUPTED:
-            raise BeingRescheduled(self.id, RELEASING, "release")
+        if self.state == INTERRUPTED:   # the reschedule owns it: the release waits until it is ACTIVE again
+            self.release_pending, self.release_pending_by = True, requested_by
+            return
         self._move(RELEASING, "release", at)
         self._record(events.ReleaseRequested, requested_by=requested_by, node_id=self.node_id,
                      volume_gb=self.volume_gb, labels=dict(self.labels))

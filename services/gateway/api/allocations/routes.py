@@ -202,9 +202,10 @@ async def _withdraw_requested(uow: UnitOfWork, row: asyncpg.Record, p: Principal
 
 
 async def release_allocation(request: web.Request) -> web.Response:
-    """202 and one allocation.release for an ACTIVE allocation; 202 again (nothing sent) once releasing.
-    A QUEUED allocation is cancelled instead (one scheduler.cancel_request), a REQUESTED one withdrawn (one
-    saga.withdraw)."""
+    """202 and one allocation.release for an ACTIVE allocation, or an INTERRUPTED one (the allocation service keeps
+    the release until the reschedule has placed it again, then releases it); 202 again (nothing sent) once
+    releasing. A QUEUED allocation is cancelled instead (one scheduler.cancel_request), a REQUESTED one withdrawn
+    (one saga.withdraw)."""
     p = require_tenant_member(request)
     allocation_id = path_uuid(request, "allocation_id", "allocation")
     gw = gateway_of(request)
@@ -218,9 +219,9 @@ async def release_allocation(request: web.Request) -> web.Response:
         elif row["state"] == "REQUESTED":
             row = await _withdraw_requested(uow, row, p)
         elif row["state"] not in RELEASE_ALREADY_REQUESTED:
-            if row["state"] != "ACTIVE":
-                raise ProblemError(409, f"the allocation is {row['state']}; only an ACTIVE or REQUESTED allocation "
-                                        "can be released", slug="allocation-not-active")
+            if row["state"] not in ("ACTIVE", "INTERRUPTED"):
+                raise ProblemError(409, f"the allocation is {row['state']}; only an ACTIVE, INTERRUPTED, QUEUED or "
+                                        "REQUESTED allocation can be released", slug="allocation-not-active")
             # optimistic: the real state is never behind the view, so an ACTIVE view means release applies
             await repo.update(conn, allocation_id, state="RELEASING", release_requested_at=utcnow())
             await uow.emit("allocation.release", ReleaseAllocation(
