@@ -81,7 +81,7 @@ class Runtime:
         # and, with TESSERA_NATS_CA_FILE, TLS that verifies the server's certificate and host name
         # (a node-agent's identity is its node's: shared.bus_identity.identity)
         self.bus_identity = identity(self.service, settings.instance)
-        self.broker = NatsBroker(settings.nats_url, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
+        self.broker = NatsBroker(settings.nats_servers, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
                                  logger=None, security=nats_security(settings),
                                  inbox_prefix=inbox_prefix(self.bus_identity), error_cb=self._nats_error)
         self.consumers = Consumers(self.service, self.broker, self.catalog, self.outbox, settings.bus, lambda: self.pool)

@@ -196,7 +196,9 @@ class ServiceSettings:
     """What every service process reads: where the bus and its database are, how it serves and logs."""
 
     service: str
-    nats_url: str = setting("TESSERA_NATS_URL", "nats://127.0.0.1:4222", doc="the NATS server")
+    nats_url: str = setting("TESSERA_NATS_URL", "nats://127.0.0.1:4222",
+                            doc="the NATS server, or a cluster's servers separated by commas (the client tries each "
+                                "at start and on reconnect, so a service starts while any one of them is up)")
     nats_nkey_file: str | None = setting("TESSERA_NATS_NKEY_FILE", None, readable_file,
                                          doc="the file holding this service's NATS nkey seed, its identity on the bus "
                                              "(unset: connect without credentials, to a server without authorization)")
@@ -215,6 +217,11 @@ class ServiceSettings:
                                doc="honour the sim.tessera.io/fault label (fault injection; never in production)")
     stream_replicas: int = setting("TESSERA_STREAM_REPLICAS", 1, integer(1), doc="replicas of each JetStream stream")
     bus: BusSettings = field(default_factory=BusSettings)
+
+    @property
+    def nats_servers(self) -> list[str]:
+        """``nats_url`` split at its commas."""
+        return [u.strip() for u in self.nats_url.split(",") if u.strip()]
 
     @classmethod
     def from_env(cls, service: str, environ: Mapping[str, str] | None = None, **overrides: Any) -> ServiceSettings:

@@ -157,7 +157,8 @@ class Platform:
         env = {k: v for k, v in os.environ.items() if not k.startswith("TESSERA_")}
         env.update({
             "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1",
-            "TESSERA_NATS_URL": self.nats_url, "TESSERA_INSTANCE": instance,
+            "TESSERA_NATS_URL": ",".join(getattr(self.nats, "urls", None) or [self.nats_url]),
+            "TESSERA_INSTANCE": instance,
             "TESSERA_DB_DSN": service_dsn(self.database_url, service, self.secrets["db"]),
             "TESSERA_HTTP_PORT": str(self.gateway_port or 0) if service == "gateway" else "0",
         })
