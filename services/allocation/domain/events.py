@@ -19,15 +19,11 @@ class AllocationEvent:
     at: datetime
 
 
-# the request's scheduling and network options (contracts.Scheduling), as Requested and Interrupted carry them
-SCHEDULING_OPTIONS = frozenset({"priority", "spot", "pool", "tolerations", "fail_fast", "network_id", "guest", "volumes",
-                                "scratch_class", "price"})
-
-
-@dataclass(frozen=True)
-class Requested(AllocationEvent):
+@dataclass(frozen=True, kw_only=True)
+class Request:
+    """The request's spec and its scheduling and network options (contracts.Scheduling), as Requested and
+    Interrupted carry them (a reschedule places the allocation again from them)."""
     user_id: uuid.UUID
-    name: str
     shape: str
     gpu_count: int
     volume_gb: int
@@ -44,6 +40,15 @@ class Requested(AllocationEvent):
     price: dict | None = None                             # the quoted GPU-hour price (billing.PriceSnapshot)
 
 
+SCHEDULING_OPTIONS = frozenset({"priority", "spot", "pool", "tolerations", "fail_fast", "network_id", "guest", "volumes",
+                                "scratch_class", "price"})
+
+
+@dataclass(frozen=True)
+class Requested(AllocationEvent, Request):
+    name: str
+
+
 @dataclass(frozen=True)
 class Provisioning(AllocationEvent):
     saga_id: uuid.UUID
@@ -56,30 +61,15 @@ class Activated(AllocationEvent):
 
 
 @dataclass(frozen=True)
-class Interrupted(AllocationEvent):
+class Interrupted(AllocationEvent, Request):
     """The allocation's node failed under it: what the tenant is told, and all a reschedule needs to place it
-    again (the request's spec and options, as Requested carries them)."""
+    again (the request, as Requested carries it)."""
     node_id: uuid.UUID
     category: str
     reason: str
     interrupted_at: datetime
     next: str
     attempt: int                                          # the reschedule this starts, 1-based
-    user_id: uuid.UUID
-    shape: str
-    gpu_count: int
-    volume_gb: int
-    labels: dict[str, str] = field(default_factory=dict)
-    priority: int = 0
-    spot: bool = False
-    pool: str | None = None
-    tolerations: list[str] = field(default_factory=list)
-    fail_fast: bool = False
-    network_id: uuid.UUID | None = None
-    guest: dict | None = None
-    volumes: list[dict] = field(default_factory=list)
-    scratch_class: str | None = None
-    price: dict | None = None
 
 
 @dataclass(frozen=True)
