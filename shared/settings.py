@@ -174,11 +174,14 @@ def log_level(raw: str) -> str:
 # --- the kit's settings: every service has these ---------------------------------------------------------------
 @dataclass(frozen=True)
 class BusSettings:
-    """JetStream consumer policy shared by every service. ack_wait must exceed the slowest handler;
-    handlers that may run longer send in-progress heartbeats (see shared.batches)."""
+    """JetStream consumer policy shared by every service. A handler still running sends in-progress heartbeats
+    every third of ack_wait (see shared.batches), so ack_wait bounds only how long the message of a process that
+    died stays unanswered: well below the saga's step timeout (30 s), so that the restarted process (or another
+    replica) completes that work before its step times out."""
 
-    ack_wait_s: float = setting("TESSERA_ACK_WAIT_S", 30.0, number(positive=True),
-                                doc="seconds a delivered message may stay unacknowledged before redelivery")
+    ack_wait_s: float = setting("TESSERA_ACK_WAIT_S", 10.0, number(positive=True),
+                                doc="seconds a delivered message may stay unacknowledged before redelivery (a "
+                                    "handler still running extends it); keep it well below the saga's step timeout")
     max_deliver: int = setting("TESSERA_MAX_DELIVER", 5, integer(1),
                                doc="deliveries of a failing message before it goes to the dead-letter stream")
     retry_backoff_s: tuple[float, ...] = setting("TESSERA_RETRY_BACKOFF_S", (0.2, 1.0, 3.0, 10.0), numbers,
