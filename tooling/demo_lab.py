@@ -77,6 +77,9 @@ class DemoLab:
         WIPE_POLICY; without, passthrough off means the wipe is simulated and says so)."""
         return {"TESSERA_NODE_DRIVER": "libvirt", "TESSERA_LIBVIRT_URI": URI, "TESSERA_LIBVIRT_DOMAIN_TYPE": "qemu",
                 "TESSERA_LIBVIRT_PASSTHROUGH": "off", "TESSERA_LIBVIRT_STATE_DIR": str(self.workdir / "instances"),
+                # both nodes share one libvirtd: each names its domains apart, so a moved allocation never meets
+                # its old domain's name (TESSERA_LIBVIRT_NAME_SUFFIX)
+                "TESSERA_LIBVIRT_NAME_SUFFIX": f"n{index}",
                 "TESSERA_NODE_DATAPLANE": "kernel", "TESSERA_NODE_NETNS": self.lab.node_ns[index],
                 "TESSERA_NODE_UNDERLAY_DEV": UNDERLAY_DEV,
                 "TESSERA_WIPE_DEVICES": json.dumps({str(s): [d] for s, d in enumerate(self.disks[index])}) if disks else ""}

@@ -5,6 +5,7 @@ No dataplane here: the guest's tap stays unplugged (the e2e tests plug it into t
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import uuid
 
@@ -128,6 +129,27 @@ async def test_domains_of_other_nodes_and_foreign_domains_are_never_listed(drive
         assert domain_name(s.allocation_id) in await asyncio.to_thread(vm.domains)
     finally:
         await other.deprovision(s.allocation_id)
+
+
+async def test_one_allocation_runs_on_two_nodes_of_one_libvirtd_apart_when_each_names_its_domains(image, tmp_path):
+    """A lab's nodes share one libvirtd: with a name suffix each, an allocation moved from one to the other (a
+    reschedule) gets a domain of its own there while the old one still runs, and removing the old one leaves the
+    new one running."""
+    old = vm.driver(tmp_path / "instances", uuid.uuid4(), discover_sim(NODE_NAME), name_suffix="n0")
+    new = vm.driver(tmp_path / "instances", uuid.uuid4(), discover_sim(f"{NODE_NAME}-b"), name_suffix="n1")
+    first = spec(image, old.node_id)
+    # the same allocation on the other node: that node's slot and the port of its new network attachment
+    other = vm.instance_spec(image, new.node_id, f"{NODE_NAME}-b", ip="10.77.0.6")
+    moved = dataclasses.replace(other, allocation_id=first.allocation_id, tenant_id=first.tenant_id)
+    try:
+        assert await old.provision(first) == f"{domain_name(first.allocation_id)}-n0"
+        assert await new.provision(moved) == f"{domain_name(first.allocation_id)}-n1"
+        await old.deprovision(first.allocation_id)
+        assert [i.instance_id for i in await new.list_instances()] == [f"{domain_name(first.allocation_id)}-n1"]
+        assert await asyncio.to_thread(vm.domains) >= {f"{domain_name(first.allocation_id)}-n1"}
+    finally:
+        await old.deprovision(first.allocation_id)
+        await new.deprovision(first.allocation_id)
 
 
 async def test_a_foreign_domain_is_never_listed_nor_removed(driver, tmp_path):

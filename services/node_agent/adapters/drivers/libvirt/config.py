@@ -20,12 +20,17 @@
                                     to it live (virtio-fs needs it); off: only domains booted with a volume share it,
                                     and a live attach to another is refused with libvirt's reason
   TESSERA_LIBVIRT_DETACH_TIMEOUT_S  [15] a live detach waits this long for the guest to release the device
+  TESSERA_LIBVIRT_NAME_SUFFIX       [] appended to every domain's name and mixed into its UUID: a lab that runs
+                                    several nodes on one libvirtd gives each its own, so that an allocation moved
+                                    from one of them to another (a reschedule) never meets its old domain's name;
+                                    empty in production, where a node is a host
 
 The volume roots and the node's volume state (TESSERA_VOLUME_ROOTS, TESSERA_VOLUME_STATE_DIR) are every
 driver's: ``adapters.drivers.volumes``.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +39,12 @@ from shared.settings import choice, flag, integer, number, setting
 
 def _dns(raw: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in raw.split(",") if part.strip())
+
+
+def _suffix(raw: str) -> str:
+    if raw and not re.fullmatch(r"[a-z0-9]{1,16}", raw):
+        raise ValueError(raw)
+    return raw
 
 
 @dataclass(frozen=True)
@@ -59,6 +70,8 @@ class LibvirtConfig:
                                    doc="share every domain's memory, so volumes attach live")
     detach_timeout_s: float = setting("TESSERA_LIBVIRT_DETACH_TIMEOUT_S", 15.0, number(positive=True),
                                       doc="a live detach waits this long for the guest")
+    name_suffix: str = setting("TESSERA_LIBVIRT_NAME_SUFFIX", "", _suffix,
+                               doc="appended to domain names (several nodes on one libvirtd: one each)")
 
     @property
     def images_dir(self) -> Path:

@@ -134,19 +134,31 @@ class LibvirtDriver(LibvirtVolumes, ProvisioningDriver):
         """This node's domain of the allocation, or None."""
         libvirt = self._libvirt()
         try:
-            dom = self.conn().lookupByName(domain_name(allocation_id))
+            dom = self.conn().lookupByName(self.name_of(allocation_id))
         except libvirt.libvirtError as exc:
             if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
                 return None
             raise DriverError(f"libvirt: {exc.get_error_message()}") from None
         return dom if self._ours(dom) is not None else None
 
+    def name_of(self, allocation_id: uuid.UUID) -> str:
+        """The allocation's domain name on this node: ``tessera-<hex>``, with the node's suffix when it shares its
+        libvirtd with other nodes (``LibvirtConfig.name_suffix``)."""
+        suffix = self.config.name_suffix
+        return domain_name(allocation_id) + (f"-{suffix}" if suffix else "")
+
+    def uuid_of(self, allocation_id: uuid.UUID) -> str:
+        """The domain's UUID: the allocation's, or one derived from it and the node's suffix (a libvirtd holds
+        one domain per UUID)."""
+        suffix = self.config.name_suffix
+        return str(uuid.uuid5(uuid.UUID(str(allocation_id)), suffix) if suffix else allocation_id)
+
     def dir_of(self, allocation_id: uuid.UUID) -> Path:
-        return self.config.state_dir / domain_name(allocation_id)
+        return self.config.state_dir / self.name_of(allocation_id)
 
     def socket_of(self, allocation_id: uuid.UUID) -> Path:
         """The guest's interactive serial console (ttyS1), a UNIX socket only root on the node can open."""
-        return self.config.socket_dir / f"{domain_name(allocation_id)}.sock"
+        return self.config.socket_dir / f"{self.name_of(allocation_id)}.sock"
 
     # -- the domain's XML -------------------------------------------------------------------------------
     def host_slots(self) -> list:
@@ -174,7 +186,8 @@ class LibvirtDriver(LibvirtVolumes, ProvisioningDriver):
                 "slots": ",".join(map(str, spec.slots)),
                 "passthrough": "real" if self.config.passthrough else "simulated"}
         full = DomainSpec(
-            name=domain_name(spec.allocation_id), uuid=str(spec.allocation_id), domain_type=self.config.domain_type,
+            name=self.name_of(spec.allocation_id), uuid=self.uuid_of(spec.allocation_id),
+            domain_type=self.config.domain_type,
             memory_mib=res.memory_mib, vcpus=res.vcpus, cpuset=res.cpuset, emulator_cpuset=res.emulator_cpuset,
             numa_node=res.numa_node, hugepages_1g=bool(hugepages), slots=tuple(spec.resources), passthrough=True,
             nic=Nic(nic.mac, nic.port, None) if nic else None, disk=str(files / "overlay.qcow2"),
@@ -258,7 +271,7 @@ class LibvirtDriver(LibvirtVolumes, ProvisioningDriver):
         the allocation's, made by this driver)."""
         libvirt = self._libvirt()
         try:
-            return bool(self.conn().lookupByName(domain_name(allocation_id)).isActive())
+            return bool(self.conn().lookupByName(self.name_of(allocation_id)).isActive())
         except libvirt.libvirtError as exc:
             if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
                 return False
