@@ -3,7 +3,6 @@ stops the meter at the interruption, the resume (another saga, other keys) start
 allocation, and usage holds the two stretches with a hole between them."""
 from __future__ import annotations
 
-import asyncio
 import uuid
 from datetime import timedelta
 from decimal import Decimal
@@ -11,6 +10,7 @@ from decimal import Decimal
 from services.billing.bootstrap import build
 from shared.wire import step_key
 from tests.support.bus import send_command
+from tests.support.polling import eventually
 
 
 def _step(alloc: uuid.UUID, tenant: uuid.UUID, step: str, **extra) -> dict:
@@ -39,10 +39,13 @@ async def test_start_pause_at_the_interruption_resume_stop_bills_the_two_stretch
     async with rt.pool.acquire() as conn:
         started = await conn.fetchval("SELECT started_at FROM meters WHERE id=$1", uuid.UUID(first["meter_id"]))
     lost = started + timedelta(milliseconds=300)
-    await asyncio.sleep(0.6)
+
+    async def now():
+        async with rt.pool.acquire() as conn:
+            return await conn.fetchval("SELECT clock_timestamp()")
+    await eventually(now, until=lambda t: t > lost, timeout=10, what="the interruption in the past")
     paused = await send("billing.stop_meter", "billing.meter_stopped",
                         _step(alloc, tenant, "pause_meter", at=lost.isoformat()))
-    await asyncio.sleep(0.3)
     second = await send("billing.start_meter", "billing.meter_started",
                         _step(alloc, tenant, "start_meter", shape="vm.2gpu", gpu_count=2))
     assert second["meter_id"] != first["meter_id"]

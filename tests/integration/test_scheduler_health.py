@@ -7,11 +7,13 @@ from __future__ import annotations
 import asyncio
 import uuid
 from datetime import UTC, datetime
+from itertools import count
 
 import pytest
 
 from services.scheduler.settings import SchedulerSettings
 from shared.contract import load_catalog
+from shared.periodic import periodic
 from tests.support.bus import make_envelope
 from tests.support.bus import send_command as send
 from tests.support.scheduler import start
@@ -28,21 +30,17 @@ class Agents:
 
     def start(self, node: uuid.UUID) -> None:
         self.up[node], self.alerts[node], self.instances[node] = True, [], []
-        self.tasks.append(asyncio.create_task(self._beat(node)))
-
-    async def _beat(self, node: uuid.UUID) -> None:
         subject = load_catalog().message("node_agent.heartbeat").render_subject(node_id=str(node))
-        seq = 0
-        started = datetime.now(UTC).isoformat()
-        while True:
+        started, seq = datetime.now(UTC).isoformat(), count()
+
+        async def beat() -> None:
             if self.up[node]:
                 env = make_envelope("node_agent.heartbeat", {
-                    "node_id": str(node), "seq": seq, "sent_at": datetime.now(UTC).isoformat(), "started_at": started,
-                    "alerts": self.alerts[node], "instances": [str(i) for i in self.instances[node]], "gpus": []},
-                    correlation_id=str(node))
+                    "node_id": str(node), "seq": next(seq), "sent_at": datetime.now(UTC).isoformat(),
+                    "started_at": started, "alerts": self.alerts[node],
+                    "instances": [str(i) for i in self.instances[node]], "gpus": []}, correlation_id=str(node))
                 await self.nc.publish(subject, env.model_dump_json().encode())
-                seq += 1
-            await asyncio.sleep(0.1)
+        self.tasks.append(asyncio.create_task(periodic(0.1, beat, at_once=True)()))   # the agent's period
 
     def stop(self) -> None:
         for t in self.tasks:
