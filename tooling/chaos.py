@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .chaos_workload import History, Workload
-from .embedded import EmbeddedNatsCluster
+from .embedded_cluster import EmbeddedNatsCluster
 
 SERVICES = ("gateway", "allocation", "saga", "scheduler", "network", "storage", "billing")
 CHAOS_ENV_EXTRA = {

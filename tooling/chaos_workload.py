@@ -23,7 +23,7 @@ from shared.streams import DEAD_LETTER_STREAM
 
 from . import chaos_checks as checks
 from .client import ApiError, TesseraClient
-from .embedded import EmbeddedNatsCluster
+from .embedded_cluster import EmbeddedNatsCluster
 from .platform import Platform
 from .supervision import RestartPolicy
 

@@ -19,7 +19,8 @@ from shared.db import provision_service, service_dsn
 from shared.secrets import ensure_key_file
 
 from .client import TesseraClient
-from .embedded import REPO, EmbeddedNats, EmbeddedNatsCluster, EmbeddedPostgres, NatsIdentities
+from .embedded import REPO, EmbeddedNats, EmbeddedPostgres, NatsIdentities
+from .embedded_cluster import EmbeddedNatsCluster
 from .storage_lab import StorageLab
 from .storage_lab import wanted as storage_lab_wanted
 from .supervision import RestartPolicy, ServiceProcess, Supervisor
