@@ -285,10 +285,12 @@ async def evaluate(rt, active: ActiveScheduler, monitor: HealthMonitor) -> int:
     if monitor.leading_since is None:
         monitor.leading_since = now
     async with rt.pool.acquire() as conn:
-        for node_id in monitor.beats.keys() - (await store.monitored(conn)).keys():
-            await store.start_watching(conn, node_id, monitor.beats[node_id][0])
-        policy = await store.policy(conn)
         watched = await store.monitored(conn)
+        started = [n for n in monitor.beats.keys() - watched.keys()
+                   if await store.start_watching(conn, n, monitor.beats[n][0])]
+        if started:   # read again only when a first heartbeat added a node
+            watched = await store.monitored(conn)
+        policy = await store.policy(conn)
     for state in rules.STATES:
         NODE_STATE.labels(state).set(sum(1 for r in watched.values() if r["state"] == state))
     judged = 0
