@@ -18,6 +18,8 @@ import pyroute2.config
 from pyroute2 import IPRoute, netns
 from pyroute2.netlink.exceptions import NetlinkError
 
+from shared.vxlan import VXLAN_OVERHEAD, VXLAN_PORT
+
 from ...domain.dataplane.model import Segment, SlotPort
 from ...domain.dataplane.names import (
     ALIAS_PREFIX,
@@ -35,8 +37,6 @@ from ...domain.dataplane.render import table_script
 # the parent's inherited handlers (which would stop the parent: its wakeup socket is shared). A setting, not I/O.
 pyroute2.config.disable_mp_signal = True
 
-VXLAN_PORT = 4789
-VXLAN_OVERHEAD = 50
 MAX_GROUPS = 4096   # tenant networks one node can carry (one multicast group each)
 
 

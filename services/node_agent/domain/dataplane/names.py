@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import uuid
 
+from shared.vxlan import vxlan_group  # noqa: F401 - the fabric's convention, re-exported for the dataplane
+
 ALIAS_PREFIX = "tessera"
 SLOT_IFNAME = "eth0"
 
@@ -51,11 +53,6 @@ def router_netns(tag: str, tenant_id: uuid.UUID) -> str:
 
 def alias(kind: str, ident: object) -> str:
     return f"{ALIAS_PREFIX}:{kind}:{ident}"
-
-
-def vxlan_group(vni: int) -> str:
-    """A multicast group per VNI, inside the organisation-local scope 239.0.0.0/8."""
-    return f"239.{(vni >> 16) & 255}.{(vni >> 8) & 255}.{vni & 255}"
 
 
 def gateway_mac(tag: str, vni: int) -> str:
