@@ -88,9 +88,13 @@ def remove_loop_disk(device: str) -> None:
 
 
 # -- servers ----------------------------------------------------------------------------------------------------
-def server_xml(name: str, server_uuid: str, mac: str, bridge: str, console_log: Path, disks: list[str]) -> str:
+def server_xml(name: str, server_uuid: str, mac: str, bridge: str, console_log: Path, disks: list[str],
+               shell_socket: Path | None = None) -> str:
     """A BIOS machine ``pc`` (TCG), 256 MiB, one vCPU, one virtio NIC on ``bridge``, the serial console to a file,
-    one virtio disk per block device, no CD-ROM (the BMC's virtual media adds one)."""
+    one virtio disk per block device, no CD-ROM (the BMC's virtual media adds one). With ``shell_socket``, the
+    second serial port (the guest image's root shell on ttyS1) is a UNIX socket QEMU listens on there."""
+    shell_xml = "" if shell_socket is None else (
+        f"<serial type='unix'><source mode='bind' path={quoteattr(str(shell_socket))}/><target port='1'/></serial>")
     disk_xml = "".join(
         f"<disk type='block' device='disk'><driver name='qemu' type='raw' cache='none'/>"
         f"<source dev={quoteattr(dev)}/><target dev='vd{chr(ord('a') + i)}' bus='virtio'/></disk>"
@@ -104,7 +108,7 @@ def server_xml(name: str, server_uuid: str, mac: str, bridge: str, console_log: 
         f"<interface type='bridge'><mac address='{mac}'/><source bridge='{bridge}'/><model type='virtio'/></interface>"
         f"<serial type='file'><source path={quoteattr(str(console_log))} append='on'/><target port='0'/></serial>"
         f"<console type='file'><source path={quoteattr(str(console_log))} append='on'/><target type='serial' port='0'/>"
-        "</console></devices></domain>")
+        f"</console>{shell_xml}</devices></domain>")
 
 
 def define_server(xml: str) -> None:
@@ -292,6 +296,11 @@ class BmcLab:
         return self.workdir / "server-console.log"
 
     @property
+    def shell_socket(self) -> Path:
+        """The UNIX socket of the server's ttyS1, where the guest image keeps a root shell."""
+        return self.workdir / "server-shell.sock"
+
+    @property
     def server_system_id(self) -> str:
         return f"/redfish/v1/Systems/{self.server_uuid}"
 
@@ -337,7 +346,7 @@ class BmcLab:
         make_pool(self.pool, self.workdir / "pool")
         self._undo.append(lambda: remove_server(self.server_name))
         define_server(server_xml(self.server_name, self.server_uuid, self.server_mac, self.bridge,
-                                 self.console_log, self.loops))
+                                 self.console_log, self.loops, self.shell_socket))
         self.emulator = SushyEmulator(self.workdir, [self.server_uuid, self.server_name], self.pool, self.password)
         self._undo.append(self.emulator.stop)
         self.emulator.start()
