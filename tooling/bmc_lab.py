@@ -32,6 +32,9 @@ import requests
 
 from services.node_agent.adapters.drivers.redfish.bmc import BmcConfig
 
+from .bmc_leaf import DEFAULT_VTEP, ServerLeaf, hca_guid
+from .leaf_lab import LeafLab
+
 URI = "qemu:///system"
 USERNAME = "admin"
 EMULATOR = Path(sys.executable).with_name("sushy-emulator")
@@ -254,7 +257,11 @@ class SushyEmulator:
 @dataclass
 class BmcLab:
     """One server (a libvirt domain with ``disks`` loop-device disks) on its own provisioning bridge, behind a
-    sushy-emulator BMC. ``start()`` makes it all, ``stop()`` removes it all (also after a failed start)."""
+    sushy-emulator BMC. ``start()`` makes it all, ``stop()`` removes it all (also after a failed start).
+
+    ``fabric`` = (fabric namespace, underlay bridge): the server is cabled to a leaf switch on that underlay (VTEP
+    address ``vtep``) instead of the provisioning bridge, which the leaf reaches through its uplink
+    (``tooling.bmc_leaf``). ``with_server=False``: only the network (bridges, leaf), no disks, domain or BMC."""
 
     disks: int = 1
     disk_mib: int = 16
@@ -265,7 +272,15 @@ class BmcLab:
     server_uuid: str = field(default_factory=lambda: str(uuid.uuid4()))
     loops: list[str] = field(default_factory=list)
     emulator: SushyEmulator | None = None
+    fabric: tuple[str, str] | None = None
+    vtep: str = DEFAULT_VTEP
+    with_server: bool = True
     _undo: list = field(default_factory=list)
+    _leaf: ServerLeaf | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        if self.fabric is not None:
+            self._leaf = ServerLeaf(self.tag, self.fabric, self.vtep)
 
     @property
     def server_name(self) -> str:
@@ -304,14 +319,42 @@ class BmcLab:
     def server_system_id(self) -> str:
         return f"/redfish/v1/Systems/{self.server_uuid}"
 
+    @property
+    def leaf(self) -> LeafLab | None:
+        """The leaf the server is cabled to (None: no fabric, the server is on the provisioning bridge)."""
+        return self._leaf.leaf if self._leaf else None
+
+    @property
+    def server_bridge(self) -> str:
+        """The bridge the server's NIC is on: the cable to the leaf, or the provisioning bridge itself."""
+        return self._leaf.cable_bridge if self._leaf else self.bridge
+
+    @property
+    def switch_port(self) -> str | None:
+        """``<leaf>/swp1``: the leaf port the server is cabled to (None without a leaf)."""
+        return self._leaf.switch_port if self._leaf else None
+
+    @property
+    def hca_guid(self) -> str:
+        """The server's (fake, well-formed) InfiniBand HCA port GUID."""
+        return hca_guid(self.tag)
+
     def node_env(self, state_dir: Path) -> dict[str, str]:
         """A node-agent serving this server: the redfish driver, media served on the bridge, the server's address,
-        its disks as the slots' NVMe (slot i: disk i), a sim topology and burn-in (the server has no GPUs)."""
+        its disks as the slots' NVMe (slot i: disk i), a sim topology and burn-in (the server has no GPUs); with a
+        leaf, the leaf port the server is cabled to and its HCA's GUID."""
         return {"TESSERA_NODE_DRIVER": "redfish", "TESSERA_NODE_DISCOVERY": "sim", "TESSERA_BURN_IN": "sim",
                 "TESSERA_NODE_DATAPLANE": "none", "TESSERA_REDFISH_STATE_DIR": str(state_dir),
                 "TESSERA_REDFISH_MEDIA_LISTEN": f"{self.host_address}:0",
                 "TESSERA_REDFISH_SERVER_ADDRESS": self.server_address,
-                "TESSERA_WIPE_DEVICES": json.dumps({str(i): [d] for i, d in enumerate(self.loops)})}
+                "TESSERA_WIPE_DEVICES": json.dumps({str(i): [d] for i, d in enumerate(self.loops)}),
+                **({"TESSERA_REDFISH_SWITCH_PORT": self.switch_port, "TESSERA_REDFISH_HCA_GUIDS": self.hca_guid}
+                   if self._leaf else {})}
+
+    def network_env(self) -> dict[str, str]:
+        """The network service's settings for the kernel leaf driver programming this lab's leaf (empty without
+        one)."""
+        return self._leaf.network_env() if self._leaf else {}
 
     def bmc_body(self, password: str | None = None) -> dict:
         """PUT /v1/nodes/{id}/bmc for this server's BMC (its password unless another is given)."""
@@ -337,6 +380,11 @@ class BmcLab:
         self.subnet = free_subnet()
         self._undo.append(lambda: remove_bridge(self.bridge))
         make_bridge(self.bridge, f"{self.host_address}/24")
+        if self._leaf:
+            self._undo.append(self._leaf.destroy)
+            self._leaf.build(self.bridge)
+        if not self.with_server:
+            return
         for i in range(self.disks):
             device = make_loop_disk(self.workdir / f"nvme{i}.img", self.disk_mib)
             self.loops.append(device)
@@ -345,7 +393,7 @@ class BmcLab:
         self._undo.append(lambda: remove_pool(self.pool))
         make_pool(self.pool, self.workdir / "pool")
         self._undo.append(lambda: remove_server(self.server_name))
-        define_server(server_xml(self.server_name, self.server_uuid, self.server_mac, self.bridge,
+        define_server(server_xml(self.server_name, self.server_uuid, self.server_mac, self.server_bridge,
                                  self.console_log, self.loops, self.shell_socket))
         self.emulator = SushyEmulator(self.workdir, [self.server_uuid, self.server_name], self.pool, self.password)
         self._undo.append(self.emulator.stop)

@@ -38,6 +38,20 @@ def _bridge(*argv: str, netns: str) -> None:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()}")
 
 
+def vlan_filtering_supported() -> bool:
+    """Whether this kernel's bridge filters VLANs (CONFIG_BRIDGE_VLAN_FILTERING), which a leaf needs: some
+    minimal VM kernels lack it. Tries a throwaway bridge in a throwaway namespace; needs root."""
+    import secrets
+    probe = f"tlp{secrets.token_hex(4)}"
+    if _ip("netns", "add", probe, check=False).returncode != 0:
+        return False
+    try:
+        return _ip("link", "add", "probe", "type", "bridge", "vlan_filtering", "1", netns=probe,
+                   check=False).returncode == 0
+    finally:
+        _ip("netns", "del", probe, check=False)
+
+
 @dataclass
 class LeafLab:
     """One leaf: ``name`` is the switch's name in the network plan, ``netns`` its namespace."""
