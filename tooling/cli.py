@@ -62,17 +62,23 @@ async def _register_image(platform: Platform, lab: DemoLab) -> None:
 
 
 async def bare_metal(platform: Platform, data: dict, lab: DemoLab | None) -> None:
-    """The bare-metal demo node (with the VM lab only): made fresh at each start; its node and BMC registered once
-    and updated on later starts. One line says why when it cannot run."""
+    """The bare-metal demo node (with the VM lab only): made fresh at each start, its server cabled to a leaf on the
+    VM lab's underlay; its node and BMC registered once and updated on later starts. One line says why when it
+    cannot run."""
+    data.pop("bm_switch_port", None)   # a new leaf at each start, when there is one
     if lab is None:
         return
-    bm = DemoBareMetal(platform.workdir)
+    bm = DemoBareMetal(platform.workdir, fabric=(lab.lab.fabric, "ul"))
     platform.on_stop.insert(0, bm.stop)
     try:
-        await asyncio.to_thread(bm.prepare)
+        no_leaf = await asyncio.to_thread(bm.prepare)
     except (OSError, RuntimeError) as exc:
         print(f"bare-metal demo node: cannot run here: {str(exc).splitlines()[0][:300]}", flush=True)
         return
+    if no_leaf:
+        print(f"bare-metal demo node: {no_leaf}", flush=True)
+    else:   # the services started before the leaf existed (a new one at each start): the network service learns it
+        await platform.restart("network", env=bm.network_env())
     async with platform.admin() as admin:
         if data.get("bm_node") is None:
             await admin.define_pool(BM_POOL, "pack", BM_TAINT)
@@ -84,6 +90,8 @@ async def bare_metal(platform: Platform, data: dict, lab: DemoLab | None) -> Non
         await admin.request("PUT", f"/v1/nodes/{data['bm_node']}/bmc", json_body=bm.bmc_body())
     print(f"bare-metal demo node: a server behind a Redfish BMC (sushy-emulator) at {bm.lab.emulator.url}; "
           f"pool {BM_POOL}, shape bm.8gpu, toleration {BM_TOLERATION}", flush=True)
+    if bm.lab.switch_port is not None:
+        data["bm_switch_port"] = bm.lab.switch_port
 
 
 async def seed(platform: Platform) -> dict:
@@ -184,6 +192,9 @@ def banner(platform: Platform, data: dict) -> str:
         *([f"    curl -s {bearer} {as_json} -d '{{\"name\": \"server-1\", \"shape\": \"bm.8gpu\", \"pool\": "
            f"\"{BM_POOL}\", \"tolerations\": [\"{BM_TOLERATION}\"]}}' {url}/v1/allocations   (bare metal)"]
           if data.get("bm_node") else []),
+        *([f"    (the server's port is on leaf {data['bm_switch_port'].replace('/', ', port ')}: the provisioning "
+           "VLAN until hand-off, then the tenant network's VXLAN on the VM nodes' underlay)"]
+          if data.get("bm_node") and data.get("bm_switch_port") else []),
         "Ctrl-C stops everything.",
     ])
 

@@ -3,15 +3,22 @@ on a provisioning bridge of its own, its eight NVMe slots loop devices; the node
 a tenant's ``bm.8gpu`` allocation in the ``baremetal`` pool powers the server on through Redfish, boots the
 project's image from virtual media, and on release powers it off, ejects the media and wipes its disks.
 
-It runs with the VM demo lab (root, libvirtd, the guest image) and is made fresh at each start (a new server, BMC
-and bridge): the node keeps its id and its approved slots, its agent gets the new addresses, and the gateway the
-new BMC (``PUT /v1/nodes/{id}/bmc``, the password sealed with the platform's key). At stop it all goes.
+The server is cabled to a leaf switch (``tooling.bmc_leaf``) on the VM demo lab's underlay: at hand-off the
+network service's leaf driver moves its port from the provisioning VLAN to the tenant network's (the VXLAN VNI the
+VM-slice nodes use), and back before the wipe. On a kernel whose bridge cannot filter VLANs the server is on the
+provisioning bridge itself, without a leaf, as the redfish driver's tests run it.
+
+It runs with the VM demo lab (root, libvirtd, the guest image) and is made fresh at each start (a new server, BMC,
+leaf and bridges): the node keeps its id and its approved slots, its agent gets the new addresses and switch port,
+the network service the new leaf, and the gateway the new BMC (``PUT /v1/nodes/{id}/bmc``, the password sealed
+with the platform's key). At stop it all goes.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from .bmc_lab import BmcLab
+from .leaf_lab import vlan_filtering_supported
 
 POOL = "baremetal"
 TAINT = {"dedicated": f"{POOL}:NoSchedule"}
@@ -21,13 +28,24 @@ SLOTS = 8
 
 
 class DemoBareMetal:
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, fabric: tuple[str, str] | None = None):
+        """``fabric``: (fabric namespace, underlay bridge) of the VM demo lab, where the server's leaf goes."""
         self.workdir = workdir
-        self.lab = BmcLab(disks=SLOTS)
+        self.lab = BmcLab(disks=SLOTS, fabric=fabric)
 
-    def prepare(self) -> None:
-        """Make the server, its bridge, disks and BMC (blocking; raises RuntimeError/OSError when it cannot)."""
+    def prepare(self) -> str | None:
+        """Make the server, its bridges, leaf, disks and BMC (blocking; raises RuntimeError/OSError when it
+        cannot). Returns why the server has no leaf when it was given a fabric but runs without one."""
+        why = None
+        if self.lab.fabric is not None and not vlan_filtering_supported():
+            why = "this kernel's bridge cannot filter VLANs: the server stays on the provisioning network, no leaf"
+            self.lab = BmcLab(disks=SLOTS)
         self.lab.start()
+        return why
+
+    def network_env(self) -> dict[str, str]:
+        """The network service's settings for this server's leaf (empty without one)."""
+        return self.lab.network_env()
 
     def node_env(self) -> dict[str, str]:
         return self.lab.node_env(self.workdir / "redfish")
@@ -36,7 +54,7 @@ class DemoBareMetal:
         return self.lab.bmc_body()
 
     def stop(self) -> None:
-        """Remove the server, its BMC, bridge and disks (never raises)."""
+        """Remove the server, its BMC, leaf, bridges and disks (never raises)."""
         try:
             self.lab.stop()
         except Exception as exc:   # noqa: BLE001 - a teardown reports and goes on
