@@ -16,7 +16,8 @@ from .settings import load_settings, plan_from_env
 def fabric_from_env(environ: Mapping[str, str] | None = None) -> list[fabrics.FabricDriver]:
     """The fabric drivers TESSERA_NETWORK_FABRIC names (connects nothing); raises SettingError."""
     settings = load_settings(environ)
-    return fabrics.select(settings.fabric, ufm_url=settings.ufm_url)
+    return fabrics.select(settings.fabric, ufm_url=settings.ufm_url, leaf_netns=settings.leaf_netns,
+                          provisioning_vlan=settings.provisioning_vlan)
 
 
 def build(settings: ServiceSettings | None = None, plan: NetworkPlan | None = None,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import uuid
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
@@ -192,6 +192,74 @@ ATTACH_NETWORK = Step.declare(
 )
 
 
+class SwitchPort(Wire):
+    """Where a bare-metal server's NIC is cabled: a leaf switch and its port (Ironic's local_link_connection)."""
+
+    leaf: str = Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*$", examples=["leaf-07"])
+    port: str = Field(min_length=1, max_length=15, pattern=r"^[A-Za-z0-9_.:-]+$", examples=["swp12"])
+
+
+HCA_GUID = r"^0x[0-9a-f]{16}$"
+
+
+class BindPort(StepCommand):
+    node_id: uuid.UUID
+    switch_port: SwitchPort
+    hca_guids: list[Annotated[str, Field(pattern=HCA_GUID)]] = Field(
+        default_factory=list, max_length=16, examples=[["0x0002c903000e0b72"]],
+        description="The server's InfiniBand HCA port GUIDs (join the tenant's partition at hand-off).")
+
+
+class PortBound(StepReply):
+    network_id: uuid.UUID
+    leaf: str
+    port: str
+    vlan: int
+    vni: int
+    phase: Literal["tenant"] = "tenant"
+    moved_s: float = Field(ge=0, description="Seconds the move took (the leaf's commands included).")
+
+
+class PortBindFailed(StepFailure):
+    pass
+
+
+class UnbindPort(UndoCommand):
+    pass
+
+
+class PortUnbound(StepUndone):
+    leaf: str | None = None
+    port: str | None = None
+    moved_s: float = Field(default=0, ge=0, description="Seconds the move back took (0: nothing was bound).")
+
+
+BIND_PORT = Step.declare(
+    "network",
+    command=("bind_port", BindPort, "Saga step: move a bare-metal server's switch port from the provisioning "
+                                    "network to its tenant network (the attachment's VNI, on its leaf)."),
+    ok=("port_bound", PortBound, "The server's port is on its tenant network only."),
+    failed=("port_bind_failed", PortBindFailed, "The port was not moved (it stays on the provisioning network)."),
+    undo=("unbind_port", UnbindPort, "Saga step or compensation: return the server's port to the provisioning "
+                                     "network (idempotent)."),
+    undone=("port_unbound", PortUnbound, "The server's port is on the provisioning network."),
+)
+
+
+class PortMoved(Wire):
+    """A bare-metal server's port changed network: for operators' streams and the tenant's allocation."""
+
+    tenant_id: uuid.UUID
+    allocation_id: uuid.UUID
+    node_id: uuid.UUID
+    leaf: str
+    port: str
+    phase: Literal["tenant", "cleaning"] = Field(description="tenant: handed off; cleaning: back on the "
+                                                             "provisioning network, for the wipe.")
+    vlan: int
+    seconds: float = Field(ge=0)
+
+
 class CreateNetwork(Wire):
     network_id: uuid.UUID = Field(description="Chosen by the requester; repeating the command is harmless.")
     tenant_id: uuid.UUID
@@ -270,8 +338,10 @@ CONTRACT = ServiceContract(
         _m("security_rule_removed", "event", SecurityRuleRemoved, "A rule is gone."),
         _m("command_rejected", "event", NetworkCommandRejected, "A management command changed nothing; reason says why."),
         _m("tenant_networks_changed", "event", TenantNetworks, "All networks and rules of a tenant, after a change."),
+        _m("port_moved", "event", PortMoved, "A bare-metal server's switch port moved between the provisioning "
+                                             "network and its tenant network."),
     ],
     receives=["network.create_network", "network.delete_network", "network.add_security_rule",
               "network.remove_security_rule"],
-    steps=[ATTACH_NETWORK],
+    steps=[ATTACH_NETWORK, BIND_PORT],
 )

@@ -14,6 +14,10 @@ naming the variable. Variables (defaults in brackets):
   TESSERA_NETWORK_LEAF_COUNT             [4] leaves the deterministic mapping spreads nodes over
   TESSERA_NETWORK_FABRIC                 [evpn,infiniband] fabric drivers, comma-separated, or none
   TESSERA_NETWORK_UFM_URL                [the driver's] base URL of the UFM the InfiniBand driver addresses
+  TESSERA_NETWORK_LEAF_NETNS             [none] "<leaf>=<netns>,...": the Linux leaves the kernel driver ("leaf")
+                                         programs, each in its network namespace
+  TESSERA_NETWORK_PROVISIONING_VLAN      [4094] the leaves' provisioning VLAN: bare-metal server ports are on it for
+                                         deploy and cleaning (never leased to a tenant network)
 """
 from __future__ import annotations
 
@@ -74,6 +78,19 @@ def _fabric(text: str) -> tuple[str, ...]:
     return names
 
 
+def _leaf_netns(text: str) -> dict[str, str]:
+    out = {}
+    for item in filter(None, (i.strip() for i in text.split(","))):
+        leaf, sep, ns = item.partition("=")
+        if not sep or not leaf.strip() or not ns.strip() or "/" in ns:
+            raise ValueError(item)
+        out[leaf.strip()] = ns.strip()
+    return out
+
+
+_leaf_netns.what = "a list '<leaf>=<network namespace>,...'"   # type: ignore[attr-defined]
+
+
 _fabric.what = (   # type: ignore[attr-defined]
     f"a comma-separated list of fabric drivers ({', '.join(sorted(FABRIC_DRIVERS))}) or 'none'")
 
@@ -103,6 +120,10 @@ class NetworkSettings:
     fabric: tuple[str, ...] = setting(P + "FABRIC", ("evpn", "infiniband"), _fabric,
                                       doc="fabric drivers, comma-separated, or none")
     ufm_url: str | None = setting(P + "UFM_URL", None, doc="base URL of the UFM the InfiniBand driver addresses")
+    leaf_netns: dict[str, str] = setting(P + "LEAF_NETNS", read=_leaf_netns, default_factory=dict,
+                                         doc="'<leaf>=<netns>,...': the Linux leaves the kernel driver programs")
+    provisioning_vlan: int = setting(P + "PROVISIONING_VLAN", 4094, integer(2, 4094),
+                                     doc="the leaves' provisioning VLAN (deploy and cleaning of bare-metal servers)")
 
     def plan(self) -> NetworkPlan:
         """The provider's plan these settings describe; raises SettingError for an empty or out-of-bounds pool."""
@@ -111,7 +132,8 @@ class NetworkSettings:
         pkeys = _pool(PKeyPool, "PKEY", self.pkey_min, self.pkey_max)
         try:
             return NetworkPlan(vnis, self.tenant_cidr, vrfs, pkeys, self.nat_cidr,
-                               LeafMap(dict(self.leaf_map), self.leaf_count), self.default_pool)
+                               LeafMap(dict(self.leaf_map), self.leaf_count), self.default_pool,
+                               provisioning_vlan=self.provisioning_vlan)
         except ValueError as exc:
             raise SettingError(f"{P}DEFAULT_POOL/{P}TENANT_CIDR: {exc}") from None
 

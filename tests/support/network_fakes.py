@@ -6,13 +6,14 @@ RecordingFabric        the EVPN driver's renderer, its sent calls kept in ``sent
 """
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import uuid
 from typing import Any
 
 from services.network.adapters.fabric import EvpnNvueDriver, FabricCall, FabricChange
 from services.network.contracts import SecurityRule
-from services.network.domain.model import Attachment, IdPool, TenantNetwork, TenantResources
+from services.network.domain.model import Attachment, IdPool, PortBinding, TenantNetwork, TenantResources
 from services.network.domain.ports import NetworkRepository
 from tests.support.steps import Snapshots
 
@@ -28,6 +29,7 @@ class FakeNetworkRepository(Snapshots, NetworkRepository):
         self.attachments: dict[uuid.UUID, Attachment] = {}          # by allocation
         self.leases: dict[tuple[str, int], uuid.UUID] = {}          # (pool, value) -> owner
         self.locked: list[uuid.UUID] = []                            # tenants, in the order locked
+        self.bindings: dict[uuid.UUID, PortBinding] = {}              # by allocation
 
     async def lock_tenant(self, tenant_id: uuid.UUID) -> None:
         self.locked.append(tenant_id)
@@ -117,6 +119,21 @@ class FakeNetworkRepository(Snapshots, NetworkRepository):
 
     async def tenant_attachment_count(self, tenant_id: uuid.UUID) -> int:
         return len(self._of_tenant(tenant_id))
+
+    async def binding_for(self, allocation_id: uuid.UUID) -> PortBinding | None:
+        return self.bindings.get(allocation_id)
+
+    async def port_holder(self, leaf: str, port: str) -> uuid.UUID | None:
+        return next((b.allocation_id for b in self.bindings.values() if (b.leaf, b.port) == (leaf, port)), None)
+
+    async def add_binding(self, binding: PortBinding) -> None:
+        self.bindings[binding.allocation_id] = binding
+
+    async def delete_binding(self, allocation_id: uuid.UUID) -> None:
+        self.bindings.pop(allocation_id, None)
+
+    async def rehome(self, allocation_id: uuid.UUID, leaf: str) -> None:
+        self.attachments[allocation_id] = dataclasses.replace(self.attachments[allocation_id], leaf=leaf)
 
 
 class RecordingFabric(EvpnNvueDriver):

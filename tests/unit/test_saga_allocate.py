@@ -12,13 +12,19 @@ from shared.wire import step_key
 from tests.support.saga import SagaScenario
 
 NODE, VOLUME = str(uuid.uuid4()), str(uuid.uuid4())
+PORT = {"leaf": "leaf-1", "port": "swp1"}
 # what each step's participant answers on success
 OK_DATA = {
     "reserve_slots": {"node_id": NODE, "slots": [2, 3], "gpu_model": "H100"},
     "attach_network": {"attachment_id": str(uuid.uuid4()), "vni": 4100, "ip_address": "10.0.0.5",
                        "mac_address": "02:00:00:00:00:05"},
     "provision_volume": {"volume_id": VOLUME, "size_gb": 50},
-    "provision_node": {"node_id": NODE, "instance_id": "vm-1"},
+    # a bare-metal server: its node-agent reports where its NIC is cabled, so its port moves at hand-off
+    "provision_node": {"node_id": NODE, "instance_id": "bm-1",
+                       "instance": {"instance_id": "bm-1", "driver": "redfish", "switch_port": PORT,
+                                    "hca_guids": ["0x0002c90300a1b2c3"], "phases": [{"name": "deploy", "seconds": 9.5}]}},
+    "bind_port": {"network_id": str(uuid.uuid4()), "leaf": "leaf-1", "port": "swp1", "vlan": 2, "vni": 4100,
+                  "moved_s": 0.25},
     "start_meter": {"meter_id": str(uuid.uuid4()), "started_at": "2030-01-01T00:00:00+00:00"},
     "activate": {"node_id": NODE, "state": "ACTIVE"},
 }
@@ -68,7 +74,12 @@ def test_every_step_succeeding_sends_commands_in_order_with_earlier_results_and_
     assert (node.data["node_id"], node.data["slots"], node.data["volume_id"]) == (NODE, [2, 3], VOLUME)
     assert (node.data["ip_address"], node.data["mac_address"]) == ("10.0.0.5", "02:00:00:00:00:05")
     assert node.subject_params == {"node_id": NODE}
+    assert sent["bind_port"].data["switch_port"] == PORT
+    assert sent["bind_port"].data["hca_guids"] == ["0x0002c90300a1b2c3"]
     assert sent["activate"].data["node_id"] == NODE
+    instance = sent["activate"].data["instance"]   # the port's move is a phase; the server is the tenant's
+    assert instance["network_phase"] == "tenant"
+    assert instance["phases"] == [{"name": "deploy", "seconds": 9.5}, {"name": "port_to_tenant", "seconds": 0.25}]
     s.expect_no_command()
     assert s.saga.status == "completed"
     assert len(s.events("saga.completed")) == 1 and not s.events("saga.failed")
@@ -130,11 +141,25 @@ def test_compensation_commands_name_the_step_they_undo_and_carry_labels_and_the_
     s.expect_command("allocation.mark_provisioning")
     s.fail(run_until(s, "start_meter"), "billing down")
     sid = s.saga.id
+    # the server's port goes back to the provisioning network before the server is powered off
+    s.undone(s.expect_command("network.unbind_port", step="bind_port", compensates=step_key(sid, "bind_port")))
     cmd = s.expect_command("node_agent.deprovision", step="provision_node", saga_id=sid, node_id=NODE,
                            idempotency_key=compensation_key(sid, "provision_node"),
                            compensates=step_key(sid, "provision_node"), labels={"team": "ml"})
     assert cmd.subject_params == {"node_id": NODE}
     assert cmd.data["idempotency_key"] == f"{sid}:compensate:provision_node"
+
+
+def test_a_vm_slice_has_no_port_to_move():
+    """No switch port in the instance (a VM slice, or a server whose cabling is not known): bind_port is skipped."""
+    s = SagaScenario.allocate()
+    s.expect_command("allocation.mark_provisioning")
+    for st in ALLOCATE.steps[:4]:
+        s.succeed(s.expect_command(st.invoke, step=st.name), **OK_DATA[st.name] | (
+            {"instance": {"instance_id": "vm-1", "driver": "libvirt"}} if st.name == "provision_node" else {}))
+    s.succeed(s.expect_command("billing.start_meter", step="start_meter"), **OK_DATA["start_meter"])
+    assert s.saga.record("bind_port").status == "succeeded"
+    assert "network_phase" not in s.expect_command("allocation.activate").data["instance"]
 
 
 def test_late_success_of_a_timed_out_step_is_ignored_while_it_is_compensated():

@@ -7,13 +7,15 @@ from shared.wire import step_key
 from tests.support.saga import SagaScenario
 
 ORDER = [("billing.stop_meter", "stop_meter"), ("node_agent.deprovision", "deprovision_node"),
+         ("network.unbind_port", "unbind_port"),
          ("node_agent.wipe_slots", "wipe_slots"), ("storage.delete_volume", "delete_volume"),
          ("network.detach_network", "detach_network"),
          ("scheduler.release_slots", "release_slots"), ("allocation.mark_released", "mark_released")]
 
 
 def test_release_runs_every_step_in_order_and_completes():
-    s = SagaScenario.release()
+    """A bare-metal server's (its port is known): its port returns to the provisioning network before the wipe."""
+    s = SagaScenario.release(switch_port={"leaf": "leaf-1", "port": "swp1"})
     node = s.saga.input["node_id"]
     for type_, step in ORDER:
         cmd = s.expect_command(type_, step=step, idempotency_key=step_key(s.saga.id, step), labels={"team": "ml"},
@@ -89,4 +91,5 @@ def test_release_without_a_node_skips_deprovisioning():
     assert s.saga.record("wipe_slots").status == "succeeded"   # nothing placed, nothing to wipe
     assert any(e["step"] == "deprovision_node" and "skipped" in (e["detail"] or "") for e in s.events("saga.step_changed"))
     assert s.published_step_changes() == [("deprovision_node", "invoke", "succeeded"),   # no command says a skip
+                                          ("unbind_port", "invoke", "succeeded"),
                                           ("wipe_slots", "invoke", "succeeded")]

@@ -14,7 +14,7 @@ import asyncpg
 
 from services.network.contracts import SecurityRule
 
-from ..domain.model import Attachment, IdPool, TenantNetwork, TenantResources
+from ..domain.model import Attachment, IdPool, PortBinding, TenantNetwork, TenantResources
 from ..domain.ports import NetworkRepository
 
 _NET_COLS = "id, tenant_id, vni, cidr, name, host(nat_address) AS nat"
@@ -172,3 +172,28 @@ class PgNetworkRepository(NetworkRepository):
     async def tenant_attachment_count(self, tenant_id: uuid.UUID) -> int:
         return await self.conn.fetchval("SELECT count(*) FROM attachments a JOIN tenant_networks n "
                                         "ON n.id = a.network_id WHERE n.tenant_id=$1", tenant_id)
+
+    # --- bare-metal port bindings --------------------------------------------------------------------------------
+    async def binding_for(self, allocation_id: uuid.UUID) -> PortBinding | None:
+        row = await self.conn.fetchrow("SELECT * FROM port_bindings WHERE allocation_id=$1", allocation_id)
+        return _binding(row) if row else None
+
+    async def port_holder(self, leaf: str, port: str) -> uuid.UUID | None:
+        return await self.conn.fetchval("SELECT allocation_id FROM port_bindings WHERE leaf=$1 AND port=$2", leaf, port)
+
+    async def add_binding(self, b: PortBinding) -> None:
+        await self.conn.execute(
+            "INSERT INTO port_bindings (allocation_id, tenant_id, network_id, node_id, leaf, port, vlan, vni, hca_guids) "
+            "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)", b.allocation_id, b.tenant_id, b.network_id, b.node_id,
+            b.leaf, b.port, b.vlan, b.vni, list(b.hca_guids))
+
+    async def delete_binding(self, allocation_id: uuid.UUID) -> None:
+        await self.conn.execute("DELETE FROM port_bindings WHERE allocation_id=$1", allocation_id)
+
+    async def rehome(self, allocation_id: uuid.UUID, leaf: str) -> None:
+        await self.conn.execute("UPDATE attachments SET leaf=$2 WHERE allocation_id=$1", allocation_id, leaf)
+
+
+def _binding(row) -> PortBinding:
+    return PortBinding(row["allocation_id"], row["tenant_id"], row["network_id"], row["node_id"], row["leaf"],
+                       row["port"], row["vlan"], row["vni"], tuple(row["hca_guids"]))

@@ -86,12 +86,17 @@ class PKeyPool(IdPool):
 
 @dataclass(frozen=True)
 class VlanPool(IdPool):
-    """Leaf-local VLAN ids carrying a network's L2 VNI on one leaf switch."""
+    """Leaf-local VLAN ids carrying a network's L2 VNI on one leaf switch; ``reserved`` (the leaves' provisioning
+    VLAN) is never handed out."""
 
     first: int = 2
     last: int = 4094
+    reserved: frozenset[int] = frozenset()
     bounds: ClassVar[tuple[int, int]] = (1, 4094)
     what: ClassVar[str] = "VLAN"
+
+    def lowest_free(self, used: Iterable[int]) -> int | None:
+        return super().lowest_free({*used, *self.reserved})
 
 
 @dataclass(frozen=True)
@@ -198,6 +203,12 @@ class NetworkPlan:
     nat_cidr: ipaddress.IPv4Network = DEFAULT_NAT_CIDR
     leaves: LeafMap = LeafMap()
     default_pool: ipaddress.IPv4Network = DEFAULT_POOL
+    provisioning_vlan: int = 4094   # the leaves' VLAN for deploying and cleaning bare-metal servers
+
+    @property
+    def vlans(self) -> VlanPool:
+        """The leaf-local VLANs tenant networks may lease: all but the provisioning VLAN."""
+        return VlanPool(reserved=frozenset({self.provisioning_vlan}))
 
     def __post_init__(self) -> None:
         if self.tenant_cidr.prefixlen > 30:
@@ -268,3 +279,19 @@ class Attachment:
     node_id: uuid.UUID
     guid: str = ""
     leaf: str = ""
+
+
+@dataclass(frozen=True)
+class PortBinding:
+    """A bare-metal server's switch port on its tenant's network: the leaf-local VLAN carrying the network's VNI,
+    and the server's InfiniBand HCA GUIDs in the tenant's partition. Its absence: the port is on the provisioning
+    network (the leaf's day-0 configuration)."""
+    allocation_id: uuid.UUID
+    tenant_id: uuid.UUID
+    network_id: uuid.UUID
+    node_id: uuid.UUID
+    leaf: str
+    port: str
+    vlan: int
+    vni: int
+    hca_guids: tuple[str, ...] = ()

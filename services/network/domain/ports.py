@@ -15,7 +15,7 @@ import uuid
 from contextlib import AbstractAsyncContextManager
 
 from ..contracts import SecurityRule
-from .model import Attachment, IdPool, TenantNetwork, TenantResources
+from .model import Attachment, IdPool, PortBinding, TenantNetwork, TenantResources
 
 
 class NetworkRepository(abc.ABC):
@@ -125,3 +125,24 @@ class NetworkRepository(abc.ABC):
     @abc.abstractmethod
     async def tenant_attachment_count(self, tenant_id: uuid.UUID) -> int:
         """How many attachments the tenant's networks have, all together."""
+
+    # --- bare-metal port bindings --------------------------------------------------------------------------------
+    @abc.abstractmethod
+    async def binding_for(self, allocation_id: uuid.UUID) -> PortBinding | None:
+        """The allocation's port binding (its server's port is on its tenant network), or None."""
+
+    @abc.abstractmethod
+    async def port_holder(self, leaf: str, port: str) -> uuid.UUID | None:
+        """The allocation whose binding holds the leaf's port, or None."""
+
+    @abc.abstractmethod
+    async def add_binding(self, binding: PortBinding) -> None:
+        """Store the allocation's binding (it has none, and nobody holds the port)."""
+
+    @abc.abstractmethod
+    async def delete_binding(self, allocation_id: uuid.UUID) -> None:
+        """Delete the allocation's binding (none: nothing happens)."""
+
+    @abc.abstractmethod
+    async def rehome(self, allocation_id: uuid.UUID, leaf: str) -> None:
+        """Record that the allocation's attachment is served by ``leaf``."""

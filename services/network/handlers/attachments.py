@@ -27,14 +27,13 @@ from shared.participant import StepRejected, invoke, over, undo
 from shared.unit_of_work import UnitOfWork
 
 from .. import contracts as c
-from ..adapters.fabric import FabricChange, FabricDriver
+from ..adapters.fabric import FabricDriver
 from ..adapters.repository import PgNetworkRepository
 from ..domain.model import (
     DEFAULT_NETWORK,
     Attachment,
     NetworkPlan,
     TenantNetwork,
-    VlanPool,
     guid_for,
     kept_slot_address,
     lowest_free_slot_address,
@@ -42,6 +41,8 @@ from ..domain.model import (
 )
 from ..domain.networks import Refused, owned
 from ..domain.ports import NetworkRepository
+from .leaves import join_leaf, leave_leaf
+from .ports import unbind
 from .tenancy import RepositoryFactory, changed, find, provision_network, snapshot
 
 
@@ -75,18 +76,6 @@ async def _network(ctx: UnitOfWork, networks: NetworkRepository, cmd: c.AttachNe
     return net
 
 
-async def _change(networks: NetworkRepository, a: Attachment, tenant_id: uuid.UUID, vlan: int) -> FabricChange:
-    """The fabric's view of ``a``; call it while ``a`` is not in the table (before the insert, after the delete)."""
-    on_network, on_tenant = await networks.on_leaf(a.leaf, tenant_id, a.network_id)
-    total = await networks.tenant_attachment_count(tenant_id)
-    res = await networks.tenant(tenant_id)
-    net = next(n for n in await networks.networks_of(tenant_id) if n.id == a.network_id)
-    return FabricChange(tenant_id=tenant_id, network_id=net.id, vni=net.vni, cidr=net.cidr, gateway_ip=net.gateway,
-                        vrf_table=res.vrf_table, l3_vni=res.l3_vni, pkey=res.pkey, allocation_id=a.allocation_id,
-                        guid=a.guid, node_id=a.node_id, leaf=a.leaf, vlan=vlan, network_alone_on_leaf=on_network == 0,
-                        tenant_alone_on_leaf=on_tenant == 0, tenant_alone=total == 0)
-
-
 async def attach_step(networks: NetworkRepository, cmd: c.AttachNetwork, *, ctx: UnitOfWork, plan: NetworkPlan,
                       fabric: list[FabricDriver]) -> dict:
     """The attach step's effect (see the module docstring); returns the reply's fields. Raises StepRejected
@@ -107,17 +96,10 @@ async def attach_step(networks: NetworkRepository, cmd: c.AttachNetwork, *, ctx:
     ip = kept_slot_address(net.cidr, cmd.ip_address, used) or lowest_free_slot_address(net.cidr, used)
     if ip is None:
         raise StepRejected(f"subnet exhausted: tenant network {net.id} (VNI {net.vni}, {net.cidr}) has no free address")
-    leaf = plan.leaves.leaf_of(cmd.node_id)
-    vlan = await networks.lease(f"vlan:{leaf}", VlanPool(), net.id)
-    if vlan is None:
-        raise StepRejected(f"leaf {leaf} has no free VLAN for network {net.id}")
     attachment_id = uuid.uuid4()
     a = Attachment(attachment_id, cmd.allocation_id, net.id, net.vni, ip, mac_for(attachment_id), cmd.node_id,
-                   guid_for(attachment_id), leaf)
-    change = await _change(networks, a, cmd.tenant_id, vlan)
-    await networks.add_attachment(a)
-    for driver in fabric:
-        await driver.apply(ctx.conn, "attach", change)
+                   guid_for(attachment_id), plan.leaves.leaf_of(cmd.node_id))
+    await join_leaf(networks, a, cmd.tenant_id, ctx=ctx, plan=plan, fabric=fabric)
     return await _reply(networks, a, cmd.tenant_id, kept=_kept(cmd, a))
 
 
@@ -147,14 +129,10 @@ async def detach_step(networks: NetworkRepository, cmd: c.DetachNetwork, *, ctx:
     if found is None:
         return {}
     a, tenant_id = found
-    await networks.delete_attachment(a.allocation_id)
-    if a.leaf:   # attachments from before the fabric existed have no leaf and no VLAN
-        vlan = await networks.held(f"vlan:{a.leaf}", a.network_id) or 0
-        change = await _change(networks, a, tenant_id, vlan)
-        if change.network_alone_on_leaf:
-            await networks.release(a.network_id, f"vlan:{a.leaf}")
-        for driver in fabric:
-            await driver.apply(ctx.conn, "detach", change)
+    # a bare-metal server's port still on the tenant network goes back to the provisioning network first
+    # (a reschedule's fence, a compensation): the port never stays on a VLAN nothing leases
+    await unbind(networks, a, ctx=ctx, fabric=fabric)
+    await leave_leaf(networks, a, tenant_id, ctx=ctx, fabric=fabric)
     return {}
 
 

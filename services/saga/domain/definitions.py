@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from services.allocation.contracts import ACTIVATE, FAIL_ALLOCATION, MARK_PROVISIONING, MARK_RELEASED
 from services.billing.contracts import START_METER
-from services.network.contracts import ATTACH_NETWORK
+from services.network.contracts import ATTACH_NETWORK, BIND_PORT
 from services.node_agent.contracts import FENCE_NODE, PROVISION_NODE, WIPE_SLOTS
 from services.scheduler.contracts import RESERVE_SLOTS
 from services.storage.contracts import PROVISION_VOLUME
@@ -86,6 +86,23 @@ def _node(ctx: Context) -> dict:
     return fields
 
 
+def _port(ctx: Context) -> dict:
+    """A bare-metal server's port (where its NIC is cabled, as its node-agent reported it) and HCA GUIDs."""
+    return _some("node_id", "switch_port", "hca_guids")(ctx)
+
+
+def _activate(ctx: Context) -> dict:
+    """The instance as the tenant sees it: a bare-metal server's port move is one of its phases, and its network
+    phase is the tenant's once the port was moved."""
+    fields = _some("node_id", "instance")(ctx)
+    if fields.get("instance") and ctx.get("moved_s") is not None:
+        instance = dict(fields["instance"])
+        instance["network_phase"] = "tenant"
+        instance["phases"] = [*(instance.get("phases") or []), {"name": "port_to_tenant", "seconds": ctx["moved_s"]}]
+        fields["instance"] = instance
+    return fields
+
+
 @dataclass(frozen=True)
 class SagaStep:
     name: str
@@ -94,7 +111,8 @@ class SagaStep:
     undo_fields: FieldBuilder = _nothing  # step-specific fields of the undo command
     # subject parameters of both commands: each the command's own field of that name, else the context value
     subject: tuple[str, ...] = ()
-    yields: tuple[str, ...] = ()         # reply fields later steps need
+    # reply fields later steps need; "a.b": the field b of the reply's field a, as "b"
+    yields: tuple[str, ...] = ()
     requires: str | None = None          # context value without which the step has nothing to do (skipped)
     skip_if: str | None = None           # context value with which the step has nothing to do (skipped)
 
@@ -182,10 +200,13 @@ ALLOCATE = SagaDefinition(
                  yields=("ip_address", "mac_address", "attachment", "tenant_networks")),
         SagaStep("provision_volume", PROVISION_VOLUME, fields=_volume, yields=("volume_id", "exports")),
         SagaStep("provision_node", PROVISION_NODE,
-                 fields=_node,
-                 undo_fields=_pick("node_id"), subject=("node_id",), yields=("instance",)),
+                 fields=_node, undo_fields=_pick("node_id"), subject=("node_id",),
+                 yields=("instance", "instance.switch_port", "instance.hca_guids")),
+        # bare metal: deployed on the provisioning network, the server's port moves to its tenant network before the
+        # allocation is active (undone: back to the provisioning network, before the server is powered off)
+        SagaStep("bind_port", BIND_PORT, fields=_port, requires="switch_port", yields=("moved_s",)),
         SagaStep("start_meter", START_METER, fields=_meter),
-        SagaStep("activate", ACTIVATE, fields=_some("node_id", "instance")),
+        SagaStep("activate", ACTIVATE, fields=_activate),
     ),
     on_failure=_FAILED,
 )
@@ -200,6 +221,8 @@ RELEASE = SagaDefinition(
         SagaStep("stop_meter", START_METER.undo_step, fields=_undo(), skip_if=_WITHDRAWN),
         SagaStep("deprovision_node", PROVISION_NODE.undo_step, fields=_undo("node_id"), subject=("node_id",),
                  requires="node_id", skip_if=_WITHDRAWN),
+        # bare metal: the server (off) goes back to the provisioning network, where it is cleaned, before the wipe
+        SagaStep("unbind_port", BIND_PORT.undo_step, fields=_undo(), requires="switch_port", skip_if=_WITHDRAWN),
         # no slot returns to the pool unwiped: the slots stay the allocation's while they are wiped, and those
         # whose wipe failed are quarantined instead of freed (release_slots' quarantine)
         SagaStep("wipe_slots", WIPE_SLOTS, fields=_some("node_id", "slots", "slot_details"), subject=("node_id",),
@@ -260,7 +283,8 @@ RESCHEDULE = SagaDefinition(
         _MOVE["reserve_slots"],
         SagaStep("attach_network", ATTACH_NETWORK, fields=_keep_address,
                  yields=("ip_address", "mac_address", "attachment", "tenant_networks")),
-        _MOVE["provision_volume"], _MOVE["provision_node"], _MOVE["start_meter"], _MOVE["activate"],
+        _MOVE["provision_volume"], _MOVE["provision_node"], _MOVE["bind_port"], _MOVE["start_meter"],
+        _MOVE["activate"],
     ),
     on_failure=_FAILED,
 )
@@ -286,5 +310,14 @@ def context(saga, definition: SagaDefinition) -> dict[str, Any]:
     for step in definition.steps:
         rec = saga.steps.get((step.name, "invoke"))
         if rec is not None and rec.status == "succeeded" and rec.result:
-            ctx.update({k: rec.result[k] for k in step.yields if k in rec.result})
+            for name in step.yields:
+                field, _, inner = name.partition(".")
+                if field not in rec.result:
+                    continue
+                value = rec.result[field]
+                if inner:
+                    value = value.get(inner) if isinstance(value, dict) else None
+                    if value is None:
+                        continue
+                ctx[inner or field] = value
     return ctx

@@ -8,21 +8,29 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from .base import FabricCall, FabricChange, FabricDriver
+from .base import FabricCall, FabricChange, FabricDriver, FabricRefused, PortChange
 from .evpn import EvpnNvueDriver
 from .infiniband import UfmPartitionDriver
+from .leaf import LeafDriver
 
-DRIVERS: dict[str, Callable[..., FabricDriver]] = {"evpn": EvpnNvueDriver, "infiniband": UfmPartitionDriver}
+DRIVERS: dict[str, Callable[..., FabricDriver]] = {"evpn": EvpnNvueDriver, "infiniband": UfmPartitionDriver,
+                                                   "leaf": LeafDriver}
 
 
-def select(names: Iterable[str], *, ufm_url: str | None = None) -> list[FabricDriver]:
+def select(names: Iterable[str], *, ufm_url: str | None = None, leaf_netns: dict[str, str] | None = None,
+           provisioning_vlan: int = 4094) -> list[FabricDriver]:
     """The drivers ``names`` names, in order, each once (none: no fabric); raises ValueError naming an unknown one.
-    ``ufm_url``: the base URL of the UFM the InfiniBand driver addresses (None: its default)."""
+    ``ufm_url``: the base URL of the UFM the InfiniBand driver addresses (None: its default); ``leaf_netns``: the
+    Linux leaves the kernel driver programs (leaf → namespace); ``provisioning_vlan``: where a server port goes
+    back to."""
     names = list(dict.fromkeys(names))
     unknown = [n for n in names if n not in DRIVERS]
     if unknown:
         raise ValueError(f"unknown fabric driver(s) {unknown}; choose from {sorted(DRIVERS)} or 'none'")
-    return [UfmPartitionDriver(ufm_url) if n == "infiniband" and ufm_url else DRIVERS[n]() for n in names]
+    made = {"evpn": lambda: EvpnNvueDriver(provisioning_vlan=provisioning_vlan),
+            "infiniband": lambda: UfmPartitionDriver(ufm_url) if ufm_url else UfmPartitionDriver(),
+            "leaf": lambda: LeafDriver(leaf_netns, provisioning_vlan)}
+    return [made[n]() for n in names]
 
 
-__all__ = ["DRIVERS", "FabricCall", "FabricChange", "FabricDriver", "select"]
+__all__ = ["DRIVERS", "FabricCall", "FabricChange", "FabricDriver", "FabricRefused", "PortChange", "select"]

@@ -19,7 +19,7 @@ from typing import ClassVar, Literal
 
 import asyncpg
 
-Action = Literal["attach", "detach"]
+Action = Literal["attach", "detach", "bind", "unbind"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,31 @@ class FabricChange:
     tenant_alone: bool
 
 
+@dataclass(frozen=True)
+class PortChange:
+    """A bare-metal server's switch port moving onto its tenant's network (bind) or back to the provisioning network
+    (unbind), with the HCA GUIDs that join or leave the tenant's InfiniBand partition."""
+
+    tenant_id: uuid.UUID
+    network_id: uuid.UUID
+    allocation_id: uuid.UUID
+    node_id: uuid.UUID
+    leaf: str
+    port: str
+    vlan: int
+    vni: int
+    pkey: int | None
+    hca_guids: tuple[str, ...]
+
+
+class FabricRefused(Exception):
+    """The fabric refused a change (a leaf without the port, a command that failed); ``reason`` says what."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
 class FabricDriver(abc.ABC):
     """Programs one fabric (switches, subnet manager) for attachments. Renderers are pure."""
 
@@ -69,17 +94,42 @@ class FabricDriver(abc.ABC):
     def detach_calls(self, change: FabricChange) -> list[FabricCall]:
         """The calls that remove what only this attachment needed (may be empty)."""
 
-    async def send(self, conn: asyncpg.Connection, action: Action, change: FabricChange, calls: list[FabricCall]) -> None:
+    def bind_calls(self, change: PortChange) -> list[FabricCall]:
+        """The calls that put a server's port on its tenant network (none: this fabric has no part in it)."""
+        return []
+
+    def unbind_calls(self, change: PortChange) -> list[FabricCall]:
+        """The calls that return a server's port to the provisioning network."""
+        return []
+
+    async def send(self, conn: asyncpg.Connection, action: Action, change: FabricChange | PortChange,
+                   calls: list[FabricCall]) -> None:
         """Deliver ``calls``: recording drivers store them in ``fabric_calls`` in the caller's transaction."""
-        rows = [(self.name, action, change.tenant_id, change.network_id, change.allocation_id, c.method, c.url,
-                 None if c.body is None else json.dumps(c.body)) for c in calls]
-        if rows:
-            await conn.executemany(
-                "INSERT INTO fabric_calls (driver, action, tenant_id, network_id, allocation_id, method, url, body) "
-                "VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb)", rows)
+        await record(conn, self.name, action, change, calls)
 
     async def apply(self, conn: asyncpg.Connection, action: Action, change: FabricChange) -> list[FabricCall]:
         """Render and send the calls for ``action``; returns them."""
         calls = self.attach_calls(change) if action == "attach" else self.detach_calls(change)
         await self.send(conn, action, change, calls)
         return calls
+
+    async def move_port(self, conn: asyncpg.Connection, action: Action, change: PortChange) -> list[FabricCall]:
+        """Render and send a port's move (``bind`` or ``unbind``); returns the calls. Raises FabricRefused."""
+        calls = self.bind_calls(change) if action == "bind" else self.unbind_calls(change)
+        await self.send(conn, action, change, calls)
+        return calls
+
+    async def settle(self, conn: asyncpg.Connection, leaf: str, restore: tuple[str, ...] = ()) -> None:
+        """After a refused change was rolled back: bring ``leaf`` back to what the database says (a driver that
+        changes devices as it goes; a recording driver has nothing to undo)."""
+
+
+async def record(conn: asyncpg.Connection, driver: str, action: Action, change: FabricChange | PortChange,
+                 calls: list[FabricCall]) -> None:
+    """Store ``calls`` in ``fabric_calls``, in the caller's transaction."""
+    rows = [(driver, action, change.tenant_id, change.network_id, change.allocation_id, c.method, c.url,
+             None if c.body is None else json.dumps(c.body)) for c in calls]
+    if rows:
+        await conn.executemany(
+            "INSERT INTO fabric_calls (driver, action, tenant_id, network_id, allocation_id, method, url, body) "
+            "VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb)", rows)

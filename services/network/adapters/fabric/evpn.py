@@ -6,11 +6,13 @@ leaf-local VLAN mapped to the network's L2 VNI in bridge domain ``br_default``, 
 in the tenant's VRF holding the network's gateway address (a distributed gateway: the
 same address on every leaf). Each change is one ``PATCH https://<leaf>:8765/nvue_v1/``
 whose body is a JSON merge patch (RFC 7396) of the NVUE configuration tree: objects add,
-``null`` removes. (A production driver would wrap it in NVUE's revision create/apply.)
+``null`` removes. (A production driver would wrap it in NVUE's revision create/apply.) A bare-metal server's port
+is an access port of the provisioning VLAN until hand-off, of its network's VLAN while the tenant holds it, and of
+the provisioning VLAN again for cleaning (``nv set interface swpN bridge domain br_default access <vlan>``).
 """
 from __future__ import annotations
 
-from .base import FabricCall, FabricChange, FabricDriver
+from .base import FabricCall, FabricChange, FabricDriver, PortChange
 
 BRIDGE_DOMAIN = "br_default"
 
@@ -23,8 +25,9 @@ def vrf_name(vrf_table: int) -> str:
 class EvpnNvueDriver(FabricDriver):
     name = "evpn"
 
-    def __init__(self, port: int = 8765):
+    def __init__(self, port: int = 8765, provisioning_vlan: int = 4094):
         self.port = port
+        self.provisioning_vlan = provisioning_vlan
 
     def _url(self, leaf: str) -> str:
         return f"https://{leaf}:{self.port}/nvue_v1/"
@@ -58,3 +61,13 @@ class EvpnNvueDriver(FabricDriver):
         if c.tenant_alone_on_leaf:
             body["vrf"] = {vrf_name(c.vrf_table): None}
         return [FabricCall("PATCH", self._url(c.leaf), body)] if body else []
+
+    def _access(self, c: PortChange, vlan: int) -> list[FabricCall]:
+        body = {"interface": {c.port: {"bridge": {"domain": {BRIDGE_DOMAIN: {"access": vlan}}}}}}
+        return [FabricCall("PATCH", self._url(c.leaf), body)]
+
+    def bind_calls(self, c: PortChange) -> list[FabricCall]:
+        return self._access(c, c.vlan)
+
+    def unbind_calls(self, c: PortChange) -> list[FabricCall]:
+        return self._access(c, self.provisioning_vlan)

@@ -4,11 +4,12 @@ Each tenant has one partition (its PKey). The first attachment of the tenant cre
 partition (``POST /ufmRest/resources/pkeys/add``); every attachment adds its slot's VF
 GUID as a full member (``POST /ufmRest/resources/pkeys``); a detach removes the GUID
 (``POST /ufmRest/actions/remove_guids_from_pkey``) and the tenant's last detach deletes the
-partition (``DELETE /ufmRest/resources/pkeys/<pkey>``).
+partition (``DELETE /ufmRest/resources/pkeys/<pkey>``). A bare-metal server's HCA port GUIDs join the partition
+when its port is handed to the tenant and leave it when the port returns to the provisioning network.
 """
 from __future__ import annotations
 
-from .base import FabricCall, FabricChange, FabricDriver
+from .base import FabricCall, FabricChange, FabricDriver, PortChange
 
 
 def pkey_hex(pkey: int) -> str:
@@ -40,3 +41,16 @@ class UfmPartitionDriver(FabricDriver):
         if c.tenant_alone:
             calls.append(FabricCall("DELETE", f"{self.base_url}/ufmRest/resources/pkeys/{pkey}", None))
         return calls
+
+    def bind_calls(self, c: PortChange) -> list[FabricCall]:
+        if not c.hca_guids or c.pkey is None:
+            return []
+        return [FabricCall("POST", f"{self.base_url}/ufmRest/resources/pkeys",
+                           {"pkey": pkey_hex(c.pkey), "guids": list(c.hca_guids), "membership": "full",
+                            "index0": True, "ip_over_ib": True})]
+
+    def unbind_calls(self, c: PortChange) -> list[FabricCall]:
+        if not c.hca_guids or c.pkey is None:
+            return []
+        return [FabricCall("POST", f"{self.base_url}/ufmRest/actions/remove_guids_from_pkey",
+                           {"pkey": pkey_hex(c.pkey), "guids": list(c.hca_guids)})]

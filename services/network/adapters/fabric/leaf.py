@@ -1,0 +1,124 @@
+"""A real fabric driver for Linux leaf switches (SONiC, Cumulus Linux): it programs the leaf's kernel with iproute2.
+
+What the EVPN renderer describes for a leaf — a network's VNI on a VXLAN device mapped to a leaf-local VLAN in the
+bridge, a server port an access port of a VLAN — this driver does, on the leaves it is given
+(``TESSERA_NETWORK_LEAF_NETNS``: leaf name → the network namespace holding it; a production deployment would reach a
+switch over SSH or its agent, the commands stay the same). Leaves it is not given are left to the other drivers.
+
+It is declarative: each change (an attachment arriving or leaving, a port bound or unbound) makes the leaf match
+what the network service's tables hold for it, read in the change's transaction under a per-leaf lock, so two
+changes on one leaf never interleave and a leaf that drifted is repaired by the next change. The commands it ran
+are recorded in ``fabric_calls`` (method ``EXEC``). What no command can fix (no such namespace, bridge or port) or
+a command the kernel refuses raises FabricRefused with the leaf's words; the caller rolls its transaction back and
+calls ``settle`` so the leaf follows the database again (nothing of the refused change is left on it).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import asyncpg
+import structlog
+
+from ...domain.leaf import BRIDGE, LeafRefusal, LeafState, LeafWant, check, plan
+from .base import FabricCall, FabricChange, FabricDriver, FabricRefused, PortChange, record
+
+log = structlog.get_logger()
+TIMEOUT_S = 10.0
+
+
+class LeafDriver(FabricDriver):
+    name = "leaf"
+
+    def __init__(self, netns: dict[str, str] | None = None, provisioning_vlan: int = 4094):
+        self.netns = dict(netns or {})
+        self.provisioning_vlan = provisioning_vlan
+
+    # the renderers have nothing to say: the leaf's commands come from its state (``sync``)
+    def attach_calls(self, change: FabricChange) -> list[FabricCall]:
+        return []
+
+    def detach_calls(self, change: FabricChange) -> list[FabricCall]:
+        return []
+
+    async def apply(self, conn: asyncpg.Connection, action, change: FabricChange) -> list[FabricCall]:
+        if change.leaf not in self.netns:
+            return []
+        calls = await self.sync(conn, change.leaf)
+        await record(conn, self.name, action, change, calls)
+        return calls
+
+    async def move_port(self, conn: asyncpg.Connection, action, change: PortChange) -> list[FabricCall]:
+        if change.leaf not in self.netns:
+            return []
+        calls = await self.sync(conn, change.leaf, restore=(change.port,) if action == "unbind" else ())
+        await record(conn, self.name, action, change, calls)
+        return calls
+
+    async def settle(self, conn: asyncpg.Connection, leaf: str, restore: tuple[str, ...] = ()) -> None:
+        if leaf not in self.netns:
+            return
+        try:
+            await self.sync(conn, leaf, restore=restore)
+        except FabricRefused as exc:   # the next change on the leaf tries again
+            log.warning("leaf.settle_failed", leaf=leaf, reason=exc.reason)
+
+    # -- the leaf's state ----------------------------------------------------------------------------------------
+    async def sync(self, conn: asyncpg.Connection, leaf: str, restore: tuple[str, ...] = ()) -> list[FabricCall]:
+        """Make ``leaf`` carry what the tables hold for it (``restore``: ports to return to the provisioning VLAN);
+        returns the commands run. Raises FabricRefused."""
+        ns = self.netns[leaf]
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", f"network.leaf:{leaf}")
+        want = await _wanted(conn, leaf, restore)
+        state = await self._read(leaf, ns)
+        try:
+            check(state, want)
+        except LeafRefusal as exc:
+            raise FabricRefused(f"leaf {leaf} {exc}") from None
+        cmds = plan(state, want, self.provisioning_vlan)
+        for argv in cmds:
+            await _run(leaf, ns, argv)
+        if cmds:
+            log.info("leaf.synced", leaf=leaf, commands=len(cmds))
+        return [FabricCall("EXEC", f"netns:{ns}", {"argv": argv}) for argv in cmds]
+
+    async def _read(self, leaf: str, ns: str) -> LeafState:
+        links = json.loads(await _run(leaf, ns, ["ip", "-j", "-d", "link", "show"]) or "[]")
+        bridged = json.loads(await _run(leaf, ns, ["bridge", "-j", "vlan", "show"]) or "[]")
+        vlans = {}
+        for entry in bridged:
+            if entry.get("ifname") != BRIDGE:
+                vlans[entry["ifname"]] = frozenset(
+                    v for item in entry.get("vlans", []) for v in range(item["vlan"], item.get("vlanEnd", item["vlan"]) + 1))
+        vxlans = {}
+        underlay_mtu = 1500
+        for link in links:
+            info = link.get("linkinfo", {})
+            if info.get("info_kind") == "vxlan" and str(link.get("ifalias", "")).startswith("tessera:"):
+                vxlans[int(info["info_data"]["id"])] = link["ifname"]
+            if link["ifname"] == "ul0":
+                underlay_mtu = int(link.get("mtu", 1500))
+        return LeafState(frozenset(link["ifname"] for link in links), vlans, vxlans, underlay_mtu)
+
+
+async def _wanted(conn: asyncpg.Connection, leaf: str, restore: tuple[str, ...]) -> LeafWant:
+    segments = await conn.fetch(
+        "SELECT DISTINCT n.vni, l.value AS vlan, n.id FROM attachments a JOIN tenant_networks n ON n.id = a.network_id "
+        "JOIN pool_leases l ON l.pool = 'vlan:' || a.leaf AND l.owner = a.network_id WHERE a.leaf = $1", leaf)
+    ports = await conn.fetch("SELECT port, vlan FROM port_bindings WHERE leaf = $1", leaf)
+    return LeafWant({r["vni"]: (int(r["vlan"]), r["id"]) for r in segments}, {r["port"]: r["vlan"] for r in ports},
+                    frozenset(restore))
+
+
+async def _run(leaf: str, ns: str, argv: list[str]) -> str:
+    """Run ``argv`` (ip or bridge) in the leaf's namespace; its stdout. Raises FabricRefused with the leaf's words."""
+    full = [argv[0], "-n", ns, *argv[1:]]
+    try:
+        proc = await asyncio.create_subprocess_exec(*full, stdout=asyncio.subprocess.PIPE,
+                                                    stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT_S)
+    except (OSError, TimeoutError) as exc:
+        raise FabricRefused(f"leaf {leaf} did not answer `{' '.join(argv)}`: {exc}") from None
+    if proc.returncode != 0:
+        raise FabricRefused(f"leaf {leaf} refused `{' '.join(argv)}`: {err.decode(errors='replace').strip()[:300]}")
+    return out.decode(errors="replace")
