@@ -3,6 +3,8 @@ parser cloud-init uses), one value per line for the busybox guest, and the boot-
 from __future__ import annotations
 
 import dataclasses
+import shutil
+import subprocess
 
 import pytest
 import yaml
@@ -156,3 +158,51 @@ def test_user_data_without_phone_home_has_none():
 def test_a_phone_home_that_is_not_a_printable_http_url_is_refused(bad):
     with pytest.raises(ValueError, match="phone_home"):
         seed(phone_home=bad)
+
+
+# --- more than one address on the NIC (a bare-metal server: its tenant address, then its provisioning one) ---------
+def test_extra_addresses_follow_the_primary_in_the_network_configs_address_list():
+    text = network_config(seed(mtu=1450, extra_addresses=("172.30.9.10/24",)))
+    nic = yaml.safe_load(text)["ethernets"]["eth0"]
+    assert nic["addresses"] == ["10.254.3.10/24", "172.30.9.10/24"]
+    assert nic["mtu"] == 1450 and nic["routes"] == [{"to": "default", "via": "10.254.3.1"}]
+    assert seed().extra_addresses == () and yaml.safe_load(network_config(seed()))["ethernets"]["eth0"][
+        "addresses"] == ["10.254.3.10/24"]
+
+
+@pytest.mark.parametrize("bad", [("172.30.9.10",), ("172.30.9.10/0",), ("172.30.9.10/33",), ("fe80::1/64",),
+                                 ("172.30.9.300/24",), ("10.254.3.10/16",), ("1.2.3.4/24", "1.2.3.4/25"),
+                                 ("172.30.9.10/24\n",), "172.30.9.10/24"])
+def test_an_extra_address_that_is_not_a_distinct_ipv4_address_with_its_prefix_is_refused(bad):
+    with pytest.raises(ValueError, match="address"):
+        seed(extra_addresses=bad)
+
+
+def init_functions(*names: str) -> str:
+    """The shell functions ``names`` as the guest's init defines them."""
+    from tooling.guest_image import build
+    lines = build.INIT.read_text().splitlines()
+    out = []
+    for name in names:
+        start = next(i for i, line in enumerate(lines) if line.startswith(f"{name}() {{"))
+        end = start if lines[start].rstrip().endswith("}") else next(i for i in range(start, len(lines)) if lines[i] == "}")
+        out += lines[start:end + 1]
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.skipif(not shutil.which("busybox"), reason="the guest's shell is busybox sh")
+@pytest.mark.parametrize("extra", [(), ("172.30.9.10/24",), ("172.30.9.10/24", "192.168.7.2/30")])
+def test_the_guest_init_adds_every_address_primary_first_and_reports_the_primary(tmp_path, extra):
+    """The init's own functions under busybox sh, ``ip`` and ``fail`` stood in for: the commands it would run."""
+    (tmp_path / "network-config").write_text(network_config(seed(mtu=1450, extra_addresses=extra)))
+    script = init_functions("netcfg", "read_netcfg", "configure_nic") + (
+        'ip() { echo "ip $*"; }\nfail() { echo "FAILED $*"; exit 1; }\n'
+        'read_netcfg network-config; configure_nic eth0; echo "primary $addr mac $mac dns$dns"\n')
+    proc = subprocess.run(["busybox", "sh", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines() == [
+        "ip link set eth0 mtu 1450",
+        *(f"ip addr add {a} dev eth0" for a in ("10.254.3.10/24", *extra)),
+        "ip link set eth0 up",
+        "ip route add default via 10.254.3.1 dev eth0 onlink",
+        "primary 10.254.3.10/24 mac 52:54:00:12:34:56 dns 10.254.3.1 1.1.1.1"]

@@ -70,6 +70,9 @@ class Seed:
     # bare-metal servers report this way, VMs leave it None (their ready line is on a console the node reads)
     phone_home: str | None = None
     mounts: tuple[GuestMount, ...] = ()      # the allocation's virtiofs volumes, mounted before the ready line
+    # more "a.b.c.d/len" on the same NIC, after the primary (which stays the one reported): a bare-metal server
+    # keeps its provisioning address, on-link, to phone home over while its primary is the tenant's
+    extra_addresses: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not _INSTANCE_ID.fullmatch(self.instance_id):
@@ -103,6 +106,12 @@ class Seed:
         object.__setattr__(self, "mounts", tuple(self.mounts))
         if not all(isinstance(m, GuestMount) for m in self.mounts):
             raise ValueError("mounts are GuestMount entries")
+        if isinstance(self.extra_addresses, str):
+            raise ValueError("extra_addresses is a tuple of a.b.c.d/len, not one string")
+        extra = tuple(_interface("extra address", a) for a in self.extra_addresses)
+        if len({a.ip for a in extra} | {addr}) != len(extra) + 1:
+            raise ValueError(f"an address is given twice: {[str(a) for a in extra]} (primary {addr})")
+        object.__setattr__(self, "extra_addresses", tuple(str(a) for a in extra))
 
 
 def meta_data(seed: Seed) -> str:
@@ -129,7 +138,8 @@ def user_data(seed: Seed) -> str:
 
 def network_config(seed: Seed) -> str:
     """The ``network-config`` document: network config version 2 (netplan's format), one static NIC
-    matched by MAC, a default route (``routes: [{to: default, via: ...}]``; ``gateway4`` is deprecated)."""
+    matched by MAC, its addresses (the primary first, then the extra ones), a default route
+    (``routes: [{to: default, via: ...}]``; ``gateway4`` is deprecated)."""
     lines = [
         "version: 2",
         "ethernets:",
@@ -140,6 +150,7 @@ def network_config(seed: Seed) -> str:
         *([f"    mtu: {seed.mtu}"] if seed.mtu is not None else []),
         "    addresses:",
         f"      - {_q(f'{seed.ip_address}/{seed.prefix_len}')}",
+        *(f"      - {_q(a)}" for a in seed.extra_addresses),
     ]
     if seed.gateway is not None:
         lines += ["    routes:", f"      - to: {_q('default')}", f"        via: {_q(seed.gateway)}"]
@@ -209,6 +220,14 @@ def _check_url(what: str, url: str) -> None:
 def _check_hostname(name: str) -> None:
     if not isinstance(name, str) or not 0 < len(name) <= 253 or not all(_HOST_LABEL.fullmatch(p) for p in name.split(".")):
         raise ValueError(f"hostname {name!r} is not an RFC 1123 host name")
+
+
+def _interface(what: str, value: str) -> ipaddress.IPv4Interface:
+    """``value`` as "a.b.c.d/len" (len 1-32); ValueError naming ``what`` otherwise."""
+    address, sep, prefix = str(value).partition("/")
+    if not sep or not prefix.isdigit() or not 0 < int(prefix) <= 32:
+        raise ValueError(f"{what} {value!r} is not a.b.c.d/len (len 1-32)")
+    return ipaddress.IPv4Interface(f"{_ipv4(what, address)}/{int(prefix)}")
 
 
 def _ipv4(what: str, value: str) -> ipaddress.IPv4Address:
