@@ -13,6 +13,13 @@
   TESSERA_REDFISH_TIMEOUTS        [] phase=seconds,... overriding the defaults power_off=60, insert_media=120,
                                   boot_override=30, power_on=60, deploy=300, eject=60
   TESSERA_REDFISH_POLL_S          [0.5] seconds between two reads of the power state while waiting for it
+  TESSERA_REDFISH_SWITCH_PORT     [] <leaf>/<port>: the leaf switch and port the server's NIC is cabled to (the
+                                  network service moves that port to the tenant's VXLAN at hand-off); reported
+                                  on the instance, which is then on the provisioning network until hand-off
+  TESSERA_REDFISH_HCA_GUIDS       [] the server's InfiniBand HCA port GUIDs, comma-separated (0x + 16 hex digits,
+                                  or the sysfs form 0002:c903:000e:0b72), added to the tenant's partition
+  TESSERA_REDFISH_TENANT_MTU      [1450] the MTU of the server's tenant interface when the tenant network gives
+                                  none (VXLAN takes 50 bytes of a 1500-byte underlay)
 """
 from __future__ import annotations
 
@@ -31,6 +38,10 @@ PHASES = ("power_off", "insert_media", "boot_override", "power_on", "deploy", "e
 DEFAULT_TIMEOUTS = {"power_off": 60.0, "insert_media": 120.0, "boot_override": 30.0, "power_on": 60.0,
                     "deploy": 300.0, "eject": 60.0}
 _MAC = re.compile(r"[0-9a-f]{2}(:[0-9a-f]{2}){5}")
+_LEAF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,62}")
+_PORT = re.compile(r"[A-Za-z0-9_.:-]{1,15}")
+_GUID = re.compile(r"0x[0-9a-f]{16}|[0-9a-f]{4}(:[0-9a-f]{4}){3}")
+MAX_HCA_GUIDS = 16
 
 
 def _timeouts(raw: str) -> dict[str, float]:
@@ -102,6 +113,45 @@ def _mac(raw: str) -> str:
 _mac.what = "a MAC address (six colon-separated hex octets)"
 
 
+def _switch_port(raw: str) -> tuple[str, str]:
+    leaf, sep, port = raw.rpartition("/")
+    if not sep or not _LEAF.fullmatch(leaf) or not _PORT.fullmatch(port):
+        raise ValueError(raw)
+    return leaf, port
+
+
+_switch_port.what = ("<leaf>/<port>: the leaf switch (1-63 of A-Z a-z 0-9 . _ : -, starting alphanumeric) and its "
+                     "port's interface name (1-15 of A-Z a-z 0-9 _ . : -), e.g. leaf-07/swp12")
+
+
+def _hca_guids(raw: str) -> tuple[str, ...]:
+    found: list[str] = []
+    for part in filter(None, (p.strip().lower() for p in raw.split(","))):
+        if not _GUID.fullmatch(part):
+            raise ValueError(raw)
+        guid = part if part.startswith("0x") else "0x" + part.replace(":", "")
+        if guid in found:
+            raise ValueError(raw)
+        found.append(guid)
+    if len(found) > MAX_HCA_GUIDS:
+        raise ValueError(raw)
+    return tuple(found)
+
+
+_hca_guids.what = (f"up to {MAX_HCA_GUIDS} distinct InfiniBand GUIDs, comma-separated (0x + 16 hex digits, or "
+                   "0002:c903:000e:0b72)")
+
+
+def _mtu(raw: str) -> int:
+    value = int(raw)
+    if not 576 <= value <= 9216:
+        raise ValueError(raw)
+    return value
+
+
+_mtu.what = "an MTU, 576-9216"
+
+
 @dataclass(frozen=True)
 class RedfishConfig:
     state_dir: Path = setting("TESSERA_REDFISH_STATE_DIR", Path("/var/lib/tessera/redfish"), Path,
@@ -121,6 +171,12 @@ class RedfishConfig:
                                          doc="phase=seconds,... over the default phase timeouts")
     poll_s: float = setting("TESSERA_REDFISH_POLL_S", 0.5, number(positive=True),
                             doc="seconds between reads of the power state")
+    switch_port: tuple[str, str] | None = setting("TESSERA_REDFISH_SWITCH_PORT", None, _switch_port,
+                                                  doc="<leaf>/<port> the server's NIC is cabled to")
+    hca_guids: tuple[str, ...] = setting("TESSERA_REDFISH_HCA_GUIDS", (), _hca_guids,
+                                         doc="the server's InfiniBand HCA port GUIDs, comma-separated")
+    tenant_mtu: int = setting("TESSERA_REDFISH_TENANT_MTU", 1450, _mtu,
+                              doc="the tenant interface's MTU when the tenant network gives none")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str], **overrides) -> RedfishConfig:
