@@ -22,13 +22,16 @@ from services.node_agent.adapters.drivers.redfish.bmc import validate as validat
 from services.node_agent.adapters.drivers.redfish.config import DEFAULT_TIMEOUTS, RedfishConfig
 from services.node_agent.adapters.drivers.redfish.driver import RedfishDriver
 from services.node_agent.adapters.drivers.redfish.media import MediaServer
-from services.node_agent.domain.model import GuestConfig, InstanceSpec
+from services.node_agent.domain.model import GuestConfig, InstanceSpec, NicConfig
 from tests.support import vm
 from tests.support.bmc import free_port
+from tests.support.guest import GuestShell
 from tests.support.polling import eventually
 
 PHASES = ["power_off", "insert_media", "boot_override", "power_on", "deploy"]
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDk test@tessera"
+# the allocation's tenant interface (its port and MAC are the dataplane's: a server keeps its own NIC)
+TENANT_NIC = NicConfig("ts-port", "02:00:00:00:00:10", "10.77.0.5", 24, "10.77.0.1")
 
 
 def on_lab(test):
@@ -72,9 +75,9 @@ def make_driver(lab, state_dir, *, password: str | None = None, bmc_source=None,
     return RedfishDriver(config, bmc_source=bmc_source or bmc)
 
 
-def spec_for(image) -> InstanceSpec:
+def spec_for(image, nic: NicConfig | None = None) -> InstanceSpec:
     allocation = uuid.uuid4()
-    return InstanceSpec(allocation, uuid.uuid4(), uuid.uuid4(), (0,),
+    return InstanceSpec(allocation, uuid.uuid4(), uuid.uuid4(), (0,), nic=nic,
                         guest=GuestConfig(vm.boot_image(image), f"bm-{allocation.hex[:6]}", (KEY,)))
 
 
@@ -85,9 +88,11 @@ def resets(lab) -> int:
 
 @pytest.fixture(scope="module")
 async def provisioned(lab, image, tmp_path_factory):
-    """(driver, spec, instance id) of one allocation provisioned on the lab's server; deprovisioned at the end."""
-    driver = make_driver(lab, tmp_path_factory.mktemp("redfish"))
-    spec = spec_for(image)
+    """(driver, spec, instance id) of one allocation with a tenant interface provisioned on the lab's server (its
+    tenant address primary, its provisioning address beside it); deprovisioned at the end."""
+    driver = make_driver(lab, tmp_path_factory.mktemp("redfish"), TESSERA_REDFISH_SWITCH_PORT="leaf-lab/swp1",
+                         TESSERA_REDFISH_HCA_GUIDS="0x0002c903000e0b72")
+    spec = spec_for(image, TENANT_NIC)
     try:
         instance_id = await driver.provision(spec)
         yield driver, spec, instance_id
@@ -222,14 +227,22 @@ async def test_provisioning_boots_the_image_from_virtual_media_and_the_server_ph
     assert instance_id == f"bm-{spec.allocation_id}"
     assert await asyncio.to_thread(lab.running)
     ready = [line for line in lab.console().splitlines() if f"TESSERA-READY instance={instance_id} " in line]
-    assert ready and f"hostname={spec.guest.hostname}" in ready[0] and f"ip={lab.server_address}" in ready[0]
+    # the tenant address is the primary; the phone-home still came over the provisioning address (on-link)
+    assert ready and f"hostname={spec.guest.hostname}" in ready[0] and "ip=10.77.0.5/24 " in ready[0]
     assert f"mac={lab.server_mac}" in ready[0]
     record = driver.records.get(spec.allocation_id)
-    assert record["status"] == "ready" and record["address"] == lab.server_address.split("/")[0]   # phoned home
+    assert record["status"] == "ready" and record["address"] == "10.77.0.5"   # phoned home
+    with GuestShell(lab.shell_socket) as shell:   # the server's OS holds both addresses, the tenant's first
+        status, out = await shell.arun("ip addr show dev eth0; ip route")
+    assert status == 0, out
+    assert out.index("inet 10.77.0.5/24") < out.index(f"inet {lab.server_address}") and "mtu 1450" in out
+    assert "default via 10.77.0.1" in out
     info = await driver.instance_info(spec.allocation_id)
     assert [p["name"] for p in info["phases"]] == PHASES and all(p["seconds"] >= 0 for p in info["phases"])
     assert info["redfish_calls"] > 0 and info["power_state"] == "running" and info["passthrough"] == "real"
     assert info["hostname"] == spec.guest.hostname and info["booted_at"] and info["boot_s"] > 0
+    assert info["addresses"] == ["10.77.0.5/24"] and info["network_phase"] == "provisioning"
+    assert info["switch_port"] == {"leaf": "leaf-lab", "port": "swp1"} and info["hca_guids"] == ["0x0002c903000e0b72"]
     c.InstanceInfo(instance_id=instance_id, driver="redfish", dataplane="none", node_id=spec.node_id, **info)
     print("\nphases:", ", ".join(f"{p['name']} {p['seconds']:.2f}s" for p in info["phases"]),
           f"| {info['redfish_calls']} Redfish calls")

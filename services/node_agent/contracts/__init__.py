@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, StringConstraints, field_validator
 
-from services.network.contracts import SlotAttachment, TenantNetworks
+from services.network.contracts import SlotAttachment, SwitchPort, TenantNetworks
 from services.scheduler.contracts import SlotDetail
 from services.storage.contracts import Mode, VolumeExport
 from shared.contract import Message, ServiceContract
@@ -49,6 +49,8 @@ from .health import (
 Sha256 = Field(pattern=r"^[0-9a-f]{64}$", description="Lower-case hex SHA-256.", examples=["0" * 64])
 PowerAction = Literal["reboot", "stop", "start"]
 PowerState = Literal["running", "stopped", "unknown"]
+HcaGuid = Annotated[str, StringConstraints(pattern=r"^0x[0-9a-f]{16}$")]
+NetworkPhase = Literal["provisioning", "tenant", "cleaning"]
 
 
 class ImageRef(Wire):
@@ -120,6 +122,17 @@ class InstanceInfo(Wire):
     redfish_calls: int | None = Field(default=None, description="Bare metal: HTTP requests made to the node's BMC.")
     mounts: list[Mount] = Field(default_factory=list, description="The volumes mounted into the instance, each "
                                                                     "at /mnt/<name>.")
+    addresses: list[Annotated[str, StringConstraints(max_length=49)]] = Field(
+        default_factory=list, max_length=8, examples=[["10.8.0.5/24"]],
+        description="The instance's addresses on its tenant network, address/prefix.")
+    switch_port: SwitchPort | None = Field(default=None, description="Bare metal: the leaf switch and port the "
+                                           "server's NIC is cabled to (its tenant network is moved there).")
+    hca_guids: list[HcaGuid] = Field(default_factory=list, max_length=16, examples=[["0x0002c903000e0b72"]],
+                                     description="Bare metal: the InfiniBand HCA port GUIDs of the server (added "
+                                                 "to the tenant's partition at hand-off).")
+    network_phase: NetworkPhase | None = Field(default=None, description="Bare metal: the network the server's "
+                                               "port is on: provisioning (deploy), tenant (handed off), cleaning "
+                                               "(released, being wiped).")
 
 
 class Mount(Wire):

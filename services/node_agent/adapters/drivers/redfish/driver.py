@@ -5,9 +5,10 @@ allocation at a time has the server. Provisioning runs these phases, each timed 
 (``RedfishConfig.timeouts``):
 
   power_off      ForceOff, then the power state polled until Off
-  insert_media   the allocation's boot ISO (kernel, initrd, NoCloud seed with a phone_home URL) built and served,
-                 then InsertMedia into the system's virtual media Cd (before the boot override: a BMC may have no
-                 Cd device until media is inserted)
+  insert_media   the allocation's boot ISO (kernel, initrd, NoCloud seed with a phone_home URL; its tenant
+                 address primary, its provisioning address beside it: ``network``) built and served, then
+                 InsertMedia into the system's virtual media Cd (before the boot override: a BMC may have no Cd
+                 device until media is inserted)
   boot_override  boot once from Cd, legacy BIOS (an emulator reports Continuous back: accepted)
   power_on       On, then polled until On
   deploy         until the server phones home with this allocation's token
@@ -47,6 +48,7 @@ from .bmc import BmcClient, BmcConfig, BmcError, RequestCounter
 from .bmc import validate as validate_bmc
 from .config import RedfishConfig
 from .media import MediaError, MediaServer, build_iso, new_token
+from .network import network_info, server_seed, tenant_addresses
 from .records import Records, instance_id
 
 log = structlog.get_logger()
@@ -149,15 +151,13 @@ class RedfishDriver(ProvisioningDriver):
         mac = self.config.server_mac or await run.call(run.client.first_mac)
         if mac is None:
             raise MediaError("the BMC lists no MAC address for the system: set TESSERA_REDFISH_SERVER_MAC")
-        image, address, gateway = spec.guest.image, self.config.server_address, self.config.server_gateway
+        image = spec.guest.image
         if not image.kernel or not image.initrd:
             raise MediaError(f"image {image.name} has no kernel and initrd: a bare-metal server boots them from "
                              "its virtual media")
         try:
-            seed = cloudinit.Seed(instance_id=instance_id(spec.allocation_id), hostname=spec.guest.hostname,
-                                  ssh_keys=spec.guest.ssh_keys, mac=mac, ip_address=str(address.ip),
-                                  prefix_len=address.network.prefixlen, gateway=str(gateway) if gateway else None,
-                                  dns=spec.guest.dns, phone_home=self.media.phone_home_url(token))
+            seed = server_seed(spec, self.config, instance_id=instance_id(spec.allocation_id), mac=mac,
+                               phone_home=self.media.phone_home_url(token))
             images = self.config.images_dir
             images.mkdir(parents=True, exist_ok=True)
             kernel = await asyncio.to_thread(boot_file, image.kernel, images, image.name)
@@ -199,7 +199,7 @@ class RedfishDriver(ProvisioningDriver):
         token, iid, run = new_token(), instance_id(spec.allocation_id), _Run(bmc)
         record = {"allocation_id": str(spec.allocation_id), "instance_id": iid, "slots": list(spec.slots),
                   "image": spec.guest.image.name, "hostname": spec.guest.hostname, "status": "provisioning",
-                  "token": token, "started_at": time.time(),
+                  "token": token, "started_at": time.time(), "addresses": tenant_addresses(spec),
                   "mounts": [m.record() for m in _bare_metal_mounts(spec.volumes)]}
         self.records.save(record)
         try:
@@ -331,7 +331,8 @@ class RedfishDriver(ProvisioningDriver):
         if record is None:
             return {"passthrough": "real"}
         booted = record.get("booted_at")
-        return {"passthrough": "real", "image": record.get("image"), "hostname": record.get("hostname"),
+        return {**network_info(self.config, record),
+                "passthrough": "real", "image": record.get("image"), "hostname": record.get("hostname"),
                 "booted_at": datetime.fromtimestamp(booted, UTC).isoformat() if booted else None,
                 "boot_s": record.get("boot_s"), "power_state": await self._power_state(),
                 "phases": list(record.get("phases", [])), "redfish_calls": int(record.get("redfish_calls", 0)),
