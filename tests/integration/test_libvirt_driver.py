@@ -58,6 +58,7 @@ async def test_an_instance_boots_from_the_image_and_reports_ready_with_its_seed(
         info = await driver.instance_info(s.allocation_id)
         assert info["passthrough"] == "simulated" and info["power_state"] == "running"
         assert info["hostname"] == s.guest.hostname and 0 < info["boot_s"] < 120
+        assert info["addresses"] == ["10.77.0.5/24"]
         console = await driver.console(s.allocation_id, -1, 65536)
         ready = next(line for line in console.text.splitlines() if "TESSERA-READY" in line)
         assert f"hostname={s.guest.hostname}" in ready and "ip=10.77.0.5/24" in ready and f"mac={s.nic.mac}" in ready

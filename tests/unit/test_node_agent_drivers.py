@@ -3,13 +3,14 @@ libvirt driver keeps it against a real libvirtd in tests/integration/test_libvir
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 import uuid
 
 import pytest
 
 from services.node_agent.adapters.drivers import DRIVERS, DriverConfigError, DriverError, ProvisioningDriver, SimDriver
-from services.node_agent.domain.model import InstanceSpec
+from services.node_agent.domain.model import InstanceSpec, NicConfig
 
 
 def spec(allocation: uuid.UUID | None = None, slots: tuple[int, ...] = (0, 1)) -> InstanceSpec:
@@ -136,3 +137,15 @@ def test_sim_defaults_to_no_latency_and_no_failures():
 def test_sim_rejects_bad_configuration_with_a_clear_error(env, message):
     with pytest.raises(DriverConfigError, match=message):
         SimDriver.from_env(env)
+
+
+async def test_a_sim_instance_reports_its_tenant_address_like_a_vms():
+    driver = SimDriver()
+    nic = NicConfig("ts-port", "02:00:00:00:00:10", "10.8.0.5", 24, "10.8.0.1")
+    with_nic, without = dataclasses.replace(spec(), nic=nic), spec()
+    await driver.provision(with_nic)
+    await driver.provision(without)
+    assert (await driver.instance_info(with_nic.allocation_id))["addresses"] == ["10.8.0.5/24"]
+    assert (await driver.instance_info(without.allocation_id))["addresses"] == []
+    await driver.deprovision(with_nic.allocation_id)
+    assert "addresses" not in await driver.instance_info(with_nic.allocation_id)

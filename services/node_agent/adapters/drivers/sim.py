@@ -65,6 +65,7 @@ class SimDriver(ProvisioningDriver):
         self.latency = {op: float(latency.get(op, 0.0)) for op in OPERATIONS}
         self._instances: dict[uuid.UUID, Instance] = {}
         self._stopped: set[uuid.UUID] = set()
+        self._addresses: dict[uuid.UUID, list[str]] = {}   # each instance's tenant address, when it was given one
         self.volumes = volumes or MountNamespaces()
         self._mounting: dict[uuid.UUID, asyncio.Lock] = {}
 
@@ -90,6 +91,8 @@ class SimDriver(ProvisioningDriver):
                 await asyncio.to_thread(self.volumes.attach_all, spec.allocation_id, spec.volumes)
             instance = Instance(spec.allocation_id, f"sim-{uuid.uuid4().hex[:12]}", tuple(spec.slots))
             self._instances[spec.allocation_id] = instance
+            if spec.nic is not None:
+                self._addresses[spec.allocation_id] = [f"{spec.nic.ip_address}/{spec.nic.prefix_len}"]
             return instance.instance_id
 
     async def deprovision(self, allocation_id: uuid.UUID) -> None:
@@ -98,6 +101,7 @@ class SimDriver(ProvisioningDriver):
             await asyncio.to_thread(self.volumes.remove, allocation_id)
         self._instances.pop(allocation_id, None)
         self._stopped.discard(allocation_id)
+        self._addresses.pop(allocation_id, None)
 
     def lose_everything(self) -> list[uuid.UUID]:
         """The node went down (an injected node_down): every instance vanishes at once, unasked. Their volumes'
@@ -106,6 +110,7 @@ class SimDriver(ProvisioningDriver):
         lost = list(self._instances)
         self._instances.clear()
         self._stopped.clear()
+        self._addresses.clear()
         return lost
 
     def _lock(self, allocation_id: uuid.UUID) -> asyncio.Lock:
@@ -133,7 +138,8 @@ class SimDriver(ProvisioningDriver):
         if allocation_id not in self._instances:
             return {"passthrough": "none"}
         return {"passthrough": "none", "power_state": "stopped" if allocation_id in self._stopped else "running",
-                "mounts": [m.info() for m in self.volumes.mounts(allocation_id)]}
+                "mounts": [m.info() for m in self.volumes.mounts(allocation_id)],
+                "addresses": list(self._addresses.get(allocation_id, []))}
 
     async def console(self, allocation_id: uuid.UUID, offset: int, limit: int) -> Console | None:
         """A sim instance's console: one line saying what it is (there is no guest)."""

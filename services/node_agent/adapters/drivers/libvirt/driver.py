@@ -237,7 +237,8 @@ class LibvirtDriver(LibvirtVolumes, ProvisioningDriver):
             (files / "instance.json").write_text(json.dumps({
                 "started_at": started, "prepare_s": round(prepared - began, 3), "start_s": round(started - prepared, 3),
                 "image": spec.guest.image.name, "hostname": spec.guest.hostname,
-                "passthrough": full.metadata["passthrough"]}))
+                "passthrough": full.metadata["passthrough"],
+                "addresses": [f"{spec.nic.ip_address}/{spec.nic.prefix_len}"]}))
             return dom.name(), True
         except (images.ImageError, ValueError, OSError) as exc:
             self._remove(spec.allocation_id)
@@ -345,7 +346,7 @@ class LibvirtDriver(LibvirtVolumes, ProvisioningDriver):
                 "boot_s": round(ready - info["started_at"], 3) if ready else None,
                 "prepare_s": info.get("prepare_s"), "start_s": info.get("start_s"),
                 "power_state": "running" if self._active(allocation_id) else "stopped",
-                "mounts": self.volume_info(allocation_id)}
+                "mounts": self.volume_info(allocation_id), "addresses": info.get("addresses", [])}
 
     async def instance_info(self, allocation_id: uuid.UUID) -> dict:
         return await self._call(self._info, allocation_id)
