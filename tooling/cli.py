@@ -71,14 +71,12 @@ async def bare_metal(platform: Platform, data: dict, lab: DemoLab | None) -> Non
     bm = DemoBareMetal(platform.workdir, fabric=(lab.lab.fabric, "ul"))
     platform.on_stop.insert(0, bm.stop)
     try:
-        no_leaf = await asyncio.to_thread(bm.prepare)
+        await asyncio.to_thread(bm.prepare)
     except (OSError, RuntimeError) as exc:
         print(f"bare-metal demo node: cannot run here: {str(exc).splitlines()[0][:300]}", flush=True)
         return
-    if no_leaf:
-        print(f"bare-metal demo node: {no_leaf}", flush=True)
-    else:   # the services started before the leaf existed (a new one at each start): the network service learns it
-        await platform.restart("network", env=bm.network_env())
+    # the services started before the leaf existed (a new one at each start): the network service learns it
+    await platform.restart("network", env=bm.network_env())
     async with platform.admin() as admin:
         if data.get("bm_node") is None:
             await admin.define_pool(BM_POOL, "pack", BM_TAINT)

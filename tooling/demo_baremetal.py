@@ -18,7 +18,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from .bmc_lab import BmcLab
-from .leaf_lab import vlan_filtering_supported
 
 POOL = "baremetal"
 TAINT = {"dedicated": f"{POOL}:NoSchedule"}
@@ -33,15 +32,10 @@ class DemoBareMetal:
         self.workdir = workdir
         self.lab = BmcLab(disks=SLOTS, fabric=fabric)
 
-    def prepare(self) -> str | None:
+    def prepare(self) -> None:
         """Make the server, its bridges, leaf, disks and BMC (blocking; raises RuntimeError/OSError when it
-        cannot). Returns why the server has no leaf when it was given a fabric but runs without one."""
-        why = None
-        if self.lab.fabric is not None and not vlan_filtering_supported():
-            why = "this kernel's bridge cannot filter VLANs: the server stays on the provisioning network, no leaf"
-            self.lab = BmcLab(disks=SLOTS)
+        cannot)."""
         self.lab.start()
-        return why
 
     def network_env(self) -> dict[str, str]:
         """The network service's settings for this server's leaf (empty without one)."""

@@ -1,9 +1,13 @@
 """A leaf switch in a network namespace, for the tests and ``./taskw up``: what SONiC and Cumulus Linux leaves are
-(Linux with a VLAN-aware bridge and VXLAN devices), in the state a provider leaves a leaf before Tessera programs it.
+(Linux with bridges and VXLAN devices), in the state a provider leaves a leaf before Tessera programs it.
+
+The leaf runs in traditional bridge mode (Cumulus Linux supports it beside VLAN-aware mode): one bridge per VLAN,
+named ``br<vlan>``, holding that VLAN's access ports and, for a tenant network, its VXLAN device. It needs no VLAN
+filtering in the kernel (this machine's kernel has none), and moving an access port between VLANs is one change of
+its bridge.
 
 Day-0 configuration (what this module makes):
-- the namespace ``netns`` with one VLAN-aware bridge ``br_default`` (no default PVID: a port carries only the VLANs
-  it is given; no multicast snooping, so the VXLAN flood reaches every VTEP);
+- the namespace ``netns`` with the provisioning VLAN's bridge ``br<provisioning vlan>`` (no multicast snooping);
 - an underlay port ``ul0`` with the leaf's VTEP address, cabled to the fabric's underlay bridge (where the nodes'
   underlay ports are);
 - ports cabled to servers and uplinks (``cable``): each a veth whose leaf end is a bridge port; a server-facing port
@@ -18,7 +22,6 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass, field
 
-BRIDGE = "br_default"
 UNDERLAY = "ul0"
 PROVISIONING_VLAN = 4094
 
@@ -31,25 +34,14 @@ def _ip(*argv: str, netns: str | None = None, check: bool = True) -> subprocess.
     return proc
 
 
-def _bridge(*argv: str, netns: str) -> None:
-    cmd = ["bridge", "-n", netns, *argv]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()}")
+def vlan_bridge(vlan: int) -> str:
+    """The leaf's bridge of ``vlan`` (the kernel fabric driver names them the same way)."""
+    return f"br{vlan}"
 
 
-def vlan_filtering_supported() -> bool:
-    """Whether this kernel's bridge filters VLANs (CONFIG_BRIDGE_VLAN_FILTERING), which a leaf needs: some
-    minimal VM kernels lack it. Tries a throwaway bridge in a throwaway namespace; needs root."""
-    import secrets
-    probe = f"tlp{secrets.token_hex(4)}"
-    if _ip("netns", "add", probe, check=False).returncode != 0:
-        return False
-    try:
-        return _ip("link", "add", "probe", "type", "bridge", "vlan_filtering", "1", netns=probe,
-                   check=False).returncode == 0
-    finally:
-        _ip("netns", "del", probe, check=False)
+def vlan_of_bridge(name: str | None) -> int | None:
+    """The VLAN whose bridge ``name`` is, or None."""
+    return int(name[2:]) if name and name.startswith("br") and name[2:].isdigit() else None
 
 
 @dataclass
@@ -67,9 +59,10 @@ class LeafLab:
         try:
             _ip("netns", "add", self.netns)
             _ip("link", "set", "lo", "up", netns=self.netns)
-            _ip("link", "add", BRIDGE, "type", "bridge", "vlan_filtering", "1", "vlan_default_pvid", "0",
-                "mcast_snooping", "0", "stp_state", "0", "forward_delay", "0", netns=self.netns)
-            _ip("link", "set", BRIDGE, "up", netns=self.netns)
+            bridge = vlan_bridge(self.provisioning_vlan)
+            _ip("link", "add", bridge, "type", "bridge", "mcast_snooping", "0", "stp_state", "0", "forward_delay", "0",
+                netns=self.netns)
+            _ip("link", "set", bridge, "up", netns=self.netns)
             _ip("link", "add", UNDERLAY, "netns", self.netns, "type", "veth", "peer", "name", fabric_port,
                 "netns", fabric_netns)
             self.outer.append((fabric_netns, fabric_port))
@@ -88,23 +81,17 @@ class LeafLab:
         _ip("link", "add", port, "netns", self.netns, "type", "veth", "peer", "name", peer,
             *(["netns", peer_netns] if peer_netns else []))
         self.outer.append((peer_netns, peer))
-        _ip("link", "set", port, "master", BRIDGE, "up", netns=self.netns)
-        _bridge("vlan", "add", "dev", port, "vid", str(vlan or self.provisioning_vlan), "pvid", "untagged",
-                netns=self.netns)
+        _ip("link", "set", port, "master", vlan_bridge(vlan or self.provisioning_vlan), "up", netns=self.netns)
         if peer_master:
             _ip("link", "set", peer, "master", peer_master, netns=peer_netns)
         _ip("link", "set", peer, "up", netns=peer_netns)
 
     def port_vlans(self, port: str) -> set[int]:
-        """The VLANs bridge port ``port`` carries now."""
+        """The VLANs bridge port ``port`` carries now: its bridge's (none when it is in no VLAN's bridge)."""
         import json
-        out = subprocess.run(["bridge", "-n", self.netns, "-j", "vlan", "show", "dev", port], capture_output=True,
-                             text=True, timeout=30).stdout
-        found: set[int] = set()
-        for entry in json.loads(out or "[]"):
-            for v in entry.get("vlans", []):
-                found.update(range(v["vlan"], v.get("vlanEnd", v["vlan"]) + 1))
-        return found
+        [link] = json.loads(_ip("-j", "link", "show", "dev", port, netns=self.netns).stdout)
+        vlan = vlan_of_bridge(link.get("master"))
+        return set() if vlan is None else {vlan}
 
     def links(self) -> list[str]:
         """The names of the leaf's links (lo excluded)."""

@@ -2,8 +2,7 @@
 the provisioning services are access ports of the provisioning VLAN, the cable bridge carries no address, the
 leaf's VTEP is on the VM-slice nodes' underlay, and ``stop()`` leaves nothing behind. A stand-in for the server (a
 namespace on the cable bridge) reaches the provisioning services through the leaf, and no longer once its port
-leaves the provisioning VLAN. The settings and the domain XML are checked without root, and on a kernel whose
-bridge cannot filter VLANs.
+leaves the provisioning VLAN. The settings and the domain XML are checked without root.
 """
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ import pytest
 
 from services.node_agent.adapters.dataplane.lab import Lab
 from tooling.bmc_lab import BmcLab, server_xml
-from tooling.leaf_lab import PROVISIONING_VLAN, vlan_filtering_supported
+from tooling.leaf_lab import PROVISIONING_VLAN
 
 as_root = [pytest.mark.root, pytest.mark.timeout(60),
            pytest.mark.skipif(os.geteuid() != 0, reason="namespaces, bridges and veth cables need root")]
@@ -63,8 +62,6 @@ def underlay():
 
 @pytest.fixture(scope="module")
 def fabric(underlay):
-    if not vlan_filtering_supported():
-        pytest.skip("this kernel's bridge cannot filter VLANs (no CONFIG_BRIDGE_VLAN_FILTERING): a leaf needs it")
     return underlay
 
 
@@ -80,7 +77,7 @@ def bm(fabric):
 @root
 def test_the_server_port_and_the_uplink_are_access_ports_of_the_provisioning_vlan(bm):
     for port in ("swp1", "prov0"):
-        assert link(port, bm.leaf.netns)["master"] == "br_default"
+        assert link(port, bm.leaf.netns)["master"] == f"br{PROVISIONING_VLAN}"
         assert bm.leaf.port_vlans(port) == {PROVISIONING_VLAN}
     assert link(f"tbx{bm.tag}")["master"] == f"tbc{bm.tag}"   # the server's side of its cable
     assert link(f"tbp{bm.tag}")["master"] == bm.bridge        # the provisioning services' side
@@ -111,16 +108,15 @@ def test_the_server_reaches_the_provisioning_services_through_the_leaf_until_its
         sh("ip", "-n", server_ns, "link", "set", "eth0", "up")
         ping = ("ip", "netns", "exec", server_ns, "ping", "-c1", "-W1", bm.host_address)
         assert sh(*ping, "-w5", check=False).returncode == 0   # -w: while the ports come up
-        sh("bridge", "-n", bm.leaf.netns, "vlan", "del", "dev", "swp1", "vid", str(PROVISIONING_VLAN))
-        sh("bridge", "-n", bm.leaf.netns, "vlan", "add", "dev", "swp1", "vid", "100", "pvid", "untagged")
+        sh("ip", "-n", bm.leaf.netns, "link", "add", "br100", "type", "bridge")
+        sh("ip", "-n", bm.leaf.netns, "link", "set", "swp1", "master", "br100")   # another VLAN's bridge
         sh("ip", "netns", "exec", server_ns, "ip", "neigh", "flush", "all")
         assert sh(*ping, check=False).returncode != 0
     finally:
         sh("ip", "link", "del", nic, check=False)
         sh("ip", "netns", "del", server_ns, check=False)
-        sh("bridge", "-n", bm.leaf.netns, "vlan", "del", "dev", "swp1", "vid", "100", check=False)
-        sh("bridge", "-n", bm.leaf.netns, "vlan", "add", "dev", "swp1", "vid", str(PROVISIONING_VLAN), "pvid",
-           "untagged", check=False)
+        sh("ip", "-n", bm.leaf.netns, "link", "set", "swp1", "master", f"br{PROVISIONING_VLAN}", check=False)
+        sh("ip", "-n", bm.leaf.netns, "link", "del", "br100", check=False)
 
 
 def assert_gone(lab: BmcLab, fabric_netns: str) -> None:

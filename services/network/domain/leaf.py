@@ -1,12 +1,15 @@
 """What a Linux leaf switch must run to match what the network service holds for it: pure planning, no I/O.
 
-A Linux leaf (SONiC, Cumulus Linux, or the lab's namespace) bridges its server ports and its VXLAN devices in one
-VLAN-aware bridge. For each tenant network served on the leaf it carries the network's VNI on a VXLAN device that is
-an access port of the network's leaf-local VLAN; each bare-metal server port bound to a tenant network is an access
-port of that network's VLAN, and every other server port Tessera has touched is back in the provisioning VLAN.
+A Linux leaf (SONiC, Cumulus Linux, or the lab's namespace) is driven in traditional bridge mode: one bridge per
+leaf-local VLAN, ``br<vlan>``, holding that VLAN's access ports. For each tenant network served on the leaf, its VLAN's
+bridge also holds the network's VXLAN device (its VNI, flood-and-learn over the underlay, as the nodes' dataplane
+does); a bare-metal server port bound to the network is an access port of that bridge, and every other server port
+Tessera has touched is back in the provisioning VLAN's bridge (the leaf's day-0 configuration). Traditional mode needs
+no VLAN filtering in the kernel, and a port changes VLAN in one step (its bridge), so it is never in two at once.
+
 ``plan`` turns the difference between what the leaf has (``LeafState``, read by the driver) and what it should have
-(``LeafWant``) into the commands that close it, in an order that never puts a port in two VLANs at once: a port
-leaves its old VLAN before it joins the new one.
+(``LeafWant``) into the commands that close it: the wanted bridges and VXLAN devices first, then the ports, then what
+is no longer wanted.
 """
 from __future__ import annotations
 
@@ -15,22 +18,31 @@ from dataclasses import dataclass, field
 
 from shared.vxlan import VXLAN_OVERHEAD, VXLAN_PORT, vxlan_group
 
-BRIDGE = "br_default"
 UNDERLAY = "ul0"
-ALIAS = "tessera:vxlan:"
+VXLAN_ALIAS = "tessera:vxlan:"
+BRIDGE_ALIAS = "tessera:vlan:"
 
 
 def vxlan_device(vni: int) -> str:
     return f"vx{vni:06x}"
 
 
+def vlan_bridge(vlan: int) -> str:
+    return f"br{vlan}"
+
+
 @dataclass(frozen=True)
 class LeafState:
-    """What the leaf has: its links, the VLANs of each bridge port, the VXLAN devices Tessera made (by VNI)."""
-    links: frozenset[str]
-    vlans: dict[str, frozenset[int]]           # bridge port → its VLANs
-    vxlans: dict[int, str]                     # VNI → device name (only those with Tessera's alias)
+    """What the leaf has: its links and each one's bridge (None: none), the VXLAN devices and VLAN bridges Tessera
+    made (recognised by their alias: a link of the provider's own is never touched)."""
+    masters: dict[str, str | None]
+    vxlans: dict[int, str]                     # VNI → device
+    bridges: frozenset[str] = frozenset()      # VLAN bridges of tenant networks
     underlay_mtu: int = 1500
+
+    @property
+    def links(self) -> frozenset[str]:
+        return frozenset(self.masters)
 
 
 @dataclass(frozen=True)
@@ -43,45 +55,50 @@ class LeafWant:
 
 
 class LeafRefusal(Exception):
-    """The leaf cannot be brought to what is wanted (a missing bridge, underlay or port); str(exc) says what."""
+    """The leaf cannot be brought to what is wanted (a missing underlay, provisioning bridge or port)."""
 
 
-def check(state: LeafState, want: LeafWant) -> None:
-    """Refuse what no command can fix: the day-0 bridge and underlay are missing, or a port is not on the leaf."""
-    for link in (BRIDGE, UNDERLAY):
-        if link not in state.links:
-            raise LeafRefusal(f"has no {link}: it is not configured as a leaf (a VLAN-aware bridge {BRIDGE} and an "
-                              f"underlay port {UNDERLAY})")
+def check(state: LeafState, want: LeafWant, provisioning_vlan: int) -> None:
+    """Refuse what no command can fix: the day-0 underlay and provisioning bridge are missing, or a port is not on
+    the leaf."""
+    for link in (UNDERLAY, vlan_bridge(provisioning_vlan)):
+        if link not in state.masters:
+            raise LeafRefusal(f"has no {link}: it is not configured as a leaf (an underlay port {UNDERLAY} and the "
+                              f"provisioning VLAN's bridge {vlan_bridge(provisioning_vlan)})")
     for port in sorted({*want.ports, *want.restore}):
-        if port not in state.links:
+        if port not in state.masters:
             raise LeafRefusal(f"has no port {port}")
 
 
 def plan(state: LeafState, want: LeafWant, provisioning_vlan: int) -> list[list[str]]:
-    """The commands (argv of ``ip``/``bridge``, without the namespace) that bring ``state`` to ``want``."""
+    """The commands (argv of ``ip``, without the namespace) that bring ``state`` to ``want``."""
     cmds: list[list[str]] = []
+    mtu = str(state.underlay_mtu - VXLAN_OVERHEAD)
+    wanted_bridges = {vlan_bridge(vlan) for vlan, _ in want.segments.values()}
+    for vni, (vlan, network_id) in sorted(want.segments.items()):
+        bridge = vlan_bridge(vlan)
+        if bridge not in state.masters:
+            cmds += [["ip", "link", "add", bridge, "type", "bridge", "mcast_snooping", "0", "stp_state", "0",
+                      "forward_delay", "0"],
+                     ["ip", "link", "set", bridge, "alias", f"{BRIDGE_ALIAS}{network_id}"],
+                     ["ip", "link", "set", bridge, "up"]]
+        dev = state.vxlans.get(vni)
+        if dev is None:
+            dev = vxlan_device(vni)
+            cmds += [["ip", "link", "add", dev, "type", "vxlan", "id", str(vni), "group", vxlan_group(vni),
+                      "dev", UNDERLAY, "dstport", str(VXLAN_PORT), "learning"],
+                     ["ip", "link", "set", dev, "alias", f"{VXLAN_ALIAS}{network_id}"],
+                     ["ip", "link", "set", dev, "mtu", mtu, "master", bridge, "up"]]
+        elif state.masters.get(dev) != bridge:
+            cmds.append(["ip", "link", "set", dev, "master", bridge])
+    targets = {port: vlan_bridge(vlan) for port, vlan in want.ports.items()}
+    targets.update({port: vlan_bridge(provisioning_vlan) for port in want.restore if port not in want.ports})
+    for port, bridge in sorted(targets.items()):
+        if state.masters.get(port) != bridge:
+            cmds.append(["ip", "link", "set", port, "master", bridge])
     for vni, dev in sorted(state.vxlans.items()):
         if vni not in want.segments:
             cmds.append(["ip", "link", "del", dev])
-    mtu = str(state.underlay_mtu - VXLAN_OVERHEAD)
-    for vni, (vlan, network_id) in sorted(want.segments.items()):
-        dev = state.vxlans.get(vni) or vxlan_device(vni)
-        if vni not in state.vxlans:
-            cmds += [["ip", "link", "add", dev, "type", "vxlan", "id", str(vni), "group", vxlan_group(vni),
-                      "dev", UNDERLAY, "dstport", str(VXLAN_PORT), "learning"],
-                     ["ip", "link", "set", dev, "alias", f"{ALIAS}{network_id}"],
-                     ["ip", "link", "set", dev, "mtu", mtu, "master", BRIDGE, "up"]]
-        cmds += _access(dev, state.vlans.get(dev, frozenset()), vlan)
-    for port, vlan in sorted(want.ports.items()):
-        cmds += _access(port, state.vlans.get(port, frozenset()), vlan)
-    for port in sorted(want.restore - set(want.ports)):
-        cmds += _access(port, state.vlans.get(port, frozenset()), provisioning_vlan)
-    return cmds
-
-
-def _access(dev: str, has: frozenset[int], vlan: int) -> list[list[str]]:
-    """``dev`` an access port of ``vlan`` only: its other VLANs go first."""
-    cmds = [["bridge", "vlan", "del", "dev", dev, "vid", str(v)] for v in sorted(has - {vlan})]
-    if vlan not in has or len(has) > 1:
-        cmds.append(["bridge", "vlan", "add", "dev", dev, "vid", str(vlan), "pvid", "untagged"])
+    for bridge in sorted(state.bridges - wanted_bridges - {vlan_bridge(provisioning_vlan)}):
+        cmds.append(["ip", "link", "del", bridge])
     return cmds

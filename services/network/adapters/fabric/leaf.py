@@ -1,7 +1,8 @@
 """A real fabric driver for Linux leaf switches (SONiC, Cumulus Linux): it programs the leaf's kernel with iproute2.
 
-What the EVPN renderer describes for a leaf — a network's VNI on a VXLAN device mapped to a leaf-local VLAN in the
-bridge, a server port an access port of a VLAN — this driver does, on the leaves it is given
+What the EVPN renderer describes for a leaf — a network's VNI on a VXLAN device mapped to a leaf-local VLAN, a
+server port an access port of a VLAN — this driver does, in traditional bridge mode (a bridge per VLAN:
+``domain.leaf``), on the leaves it is given
 (``TESSERA_NETWORK_LEAF_NETNS``: leaf name → the network namespace holding it; a production deployment would reach a
 switch over SSH or its agent, the commands stay the same). Leaves it is not given are left to the other drivers.
 
@@ -20,7 +21,7 @@ import json
 import asyncpg
 import structlog
 
-from ...domain.leaf import BRIDGE, LeafRefusal, LeafState, LeafWant, check, plan
+from ...domain.leaf import BRIDGE_ALIAS, UNDERLAY, VXLAN_ALIAS, LeafRefusal, LeafState, LeafWant, check, plan
 from .base import FabricCall, FabricChange, FabricDriver, FabricRefused, PortChange, record
 
 log = structlog.get_logger()
@@ -59,20 +60,21 @@ class LeafDriver(FabricDriver):
         if leaf not in self.netns:
             return
         try:
-            await self.sync(conn, leaf, restore=restore)
+            await self.sync(conn, leaf, restore=restore, lenient=True)
         except FabricRefused as exc:   # the next change on the leaf tries again
             log.warning("leaf.settle_failed", leaf=leaf, reason=exc.reason)
 
     # -- the leaf's state ----------------------------------------------------------------------------------------
-    async def sync(self, conn: asyncpg.Connection, leaf: str, restore: tuple[str, ...] = ()) -> list[FabricCall]:
-        """Make ``leaf`` carry what the tables hold for it (``restore``: ports to return to the provisioning VLAN);
-        returns the commands run. Raises FabricRefused."""
+    async def sync(self, conn: asyncpg.Connection, leaf: str, restore: tuple[str, ...] = (),
+                   lenient: bool = False) -> list[FabricCall]:
+        """Make ``leaf`` carry what the tables hold for it (``restore``: ports to return to the provisioning VLAN;
+        ``lenient``: those the leaf does not have are left out); returns the commands run. Raises FabricRefused."""
         ns = self.netns[leaf]
         await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", f"network.leaf:{leaf}")
-        want = await _wanted(conn, leaf, restore)
         state = await self._read(leaf, ns)
+        want = await _wanted(conn, leaf, tuple(p for p in restore if not lenient or p in state.masters))
         try:
-            check(state, want)
+            check(state, want, self.provisioning_vlan)
         except LeafRefusal as exc:
             raise FabricRefused(f"leaf {leaf} {exc}") from None
         cmds = plan(state, want, self.provisioning_vlan)
@@ -84,21 +86,19 @@ class LeafDriver(FabricDriver):
 
     async def _read(self, leaf: str, ns: str) -> LeafState:
         links = json.loads(await _run(leaf, ns, ["ip", "-j", "-d", "link", "show"]) or "[]")
-        bridged = json.loads(await _run(leaf, ns, ["bridge", "-j", "vlan", "show"]) or "[]")
-        vlans = {}
-        for entry in bridged:
-            if entry.get("ifname") != BRIDGE:
-                vlans[entry["ifname"]] = frozenset(
-                    v for item in entry.get("vlans", []) for v in range(item["vlan"], item.get("vlanEnd", item["vlan"]) + 1))
-        vxlans = {}
-        underlay_mtu = 1500
+        masters, vxlans, bridges, underlay_mtu = {}, {}, set(), 1500
         for link in links:
-            info = link.get("linkinfo", {})
-            if info.get("info_kind") == "vxlan" and str(link.get("ifalias", "")).startswith("tessera:"):
-                vxlans[int(info["info_data"]["id"])] = link["ifname"]
-            if link["ifname"] == "ul0":
+            name, alias = link["ifname"], str(link.get("ifalias", ""))
+            if name == "lo":
+                continue
+            masters[name] = link.get("master")
+            if link.get("linkinfo", {}).get("info_kind") == "vxlan" and alias.startswith(VXLAN_ALIAS):
+                vxlans[int(link["linkinfo"]["info_data"]["id"])] = name
+            if alias.startswith(BRIDGE_ALIAS):
+                bridges.add(name)
+            if name == UNDERLAY:
                 underlay_mtu = int(link.get("mtu", 1500))
-        return LeafState(frozenset(link["ifname"] for link in links), vlans, vxlans, underlay_mtu)
+        return LeafState(masters, vxlans, frozenset(bridges), underlay_mtu)
 
 
 async def _wanted(conn: asyncpg.Connection, leaf: str, restore: tuple[str, ...]) -> LeafWant:
