@@ -95,7 +95,7 @@ CONTRACT = ServiceContract(
         "scheduler.node_health_changed", "scheduler.health_policy_changed", "scheduler.breaker_changed",
         "network.network_created", "network.network_deleted", "network.security_rule_added",
         "network.security_rule_removed", "network.command_rejected", "network.network_attached",
-        "network.network_detached", "node_agent.power_changed", "node_agent.instance_problem",
+        "network.network_detached", "network.port_moved", "node_agent.power_changed", "node_agent.instance_problem",
         "node_agent.slots_wiped", "node_agent.slot_rewiped", "node_agent.fault_injected",
         "storage.volume_changed", "storage.quota_changed", "storage.classes_announced", "storage.usage_reported",
         "billing.price_list_published", "billing.price_list_rejected", "billing.usage_rated",

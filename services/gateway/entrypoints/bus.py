@@ -51,6 +51,7 @@ def wire(rt: Runtime) -> None:
     subscribe("network.command_rejected", networks.on_command_rejected)
     subscribe("network.network_attached", networks.on_network_attached)
     subscribe("network.network_detached", networks.on_network_detached)
+    subscribe("network.port_moved", instances.on_port_moved)
     subscribe("node_agent.power_changed", instances.on_power_changed)
     subscribe("node_agent.instance_problem", instances.on_instance_problem)
     subscribe("node_agent.slots_wiped", wipes.on_slots_wiped)        # every node's (the subject's wildcard)

@@ -1,6 +1,7 @@
 """What the node-agents say of the instances they run, projected for the tenants: a power action's outcome
 (``node_agent.power_changed``: the action row and the instance's power state) and a problem reconcile found
-with an allocation's instance (``node_agent.instance_problem``). Both are appended to the allocation's event
+with an allocation's instance (``node_agent.instance_problem``); and where a bare-metal server's switch port is
+(``network.port_moved``: the instance's ``network_phase``). Both are appended to the allocation's event
 stream, in the consumer's transaction (inbox dedupe included).
 
 The power state only moves to a newer change (``PowerChanged.at``), whatever order the outcomes arrive in.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import structlog
 
+from services.network.contracts import PortMoved
 from services.node_agent.contracts import InstanceProblem, PowerChanged
 from shared.unit_of_work import UnitOfWork
 
@@ -50,3 +52,12 @@ async def on_instance_problem(ctx: UnitOfWork, data: InstanceProblem) -> None:
         return
     await lock_events(ctx.conn, data.allocation_id)
     await append_event(ctx.conn, data.allocation_id, ctx.causation)
+
+
+async def on_port_moved(ctx: UnitOfWork, data: PortMoved) -> None:
+    """A bare-metal server's port moved: its instance's network phase (tenant at hand-off, which the activation
+    says too; cleaning once the release returned it to the provisioning network), in its event stream."""
+    await lock_events(ctx.conn, data.allocation_id)
+    await append_event(ctx.conn, data.allocation_id, ctx.causation)
+    if not await repo.set_network_phase(ctx.conn, data.allocation_id, data.phase, data.seconds):
+        log.info("projection.port_moved_before_activation", allocation_id=str(data.allocation_id), phase=data.phase)

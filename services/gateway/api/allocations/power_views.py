@@ -82,3 +82,14 @@ async def set_power_state(conn: asyncpg.Connection, allocation_id: uuid.UUID, po
         "power_changed_at=$3, updated_at=now() WHERE id=$1 AND instance IS NOT NULL "
         "AND (power_changed_at IS NULL OR power_changed_at < $3) RETURNING 1", allocation_id, power_state,
         at) is not None
+
+
+async def set_network_phase(conn: asyncpg.Connection, allocation_id: uuid.UUID, phase: str, seconds: float) -> bool:
+    """Show the network a bare-metal server's port is on; its move back to the provisioning network (for the
+    wipe) is one of its phases, ``port_to_provisioning`` (the move to the tenant network is already one)."""
+    return await conn.fetchval(
+        "UPDATE allocations_view SET instance = jsonb_set(instance, '{network_phase}', to_jsonb($2::text)) || "
+        "CASE WHEN $2 = 'cleaning' THEN jsonb_build_object('phases', COALESCE(instance->'phases', '[]'::jsonb) || "
+        "jsonb_build_array(jsonb_build_object('name', 'port_to_provisioning', 'seconds', $3::float8))) "
+        "ELSE '{}'::jsonb END, updated_at=now() WHERE id=$1 AND instance IS NOT NULL RETURNING 1",
+        allocation_id, phase, seconds) is not None
