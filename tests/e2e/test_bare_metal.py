@@ -1,7 +1,9 @@
 """Bare metal made real: through the gateway, a bare_metal allocation is provisioned by the node's
 redfish driver against a real sushy-emulator BMC whose server is a real QEMU domain (TCG); the server boots the
-project's image from virtual media and phones home; release powers it off, ejects the media and wipes its disks
-(loop devices full of "tenant data") with evidence; a wrong BMC password fails the step naming the 401 and leaves
+project's image from virtual media and phones home over the provisioning network, then its switch port moves to its
+tenant's VXLAN on a Linux leaf, where it reaches the tenant's VM slice and no provisioning service; release powers it
+off, returns its port to the provisioning network, ejects the media and wipes its disks (loop devices full of "tenant
+data") with evidence; a wrong BMC password fails the step naming the 401 and leaves
 the server off; a slot whose wipe fails is quarantined, never placed, and returns after a provider admin's
 re-wipe. Nothing is mocked between Tessera and the emulator."""
 from __future__ import annotations
@@ -13,12 +15,16 @@ import uuid
 
 import pytest
 
+from services.node_agent.adapters.dataplane.lab import UNDERLAY_DEV, Lab
 from tests.support import vm
 from tests.support.disks import fill_pattern, pattern_on, set_read_only
+from tests.support.guest import GuestShell, http_get
 from tests.support.platform import E2E_ENV
 from tests.support.polling import eventually
 from tooling.bmc_lab import BmcLab
 from tooling.client import TesseraClient
+from tooling.demo_lab import remove_domains_of
+from tooling.leaf_lab import PROVISIONING_VLAN
 from tooling.platform import Platform
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(900),
@@ -27,24 +33,35 @@ pytestmark = [pytest.mark.root, pytest.mark.timeout(900),
 SLOTS = 8                                    # bm.8gpu: the whole HGX node, one NVMe per slot
 WIPE_POLICY = "nvme-secure-erase+discard"    # the loop devices are no NVMe controllers: blkdiscard
 BOOT_S = 180
-PHASES = ["power_off", "insert_media", "boot_override", "power_on", "deploy"]
+PHASES = ["power_off", "insert_media", "boot_override", "power_on", "deploy", "port_to_tenant"]
 
 
 @pytest.fixture(scope="module")
 async def platform(tmp_path_factory):
+    """The server cabled to a leaf on the underlay of one VM-slice node (libvirt, kernel dataplane): the network
+    service's kernel driver programs the leaf."""
     image = await asyncio.to_thread(vm.host_ready)
     work = tmp_path_factory.mktemp("bm-platform")
-    lab = BmcLab(disks=SLOTS)
-    p = Platform(work, env={**E2E_ENV, "TESSERA_SAGA_STEP_TIMEOUTS": "provision_node=120,wipe_slots=60"},
-                 durable=False)
-    p.lab = lab
+    underlay = Lab(1, dataplanes=False)
+    lab = BmcLab(disks=SLOTS, fabric=(underlay.fabric, "ul"))
+    p = None
     try:
+        await asyncio.to_thread(underlay.build)
         await asyncio.to_thread(lab.start)
+        p = Platform(work, env={**E2E_ENV, **lab.network_env(),
+                                "TESSERA_SAGA_STEP_TIMEOUTS": "provision_node=120,wipe_slots=60"}, durable=False)
+        p.lab, p.underlay, p.vm_nodes = lab, underlay, set()
         await p.start()
         env = {**lab.node_env(work / "redfish"), "TESSERA_REDFISH_TIMEOUTS": "deploy=90"}
         async with p.admin() as admin:
             await admin.define_pool("bm", "pack", {"dedicated": "bm:NoSchedule"})
+            await admin.define_pool("vm", "pack", {"dedicated": "vm:NoSchedule"})
             p.node = await p.add_node(f"bm-{lab.tag}", env=env, pool="bm", wipe_policy=WIPE_POLICY)
+            vm_node = await p.add_node(f"vm-{lab.tag}", pool="vm", env={
+                **vm.VM_ENV, "TESSERA_NODE_DATAPLANE": "kernel", "TESSERA_NODE_NETNS": underlay.node_ns[0],
+                "TESSERA_NODE_UNDERLAY_DEV": UNDERLAY_DEV, "TESSERA_LIBVIRT_STATE_DIR": str(work / "vm-node")})
+            p.vm_nodes.add(vm_node)
+            underlay.node_ids = [uuid.UUID(vm_node)]
             status, body, _ = await admin.request("POST", "/v1/images", json_body=vm.catalog_entry(image, default=True))
             assert status == 201, body
             await set_bmc(admin, p, lab.password)
@@ -52,9 +69,12 @@ async def platform(tmp_path_factory):
         yield p
     finally:
         try:
-            await p.stop()
+            if p is not None:
+                await p.stop()
         finally:
+            await asyncio.to_thread(remove_domains_of, getattr(p, "vm_nodes", set()))
             await asyncio.to_thread(lab.stop)
+            await asyncio.to_thread(underlay.destroy)
 
 
 async def set_bmc(admin: TesseraClient, p: Platform, password: str) -> dict:
@@ -66,6 +86,7 @@ async def set_bmc(admin: TesseraClient, p: Platform, password: str) -> dict:
 async def tenant(p: Platform, admin: TesseraClient) -> TesseraClient:
     t = await admin.create_tenant(f"bm-{uuid.uuid4().hex[:8]}")
     await admin.set_quota(t["id"], "bm", "H100", 16)
+    await admin.set_quota(t["id"], "vm", "H100", 8)
     u = await admin.create_user(t["id"], "researcher", "tenant_user")
     return await TesseraClient(p.gateway_url, u["api_key"]).__aenter__()
 
@@ -174,3 +195,70 @@ async def _quarantined(admin: TesseraClient, node_id: str, empty: bool = False) 
     node = await admin.node(node_id)
     return node if bool(node.get("quarantined")) != empty else None
 
+
+
+async def _cleaning(client: TesseraClient, allocation: dict) -> dict | None:
+    a = await client.allocation(allocation["id"])
+    return a if a["instance"]["network_phase"] == "cleaning" else None
+
+
+async def guest(p: Platform, client: TesseraClient, name: str) -> dict:
+    a = await client.create_allocation(name, "vm.1gpu", pool="vm", tolerations=["dedicated=vm:NoSchedule"])
+    return await client.wait_state(a["id"], "ACTIVE", timeout=BOOT_S)
+
+
+def address(allocation: dict) -> str:
+    return allocation["instance"]["addresses"][0].split("/")[0]
+
+
+async def sh(shell: GuestShell, command: str) -> tuple[int, str]:
+    return await asyncio.to_thread(shell.run, command, 30)
+
+
+async def pings(shell: GuestShell, ip: str) -> bool:
+    return (await sh(shell, f"ping -c 1 -W 1 {ip}"))[0] == 0
+
+
+async def never_pings(shell: GuestShell, ip: str) -> bool:
+    return (await sh(shell, f"ping -c 2 -W 1 {ip}"))[0] != 0
+
+
+async def test_a_server_and_a_vm_slice_of_one_tenant_share_its_network_and_nothing_else(platform):
+    p, lab = platform, platform.lab
+    async with p.admin() as admin:
+        client, other = await tenant(p, admin), await tenant(p, admin)
+    try:
+        vm_a, vm_b, bm = await asyncio.gather(guest(p, client, "vm-a"), guest(p, other, "vm-b"),
+                                              server(p, client, "bm-net"))
+        inst = bm["instance"]
+        assert inst["network_phase"] == "tenant" and [ph["name"] for ph in inst["phases"]] == PHASES
+        assert inst["switch_port"] == {"leaf": lab.leaf.name, "port": "swp1"} and inst["hca_guids"] == [lab.hca_guid]
+        bm_ip, a_ip, b_ip = address(bm), address(vm_a), address(vm_b)
+        assert lab.leaf.port_vlans("swp1") not in ({PROVISIONING_VLAN}, set())
+        with GuestShell(lab.shell_socket) as srv, GuestShell(vm.console_socket(vm_a["id"])) as ga, \
+                GuestShell(vm.console_socket(vm_b["id"])) as gb:
+            # the tenant's server and VM slice, across the underlay, both ways, ICMP and TCP
+            assert await eventually(lambda: pings(srv, a_ip), timeout=30, what=f"the server reaching {a_ip}")
+            assert await pings(ga, bm_ip)
+            assert "200 OK" in (await sh(srv, http_get(a_ip)))[1]
+            # handed off, the server reaches no provisioning service (the media server, the phone-home)
+            assert await never_pings(srv, lab.host_address)
+            # another tenant's guest reaches neither, even holding an address of the first tenant's subnet
+            for target in {bm_ip, a_ip} - {b_ip}:
+                assert await never_pings(gb, target)
+            spare = next(ip for ip in (f"10.0.0.{n}" for n in range(200, 250)) if ip not in (bm_ip, a_ip, b_ip))
+            assert (await sh(gb, f"ip addr add {spare}/24 dev eth0"))[0] == 0
+            assert await never_pings(gb, bm_ip if bm_ip != b_ip else a_ip)
+        wipe = await released(client, bm)
+        assert wipe["status"] == "wiped"
+        # the port went back to the provisioning network, and nothing of the tenant is left on the leaf
+        assert lab.leaf.port_vlans("swp1") == {PROVISIONING_VLAN}
+        gone = await eventually(lambda: _cleaning(client, bm), timeout=15, what="the server's network phase: cleaning")
+        assert [ph["name"] for ph in gone["instance"]["phases"]] == [*PHASES, "port_to_provisioning"]
+        assert not [link for link in lab.leaf.links() if link.startswith(("vx", "br")) and link != f"br{PROVISIONING_VLAN}"]
+        for a, c in ((vm_a, client), (vm_b, other)):
+            await c.release(a["id"])
+            await c.wait_state(a["id"], "RELEASED", timeout=120)
+    finally:
+        await client.__aexit__(None, None, None)
+        await other.__aexit__(None, None, None)

@@ -21,7 +21,7 @@ from services.node_agent.domain.dataplane.names import slot_port_name
 from services.node_agent.domain.vm.domain_xml import domain_name
 from tests.support import vm
 from tests.support.disks import LoopDisks
-from tests.support.guest import GuestShell
+from tests.support.guest import GuestShell, http_get
 from tests.support.platform import E2E_ENV
 from tests.support.polling import eventually
 from tooling.client import TesseraClient
@@ -109,11 +109,6 @@ def shell(p: Platform, allocation: dict) -> GuestShell:
 
 async def run(p: Platform, allocation: dict, command: str, timeout: float = 30) -> tuple[int, str]:
     return await asyncio.to_thread(shell(p, allocation).run, command, timeout)
-
-
-def http_get(ip: str) -> str:
-    """A guest command fetching / from ip:80 (busybox nc: the static busybox's wget cannot resolve without NSS)."""
-    return f"printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 5 {ip} 80"
 
 
 async def release_all(client: TesseraClient, allocations: list[dict]) -> None:

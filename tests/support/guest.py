@@ -173,3 +173,8 @@ async def await_console_line(log_path: Path | str, marker: str, timeout: float, 
         if "was awaited" in str(exc):
             raise
         raise AssertionError(f"{exc}; last console lines:\n{console_tail(log_path)}") from None
+
+
+def http_get(ip: str) -> str:
+    """A guest command fetching / from ip:80 (busybox nc: the static busybox's wget cannot resolve without NSS)."""
+    return f"printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 5 {ip} 80"
