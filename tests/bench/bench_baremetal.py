@@ -5,8 +5,10 @@ media; each is released, which powers the server off, ejects the media and wipes
 of --disk-mib MiB, filled with data before each release). Needs root.
 
 Per allocation: request → ACTIVE (the allocation's ``updated_at`` at ACTIVE minus the time just before the POST),
-the driver's phases (power_off, insert_media, boot_override, power_on, deploy: the allocation's ``instance.phases``),
-the Redfish calls it made, release → RELEASED, and the wipe evidence (bytes and seconds per disk).
+the driver's phases (power_off, insert_media, boot_override, power_on, deploy: the allocation's ``instance.phases``)
+and the move of the server's switch port to its tenant network (``port_to_tenant``: the kernel leaf driver on a Linux
+leaf in a namespace), the Redfish calls it made, release → RELEASED with the port's move back to the provisioning
+network (``port_to_provisioning``), and the wipe evidence (bytes and seconds per disk).
 
 Baselines in the same run, on the same loop devices with the same data written first and the server off:
 ``blkdiscard <dev>`` and ``dd if=/dev/zero of=<dev> bs=4M oflag=direct`` — what an operator would run by hand —
@@ -29,6 +31,7 @@ import uuid
 from datetime import datetime
 from pathlib import Path
 
+from services.node_agent.adapters.dataplane.lab import Lab
 from tests.bench.common import pct
 from tests.support import vm
 from tests.support.disks import fill_pattern
@@ -37,7 +40,8 @@ from tooling.bmc_lab import BmcLab
 from tooling.client import TesseraClient
 from tooling.platform import Platform
 
-PHASES = ("power_off", "insert_media", "boot_override", "power_on", "deploy")
+PHASES = ("power_off", "insert_media", "boot_override", "power_on", "deploy", "port_to_tenant")
+RELEASE_PHASES = ("port_to_provisioning",)
 POLICY = "nvme-secure-erase+discard"
 
 
@@ -84,12 +88,16 @@ async def until(fetch, done, timeout: float, interval: float = 0.2):
 
 async def main(n: int, disk_mib: int) -> dict:
     image = await asyncio.to_thread(vm.host_ready)
-    lab = BmcLab(disks=8, disk_mib=disk_mib)
+    underlay = Lab(0, dataplanes=False)   # the fabric the server's leaf is on
+    lab = BmcLab(disks=8, disk_mib=disk_mib, fabric=(underlay.fabric, "ul"))
     work = tempfile.mkdtemp(prefix="tessera-bench-bm-")
-    p = Platform(work, env={**E2E_ENV, "TESSERA_SAGA_STEP_TIMEOUTS": "provision_node=300,wipe_slots=300"}, durable=False)
+    p = None
     runs = []
     try:
+        await asyncio.to_thread(underlay.build)
         await asyncio.to_thread(lab.start)
+        p = Platform(work, env={**E2E_ENV, **lab.network_env(),
+                                "TESSERA_SAGA_STEP_TIMEOUTS": "provision_node=300,wipe_slots=300"}, durable=False)
         await p.start()
         async with p.admin() as admin:
             await admin.define_pool("bm", "pack", {"dedicated": "bm:NoSchedule"})
@@ -112,11 +120,16 @@ async def main(n: int, disk_mib: int) -> dict:
                 r0 = time.time()
                 await client.release(a["id"])
                 done = await until(lambda a=a: client.allocation(a["id"]), lambda x: x["state"] == "RELEASED", 600)
+                # the port's move back (network.port_moved) may be projected just after the release
+                done = await until(lambda a=a: client.allocation(a["id"]),
+                                   lambda x: x["instance"].get("network_phase") == "cleaning", 30)
                 wipe = (await client.request("GET", f"/v1/allocations/{a['id']}/wipe"))[1]
                 devices = [d for s in wipe["slots"] for d in s["devices"]]
                 runs.append({"request_to_active_s": epoch(a["updated_at"]) - t0,
                              "phases": {ph["name"]: ph["seconds"] for ph in a["instance"]["phases"]},
                              "redfish_calls": a["instance"]["redfish_calls"],
+                             "release_phases": {ph["name"]: ph["seconds"] for ph in done["instance"]["phases"]
+                                                if ph["name"] in RELEASE_PHASES},
                              "release_s": epoch(done["updated_at"]) - r0, "wipe_status": wipe["status"],
                              "wipe_MBps": [d["bytes"] / d["duration_s"] / 1e6 for d in devices if d["duration_s"] > 0],
                              "wipe_slot_s": max(s["duration_s"] for s in wipe["slots"]),
@@ -126,9 +139,11 @@ async def main(n: int, disk_mib: int) -> dict:
         base = await asyncio.to_thread(baselines, lab.loops, disk_mib << 20)
     finally:
         try:
-            await p.stop()
+            if p is not None:
+                await p.stop()
         finally:
             await asyncio.to_thread(lab.stop)
+            await asyncio.to_thread(underlay.destroy)
     wipe_rate = pct([r for run in runs for r in run["wipe_MBps"]], 0.5)
     # the node wipes its slots concurrently: every disk's bytes over the slowest slot's time (the step's wall time)
     all_rate = pct([run["wipe_bytes"] / 1e6 / run["wipe_slot_s"] for run in runs], 0.5)
@@ -137,6 +152,11 @@ async def main(n: int, disk_mib: int) -> dict:
         "request_to_active_s": {"p50": round(pct([r["request_to_active_s"] for r in runs], 0.5), 2),
                                 "p99": round(pct([r["request_to_active_s"] for r in runs], 0.99), 2)},
         "phases_p50_s": {ph: round(pct([r["phases"].get(ph, float("nan")) for r in runs], 0.5), 3) for ph in PHASES},
+        # the server's switch port: to its tenant network at hand-off, back to the provisioning one at release
+        "port_moves_p50_s": {
+            "to_tenant": round(pct([r["phases"].get("port_to_tenant", float("nan")) for r in runs], 0.5), 3),
+            "to_provisioning": round(pct([r["release_phases"].get("port_to_provisioning", float("nan"))
+                                          for r in runs], 0.5), 3)},
         # request → ACTIVE less the driver's phases: gateway, saga, scheduler, network, volume, messages
         "control_plane_s_p50": round(pct(cp := [r["request_to_active_s"] - sum(r["phases"].values()) for r in runs], 0.5), 3),
         "control_plane_share_p50": round(pct([c / r["request_to_active_s"] for c, r in zip(cp, runs)], 0.5), 4),
