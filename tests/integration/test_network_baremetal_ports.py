@@ -4,7 +4,8 @@ network's VXLAN at hand-off (bind_port) and back for cleaning (unbind_port); the
 (tooling.leaf_lab: a namespace on the VM-slice nodes' underlay), the VM slice is plumbed by the node-agent's kernel
 dataplane on a node of the same underlay. Across the underlay the server and the tenant's VM slice reach each other;
 another tenant's slice on the same subnet reaches neither; handed off, the server reaches no provisioning service;
-being cleaned, it reaches nothing of the tenant. A refused move leaves the port where it was and nothing on the leaf.
+being cleaned, it reaches nothing of the tenant. A refused move (the leaf has no such port, the port is on another
+allocation's network, the address is answered for already) leaves the port where it was and nothing on the leaf.
 """
 from __future__ import annotations
 
@@ -46,10 +47,11 @@ class World:
         self.lab = Lab(2).build()
         s = self.lab.suffix
         self.leaf = LeafLab(f"leaf-{s}", f"tl{s}-leaf").build(self.lab.fabric, "ul", "10.255.0.250/24", "lf0")
-        self.server, self.services = f"tl{s}-srv", f"tl{s}-prov"
-        for ns in (self.server, self.services):
+        self.server, self.server2, self.services = f"tl{s}-srv", f"tl{s}-srv2", f"tl{s}-prov"
+        for ns in (self.server, self.server2, self.services):
             subprocess.run(["ip", "netns", "add", ns], check=True)
         self.leaf.cable("swp1", "eth0", peer_netns=self.server)
+        self.leaf.cable("swp2", "eth0", peer_netns=self.server2)
         self.leaf.cable("prov0", "eth0", peer_netns=self.services)
         for ns, address in ((self.server, SERVER_PROVISIONING), (self.services, f"{PROVISIONING_SERVICES}/24")):
             probe.run(ns, "ip", "addr", "add", address, "dev", "eth0")
@@ -194,7 +196,7 @@ async def test_a_refused_move_leaves_the_port_on_the_provisioning_network_and_no
     net = Net(rt, nc.jetstream(), await watch("network.evt.>"))
     tenant, bm = uuid.uuid4(), uuid.uuid4()
     nid = uuid.UUID((await net.create(tenant, "train", "10.61.0.0/24"))["data"]["network"]["network_id"])
-    await net.attach(tenant, nid, bm, BM_NODE)
+    attached = (await net.attach(tenant, nid, bm, BM_NODE))["data"]
     refused = await move(net, "network.bind_port", port_cmd("bind_port", bm, tenant, uuid.uuid4(), port="swp9",
                                                              leaf=w.leaf.name))
     assert refused["type"] == "network.port_bind_failed"
@@ -213,6 +215,22 @@ async def test_a_refused_move_leaves_the_port_on_the_provisioning_network_and_no
                                                           leaf=w.leaf.name))
     assert taken["type"] == "network.port_bind_failed" and f"is on the tenant network of allocation {bm}" in \
         taken["data"]["reason"]
+    await detach(net, tenant, intruder)
+
+    # the address is taken: the bound server answers for the next server's address, whose port then stays put
+    second = (await net.attach(tenant, nid, intruder, BM_NODE))["data"]["ip_address"]
+    await asyncio.to_thread(w.serve_tenant_address, attached["ip_address"], 24)
+    probe.run(w.server, "ip", "addr", "add", f"{second}/24", "dev", "eth0")
+    taken = await move(net, "network.bind_port", port_cmd("bind_port", intruder, tenant, uuid.uuid4(), port="swp2",
+                                                          leaf=w.leaf.name))
+    assert taken["type"] == "network.port_bind_failed", taken
+    server_mac = json.loads(probe.run(w.server, "ip", "-j", "link", "show", "eth0").stdout)[0]["address"]
+    assert f"address {second} is already in use on the tenant network (answered by {server_mac})" in \
+        taken["data"]["reason"]
+    assert w.leaf.port_vlans("swp2") == {PROVISIONING_VLAN}
+    assert w.leaf.port_vlans("swp1") == {first["data"]["vlan"]}      # the bound one is untouched
+    probe.run(w.server, "ip", "addr", "flush", "dev", "eth0")
+    probe.run(w.server, "ip", "addr", "add", SERVER_PROVISIONING, "dev", "eth0")
     await detach(net, tenant, intruder)
     await detach(net, tenant, bm)
     assert w.leaf.port_vlans("swp1") == {PROVISIONING_VLAN} and tenant_devices(w) == []

@@ -60,7 +60,7 @@ async def bind_step(networks: NetworkRepository, cmd: c.BindPort, *, ctx: UnitOf
             binding = PortBinding(cmd.allocation_id, tenant_id, a.network_id, cmd.node_id, leaf, port, vlan, a.vni,
                                   tuple(cmd.hca_guids))
             await networks.add_binding(binding)
-            change = await _port_change(networks, binding)
+            change = await _port_change(networks, binding, str(a.ip_address))
             for driver in fabric:
                 await driver.move_port(ctx.conn, "bind", change)
     except (FabricRefused, StepRejected) as exc:
@@ -86,11 +86,11 @@ async def _rehome(networks: NetworkRepository, a: Attachment, tenant_id: uuid.UU
     return moved
 
 
-async def _port_change(networks: NetworkRepository, b: PortBinding) -> PortChange:
+async def _port_change(networks: NetworkRepository, b: PortBinding, address: str | None = None) -> PortChange:
     res = await networks.tenant(b.tenant_id)
     return PortChange(tenant_id=b.tenant_id, network_id=b.network_id, allocation_id=b.allocation_id,
                       node_id=b.node_id, leaf=b.leaf, port=b.port, vlan=b.vlan, vni=b.vni, pkey=res.pkey,
-                      hca_guids=b.hca_guids)
+                      hca_guids=b.hca_guids, address=address)
 
 
 async def _moved(ctx: UnitOfWork, b: PortBinding, phase: str, vlan: int, seconds: float) -> None:

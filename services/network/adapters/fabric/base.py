@@ -71,6 +71,7 @@ class PortChange:
     vni: int
     pkey: int | None
     hca_guids: tuple[str, ...]
+    address: str | None = None   # the server's address on the network (probed before the port joins it)
 
 
 class FabricRefused(Exception):

@@ -9,13 +9,14 @@ switch over SSH or its agent, the commands stay the same). Leaves it is not give
 It is declarative: each change (an attachment arriving or leaving, a port bound or unbound) makes the leaf match
 what the network service's tables hold for it, read in the change's transaction under a per-leaf lock, so two
 changes on one leaf never interleave and a leaf that drifted is repaired by the next change. The commands it ran
-are recorded in ``fabric_calls`` (method ``EXEC``). What no command can fix (no such namespace, bridge or port) or
+are recorded in ``fabric_calls`` (method ``EXEC``). Before a server's port joins its tenant network, the leaf probes
+that network for the server's address (``dad``: an ARP probe, RFC 5227): an address another host already answers for
+is refused, and the port stays where it was. What no command can fix (no such namespace, bridge or port) or
 a command the kernel refuses raises FabricRefused with the leaf's words; the caller rolls its transaction back and
 calls ``settle`` so the leaf follows the database again (nothing of the refused change is left on it).
 """
 from __future__ import annotations
 
-import asyncio
 import json
 
 import asyncpg
@@ -23,9 +24,10 @@ import structlog
 
 from ...domain.leaf import BRIDGE_ALIAS, UNDERLAY, VXLAN_ALIAS, LeafRefusal, LeafState, LeafWant, check, plan
 from .base import FabricCall, FabricChange, FabricDriver, FabricRefused, PortChange, record
+from .dad import address_in_use
+from .leafshell import run
 
 log = structlog.get_logger()
-TIMEOUT_S = 10.0
 
 
 class LeafDriver(FabricDriver):
@@ -52,7 +54,15 @@ class LeafDriver(FabricDriver):
     async def move_port(self, conn: asyncpg.Connection, action, change: PortChange) -> list[FabricCall]:
         if change.leaf not in self.netns:
             return []
-        calls = await self.sync(conn, change.leaf, restore=(change.port,) if action == "unbind" else ())
+        calls = []
+        if action == "bind" and change.address:
+            # the network's segment first, the port still on the provisioning VLAN: is the address free there?
+            calls = await self.sync(conn, change.leaf, hold=(change.port,))
+            holder = await address_in_use(change.leaf, self.netns[change.leaf], f"br{change.vlan}", change.address)
+            if holder is not None:
+                raise FabricRefused(f"address {change.address} is already in use on the tenant network "
+                                    f"(answered by {holder})")
+        calls += await self.sync(conn, change.leaf, restore=(change.port,) if action == "unbind" else ())
         await record(conn, self.name, action, change, calls)
         return calls
 
@@ -66,26 +76,27 @@ class LeafDriver(FabricDriver):
 
     # -- the leaf's state ----------------------------------------------------------------------------------------
     async def sync(self, conn: asyncpg.Connection, leaf: str, restore: tuple[str, ...] = (),
-                   lenient: bool = False) -> list[FabricCall]:
+                   lenient: bool = False, hold: tuple[str, ...] = ()) -> list[FabricCall]:
         """Make ``leaf`` carry what the tables hold for it (``restore``: ports to return to the provisioning VLAN;
-        ``lenient``: those the leaf does not have are left out); returns the commands run. Raises FabricRefused."""
+        ``lenient``: those the leaf does not have are left out; ``hold``: bound ports not to move yet); returns the
+        commands run. Raises FabricRefused."""
         ns = self.netns[leaf]
         await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", f"network.leaf:{leaf}")
         state = await self._read(leaf, ns)
-        want = await _wanted(conn, leaf, tuple(p for p in restore if not lenient or p in state.masters))
+        want = await _wanted(conn, leaf, tuple(p for p in restore if not lenient or p in state.masters), hold)
         try:
             check(state, want, self.provisioning_vlan)
         except LeafRefusal as exc:
             raise FabricRefused(f"leaf {leaf} {exc}") from None
         cmds = plan(state, want, self.provisioning_vlan)
         for argv in cmds:
-            await _run(leaf, ns, argv)
+            await run(leaf, ns, argv)
         if cmds:
             log.info("leaf.synced", leaf=leaf, commands=len(cmds))
         return [FabricCall("EXEC", f"netns:{ns}", {"argv": argv}) for argv in cmds]
 
     async def _read(self, leaf: str, ns: str) -> LeafState:
-        links = json.loads(await _run(leaf, ns, ["ip", "-j", "-d", "link", "show"]) or "[]")
+        links = json.loads(await run(leaf, ns, ["ip", "-j", "-d", "link", "show"]) or "[]")
         masters, vxlans, bridges, underlay_mtu = {}, {}, set(), 1500
         for link in links:
             name, alias = link["ifname"], str(link.get("ifalias", ""))
@@ -101,24 +112,10 @@ class LeafDriver(FabricDriver):
         return LeafState(masters, vxlans, frozenset(bridges), underlay_mtu)
 
 
-async def _wanted(conn: asyncpg.Connection, leaf: str, restore: tuple[str, ...]) -> LeafWant:
+async def _wanted(conn: asyncpg.Connection, leaf: str, restore: tuple[str, ...], hold: tuple[str, ...]) -> LeafWant:
     segments = await conn.fetch(
         "SELECT DISTINCT n.vni, l.value AS vlan, n.id FROM attachments a JOIN tenant_networks n ON n.id = a.network_id "
         "JOIN pool_leases l ON l.pool = 'vlan:' || a.leaf AND l.owner = a.network_id WHERE a.leaf = $1", leaf)
     ports = await conn.fetch("SELECT port, vlan FROM port_bindings WHERE leaf = $1", leaf)
-    return LeafWant({r["vni"]: (int(r["vlan"]), r["id"]) for r in segments}, {r["port"]: r["vlan"] for r in ports},
-                    frozenset(restore))
-
-
-async def _run(leaf: str, ns: str, argv: list[str]) -> str:
-    """Run ``argv`` (ip or bridge) in the leaf's namespace; its stdout. Raises FabricRefused with the leaf's words."""
-    full = [argv[0], "-n", ns, *argv[1:]]
-    try:
-        proc = await asyncio.create_subprocess_exec(*full, stdout=asyncio.subprocess.PIPE,
-                                                    stderr=asyncio.subprocess.PIPE)
-        out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT_S)
-    except (OSError, TimeoutError) as exc:
-        raise FabricRefused(f"leaf {leaf} did not answer `{' '.join(argv)}`: {exc}") from None
-    if proc.returncode != 0:
-        raise FabricRefused(f"leaf {leaf} refused `{' '.join(argv)}`: {err.decode(errors='replace').strip()[:300]}")
-    return out.decode(errors="replace")
+    return LeafWant({r["vni"]: (int(r["vlan"]), r["id"]) for r in segments},
+                    {r["port"]: r["vlan"] for r in ports if r["port"] not in hold}, frozenset(restore))
