@@ -23,7 +23,7 @@ import pytest
 
 from services.node_agent.adapters.drivers.libvirt.seed import write_seed_iso
 from services.node_agent.domain.vm.cloudinit import FAILED_MARKER, READY_MARKER, Seed, network_config, parse_ready_line, user_data
-from tests.support.guest import GuestShell, wait_for_console_line
+from tests.support.guest import GuestShell, init_functions, wait_for_console_line
 from tooling.guest_image import GuestImage, ImageBuildError, build, ensure_image
 from tooling.libvirt_host import ensure_libvirtd
 
@@ -115,17 +115,6 @@ def test_seed_iso_holds_the_nocloud_documents_under_cidata(tmp_path):
     finally:
         iso.close()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".seed.iso")]      # no temp file left
-
-
-def init_functions(*names: str) -> str:
-    """The shell functions ``names`` as the guest's init defines them."""
-    lines = build.INIT.read_text().splitlines()
-    out = []
-    for name in names:
-        start = next(i for i, line in enumerate(lines) if line.startswith(f"{name}() {{"))
-        end = start if lines[start].rstrip().endswith("}") else next(i for i in range(start, len(lines)) if lines[i] == "}")
-        out += lines[start:end + 1]
-    return "\n".join(out) + "\n"
 
 
 def test_the_guest_init_parses_the_rendered_seed(tmp_path):

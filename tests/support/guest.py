@@ -178,3 +178,15 @@ async def await_console_line(log_path: Path | str, marker: str, timeout: float, 
 def http_get(ip: str) -> str:
     """A guest command fetching / from ip:80 (busybox nc: the static busybox's wget cannot resolve without NSS)."""
     return f"printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 5 {ip} 80"
+
+
+def init_functions(*names: str) -> str:
+    """The shell functions ``names`` as the guest image's init defines them (to run them alone under sh)."""
+    from tooling.guest_image import build
+    lines = build.INIT.read_text().splitlines()
+    out = []
+    for name in names:
+        start = next(i for i, line in enumerate(lines) if line.startswith(f"{name}() {{"))
+        end = start if lines[start].rstrip().endswith("}") else next(i for i in range(start, len(lines)) if lines[i] == "}")
+        out += lines[start:end + 1]
+    return "\n".join(out) + "\n"

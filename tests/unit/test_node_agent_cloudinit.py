@@ -20,6 +20,7 @@ from services.node_agent.domain.vm.cloudinit import (
     parse_ready_line,
     user_data,
 )
+from tests.support.guest import init_functions
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPkwkc3pKUFf7lcLJsuO6Ogbe0QVUwr7GdtMusmCb17o alice@example"
 
@@ -176,18 +177,6 @@ def test_extra_addresses_follow_the_primary_in_the_network_configs_address_list(
 def test_an_extra_address_that_is_not_a_distinct_ipv4_address_with_its_prefix_is_refused(bad):
     with pytest.raises(ValueError, match="address"):
         seed(extra_addresses=bad)
-
-
-def init_functions(*names: str) -> str:
-    """The shell functions ``names`` as the guest's init defines them."""
-    from tooling.guest_image import build
-    lines = build.INIT.read_text().splitlines()
-    out = []
-    for name in names:
-        start = next(i for i, line in enumerate(lines) if line.startswith(f"{name}() {{"))
-        end = start if lines[start].rstrip().endswith("}") else next(i for i in range(start, len(lines)) if lines[i] == "}")
-        out += lines[start:end + 1]
-    return "\n".join(out) + "\n"
 
 
 @pytest.mark.skipif(not shutil.which("busybox"), reason="the guest's shell is busybox sh")
