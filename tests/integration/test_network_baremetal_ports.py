@@ -180,6 +180,10 @@ async def test_a_server_handed_off_joins_its_tenant_network_and_leaves_the_provi
     # released: back on the provisioning network (cleaning), nothing of the tenant in reach
     unbound = await move(net, "network.unbind_port", port_cmd("unbind_port", bm, tenant, saga, compensates=None))
     assert unbound["type"] == "network.port_unbound" and unbound["data"]["port"] == "swp1"
+    [evpn_back, ufm_back, leaf_back] = await fabric_calls(net, bm, "unbind")
+    assert evpn_back[3] == {"interface": {"swp1": {"bridge": {"domain": {"br_default": {"access": PROVISIONING_VLAN}}}}}}
+    assert ufm_back[2].endswith("/actions/remove_guids_from_pkey") and ufm_back[3]["guids"] == [HCA]
+    assert leaf_back[3] == {"argv": ["ip", "link", "set", "swp1", "master", f"br{PROVISIONING_VLAN}"]}
     assert w.leaf.port_vlans("swp1") == {PROVISIONING_VLAN}
     assert await reaches(w.server, PROVISIONING_SERVICES)
     assert await never_reaches(w.server, vm_ip)
