@@ -102,6 +102,19 @@ async def reservation(conn: asyncpg.Connection, allocation_id: uuid.UUID) -> dic
     return {k: result[k] for k in ("node_id", "slots", "slot_details") if result.get(k) is not None}
 
 
+async def switch_port(conn: asyncpg.Connection, allocation_id: uuid.UUID, node_id: str | None) -> dict | None:
+    """Where the bare-metal server the allocation holds on ``node_id`` is cabled (its provision step's instance said
+    so), or None (a VM slice, another node, nothing placed). A plain read: nothing is locked."""
+    raw = await conn.fetchval(
+        "SELECT p.result->'instance'->'switch_port' FROM sagas s "
+        "JOIN saga_steps r ON r.saga_id = s.id AND r.step='reserve_slots' AND r.phase='invoke' AND r.status='succeeded' "
+        "JOIN saga_steps p ON p.saga_id = s.id AND p.step='provision_node' AND p.phase='invoke' "
+        "AND p.status='succeeded' WHERE s.allocation_id=$1 AND s.kind IN ('allocate', 'reschedule') "
+        "AND s.status IN ('running', 'completed') AND r.result->>'node_id' = $2 ORDER BY s.attempt DESC LIMIT 1",
+        allocation_id, str(node_id))
+    return (json.loads(raw) if isinstance(raw, str) else raw) or None
+
+
 async def find(conn: asyncpg.Connection, allocation_id: uuid.UUID, kind: str) -> uuid.UUID | None:
     return await conn.fetchval("SELECT id FROM sagas WHERE allocation_id=$1 AND kind=$2", allocation_id, kind)
 

@@ -79,10 +79,9 @@ async def start_release(ctx: UnitOfWork, evt: AllocationReleaseRequested, *, pol
         saga_input.update({k: reserved[k] for k in ("slots", "slot_details") if k in reserved})
     if await withdrawn(ctx, evt.allocation_id):
         saga_input["withdrawn"] = True
-    placed = await repository.placed(ctx.conn, evt.allocation_id)
-    held = context(placed, DEFINITIONS[placed.kind]) if placed is not None else {}
-    if held.get("switch_port") and str(held.get("node_id")) == str(node_id):
-        saga_input["switch_port"] = held["switch_port"]   # bare metal: its port goes back to the provisioning network
+    port = await repository.switch_port(ctx.conn, evt.allocation_id, node_id) if node_id else None
+    if port is not None:   # bare metal: its port goes back to the provisioning network before the wipe
+        saga_input["switch_port"] = port
     await _start(ctx, Saga(uuid.uuid4(), "release", evt.allocation_id, evt.tenant_id, {**saga_input, "node_id": node_id}),
                  policy)
 
