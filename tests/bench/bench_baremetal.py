@@ -10,12 +10,14 @@ and the move of the server's switch port to its tenant network (``port_to_tenant
 leaf in a namespace), the Redfish calls it made, release → RELEASED with the port's move back to the provisioning
 network (``port_to_provisioning``), and the wipe evidence (bytes and seconds per disk).
 
-Baselines in the same run, on the same loop devices with the same data written first and the server off:
+Baselines in the same run: for the port moves, ``ip link set swp1 master <bridge>`` on the leaf by hand (the server
+off); on the same loop devices with the same data written first and the server off:
 ``blkdiscard <dev>`` and ``dd if=/dev/zero of=<dev> bs=4M oflag=direct`` — what an operator would run by hand —
 timed per device, one after the other. Ratios: per disk, the wipe's throughput (a disk's bytes over its seconds,
 verification included, while the node wipes its eight slots at once) over each baseline's; for the whole node
 (``wipe_all_*``), every disk's bytes over the step's wall time (the slowest slot) against every disk's bytes over
 the sum of the baseline's times.
+``--no-leaf`` puts the server on the provisioning bridge itself (no leaf, no port move), for comparison.
 The last line is one JSON object with every figure.
 """
 from __future__ import annotations
@@ -75,6 +77,19 @@ def baselines(devices: list[str], size: int) -> dict:
             "dd_all_MBps": round(total / sum(size / 1e6 / r for r in dd), 1)}
 
 
+def port_move_by_hand(netns: str, moves: int = 20) -> float:
+    """The baseline of a port move: what an operator types on the leaf, ``ip link set swp1 master <bridge>``, into
+    a bridge of the leaf's and back, the server off; the median of ``moves`` one-way moves, in seconds."""
+    subprocess.run(["ip", "-n", netns, "link", "add", "brbench", "type", "bridge"], check=True)
+    try:
+        times = [timed("ip", "-n", netns, "link", "set", "swp1", "master", bridge)
+                 for _ in range(moves // 2) for bridge in ("brbench", "br4094")]
+    finally:
+        subprocess.run(["ip", "-n", netns, "link", "set", "swp1", "master", "br4094"], check=False)
+        subprocess.run(["ip", "-n", netns, "link", "del", "brbench"], check=False)
+    return round(pct(times, 0.5), 4)
+
+
 async def until(fetch, done, timeout: float, interval: float = 0.2):
     deadline = time.monotonic() + timeout
     while True:
@@ -86,10 +101,10 @@ async def until(fetch, done, timeout: float, interval: float = 0.2):
         await asyncio.sleep(interval)   # a benchmark's poll of the API; its resolution bounds the figures' precision
 
 
-async def main(n: int, disk_mib: int) -> dict:
+async def main(n: int, disk_mib: int, leaf: bool = True) -> dict:
     image = await asyncio.to_thread(vm.host_ready)
     underlay = Lab(0, dataplanes=False)   # the fabric the server's leaf is on
-    lab = BmcLab(disks=8, disk_mib=disk_mib, fabric=(underlay.fabric, "ul"))
+    lab = BmcLab(disks=8, disk_mib=disk_mib, fabric=(underlay.fabric, "ul") if leaf else None)
     work = tempfile.mkdtemp(prefix="tessera-bench-bm-")
     p = None
     runs = []
@@ -120,9 +135,9 @@ async def main(n: int, disk_mib: int) -> dict:
                 r0 = time.time()
                 await client.release(a["id"])
                 done = await until(lambda a=a: client.allocation(a["id"]), lambda x: x["state"] == "RELEASED", 600)
-                # the port's move back (network.port_moved) may be projected just after the release
-                done = await until(lambda a=a: client.allocation(a["id"]),
-                                   lambda x: x["instance"].get("network_phase") == "cleaning", 30)
+                if leaf:   # the port's move back (network.port_moved) may be projected just after the release
+                    done = await until(lambda a=a: client.allocation(a["id"]),
+                                       lambda x: x["instance"].get("network_phase") == "cleaning", 30)
                 wipe = (await client.request("GET", f"/v1/allocations/{a['id']}/wipe"))[1]
                 devices = [d for s in wipe["slots"] for d in s["devices"]]
                 runs.append({"request_to_active_s": epoch(a["updated_at"]) - t0,
@@ -137,6 +152,7 @@ async def main(n: int, disk_mib: int) -> dict:
                 say(f"allocation {i}: active in {runs[-1]['request_to_active_s']:.2f} s, phases {runs[-1]['phases']}, "
                     f"released in {runs[-1]['release_s']:.2f} s, wipe {wipe['status']}")
         base = await asyncio.to_thread(baselines, lab.loops, disk_mib << 20)
+        base["port_move_by_hand_s"] = await asyncio.to_thread(port_move_by_hand, lab.leaf.netns) if leaf else None
     finally:
         try:
             if p is not None:
@@ -148,7 +164,7 @@ async def main(n: int, disk_mib: int) -> dict:
     # the node wipes its slots concurrently: every disk's bytes over the slowest slot's time (the step's wall time)
     all_rate = pct([run["wipe_bytes"] / 1e6 / run["wipe_slot_s"] for run in runs], 0.5)
     return {
-        "benchmark": "baremetal", "allocations": n, "disk_mib": disk_mib, "disks": 8,
+        "benchmark": "baremetal", "allocations": n, "disk_mib": disk_mib, "disks": 8, "leaf": leaf,
         "request_to_active_s": {"p50": round(pct([r["request_to_active_s"] for r in runs], 0.5), 2),
                                 "p99": round(pct([r["request_to_active_s"] for r in runs], 0.99), 2)},
         "phases_p50_s": {ph: round(pct([r["phases"].get(ph, float("nan")) for r in runs], 0.5), 3) for ph in PHASES},
@@ -157,6 +173,10 @@ async def main(n: int, disk_mib: int) -> dict:
             "to_tenant": round(pct([r["phases"].get("port_to_tenant", float("nan")) for r in runs], 0.5), 3),
             "to_provisioning": round(pct([r["release_phases"].get("port_to_provisioning", float("nan"))
                                           for r in runs], 0.5), 3)},
+        # the step's move (the leaf's state read, the address probe, the commands) over the bare command by hand
+        "port_to_tenant_ratio_to_hand_move": round(pct([r["phases"].get("port_to_tenant", float("nan"))
+                                                        for r in runs], 0.5) / base["port_move_by_hand_s"], 1)
+        if leaf else None,
         # request → ACTIVE less the driver's phases: gateway, saga, scheduler, network, volume, messages
         "control_plane_s_p50": round(pct(cp := [r["request_to_active_s"] - sum(r["phases"].values()) for r in runs], 0.5), 3),
         "control_plane_share_p50": round(pct([c / r["request_to_active_s"] for c, r in zip(cp, runs)], 0.5), 4),
@@ -177,5 +197,7 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--allocations", type=int, default=5)
     ap.add_argument("--disk-mib", type=int, default=256)
+    ap.add_argument("--no-leaf", action="store_true", help="the server on the provisioning bridge itself (no switch, "
+                                                          "no port move): how the lab was before its leaf")
     args = ap.parse_args()
-    print(json.dumps(asyncio.run(main(args.allocations, args.disk_mib))), flush=True)
+    print(json.dumps(asyncio.run(main(args.allocations, args.disk_mib, leaf=not args.no_leaf))), flush=True)

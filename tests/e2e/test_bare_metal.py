@@ -12,7 +12,9 @@ import asyncio
 import json
 import os
 import uuid
+from datetime import datetime
 
+import asyncpg
 import pytest
 
 from services.node_agent.adapters.dataplane.lab import UNDERLAY_DEV, Lab
@@ -197,6 +199,16 @@ async def _quarantined(admin: TesseraClient, node_id: str, empty: bool = False) 
 
 
 
+async def _port_moved_back_at(p: Platform, allocation_id: str) -> datetime:
+    """When the leaf driver ran the release's move (the network schema's record of the commands it ran)."""
+    conn = await asyncpg.connect(p.database_url)
+    try:
+        return await conn.fetchval("SELECT max(recorded_at) FROM network.fabric_calls WHERE allocation_id=$1 "
+                                   "AND action='unbind' AND driver='leaf'", uuid.UUID(allocation_id))
+    finally:
+        await conn.close()
+
+
 async def _cleaning(client: TesseraClient, allocation: dict) -> dict | None:
     a = await client.allocation(allocation["id"])
     return a if a["instance"]["network_phase"] == "cleaning" else None
@@ -251,7 +263,10 @@ async def test_a_server_and_a_vm_slice_of_one_tenant_share_its_network_and_nothi
             assert await never_pings(gb, bm_ip if bm_ip != b_ip else a_ip)
         wipe = await released(client, bm)
         assert wipe["status"] == "wiped"
-        # the port went back to the provisioning network, and nothing of the tenant is left on the leaf
+        # the port went back to the provisioning network before the wipe began, and nothing of the tenant is left
+        # on the leaf
+        unbound_at = await _port_moved_back_at(p, bm["id"])
+        assert unbound_at < min(datetime.fromisoformat(s["started_at"]) for s in wipe["slots"])
         assert lab.leaf.port_vlans("swp1") == {PROVISIONING_VLAN}
         gone = await eventually(lambda: _cleaning(client, bm), timeout=15, what="the server's network phase: cleaning")
         assert [ph["name"] for ph in gone["instance"]["phases"]] == [*PHASES, "port_to_provisioning"]
