@@ -93,6 +93,12 @@ class LeafLab:
         vlan = vlan_of_bridge(link.get("master"))
         return set() if vlan is None else {vlan}
 
+    def rename(self, port: str, name: str) -> None:
+        """Rename a port of the leaf (a test's way of making it refuse a port it no longer has)."""
+        _ip("link", "set", port, "down", netns=self.netns)
+        _ip("link", "set", port, "name", name, netns=self.netns)
+        _ip("link", "set", name, "up", netns=self.netns)
+
     def links(self) -> list[str]:
         """The names of the leaf's links (lo excluded)."""
         import json

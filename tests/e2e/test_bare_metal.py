@@ -277,3 +277,22 @@ async def test_a_server_and_a_vm_slice_of_one_tenant_share_its_network_and_nothi
     finally:
         await client.__aexit__(None, None, None)
         await other.__aexit__(None, None, None)
+
+
+async def test_a_port_the_leaf_refuses_fails_the_allocation_and_leaves_the_server_off_on_provisioning(platform):
+    p, lab = platform, platform.lab
+    async with p.admin() as admin:
+        client = await tenant(p, admin)
+    # the leaf loses the server's port (recabled by mistake): the hand-off cannot happen
+    await asyncio.to_thread(lab.leaf.rename, "swp1", "swp1-moved")
+    try:
+        a = await server(p, client, "bm-refused", states=("FAILED", "ACTIVE"))
+        assert a["state"] == "FAILED" and a["failed_step"] == "bind_port", a
+        assert f"leaf {lab.leaf.name} has no port swp1" in a["reason"], a["reason"]
+        # compensated: the server is off, its media ejected, nothing of the tenant on the leaf
+        assert not await asyncio.to_thread(lab.running) and await asyncio.to_thread(lab.cdrom_sources) == []
+        assert lab.leaf.port_vlans("swp1-moved") == {PROVISIONING_VLAN}
+        assert not [link for link in lab.leaf.links() if link.startswith(("vx", "br")) and link != f"br{PROVISIONING_VLAN}"]
+    finally:
+        await asyncio.to_thread(lab.leaf.rename, "swp1-moved", "swp1")
+        await client.__aexit__(None, None, None)

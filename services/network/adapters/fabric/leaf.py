@@ -17,6 +17,7 @@ calls ``settle`` so the leaf follows the database again (nothing of the refused 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import asyncpg
@@ -83,9 +84,10 @@ class LeafDriver(FabricDriver):
         ns = self.netns[leaf]
         await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", f"network.leaf:{leaf}")
         state = await self._read(leaf, ns)
-        want = await _wanted(conn, leaf, tuple(p for p in restore if not lenient or p in state.masters), hold)
+        want = await _wanted(conn, leaf, tuple(p for p in restore if not lenient or p in state.masters))
         try:
-            check(state, want, self.provisioning_vlan)
+            check(state, want, self.provisioning_vlan)   # a held port too: refused before anything is made
+            want = dataclasses.replace(want, ports={p: v for p, v in want.ports.items() if p not in hold})
         except LeafRefusal as exc:
             raise FabricRefused(f"leaf {leaf} {exc}") from None
         cmds = plan(state, want, self.provisioning_vlan)
@@ -112,10 +114,10 @@ class LeafDriver(FabricDriver):
         return LeafState(masters, vxlans, frozenset(bridges), underlay_mtu)
 
 
-async def _wanted(conn: asyncpg.Connection, leaf: str, restore: tuple[str, ...], hold: tuple[str, ...]) -> LeafWant:
+async def _wanted(conn: asyncpg.Connection, leaf: str, restore: tuple[str, ...]) -> LeafWant:
     segments = await conn.fetch(
         "SELECT DISTINCT n.vni, l.value AS vlan, n.id FROM attachments a JOIN tenant_networks n ON n.id = a.network_id "
         "JOIN pool_leases l ON l.pool = 'vlan:' || a.leaf AND l.owner = a.network_id WHERE a.leaf = $1", leaf)
     ports = await conn.fetch("SELECT port, vlan FROM port_bindings WHERE leaf = $1", leaf)
     return LeafWant({r["vni"]: (int(r["vlan"]), r["id"]) for r in segments},
-                    {r["port"]: r["vlan"] for r in ports if r["port"] not in hold}, frozenset(restore))
+                    {r["port"]: r["vlan"] for r in ports}, frozenset(restore))
