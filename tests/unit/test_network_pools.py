@@ -73,7 +73,9 @@ def test_plan_from_env_reads_every_pool_and_the_leaf_map():
     ("TESSERA_NETWORK_NAT_CIDR", "203.0.113.0/31"), ("TESSERA_NETWORK_NAT_CIDR", "not-a-cidr"),
     ("TESSERA_NETWORK_TENANT_CIDR", "10.0.0.1/24"), ("TESSERA_NETWORK_LEAF_MAP", "leaf-1"),
     ("TESSERA_NETWORK_LEAF_COUNT", "0"), ("TESSERA_NETWORK_DEFAULT_POOL", "10.0.0.0/25"),
-    ("TESSERA_NETWORK_DEFAULT_POOL", "not-a-cidr"),
+    ("TESSERA_NETWORK_DEFAULT_POOL", "not-a-cidr"), ("TESSERA_NETWORK_LEAF_NETNS", "leaf-1"),
+    ("TESSERA_NETWORK_LEAF_NETNS", "leaf-1=ns/../x"), ("TESSERA_NETWORK_PROVISIONING_VLAN", "4095"),
+    ("TESSERA_NETWORK_PROVISIONING_VLAN", "1"),
 ])
 def test_a_bad_setting_is_refused_naming_its_variable(name, value):
     with pytest.raises(ValueError, match=name):
@@ -87,3 +89,12 @@ def test_fabric_defaults_to_both_recording_drivers_and_refuses_an_unknown_name()
     assert [d.name for d in fabric_from_env({"TESSERA_NETWORK_FABRIC": "infiniband"})] == ["infiniband"]
     with pytest.raises(ValueError, match="TESSERA_NETWORK_FABRIC"):
         fabric_from_env({"TESSERA_NETWORK_FABRIC": "evpn,junos"})
+
+
+def test_the_linux_leaf_driver_gets_its_leaves_and_the_provisioning_vlan_which_no_network_leases():
+    [evpn, leaf] = fabric_from_env({"TESSERA_NETWORK_FABRIC": "evpn,leaf", "TESSERA_NETWORK_PROVISIONING_VLAN": "100",
+                                    "TESSERA_NETWORK_LEAF_NETNS": "leaf-a=ns-a, leaf-b=ns-b"})
+    assert leaf.netns == {"leaf-a": "ns-a", "leaf-b": "ns-b"} and leaf.provisioning_vlan == 100
+    assert evpn.provisioning_vlan == 100
+    plan = plan_from_env({"TESSERA_NETWORK_PROVISIONING_VLAN": "100"})
+    assert plan.provisioning_vlan == 100 and plan.vlans.lowest_free(range(2, 100)) == 101
