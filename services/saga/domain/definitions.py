@@ -114,6 +114,8 @@ class SagaStep:
     # reply fields later steps need; "a.b": the field b of the reply's field a, as "b"
     yields: tuple[str, ...] = ()
     requires: str | None = None          # context value without which the step has nothing to do (skipped)
+    # the skip for want of ``requires`` is the common case (a VM slice has no switch port): recorded, not published
+    quiet_skip: bool = False
     skip_if: str | None = None           # context value with which the step has nothing to do (skipped)
 
     # the message types, from the declaration
@@ -204,7 +206,7 @@ ALLOCATE = SagaDefinition(
                  yields=("instance", "instance.switch_port", "instance.hca_guids")),
         # bare metal: deployed on the provisioning network, the server's port moves to its tenant network before the
         # allocation is active (undone: back to the provisioning network, before the server is powered off)
-        SagaStep("bind_port", BIND_PORT, fields=_port, requires="switch_port", yields=("moved_s",)),
+        SagaStep("bind_port", BIND_PORT, fields=_port, requires="switch_port", quiet_skip=True, yields=("moved_s",)),
         SagaStep("start_meter", START_METER, fields=_meter),
         SagaStep("activate", ACTIVATE, fields=_activate),
     ),
@@ -222,7 +224,8 @@ RELEASE = SagaDefinition(
         SagaStep("deprovision_node", PROVISION_NODE.undo_step, fields=_undo("node_id"), subject=("node_id",),
                  requires="node_id", skip_if=_WITHDRAWN),
         # bare metal: the server (off) goes back to the provisioning network, where it is cleaned, before the wipe
-        SagaStep("unbind_port", BIND_PORT.undo_step, fields=_undo(), requires="switch_port", skip_if=_WITHDRAWN),
+        SagaStep("unbind_port", BIND_PORT.undo_step, fields=_undo(), requires="switch_port", quiet_skip=True,
+                 skip_if=_WITHDRAWN),
         # no slot returns to the pool unwiped: the slots stay the allocation's while they are wiped, and those
         # whose wipe failed are quarantined instead of freed (release_slots' quarantine)
         SagaStep("wipe_slots", WIPE_SLOTS, fields=_some("node_id", "slots", "slot_details"), subject=("node_id",),

@@ -55,7 +55,8 @@ def restated(change: StepChange, cause: Input) -> bool:
     "succeeded", "failed" and "compensated" caused by that step's own reply. Published, as only the
     coordinator knows them: "timed_out", "retrying" (a resend scheduled), "failed" when the coordinator
     gives up (attempts exhausted, no reply), and a step skipped ("succeeded", detail "skipped: ...": no
-    command, no reply).
+    command, no reply) — unless skipping is the step's common case (``SagaStep.quiet_skip``: a VM slice has no
+    switch port to move), which is no news to anyone (the machine passes ``quiet``).
 
     Why: throughput. Each published message costs an outbox row, a relay publish and a consumer
     transaction downstream (the gateway's projection); restating the commands and replies was 12 of the
@@ -132,7 +133,8 @@ class _Transition:
     def _invoke(self, step: SagaStep, attempt: int) -> None:
         ctx = context(self.saga, self.definition)
         if step.requires and ctx.get(step.requires) is None:
-            self._set(step.name, INVOKE, "succeeded", attempt=0, detail=f"skipped: no {step.requires}")
+            self._set(step.name, INVOKE, "succeeded", attempt=0, detail=f"skipped: no {step.requires}",
+                      quiet=step.quiet_skip)
             return self._advance(step)
         if step.skip_if and ctx.get(step.skip_if):
             self._set(step.name, INVOKE, "succeeded", attempt=0, detail=f"skipped: {step.skip_if}")
@@ -251,13 +253,16 @@ class _Transition:
         self._event("saga.failed", failed_step=failed_step, reason=reason, compensated=undone)
 
     def _set(self, step: str, phase: str, status: str, *, attempt: int, deadline: datetime | None = None,
-             result: dict | None = None, error: str | None = None, detail: str | None = None) -> None:
+             result: dict | None = None, error: str | None = None, detail: str | None = None,
+             quiet: bool = False) -> None:
+        """Record the change; publish it unless another message states it (``restated``) or it is no news
+        (``quiet``: a step skipped where it never applies)."""
         old = self.saga.record(step, phase)
         kept = result if result is not None else (old.result if old else None)
         self.saga.steps[(step, phase)] = StepRecord(status, attempt, deadline, kept, error)
         change = StepChange(step, phase, status, attempt, detail)
         self.changes.append(change)
-        if not restated(change, self.cause):
+        if not quiet and not restated(change, self.cause):
             self._event("saga.step_changed", step=step, phase=phase, status=status, attempt=attempt, detail=detail)
 
     def _base(self, step: str, key: str) -> dict:
