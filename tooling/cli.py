@@ -65,7 +65,6 @@ async def bare_metal(platform: Platform, data: dict, lab: DemoLab | None) -> Non
     """The bare-metal demo node (with the VM lab only): made fresh at each start, its server cabled to a leaf on the
     VM lab's underlay; its node and BMC registered once and updated on later starts. One line says why when it
     cannot run."""
-    data.pop("bm_switch_port", None)   # a new leaf at each start, when there is one
     if lab is None:
         return
     bm = DemoBareMetal(platform.workdir, fabric=(lab.lab.fabric, "ul"))
@@ -156,8 +155,12 @@ DEMO_PRICES = {"currency": "USD", "spot_discount_bps": 6000,
                "storage_prices": {"standard": 150, "lustre": 300, "vast": 250, "weka": 300}}
 
 
+# what holds for one start only (a new leaf at each start): shown in the banner, never kept in seed.json
+_THIS_START = ("bm_switch_port",)
+
+
 def _write_seed(path: Path, data: dict) -> None:
-    path.write_text(json.dumps(data))
+    path.write_text(json.dumps({k: v for k, v in data.items() if k not in _THIS_START}))
     path.chmod(0o600)
 
 
