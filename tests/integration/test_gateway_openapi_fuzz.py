@@ -67,7 +67,7 @@ SEED = 20261123
 # valid, and never matching a real request: the provider-admin run stores provider policies, which apply to every
 # tenant of the test session's database (a later test must not meet them)
 POLICY_TEXT = "forbid (principal, action, resource is Tessera::Allocation) when { resource.gpu_count > 100000 };"
-FUZZ_EXAMPLES = 20            # fuzzed cases per operation and mode (valid, invalid), after the coverage cases
+FUZZ_EXAMPLES = 15            # fuzzed cases per operation and mode (valid, invalid), after the coverage cases
 OTHER_ROLE_EXAMPLES = 3       # the same, for a role the operation is not meant for (answers: 403s and 404s)
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance,
           response_schema_conformance, negative_data_rejection, positive_data_acceptance]
