@@ -69,6 +69,11 @@ class NicConfig:
     gateway: str | None
     mtu: int | None = None   # the tenant network's MTU on this node (None: the guest's default)
 
+    @property
+    def interface(self) -> str:
+        """Its address with the prefix ("10.0.0.5/24"), as an instance reports it."""
+        return f"{self.ip_address}/{self.prefix_len}"
+
 
 @dataclass(frozen=True)
 class InstanceSpec:

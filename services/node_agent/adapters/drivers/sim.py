@@ -92,7 +92,7 @@ class SimDriver(ProvisioningDriver):
             instance = Instance(spec.allocation_id, f"sim-{uuid.uuid4().hex[:12]}", tuple(spec.slots))
             self._instances[spec.allocation_id] = instance
             if spec.nic is not None:
-                self._addresses[spec.allocation_id] = [f"{spec.nic.ip_address}/{spec.nic.prefix_len}"]
+                self._addresses[spec.allocation_id] = [spec.nic.interface]
             return instance.instance_id
 
     async def deprovision(self, allocation_id: uuid.UUID) -> None:

@@ -238,7 +238,7 @@ class LibvirtDriver(LibvirtVolumes, ProvisioningDriver):
                 "started_at": started, "prepare_s": round(prepared - began, 3), "start_s": round(started - prepared, 3),
                 "image": spec.guest.image.name, "hostname": spec.guest.hostname,
                 "passthrough": full.metadata["passthrough"],
-                "addresses": [f"{spec.nic.ip_address}/{spec.nic.prefix_len}"]}))
+                "addresses": [spec.nic.interface]}))
             return dom.name(), True
         except (images.ImageError, ValueError, OSError) as exc:
             self._remove(spec.allocation_id)

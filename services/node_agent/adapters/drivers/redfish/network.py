@@ -38,7 +38,7 @@ def server_seed(spec: InstanceSpec, config: RedfishConfig, *, instance_id: str, 
 
 def tenant_addresses(spec: InstanceSpec) -> list[str]:
     """The server's addresses on its tenant network ("address/prefix"), as its record keeps them."""
-    return [f"{spec.nic.ip_address}/{spec.nic.prefix_len}"] if spec.nic is not None else []
+    return [spec.nic.interface] if spec.nic is not None else []
 
 
 def network_info(config: RedfishConfig, record: dict) -> dict:
