@@ -14,7 +14,7 @@ from ..domain.model import NetworkPlan
 def wire(rt: Runtime, plan: NetworkPlan, fabric: list[FabricDriver]) -> None:
     rt.consumers.participate(ATTACH_NETWORK, invoke=partial(handlers.attach_network, plan=plan, fabric=fabric,
                                                             sim_faults=rt.settings.sim_faults),
-                             undo=partial(handlers.detach_network, fabric=fabric))
+                             undo=partial(handlers.detach_network, fabric=fabric, plan=plan))
     rt.consumers.participate(BIND_PORT, invoke=partial(handlers.bind_port, plan=plan, fabric=fabric,
                                                        sim_faults=rt.settings.sim_faults),
                              undo=partial(handlers.unbind_port, plan=plan, fabric=fabric))

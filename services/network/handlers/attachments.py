@@ -119,7 +119,7 @@ async def _existing(networks: NetworkRepository, cmd: c.AttachNetwork, a: Attach
 
 
 async def detach_step(networks: NetworkRepository, cmd: c.DetachNetwork, *, ctx: UnitOfWork,
-                      fabric: list[FabricDriver]) -> dict:
+                      fabric: list[FabricDriver], plan: NetworkPlan) -> dict:
     """The detach step's effect (see the module docstring): idempotent, safe when nothing is attached."""
     found = await networks.attachment_for(cmd.allocation_id)
     if found is None:
@@ -131,7 +131,7 @@ async def detach_step(networks: NetworkRepository, cmd: c.DetachNetwork, *, ctx:
     a, tenant_id = found
     # a bare-metal server's port still on the tenant network goes back to the provisioning network first
     # (a reschedule's fence, a compensation): the port never stays on a VLAN nothing leases
-    await unbind(networks, a, ctx=ctx, fabric=fabric)
+    await unbind(networks, a.allocation_id, ctx=ctx, fabric=fabric, plan=plan)
     await leave_leaf(networks, a, tenant_id, ctx=ctx, fabric=fabric)
     return {}
 
@@ -144,8 +144,11 @@ async def attach_network(ctx: UnitOfWork, cmd: c.AttachNetwork, *, plan: Network
     await invoke(ctx, cmd, over(repository, step), step=c.ATTACH_NETWORK, sim_faults=sim_faults)
 
 
+DEFAULT_PLAN = NetworkPlan()   # a detach needs the plan only for the provisioning VLAN a server's port returns to
+
+
 async def detach_network(ctx: UnitOfWork, cmd: c.DetachNetwork, *, fabric: list[FabricDriver] = (),
-                         repository: RepositoryFactory = PgNetworkRepository) -> None:
+                         plan: NetworkPlan = DEFAULT_PLAN, repository: RepositoryFactory = PgNetworkRepository) -> None:
     """Saga step or compensation: delete the allocation's attachment (idempotent; safe if there was none)."""
-    step = partial(detach_step, ctx=ctx, fabric=list(fabric))
+    step = partial(detach_step, ctx=ctx, fabric=list(fabric), plan=plan)
     await undo(ctx, cmd, over(repository, step), step=c.ATTACH_NETWORK)

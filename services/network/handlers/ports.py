@@ -99,12 +99,11 @@ async def _moved(ctx: UnitOfWork, b: PortBinding, phase: str, vlan: int, seconds
         phase=phase, vlan=vlan, seconds=round(seconds, 3)), tenant_id=b.tenant_id)
 
 
-async def unbind(networks: NetworkRepository, a: Attachment | None, *, ctx: UnitOfWork, fabric: list[FabricDriver],
-                 provisioning_vlan: int = NetworkPlan.provisioning_vlan) -> dict:
+async def unbind(networks: NetworkRepository, allocation_id: uuid.UUID, *, ctx: UnitOfWork,
+                 fabric: list[FabricDriver], plan: NetworkPlan) -> dict:
     """Return the allocation's server port to the provisioning network (nothing bound: nothing done); the reply's
     fields. The caller holds the tenant's lock. Raises FabricRefused (retried: the message comes again)."""
-    allocation_id = a.allocation_id if a is not None else None
-    b = await networks.binding_for(allocation_id) if allocation_id is not None else None
+    b = await networks.binding_for(allocation_id)
     if b is None:
         return {}
     started = time.monotonic()
@@ -113,19 +112,18 @@ async def unbind(networks: NetworkRepository, a: Attachment | None, *, ctx: Unit
     for driver in fabric:
         await driver.move_port(ctx.conn, "unbind", change)
     seconds = time.monotonic() - started
-    await _moved(ctx, b, "cleaning", provisioning_vlan, seconds)
+    await _moved(ctx, b, "cleaning", plan.provisioning_vlan, seconds)
     return {"leaf": b.leaf, "port": b.port, "moved_s": round(seconds, 3)}
 
 
 async def unbind_step(networks: NetworkRepository, cmd: c.UnbindPort, *, ctx: UnitOfWork, plan: NetworkPlan,
                       fabric: list[FabricDriver]) -> dict:
     """The unbind step's effect (see the module docstring); the reply's fields."""
-    found = await networks.attachment_for(cmd.allocation_id)
-    if found is None:
+    bound = await networks.binding_for(cmd.allocation_id)
+    if bound is None:
         return {}
-    await networks.lock_tenant(found[1])
-    a, _tenant = await networks.attachment_for(cmd.allocation_id) or found
-    return await unbind(networks, a, ctx=ctx, fabric=fabric, provisioning_vlan=plan.provisioning_vlan)
+    await networks.lock_tenant(bound.tenant_id)   # unbind reads the binding again, under the lock
+    return await unbind(networks, cmd.allocation_id, ctx=ctx, fabric=fabric, plan=plan)
 
 
 async def bind_port(ctx: UnitOfWork, cmd: c.BindPort, *, plan: NetworkPlan, fabric: list[FabricDriver] = (),

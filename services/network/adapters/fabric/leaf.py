@@ -23,7 +23,17 @@ import json
 import asyncpg
 import structlog
 
-from ...domain.leaf import BRIDGE_ALIAS, UNDERLAY, VXLAN_ALIAS, LeafRefusal, LeafState, LeafWant, check, plan
+from ...domain.leaf import (
+    BRIDGE_ALIAS,
+    UNDERLAY,
+    VXLAN_ALIAS,
+    LeafRefusal,
+    LeafState,
+    LeafWant,
+    check,
+    plan,
+    vlan_bridge,
+)
 from .base import FabricCall, FabricChange, FabricDriver, FabricRefused, PortChange, record
 from .dad import address_in_use
 from .leafshell import run
@@ -59,7 +69,8 @@ class LeafDriver(FabricDriver):
         if action == "bind" and change.address:
             # the network's segment first, the port still on the provisioning VLAN: is the address free there?
             calls = await self.sync(conn, change.leaf, hold=(change.port,))
-            holder = await address_in_use(change.leaf, self.netns[change.leaf], f"br{change.vlan}", change.address)
+            holder = await address_in_use(change.leaf, self.netns[change.leaf], vlan_bridge(change.vlan),
+                                          change.address)
             if holder is not None:
                 raise FabricRefused(f"address {change.address} is already in use on the tenant network "
                                     f"(answered by {holder})")
