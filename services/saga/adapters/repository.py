@@ -80,39 +80,28 @@ async def claim_due(conn: asyncpg.Connection, skip: list[uuid.UUID]) -> uuid.UUI
 
 
 # the reservation the allocation holds: its latest move's (a reschedule running or completed: one that failed
-# gave its slots back), else its allocate saga's
-_HELD = ("SELECT st.result FROM saga_steps st JOIN sagas s ON s.id = st.saga_id "
+# gave its slots back), else its allocate saga's; with, when that saga provisioned a bare-metal server, where the
+# server is cabled
+_HELD = ("SELECT st.result, p.result->'instance'->'switch_port' AS switch_port FROM saga_steps st "
+         "JOIN sagas s ON s.id = st.saga_id LEFT JOIN saga_steps p ON p.saga_id = s.id "
+         "AND p.step='provision_node' AND p.phase='invoke' AND p.status='succeeded' "
          "WHERE s.allocation_id=$1 AND (s.kind='allocate' OR (s.kind='reschedule' AND s.status IN ('running', "
          "'completed'))) AND st.step='reserve_slots' AND st.phase='invoke' AND st.status='succeeded' "
          "ORDER BY s.attempt DESC LIMIT 1")
 
 
-async def reserved_node(conn: asyncpg.Connection, allocation_id: uuid.UUID) -> str | None:
-    """The node the allocation holds slots on (its allocate saga's or latest move's), if one was recorded."""
-    raw = await conn.fetchval(_HELD, allocation_id)
-    result = (json.loads(raw) if isinstance(raw, str) else raw) or {}
-    return result.get("node_id")
+def _json(raw):
+    return json.loads(raw) if isinstance(raw, str) else raw
 
 
 async def reservation(conn: asyncpg.Connection, allocation_id: uuid.UUID) -> dict:
     """What the allocation holds (its allocate saga's reservation, or its latest move's): {node_id, slots,
-    slot_details} ({} when nothing)."""
-    raw = await conn.fetchval(_HELD, allocation_id)
-    result = (json.loads(raw) if isinstance(raw, str) else raw) or {}
-    return {k: result[k] for k in ("node_id", "slots", "slot_details") if result.get(k) is not None}
-
-
-async def switch_port(conn: asyncpg.Connection, allocation_id: uuid.UUID, node_id: str | None) -> dict | None:
-    """Where the bare-metal server the allocation holds on ``node_id`` is cabled (its provision step's instance said
-    so), or None (a VM slice, another node, nothing placed). A plain read: nothing is locked."""
-    raw = await conn.fetchval(
-        "SELECT p.result->'instance'->'switch_port' FROM sagas s "
-        "JOIN saga_steps r ON r.saga_id = s.id AND r.step='reserve_slots' AND r.phase='invoke' AND r.status='succeeded' "
-        "JOIN saga_steps p ON p.saga_id = s.id AND p.step='provision_node' AND p.phase='invoke' "
-        "AND p.status='succeeded' WHERE s.allocation_id=$1 AND s.kind IN ('allocate', 'reschedule') "
-        "AND s.status IN ('running', 'completed') AND r.result->>'node_id' = $2 ORDER BY s.attempt DESC LIMIT 1",
-        allocation_id, str(node_id))
-    return (json.loads(raw) if isinstance(raw, str) else raw) or None
+    slot_details, and switch_port when that saga provisioned a bare-metal server} ({} when nothing)."""
+    row = await conn.fetchrow(_HELD, allocation_id)
+    result = (_json(row["result"]) if row else None) or {}
+    held = {k: result[k] for k in ("node_id", "slots", "slot_details") if result.get(k) is not None}
+    port = _json(row["switch_port"]) if row else None
+    return {**held, "switch_port": port} if port else held
 
 
 async def find(conn: asyncpg.Connection, allocation_id: uuid.UUID, kind: str) -> uuid.UUID | None:

@@ -75,13 +75,11 @@ async def start_release(ctx: UnitOfWork, evt: AllocationReleaseRequested, *, pol
     reserved = await repository.reservation(ctx.conn, evt.allocation_id)
     node_id = data["node_id"] or reserved.get("node_id")
     saga_input = {k: data[k] for k in ("allocation_id", "tenant_id", "volume_gb", "labels")}
-    if reserved.get("node_id") == node_id:   # the slots to wipe: those the allocate saga reserved on that node
-        saga_input.update({k: reserved[k] for k in ("slots", "slot_details") if k in reserved})
+    if reserved.get("node_id") == node_id:   # the slots to wipe: those the allocate saga reserved on that node; a
+        # bare-metal server's port, to return to the provisioning network before the wipe
+        saga_input.update({k: reserved[k] for k in ("slots", "slot_details", "switch_port") if k in reserved})
     if await withdrawn(ctx, evt.allocation_id):
         saga_input["withdrawn"] = True
-    port = await repository.switch_port(ctx.conn, evt.allocation_id, node_id) if node_id else None
-    if port is not None:   # bare metal: its port goes back to the provisioning network before the wipe
-        saga_input["switch_port"] = port
     await _start(ctx, Saga(uuid.uuid4(), "release", evt.allocation_id, evt.tenant_id, {**saga_input, "node_id": node_id}),
                  policy)
 
