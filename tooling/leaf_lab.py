@@ -19,10 +19,12 @@ Blocking helpers; needs root. ``destroy`` removes the namespace and the cables' 
 """
 from __future__ import annotations
 
+import json
 import subprocess
 from dataclasses import dataclass, field
 
-UNDERLAY = "ul0"
+from services.network.domain.leaf import UNDERLAY, vlan_bridge  # the names the leaf driver programs
+
 PROVISIONING_VLAN = 4094
 
 
@@ -32,11 +34,6 @@ def _ip(*argv: str, netns: str | None = None, check: bool = True) -> subprocess.
     if check and proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()}")
     return proc
-
-
-def vlan_bridge(vlan: int) -> str:
-    """The leaf's bridge of ``vlan`` (the kernel fabric driver names them the same way)."""
-    return f"br{vlan}"
 
 
 def vlan_of_bridge(name: str | None) -> int | None:
@@ -88,7 +85,6 @@ class LeafLab:
 
     def port_vlans(self, port: str) -> set[int]:
         """The VLANs bridge port ``port`` carries now: its bridge's (none when it is in no VLAN's bridge)."""
-        import json
         [link] = json.loads(_ip("-j", "link", "show", "dev", port, netns=self.netns).stdout)
         vlan = vlan_of_bridge(link.get("master"))
         return set() if vlan is None else {vlan}
@@ -99,11 +95,10 @@ class LeafLab:
         _ip("link", "set", port, "name", name, netns=self.netns)
         _ip("link", "set", name, "up", netns=self.netns)
 
-    def links(self) -> list[str]:
-        """The names of the leaf's links (lo excluded)."""
-        import json
-        out = _ip("-j", "link", "show", netns=self.netns).stdout
-        return [link["ifname"] for link in json.loads(out or "[]") if link["ifname"] != "lo"]
+    def tessera_links(self) -> list[str]:
+        """What the leaf driver made on the leaf (VXLAN devices, VLAN bridges: its ``tessera:`` alias), by name."""
+        links = json.loads(_ip("-j", "-d", "link", "show", netns=self.netns).stdout or "[]")
+        return sorted(link["ifname"] for link in links if str(link.get("ifalias", "")).startswith("tessera:"))
 
     def destroy(self) -> None:
         """Remove the namespace (its links go with it) and the cables' far ends; never raises."""

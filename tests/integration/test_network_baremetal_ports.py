@@ -110,12 +110,6 @@ async def fabric_calls(net: Net, alloc: uuid.UUID, action: str) -> list[tuple]:
     return [(r["driver"], r["method"], r["url"], json.loads(r["body"]) if r["body"] else None) for r in rows]
 
 
-def tenant_devices(w: World) -> list[str]:
-    """What Tessera made on the leaf (VXLAN devices, VLAN bridges), by name."""
-    links = json.loads(probe.run(w.leaf.netns, "ip", "-j", "-d", "link", "show").stdout)
-    return sorted(link["ifname"] for link in links if str(link.get("ifalias", "")).startswith("tessera:"))
-
-
 async def reaches(ns: str, ip: str) -> bool:
     return await asyncio.to_thread(probe.reaches, ns, ip)
 
@@ -170,8 +164,7 @@ async def test_a_server_handed_off_joins_its_tenant_network_and_leaves_the_provi
     assert await never_reaches(stranger_ns, bm_ip)
 
     # every fabric says the same move
-    evpn, ufm, leaf = (await fabric_calls(net, bm, "bind"))[0], (await fabric_calls(net, bm, "bind"))[1], \
-        (await fabric_calls(net, bm, "bind"))[2:]
+    [evpn, ufm, *leaf] = await fabric_calls(net, bm, "bind")
     assert evpn[0] == "evpn" and evpn[3] == {"interface": {"swp1": {"bridge": {"domain": {"br_default": {"access": 2}}}}}}
     assert ufm[0] == "infiniband" and ufm[3]["guids"] == [HCA]
     assert leaf == [("leaf", "EXEC", f"netns:{w.leaf.netns}", {"argv": ["ip", "link", "set", "swp1", "master",
@@ -188,7 +181,7 @@ async def test_a_server_handed_off_joins_its_tenant_network_and_leaves_the_provi
     assert await reaches(w.server, PROVISIONING_SERVICES)
     assert await never_reaches(w.server, vm_ip)
     await detach(net, tenant, bm)
-    assert tenant_devices(w) == []                           # the leaf served nothing else of the tenant
+    assert w.leaf.tessera_links() == []                           # the leaf served nothing else of the tenant
     await detach(net, tenant, vm)
     await detach(net, other, stranger)
 
@@ -205,7 +198,7 @@ async def test_a_refused_move_leaves_the_port_on_the_provisioning_network_and_no
                                                              leaf=w.leaf.name))
     assert refused["type"] == "network.port_bind_failed"
     assert f"leaf {w.leaf.name} has no port swp9" in refused["data"]["reason"]
-    assert w.leaf.port_vlans("swp1") == {PROVISIONING_VLAN} and tenant_devices(w) == []
+    assert w.leaf.port_vlans("swp1") == {PROVISIONING_VLAN} and w.leaf.tessera_links() == []
     assert await net.fetch("SELECT 1 FROM port_bindings WHERE allocation_id=$1", bm) == []
     [row] = await net.fetch("SELECT leaf FROM attachments WHERE allocation_id=$1", bm)
     assert row["leaf"] == "leaf-guess"                       # the move to the server's leaf was rolled back too
@@ -237,6 +230,6 @@ async def test_a_refused_move_leaves_the_port_on_the_provisioning_network_and_no
     probe.run(w.server, "ip", "addr", "add", SERVER_PROVISIONING, "dev", "eth0")
     await detach(net, tenant, intruder)
     await detach(net, tenant, bm)
-    assert w.leaf.port_vlans("swp1") == {PROVISIONING_VLAN} and tenant_devices(w) == []
+    assert w.leaf.port_vlans("swp1") == {PROVISIONING_VLAN} and w.leaf.tessera_links() == []
     assert [c[1:] for c in await fabric_calls(net, bm, "unbind") if c[0] == "leaf"] == [
         ("EXEC", f"netns:{w.leaf.netns}", {"argv": ["ip", "link", "set", "swp1", "master", f"br{PROVISIONING_VLAN}"]})]
