@@ -12,7 +12,7 @@ from tests.support.imports import REPO, imported_names, py_files
 # Every service: these and nothing else at its top level (a name ending in "/" is a package).
 LAYOUT = {"__init__.py", "__main__.py", "contracts", "domain/", "handlers", "adapters/", "entrypoints/",
           "settings.py", "bootstrap.py", "schema/"}
-EXTRA = {"gateway": {"http/", "api/"}}
+EXTRA = {"gateway": {"http/", "api/", "ui/"}}
 # Services whose handlers live elsewhere: the gateway's in its api/ slices (one package per thing a user manages).
 WITHOUT = {"gateway": {"handlers"}}
 # Services whose only settings are the kit's (shared.settings.ServiceSettings): no settings.py of their own.

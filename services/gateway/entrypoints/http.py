@@ -13,11 +13,12 @@ from aiohttp import web
 from shared.runtime import Runtime
 
 from ..adapters import identity
-from ..api.allocations import console, power
+from ..api.allocations import console, power, steps
 from ..api.allocations import routes as allocations
 from ..api.audit import routes as audit
 from ..api.billing import budgets, invoices
 from ..api.billing import usage as billing
+from ..api.events import routes as events
 from ..api.identity import api_keys, auth, ssh_keys, tenants
 from ..api.inventory import bmc, faults, health, images, nodes, pools, quotas, shapes, wipes
 from ..api.limits import routes as rate_limits
@@ -41,6 +42,7 @@ from ..http.ratelimit import rate_limit_middlewares
 from ..http.state import GATEWAY, Gateway
 from ..http.telemetry import telemetry_middleware
 from ..settings import GatewaySettings
+from ..ui.routes import add_ui_routes
 from .credentials import REVOKED, credential_state, on_revoked
 
 log = structlog.get_logger()
@@ -50,6 +52,7 @@ ENDPOINTS = with_openapi([
     *auth.ENDPOINTS, *tenants.ENDPOINTS, *ssh_keys.ENDPOINTS, *nodes.ENDPOINTS, *bmc.ENDPOINTS,
     *health.ENDPOINTS, *faults.ENDPOINTS,
     *pools.ENDPOINTS, *shapes.ENDPOINTS, *images.ENDPOINTS, *quotas.ENDPOINTS, *allocations.ENDPOINTS,
+    *steps.ENDPOINTS, *events.ENDPOINTS,
     *power.ENDPOINTS, *console.ENDPOINTS, *wipes.ENDPOINTS, *ops.ENDPOINTS, *networks.ENDPOINTS,
     *storage_quotas.ENDPOINTS, *volumes.ENDPOINTS, *volume_attachments.ENDPOINTS,
     *billing.ENDPOINTS, *invoices.ENDPOINTS, *budgets.ENDPOINTS,
@@ -97,6 +100,7 @@ def create_app(rt: Runtime, config: GatewaySettings, app: web.Application | None
                             audit_middleware(STATE_READERS), problems_middleware, auth_middleware(gw.tokens), limit,
                             policy_middleware(gw, POLICY_SCHEMA)])
     add_routes(app, ENDPOINTS)
+    add_ui_routes(app)
     answer_parser_errors_with_problems(app)   # aiohttp's own answers to unparsable requests: problem+json too
     app.cleanup_ctx.append(_bootstrap_admin)
     app.cleanup_ctx.append(_listen)
