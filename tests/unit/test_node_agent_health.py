@@ -232,7 +232,7 @@ class FakeNvml(SimpleNamespace):
     class NVMLError_Timeout(NVMLError):   # noqa: N801
         pass
 
-    NVML_TEMPERATURE_GPU, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC = 0, 1, 0
+    NVML_TEMPERATURE_GPU, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, NVML_CLOCK_SM = 0, 1, 0, 1
     nvmlEventTypeXidCriticalError = 8
 
     def __init__(self):
@@ -250,6 +250,7 @@ class FakeNvml(SimpleNamespace):
     def nvmlDeviceGetMemoryInfo(self, h): return SimpleNamespace(used=2 * 2**30, total=80 * 2**30)  # noqa: E704
     def nvmlDeviceGetPowerUsage(self, h): return 250_000       # noqa: E704
     def nvmlDeviceGetTemperature(self, h, sensor): return 61   # noqa: E704
+    def nvmlDeviceGetClockInfo(self, h, clock): return 1980    # noqa: E704
     def nvmlDeviceGetPciInfo(self, h): return SimpleNamespace(busId=f"00000000:1{h[1]}:00.0".upper())  # noqa: E704
 
     def _ecc_less(self, h, value):
@@ -274,6 +275,7 @@ def test_the_nvml_probe_reads_each_gpu_skipping_what_it_does_not_support_and_kee
     assert (event.gpu, event.code) == (0, 79) and p.events(0) == []
     first, second = p.sample()
     assert (first.util_pct, first.fb_used_mib, first.temp_c, first.power_w) == (42, 2048, 61, 250)
+    assert (first.sm_clock_mhz, first.tensor_active) == (1980, None)   # NVML has no tensor-pipe counter
     assert (first.xid, first.ecc_dbe, first.remapped_pending, first.pci) == (79, 2, True, "0000:10:00.0")
     assert (second.xid, second.ecc_dbe, second.retired_pending, second.remapped_pending) == (0, 0, False, False)
     assert {f.condition for f in findings(first, Limits())} == {"xid:79", "ecc_dbe", "remapped_rows_pending"}

@@ -37,6 +37,8 @@ class GpuSample:
     retired_pending: bool = False    # pages wait to be retired (a GPU reset retires them)
     remapped_pending: bool = False   # rows wait to be remapped (likewise)
     nvlink_down: bool = False
+    sm_clock_mhz: float = 0.0        # DCGM_FI_DEV_SM_CLOCK (only /metrics shows it, not the heartbeat)
+    tensor_active: float | None = None   # DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, 0..1 (NVML cannot read it: None)
     # when each fault began, by condition, where the probe knows (the sim does; NVML does not)
     since: dict[str, datetime] = field(default_factory=dict, compare=False)
 

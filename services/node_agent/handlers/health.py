@@ -40,6 +40,12 @@ DCGM = {
     "ecc_dbe": Gauge("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "Volatile double-bit ECC errors", LABELS),
     "retired_pending": Gauge("DCGM_FI_DEV_RETIRED_PENDING", "Pages pending retirement (1: yes)", LABELS),
 }
+# what only /metrics shows (the heartbeat does not carry it): the rest of DCGM's dashboard, read from the sample
+SAMPLED = {
+    "sm_clock_mhz": Gauge("DCGM_FI_DEV_SM_CLOCK", "SM clock (MHz)", LABELS),
+    "tensor_active": Gauge("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "Share of cycles the tensor pipes were active (0..1)",
+                           LABELS),
+}
 _exported: dict[uuid.UUID, set[tuple[str, str, str]]] = {}   # per node: the label sets its gauges hold
 
 
@@ -62,16 +68,22 @@ def gpu_metrics(samples: list[GpuSample], kept: dict[uuid.UUID, KeptInstance]) -
                          xid_errors=s.xid, ecc_dbe=s.ecc_dbe, retired_pending=s.retired_pending) for s in samples]
 
 
-def export_metrics(node_id: uuid.UUID, metrics: list[c.GpuMetrics]) -> None:
-    """Set the DCGM gauges from ``metrics``; a label set this node no longer has (a GPU freed) is removed."""
-    now = set()
+def export_metrics(node_id: uuid.UUID, metrics: list[c.GpuMetrics], samples: list[GpuSample] = ()) -> None:
+    """Set the DCGM gauges from ``metrics`` and, for the fields only a sample has, from ``samples`` (the same GPUs;
+    a reading the probe cannot take, None, is left out); a label set this node no longer has (a GPU freed) is
+    removed."""
+    now, sampled = set(), {s.gpu: s for s in samples}
     for m in metrics:
         labels = (str(node_id), str(m.gpu), str(m.allocation_id or ""))
         now.add(labels)
         for name, gauge in DCGM.items():
             gauge.labels(*labels).set(float(getattr(m, name)))
+        for name, gauge in SAMPLED.items():
+            value = getattr(sampled[m.gpu], name) if m.gpu in sampled else None
+            if value is not None:
+                gauge.labels(*labels).set(float(value))
     for gone in _exported.get(node_id, set()) - now:
-        for gauge in DCGM.values():
+        for gauge in (*DCGM.values(), *SAMPLED.values()):
             gauge.remove(*gone)
     _exported[node_id] = now
 
@@ -90,7 +102,7 @@ async def heartbeat(node: Node, pool: asyncpg.Pool, seq: int) -> c.Heartbeat:
                       since=since, message=f.message, tenant_message=f.tenant_message)
               for f, since in node.alerts.current(found + node.faults.findings(), now)]
     metrics = gpu_metrics(samples, kept)
-    export_metrics(node.id, metrics)
+    export_metrics(node.id, metrics, samples)
     return c.Heartbeat(node_id=node.id, seq=seq, sent_at=now, started_at=node.started_at, alerts=alerts,
                        instances=sorted(set(kept) | running, key=str), gpus=metrics)
 

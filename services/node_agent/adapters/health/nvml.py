@@ -62,6 +62,7 @@ class NvmlProbe(GpuHealthProbe):
                                            n.NVML_VOLATILE_ECC, default=0)),
                 retired_pending=bool(self._optional(n.nvmlDeviceGetRetiredPagesPendingStatus, h, default=0)),
                 remapped_pending=bool(remapped[2]) if remapped is not None else False,
+                sm_clock_mhz=float(self._optional(n.nvmlDeviceGetClockInfo, h, n.NVML_CLOCK_SM, default=0)),
                 since={"xid": xid[1]} if xid else {}))
         return out
 

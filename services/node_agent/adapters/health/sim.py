@@ -1,6 +1,7 @@
 """The simulated GPUs' health: a model per GPU (utilisation, memory, a temperature drifting between 35 and 70 °C,
-power following the load) and the faults a provider injects (``node_agent.inject_fault``), which hold until
-cleared. The sim platform's stand-in for NVML, and the one probe that accepts injected faults.
+power, SM clock and tensor activity following the load) and the faults a provider injects
+(``node_agent.inject_fault``), which hold until cleared. The sim platform's stand-in for NVML, and the one probe
+that accepts injected faults.
 
 Thread-safe: the heartbeat loop samples in a thread while a command injects on the event loop.
 """
@@ -46,7 +47,10 @@ class _Gpu:
             power_w=round(f["power"][0] if "power" in f else 70.0 + 6.3 * self.util, 1),
             xid=int(f["xid"][0]) if "xid" in f else 0,
             ecc_dbe=int(f["ecc_dbe"][0]) if "ecc_dbe" in f else 0, retired_pending="retired_pages" in f,
-            nvlink_down="nvlink" in f, since=since)
+            nvlink_down="nvlink" in f, since=since,
+            # an H100's SM clock: 345 MHz idle, boosting to 1980 MHz under full load; tensor cores busy for
+            # most of a busy GPU's time (a training job's share), so the dashboards show plausible curves
+            sm_clock_mhz=round(345.0 + 16.35 * self.util), tensor_active=round(0.85 * self.util / 100, 3))
 
 
 _CONDITION = {"ecc_dbe": "ecc_dbe", "retired_pages": "retired_pages_pending", "temperature": "temperature",
