@@ -22,6 +22,7 @@ from nats.js.errors import NotFoundError
 
 from .batches import Batches, Handler
 from .contract import Catalog, ContractViolation, durable_name
+from .observability import CONSUMER_PENDING
 from .outbox import Outbox
 from .refusals import Refusal
 from .settings import BusSettings
@@ -213,9 +214,16 @@ class Consumers:
         Not one ``fetch(batch)``: a pull request for a batch that finds fewer messages stays open on the server
         until it expires, and nats-py's fetch waits for the rest of the batch until then, so a lone message
         could wait the whole poll."""
-        first = await sub.pull.fetch(1, timeout=self.settings.fetch_wait_s)
+        lag = CONSUMER_PENDING.labels(self.service, sub.name)
+        try:
+            first = await sub.pull.fetch(1, timeout=self.settings.fetch_wait_s)
+        except TimeoutError:
+            lag.set(0)   # nothing was there for the whole poll
+            raise
         more = min(sub.batch - len(first), first[-1].metadata.num_pending or 0) if first else 0
         if more > 0:
             with contextlib.suppress(TimeoutError):   # another replica took them meanwhile
                 first += await sub.pull.fetch(more, timeout=0.05)
+        if first:
+            lag.set(first[-1].metadata.num_pending or 0)
         return first

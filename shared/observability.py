@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 _propagator = TraceContextTextMapPropagator()
 
@@ -31,6 +31,9 @@ MESSAGES = Counter("tessera_messages_consumed_total", "Messages handled by a con
 HANDLER_SECONDS = Histogram("tessera_handler_seconds", "Handler time per message type", ["service", "type"])
 PUBLISHED = Counter("tessera_outbox_published_total", "Outbox rows published to JetStream", ["service"])
 DEAD_LETTERS = Counter("tessera_dead_letters_total", "Messages moved to the dead-letter stream", ["service", "reason"])
+# a consumer's lag: what the server still holds for the durable, as of its last fetch (0 after a fetch found nothing)
+CONSUMER_PENDING = Gauge("tessera_consumer_pending_messages",
+                         "Messages the stream holds for a durable consumer, not yet delivered", ["service", "consumer"])
 
 
 def _add_trace_ids(_, __, event_dict):

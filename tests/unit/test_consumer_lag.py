@@ -1,0 +1,42 @@
+"""A consumer's lag on /metrics (tessera_consumer_pending_messages): what the stream still held for the durable
+at its last fetch, as the fetched message's metadata says, and 0 once a poll found nothing."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from shared.consumer import Consumers
+from shared.observability import CONSUMER_PENDING
+
+
+class FakePull:
+    """A pull subscription over ``held`` messages; a fetch that finds none times out as nats-py's does."""
+
+    def __init__(self, held: int):
+        self.held = held
+
+    async def fetch(self, batch: int, timeout: float):
+        if self.held == 0:
+            raise TimeoutError
+        n = min(batch, self.held)
+        self.held -= n
+        return [SimpleNamespace(metadata=SimpleNamespace(num_pending=self.held + n - 1 - i)) for i in range(n)]
+
+
+def _lag(consumer: str) -> float:
+    return CONSUMER_PENDING.labels("lagging", consumer)._value.get()
+
+
+async def test_the_lag_is_what_the_stream_holds_after_each_fetch_and_zero_after_an_empty_poll():
+    consumers = SimpleNamespace(service="lagging", settings=SimpleNamespace(fetch_wait_s=0.01))
+    sub = SimpleNamespace(name="lagging-durable", batch=10, pull=FakePull(held=25))
+    assert len(await Consumers._fetch(consumers, sub)) == 10
+    assert _lag("lagging-durable") == 15
+    await Consumers._fetch(consumers, sub)
+    await Consumers._fetch(consumers, sub)
+    assert _lag("lagging-durable") == 0 and sub.pull.held == 0
+    CONSUMER_PENDING.labels("lagging", "lagging-durable").set(3)
+    with pytest.raises(TimeoutError):
+        await Consumers._fetch(consumers, sub)
+    assert _lag("lagging-durable") == 0
