@@ -24,6 +24,7 @@ from shared.unit_of_work import UnitOfWork
 from .. import contracts as c
 from ..adapters import invoices as repo
 from ..adapters.ledger import PgLedger
+from ..adapters.metrics import INVOICES
 from ..domain import invoices as rules
 from ..domain.usage import Rating, UsageRecord
 from ..settings import BillingSettings
@@ -144,6 +145,8 @@ async def tick(rt: Runtime, *, now: datetime | None = None) -> Ticked:
         pass
     while await _publish_batch(rt, done):
         pass
+    INVOICES.labels("finalized").inc(len(done.finalized))   # each batch committed by now
+    INVOICES.labels("published").inc(len(done.published))
     if done.finalized or done.published:
         log.info("billing.invoices_ticked", finalized=len(done.finalized), published=len(done.published))
     return done

@@ -20,9 +20,10 @@ from .. import contracts as c
 from ..adapters import rating as repo
 from ..adapters import repository as meters_repo
 from ..adapters.ledger import PgLedger
+from ..adapters.metrics import CHARGED, USAGE_RATED
 from ..domain.model import Meter
 from ..domain.pricing import ImmutableVersionError, PricingError
-from ..domain.usage import UsageRecord, meter_records, rate, storage_record, version_from_doc
+from ..domain.usage import Rating, UsageRecord, meter_records, rate, storage_record, version_from_doc
 from .budgets import usage_recorded as check_budgets
 from .invoices import assign as bill
 from .rollups import usage_recorded as roll_up
@@ -40,7 +41,7 @@ async def rate_and_record(ctx: UnitOfWork, records: list[UsageRecord], *, correl
     ledger, store it and publish billing.usage_rated (correlated by ``correlation_id``, else a meter record by
     its allocation, else by the causing message); records already stored are skipped. Then update the hourly
     rollups and check the budgets of what changed. Returns how many were new."""
-    conn, new = ctx.conn, []
+    conn, new, rated = ctx.conn, [], []
     prices = await repo.price_list(conn) if records else None
     for r in records:
         if await repo.usage_exists(conn, r):
@@ -70,10 +71,18 @@ async def rate_and_record(ctx: UnitOfWork, records: list[UsageRecord], *, correl
             correction=billed.correction), tenant_id=r.tenant_id,
             correlation_id=correlation_id or (str(r.allocation_id) if r.allocation_id else None))
         new.append(r)
+        rated.append((r.kind, rating))
     if new:
+        ctx.on_commit(lambda: _count(rated))
         await roll_up(ctx, new)
         await check_budgets(ctx, sorted({r.tenant_id for r in new}))
     return len(new)
+
+
+async def _count(rated: list[tuple[str, Rating]]) -> None:
+    for kind, rating in rated:
+        USAGE_RATED.labels(kind, str(rating.rated).lower()).inc()
+        CHARGED.labels(rating.currency).inc(max(rating.amount_minor, 0))
 
 
 async def meter_stopped(ctx: UnitOfWork, meter: Meter, *, grace_s: int | None = None) -> int:
