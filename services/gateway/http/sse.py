@@ -75,15 +75,29 @@ class StreamRegistry:
 
 
 class AllocationEventHub:
-    """Fans the projection's NOTIFY out to the streams watching each allocation."""
+    """Fans the projection's NOTIFY out to the streams watching each allocation, and to the feeds watching them
+    all (``watch_any``)."""
 
     def __init__(self, channel: str):
         self.channel = channel
         self._watchers: dict[str, set[asyncio.Event]] = defaultdict(set)
+        self._any: set[asyncio.Event] = set()
 
     def _notified(self, _conn, _pid, _channel, payload: str) -> None:
         for wake in self._watchers.get(payload, ()):
             wake.set()
+        for wake in self._any:
+            wake.set()
+
+    @contextlib.contextmanager
+    def watch_any(self) -> Iterator[asyncio.Event]:
+        """An event set whenever new events of any allocation are committed (the feed filters what it reads)."""
+        wake = asyncio.Event()
+        self._any.add(wake)
+        try:
+            yield wake
+        finally:
+            self._any.discard(wake)
 
     @contextlib.contextmanager
     def watch(self, allocation_id: str) -> Iterator[asyncio.Event]:
