@@ -37,35 +37,42 @@ async def get(conn: asyncpg.Connection, saga_id: uuid.UUID) -> tuple[Saga, datet
         return None
     now, steps = await conn.fetchrow(
         "SELECT clock_timestamp(), coalesce((SELECT json_agg(json_build_object('step', step, 'phase', phase, "
-        "'status', status, 'attempt', attempt, 'deadline', deadline, 'result', result, 'error', error)) "
-        "FROM saga_steps WHERE saga_id=$1), '[]')", saga_id)
+        "'status', status, 'attempt', attempt, 'deadline', deadline, 'result', result, 'error', error, "
+        "'started_at', started_at, 'finished_at', finished_at)) FROM saga_steps WHERE saga_id=$1), '[]')", saga_id)
     saga = Saga(
         id=row["id"], kind=row["kind"], allocation_id=row["allocation_id"], tenant_id=row["tenant_id"],
         input=json.loads(row["input"]), status=row["status"], current_step=row["current_step"],
-        failed_step=row["failed_step"], reason=row["reason"],
-        steps={(s["step"], s["phase"]): StepRecord(s["status"], s["attempt"],
-                                                   datetime.fromisoformat(s["deadline"]) if s["deadline"] else None,
-                                                   s["result"], s["error"])
+        failed_step=row["failed_step"], reason=row["reason"], finished_at=row["finished_at"],
+        steps={(s["step"], s["phase"]): StepRecord(s["status"], s["attempt"], _instant(s["deadline"]), s["result"],
+                                                   s["error"], _instant(s["started_at"]), _instant(s["finished_at"]))
                for s in json.loads(steps)},
     )
     return saga, now
 
 
+def _instant(text: str | None) -> datetime | None:
+    return datetime.fromisoformat(text) if text else None
+
+
 async def save(conn: asyncpg.Connection, before: Saga, after: Saga) -> None:
-    """Write the saga row and every step record that changed between ``before`` and ``after``, in one
-    statement."""
+    """Write the saga row and every step record that changed between ``before`` and ``after`` (with when
+    each ran: ``model.timed``), in one statement."""
     changed = [(step, phase, r.status, r.attempt, r.deadline, json.dumps(r.result) if r.result is not None else None,
-                r.error) for (step, phase), r in after.steps.items() if before.steps.get((step, phase)) != r]
-    columns = list(zip(*changed)) if changed else [()] * 7
+                r.error, r.started_at, r.finished_at)
+               for (step, phase), r in after.steps.items() if before.steps.get((step, phase)) != r]
+    columns = list(zip(*changed)) if changed else [()] * 9
     await conn.execute(
-        "WITH saga AS (UPDATE sagas SET status=$2, current_step=$3, failed_step=$4, reason=$5, updated_at=now() "
-        "WHERE id=$1) "
-        "INSERT INTO saga_steps (saga_id, step, phase, status, attempt, deadline, result, error) "
-        "SELECT $1, * FROM unnest($6::text[], $7::text[], $8::text[], $9::int[], $10::timestamptz[], $11::jsonb[], "
-        "$12::text[]) ON CONFLICT (saga_id, step, phase) DO UPDATE SET "
+        "WITH saga AS (UPDATE sagas SET status=$2, current_step=$3, failed_step=$4, reason=$5, finished_at=$6, "
+        "updated_at=now() WHERE id=$1) "
+        "INSERT INTO saga_steps (saga_id, step, phase, status, attempt, deadline, result, error, started_at, "
+        "finished_at) "
+        "SELECT $1, * FROM unnest($7::text[], $8::text[], $9::text[], $10::int[], $11::timestamptz[], $12::jsonb[], "
+        "$13::text[], $14::timestamptz[], $15::timestamptz[]) ON CONFLICT (saga_id, step, phase) DO UPDATE SET "
         "status=EXCLUDED.status, attempt=EXCLUDED.attempt, deadline=EXCLUDED.deadline, "
-        "result=EXCLUDED.result, error=EXCLUDED.error",
-        after.id, after.status, after.current_step, after.failed_step, after.reason, *[list(c) for c in columns])
+        "result=EXCLUDED.result, error=EXCLUDED.error, started_at=EXCLUDED.started_at, "
+        "finished_at=EXCLUDED.finished_at",
+        after.id, after.status, after.current_step, after.failed_step, after.reason, after.finished_at,
+        *[list(c) for c in columns])
 
 
 async def claim_due(conn: asyncpg.Connection, skip: list[uuid.UUID]) -> uuid.UUID | None:

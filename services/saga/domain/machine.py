@@ -33,6 +33,7 @@ from .model import (
     Start,
     StepChange,
     StepRecord,
+    timed,
 )
 
 
@@ -185,7 +186,7 @@ class _Transition:
         nxt = self.definition.after(step.name)
         if nxt is not None:
             return self._invoke(nxt, attempt=1)
-        self.saga.status, self.saga.current_step = "completed", None
+        self.saga.status, self.saga.current_step, self.saga.finished_at = "completed", None, self.now
         self._event("saga.completed")
 
     # --- compensation -----------------------------------------------------------------------------
@@ -247,6 +248,7 @@ class _Transition:
     def _finish_failed(self, failed_step: str, reason: str) -> None:
         s = self.saga
         s.status, s.current_step, s.failed_step, s.reason = "failed", None, failed_step, reason
+        s.finished_at = self.now
         self._notify(self.definition.on_failure, failed_step=failed_step, reason=reason)
         undone = [st.name for st in reversed(self.definition.steps)
                   if (r := s.record(st.name, COMPENSATE)) is not None and r.status == "compensated"]
@@ -259,7 +261,8 @@ class _Transition:
         (``quiet``: a step skipped where it never applies)."""
         old = self.saga.record(step, phase)
         kept = result if result is not None else (old.result if old else None)
-        self.saga.steps[(step, phase)] = StepRecord(status, attempt, deadline, kept, error)
+        self.saga.steps[(step, phase)] = StepRecord(status, attempt, deadline, kept, error,
+                                                    *timed(old, status, self.now))
         change = StepChange(step, phase, status, attempt, detail)
         self.changes.append(change)
         if not quiet and not restated(change, self.cause):

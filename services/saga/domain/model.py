@@ -11,6 +11,9 @@ Step record statuses:
               or → retrying → compensating (resent) ... → failed (gave up); disarmed when the step
               itself failed (the participant did nothing, so there is nothing to undo)
 A record is *awaiting* (has a deadline) while invoked, waiting, compensating or retrying.
+
+Each record also says when it ran (``timed``): started when its command is first sent, finished when it
+reaches an end; the saga says when it completed or failed (``Saga.finished_at``).
 """
 from __future__ import annotations
 
@@ -23,6 +26,8 @@ INVOKE, COMPENSATE = "invoke", "compensate"
 Phase = Literal["invoke", "compensate"]
 AWAITING = frozenset({"invoked", "waiting", "compensating", "retrying"})
 OPEN = frozenset({"running", "compensating"})           # saga statuses that still act
+STARTS = frozenset({"invoked", "compensating"})          # a command (or undo command) is sent with these
+ENDS = frozenset({"succeeded", "failed", "timed_out", "compensated"})
 SagaStatus = Literal["running", "compensating", "completed", "failed"]
 
 
@@ -84,10 +89,27 @@ class StepRecord:
     deadline: datetime | None = None
     result: dict[str, Any] | None = None
     error: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
 
     @property
     def awaiting(self) -> bool:
         return self.status in AWAITING and self.deadline is not None
+
+
+def timed(old: StepRecord | None, status: str, now: datetime) -> tuple[datetime | None, datetime | None]:
+    """(started_at, finished_at) of a record moving from ``old`` to ``status`` at ``now``.
+
+    Started when its command is sent (``STARTS``), and only the first time: a resend keeps the first start
+    (``attempt`` counts the sends). Finished on an end (``ENDS``; a step skipped, which goes straight to
+    succeeded, starts and finishes at once); not finished while it waits or retries, and a record sent again
+    is not finished any more. Armed and disarmed records never ran: no times."""
+    started = old.started_at if old is not None else None
+    if status in STARTS:
+        return started or now, None
+    if status in ENDS:
+        return started or now, now
+    return started, None
 
 
 @dataclass
@@ -102,6 +124,7 @@ class Saga:
     failed_step: str | None = None
     reason: str | None = None
     steps: dict[tuple[str, str], StepRecord] = field(default_factory=dict)
+    finished_at: datetime | None = None   # when it completed or failed
 
     def record(self, step: str, phase: str = INVOKE) -> StepRecord | None:
         return self.steps.get((step, phase))
