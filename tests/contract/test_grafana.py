@@ -11,12 +11,17 @@ import json
 import re
 from pathlib import Path
 
+import jsonschema
 import pytest
+import yaml
 
 from deploy.grafana.generate import DASHBOARDS, rendered
 from deploy.grafana.gpu import DCGM_PANELS
 
+from .deploy_files import DEPLOY_NAME, compose_schema
+
 ROOT = Path(__file__).resolve().parents[2]
+GRAFANA = ROOT / "deploy" / "grafana"
 BOARDS = sorted(DASHBOARDS.glob("*.json"))
 
 # --- what the code exports ---------------------------------------------------------------------------------------
@@ -183,3 +188,27 @@ def test_gpu_health_has_the_eight_panels_and_the_variables_of_nvidias_dcgm_dashb
         "GPU Power Total": "gauge", "GPU SM Clocks": "timeseries", "GPU Utilization": "timeseries",
         "Tensor Core Utilization": "timeseries", "GPU Framebuffer Mem Used": "timeseries"}
     assert {"datasource", "instance", "gpu"} <= {v["name"] for v in board["templating"]["list"]}
+
+
+# --- provisioning -------------------------------------------------------------------------------------------------
+def test_grafana_provisioning_loads_the_dashboards_folder_from_prometheus():
+    overlay = yaml.safe_load((GRAFANA / "compose.yaml").read_text())
+    mounts = dict(v.split(":")[:2] for v in overlay["services"]["grafana"]["volumes"])   # source -> target
+    provider = yaml.safe_load((GRAFANA / "provisioning" / "dashboards.yaml").read_text())["providers"][0]
+    assert mounts["../grafana/dashboards"] == provider["options"]["path"]
+    assert mounts["../grafana/provisioning/dashboards.yaml"].startswith("/etc/grafana/provisioning/dashboards/")
+    assert mounts["../grafana/provisioning/datasources.yaml"].startswith("/etc/grafana/provisioning/datasources/")
+    [source] = yaml.safe_load((GRAFANA / "provisioning" / "datasources.yaml").read_text())["datasources"]
+    assert source["type"] == "prometheus" and source["url"] == "http://prometheus:9090"
+    compose_dir = ROOT / "deploy" / "compose"   # an overlay's paths resolve from the first file's folder
+    assert all((compose_dir / local).resolve().exists() for local in mounts if local.startswith(".."))
+
+
+def test_the_compose_overlay_is_valid_and_prometheus_scrapes_every_service():
+    schema = compose_schema()
+    overlay = yaml.safe_load((GRAFANA / "compose.yaml").read_text())
+    errors = [e.message for e in jsonschema.validators.validator_for(schema)(schema).iter_errors(overlay)]
+    assert errors == []
+    config = yaml.safe_load((GRAFANA / "prometheus.yml").read_text())
+    targets = {t for job in config["scrape_configs"] for s in job["static_configs"] for t in s["targets"]}
+    assert targets == {f"{name}:8080" for name in DEPLOY_NAME.values()}
