@@ -112,5 +112,5 @@ CONTRACT = ServiceContract(
            "storage.create_volume", "storage.resize_volume", "storage.destroy_volume", "storage.attach_volume",
            "storage.detach_volume", "storage.set_quota", "billing.publish_price_list", "billing.set_budget",
            "billing.delete_budget", "billing.verify_ledger", "scheduler.drain_node", "scheduler.set_health_policy",
-           "scheduler.close_breaker", "node_agent.inject_fault"],
+           "scheduler.close_breaker", "node_agent.inject_fault", "saga.read_steps"],
 )

@@ -3,6 +3,7 @@ belong to the participants; they follow from the steps its saga table names (dom
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Literal
 
 from pydantic import Field
@@ -81,6 +82,37 @@ class WithdrawAllocation(Wire):
     requested_by: uuid.UUID
 
 
+class ReadSteps(Wire):
+    """Every saga of an allocation, with when each of its steps ran (the caller checks who may see it)."""
+
+    allocation_id: uuid.UUID
+
+
+class StepTiming(Wire):
+    step: str
+    phase: Literal["invoke", "compensate"] = Field(description="compensate: the step's undo.")
+    status: str = Field(description="The record's status (a skipped step: succeeded, attempt 0; an undo never "
+                                    "needed: armed; one not needed as its step failed: disarmed).")
+    attempt: int = Field(description="How many times its command was sent (0: never, it was skipped).")
+    started_at: datetime | None = Field(description="When its command was first sent.")
+    finished_at: datetime | None = Field(description="When it succeeded, failed, timed out or was compensated.")
+    duration_s: float | None = Field(description="finished_at - started_at; null while it runs (or never ran).")
+    error: str | None = None
+
+
+class SagaSteps(Wire):
+    saga_id: uuid.UUID
+    kind: SagaKind
+    state: Literal["running", "compensating", "completed", "failed"]
+    started_at: datetime
+    finished_at: datetime | None = Field(description="When it completed or failed; null while it runs.")
+    steps: list[StepTiming] = Field(description="In the saga's order, each step's undo right after it.")
+
+
+class AllocationSagas(Wire):
+    items: list[SagaSteps] = Field(description="Every saga of the allocation, oldest first.")
+
+
 _SENDS, _RECEIVES = sent_and_received()
 
 CONTRACT = ServiceContract(
@@ -104,6 +136,9 @@ CONTRACT = ServiceContract(
         Message("saga.withdraw", "saga.cmd.withdraw", WithdrawAllocation, "command",
                 "Release an allocation not started yet: out of its tenant's line at once, or once its saga completes "
                 "(sent by the gateway)."),
+        Message("saga.read_steps", "saga.rpc.read_steps", ReadSteps, "request",
+                "Every saga of an allocation and when each of its steps ran (asked by the gateway).",
+                reply=AllocationSagas),
     ],
     # besides the saga starts: the replies of the steps the saga table names, whose commands it sends
     receives=["allocation.requested", "allocation.release_requested", "allocation.interrupted", "saga.withdraw",

@@ -1,4 +1,5 @@
-"""The coordinator's subscribers: saga starts, a tenant's withdrawal, and every participant reply in its contract."""
+"""The coordinator's subscribers: saga starts, a tenant's withdrawal, and every participant reply in its contract;
+and its answer to a read of an allocation's sagas."""
 from __future__ import annotations
 
 from functools import partial
@@ -18,3 +19,4 @@ def wire(rt: Runtime, policy: Policy) -> None:
     for type_ in (t for t in CONTRACT.receives if t != "saga.withdraw"):
         handler = STARTS.get(type_, handlers.on_reply)
         rt.consumers.subscribe(type_, partial(handler, policy=policy))
+    rt.answer("saga.read_steps", partial(handlers.read_steps, rt))
