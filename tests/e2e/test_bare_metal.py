@@ -165,6 +165,7 @@ async def test_the_wrong_bmc_password_fails_the_step_naming_the_401_and_leaves_t
             await client.__aexit__(None, None, None)
 
 
+@pytest.mark.long
 async def test_a_slot_whose_wipe_fails_is_quarantined_never_placed_and_returns_after_a_rewipe(platform):
     p, lab = platform, platform.lab
     async with p.admin() as admin:

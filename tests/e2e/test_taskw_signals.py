@@ -120,7 +120,9 @@ def _gone(up: Up) -> list[str]:
     return left
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+# SIGTERM takes the same path as SIGINT (the runner handles both alike): the suite sends one, test:long both
+@pytest.mark.parametrize("sig", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.long)],
+                         ids=["SIGINT", "SIGTERM"])
 def test_a_signal_to_the_pid_of_taskw_up_stops_the_whole_platform_and_it_exits(tmp_path, sig):
     up = Up(tmp_path / "data")
     try:

@@ -231,6 +231,7 @@ async def test_with_libvirtd_stopped_the_step_fails_clearly_and_the_saga_compens
     assert vm.domain_name(a["id"]) not in await asyncio.to_thread(vm.domains)
 
 
+@pytest.mark.long
 async def test_a_node_agent_killed_mid_boot_times_out_the_step_and_its_orphan_domain_is_removed(platform):
     p = platform
     async with p.admin() as admin:
@@ -254,6 +255,7 @@ async def test_a_node_agent_killed_mid_boot_times_out_the_step_and_its_orphan_do
         await client.__aexit__(None, None, None)
 
 
+@pytest.mark.long
 async def test_a_tenants_volume_is_mounted_in_its_guest_stops_writes_at_its_size_there_and_no_other_guest_has_it(
         platform):
     """The issue's "done when": a tenant creates a volume, gets it mounted into its VM (virtiofs, at /mnt/<name>),
