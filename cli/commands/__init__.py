@@ -1,0 +1,1 @@
+"""One module per group of nouns; each exposes Typer sub-apps that cli.app mounts."""
