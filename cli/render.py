@@ -1,6 +1,6 @@
 """Output of reads: ``-o table|wide|json|yaml|name``. A noun describes its columns once (``Columns``); json
 and yaml show the documents as the API gave them; name prints one id a line (for xargs and $(...)).
-rich and yaml are imported only when a table or yaml is actually printed."""
+yaml is imported only when yaml is printed; rich never is here (tables are plain text)."""
 from __future__ import annotations
 
 import json
@@ -64,21 +64,13 @@ def to_text(docs: Sequence[dict] | dict, columns: Columns, output: str, single: 
 
 
 def table(headers: list[str], body: list[list[str]]) -> str:
-    """A plain table: rich renders it, without colour and without wrapping, so pipes and grep see columns."""
+    """A plain table, columns padded to their widest cell, no colour and no wrapping, so pipes and grep see
+    columns (drawn here rather than with rich: importing rich costs a read most of its time budget)."""
     if not body:
         return "No resources found."
-    from io import StringIO
-
-    from rich.console import Console
-    from rich.table import Table
-    t = Table(box=None, show_edge=False, pad_edge=False, header_style="", padding=(0, 2, 0, 0))
-    for h in headers:
-        t.add_column(h.upper(), no_wrap=True, overflow="ignore")
-    for r in body:
-        t.add_row(*r)
-    buf = StringIO()
-    Console(file=buf, width=10_000, color_system=None, highlight=False, soft_wrap=True).print(t)
-    return "\n".join(line.rstrip() for line in buf.getvalue().splitlines())
+    head = [h.upper() for h in headers]
+    widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [head, *body])
 
 
 def emit(text: str) -> None:
