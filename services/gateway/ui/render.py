@@ -13,7 +13,9 @@ from aiohttp import web
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
-_HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
+_HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff",
+            # not no-referrer: under it a browser sends "Origin: null" on a form POST, and sign-in checks Origin
+            "Referrer-Policy": "same-origin",
             "X-Frame-Options": "DENY"}
 TEMPLATES = Path(__file__).parent / "templates"
 

@@ -45,3 +45,23 @@ def from_events(events: list) -> dict:
                       "duration_s": (nxt - at).total_seconds() if nxt else None, "error": data.get("error")})
     return {"saga_id": None, "kind": "events", "state": "", "started_at": steps[0]["started_at"] if steps else None,
             "finished_at": None, "steps": steps}
+
+
+def rows(saga: dict) -> list[dict]:
+    """The saga's forward steps in order, each with its compensation (None while it has none but an armed one),
+    for the timeline table; ``share`` is the step's part of the longest step's duration (the bar)."""
+    out: list[dict] = []
+    by_step: dict[str, dict] = {}
+    for st in saga.get("steps", []):
+        if st.get("phase") == "compensate":
+            row = by_step.get(st["step"])
+            if row is not None and st.get("status") != "armed":
+                row["compensation"] = st
+            continue
+        row = {**st, "compensation": None}
+        by_step[st["step"]] = row
+        out.append(row)
+    longest = max((r["duration_s"] or 0 for r in out), default=0) or 1
+    for r in out:
+        r["share"] = round((r["duration_s"] or 0) / longest, 3)
+    return out

@@ -24,7 +24,7 @@ from ..domain.model import Principal
 from ..http.problems import ProblemError, forbidden, not_found
 from ..http.state import gateway_of
 from . import fleet
-from .timeline import timeline
+from .timeline import rows, timeline
 
 log = structlog.get_logger()
 
@@ -126,7 +126,7 @@ async def allocation(request: web.Request, p: Principal) -> dict:
             raise not_found("allocation")
         events = await repo.allocation_events(conn, allocation_id, 500)
         names = await repo.tenant_names(conn, [row["tenant_id"]]) if p.is_provider_admin else {}
-    return {"a": row, "names": names, "timeline": await timeline(gw, row, events)}
+    return {"a": row, "names": names, "timeline": await timeline(gw, row, events), "steps_of": rows}
 
 
 async def node(request: web.Request, p: Principal) -> dict:

@@ -17,7 +17,8 @@
     });
     if (charts[id]) { charts[id].destroy(); }
     el.textContent = "";
-    if (!times.length) { el.textContent = "No allocation was placed in the last six hours."; return; }
+    var any = tenants.some(function (t) { return t[key].some(function (v) { return v !== null; }); });
+    if (!any) { el.textContent = "Nothing to show for the last six hours."; return; }
     charts[id] = new uPlot({width: Math.max(el.clientWidth, 300), height: 200, series: series,
                             axes: [{}, {label: "seconds"}]}, data, el);
   }
