@@ -14,10 +14,12 @@ LIVE = ("PROVISIONING", "ACTIVE", "RELEASING")   # states that hold slots on a n
 
 
 async def fleet_nodes(conn: asyncpg.Connection, after_name: str | None, limit: int) -> list[asyncpg.Record]:
-    """Up to ``limit`` nodes by name after ``after_name``, with free slots and health."""
+    """Up to ``limit`` nodes by name after ``after_name``, with free slots, health and how many slots the
+    scheduler holds quarantined (its node document's list)."""
     return await conn.fetch(
         "SELECT n.id, n.name, n.gpu_model, n.gpu_count, n.status, n.cordoned, n.pool, "
-        "coalesce(c.free_slots, 0) AS free_slots, h.state AS health, coalesce(h.draining, false) AS draining "
+        "coalesce(c.free_slots, 0) AS free_slots, h.state AS health, coalesce(h.draining, false) AS draining, "
+        "jsonb_array_length(n.quarantined) AS quarantined "
         "FROM nodes_view n LEFT JOIN node_capacity_view c ON c.node_id = n.id "
         "LEFT JOIN node_health_view h ON h.node_id = n.id "
         "WHERE $1::text IS NULL OR n.name > $1 ORDER BY n.name LIMIT $2", after_name, limit)
@@ -28,15 +30,6 @@ async def live_on_nodes(conn: asyncpg.Connection, node_ids: list[uuid.UUID]) -> 
     return await conn.fetch(
         "SELECT id, node_id, tenant_id, state, gpu_count FROM allocations_view "
         "WHERE node_id = ANY($1::uuid[]) AND state = ANY($2::text[]) ORDER BY created_at, id", node_ids, list(LIVE))
-
-
-async def quarantined_slots(conn: asyncpg.Connection, node_ids: list[uuid.UUID]) -> dict[uuid.UUID, int]:
-    """Per node, how many slots' newest wipe failed (quarantined until a re-wipe passes)."""
-    rows = await conn.fetch(
-        "SELECT node_id, count(*) FILTER (WHERE NOT ok) AS bad FROM ("
-        "SELECT DISTINCT ON (node_id, slot) node_id, ok FROM slot_wipes WHERE node_id = ANY($1::uuid[]) "
-        "ORDER BY node_id, slot, id DESC) newest GROUP BY node_id", node_ids)
-    return {r["node_id"]: r["bad"] for r in rows}
 
 
 async def fleet_totals(conn: asyncpg.Connection) -> asyncpg.Record:

@@ -1,10 +1,10 @@
 """The fleet map's cells: one per GPU slot of a node, coloured by what the read models say of it.
 
 Derived per node, in this order: the slots of each allocation on the node (its tenant's colour; ``wiping`` while
-it is RELEASING: the node wipes its slots on release), then the slots whose newest wipe failed (``quarantined``),
-then the rest, which are ``free`` unless the node is cordoned (``cordoned``), unhealthy or draining
-(``unhealthy``), or not yet schedulable (``offline``). The read models hold no slot index per allocation, so the
-cells show how many slots are in each state, not which ones.
+it is RELEASING: the node wipes its slots on release), then the slots the scheduler's node document lists as
+quarantined (a failed wipe; ``quarantined``), then the rest, which are ``free`` unless the node is cordoned
+(``cordoned``), unhealthy or draining (``unhealthy``), or not yet schedulable (``offline``). The read models hold
+no slot index per allocation, so the cells show how many slots are in each state, not which ones.
 """
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ filtered in SQL (adapters/dashboard*.py), exactly as the API scopes the same row
 """
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -93,9 +94,9 @@ async def fleet_map(request: web.Request, p: Principal) -> dict:
         page, more = nodes[:FLEET_PAGE], len(nodes) > FLEET_PAGE
         ids = [n["id"] for n in page]
         allocs = await repo.live_on_nodes(conn, ids)
-        quarantine = await repo.quarantined_slots(conn, ids)
         names = await repo.tenant_names(conn, list({a["tenant_id"] for a in allocs}))
         totals = await repo.fleet_totals(conn)
+    quarantine = {n["id"]: n["quarantined"] for n in page}
     return {"rows": fleet.fleet_rows(page, allocs, quarantine, names), "legend": fleet.legend(allocs, names),
             "totals": totals, "next": page[-1]["name"] if more else None, "after": after}
 
@@ -137,11 +138,10 @@ async def node(request: web.Request, p: Principal) -> dict:
             raise not_found("node")
         history = await repo.health_history(conn, node_id, 100)
         allocs = await repo.live_on_nodes(conn, [node_id])
-        quarantine = await repo.quarantined_slots(conn, [node_id])
         names = await repo.tenant_names(conn, list({a["tenant_id"] for a in allocs}))
-    cells = fleet.cells({**row, "health": row["health"], "draining": row["draining"]}, allocs,
-                        quarantine.get(node_id, 0), names)
-    return {"n": row, "history": history, "allocs": allocs, "names": names, "cells": cells}
+    quarantined = json.loads(row["quarantined"]) if isinstance(row["quarantined"], str) else list(row["quarantined"])
+    cells = fleet.cells(row, allocs, len(quarantined), names)
+    return {"n": row, "history": history, "allocs": allocs, "names": names, "cells": cells, "quarantined": quarantined}
 
 
 async def latency_series(request: web.Request, p: Principal, hours: int = 6, bucket_s: int = 300) -> dict:
