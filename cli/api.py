@@ -86,8 +86,9 @@ class Client:
 
     # -- requests
     def request(self, method: str, path: str, body: object = None, query: dict | None = None,
-                headers: dict | None = None, expect: tuple[int, ...] = (200, 201, 202, 204)) -> object:
-        """The decoded JSON answer (text when it is not JSON; None when empty); ApiError for another status."""
+                headers: dict | None = None, expect: tuple[int, ...] = (200, 201, 202, 204), raw: bool = False) -> object:
+        """The decoded JSON answer (text when it is not JSON; None when empty; the bytes with ``raw``); ApiError
+        for another status."""
         if query:
             pairs = [(k, v) for k, v in query.items() if v is not None]
             path += ("&" if "?" in path else "?") + urlencode(pairs, doseq=True) if pairs else ""
@@ -99,16 +100,31 @@ class Client:
             h.setdefault("Idempotency-Key", str(uuid.uuid4()))
         for force in (False, True):
             h["Authorization"] = f"Bearer {self.token(force)}"
-            status, raw, _ = self._exchange(method, path, data, h)
+            status, body_bytes, _ = self._exchange(method, path, data, h)
             if status != 401 or force:
                 break
-        decoded = _decode(raw)
+        decoded = _decode(body_bytes)
         if status not in expect:
             raise ApiError(status, decoded)
-        return decoded
+        return body_bytes if raw else decoded
 
     def get(self, path: str, **query) -> object:
         return self.request("GET", path, query=query or None)
+
+    def text(self, path: str, query: dict | None = None) -> str:
+        """A non-JSON read (the console, an invoice's HTML) as text; ApiError unless 200."""
+        return _as_text(self.request("GET", path, query=query, headers={"Accept": "*/*"}, expect=(200,), raw=True))
+
+    def lines(self, path: str, query: dict | None = None) -> Iterator[str]:
+        """A text response that stays open (a console followed), line by line, until the server ends it."""
+        resp, conn = self._open(path, query, {"Accept": "text/plain"})
+        lines: queue.Queue = queue.Queue()
+        threading.Thread(target=_read_lines, args=(resp, lines), daemon=True).start()
+        try:
+            while raw := lines.get():
+                yield raw.decode("utf-8", "replace")
+        finally:
+            conn.close()
 
     def items(self, path: str, **query) -> list[dict]:
         """Every item of a list answer, following ``next_cursor`` pages."""
@@ -122,27 +138,34 @@ class Client:
             if not cursor:
                 return out
 
+    def _open(self, path: str, query: dict | None, headers: dict):
+        """A streamed GET on a connection of its own (no timeout: the reader thread blocks); ApiError unless 200."""
+        if query:
+            path += "?" + urlencode([(k, v) for k, v in query.items() if v is not None], doseq=True)
+        conn = self._connect(None)
+        resp = self._send(conn, "GET", path, None, {**headers, "Authorization": f"Bearer {self.token()}"})
+        if resp.status != 200:
+            body = resp.read()
+            conn.close()
+            raise ApiError(resp.status, _decode(body))
+        return resp, conn
+
     def events(self, path: str, last_event_id: str | None = None, idle_s: float = 5.0,
                query: dict | None = None) -> Iterator[tuple[str | None, str | None, str] | None]:
         """Server-sent events of ``path`` as (id, event, data); None after ``idle_s`` without a byte (the caller
         may look around and keep reading). ApiError when the stream does not open; ends when the server ends it."""
-        if query:
-            path += "?" + urlencode([(k, v) for k, v in query.items() if v is not None], doseq=True)
-        h = {"Accept": "text/event-stream", "Authorization": f"Bearer {self.token()}"}
-        if last_event_id:
-            h["Last-Event-ID"] = last_event_id
-        conn = self._connect(None)
-        resp = self._send(conn, "GET", path, None, h)
-        if resp.status != 200:
-            raw = resp.read()
-            conn.close()
-            raise ApiError(resp.status, _decode(raw))
+        resp, conn = self._open(path, query, {"Accept": "text/event-stream",
+                                              **({"Last-Event-ID": last_event_id} if last_event_id else {})})
         lines: queue.Queue = queue.Queue()
         threading.Thread(target=_read_lines, args=(resp, lines), daemon=True).start()
         try:
             yield from _parse_sse(lines, idle_s)
         finally:
             conn.close()
+
+
+def _as_text(raw: object) -> str:
+    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw or "")
 
 
 def _read_lines(resp, lines: queue.Queue) -> None:

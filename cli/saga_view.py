@@ -116,10 +116,10 @@ def console_ready(c, a: dict) -> str | None:
     if inst.get("driver") not in ("libvirt", "vm", "qemu"):
         return None
     try:
-        text = c.request("GET", f"/v1/allocations/{a['id']}/console", query={"tail": 4000})
+        text = c.text(f"/v1/allocations/{a['id']}/console", {"tail": 4000})
     except CliError:
         return None
-    lines = [ln.strip() for ln in str(text or "").splitlines() if ln.strip()]
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     hits = [ln for ln in lines if "ready" in ln.lower() or "login:" in ln.lower()]
     return hits[-1] if hits else None
 

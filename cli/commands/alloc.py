@@ -106,16 +106,14 @@ def console(allocation_id: Id, tail: Annotated[int, typer.Option(help="Bytes fro
 
     from cli.common import interrupted_quietly
     c = client()
+    path = f"/v1/allocations/{allocation_id}/console"
     if not follow:
-        text = c.request("GET", f"/v1/allocations/{allocation_id}/console", query={"tail": tail})
-        sys.stdout.write(text if isinstance(text, str) else (text or {}).get("text", "") if isinstance(text, dict)
-                         else "")
+        sys.stdout.write(c.text(path, {"tail": tail}))
         return
     with interrupted_quietly():
-        for ev in c.events(f"/v1/allocations/{allocation_id}/console", query={"tail": tail, "follow": "true"}):
-            if ev is not None:
-                sys.stdout.write(ev[2] + "\n")
-                sys.stdout.flush()
+        for text in c.lines(path, {"tail": tail, "follow": "true"}):
+            sys.stdout.write(text)
+            sys.stdout.flush()
 
 
 def _action(allocation_id: str, action: str, output: str) -> None:

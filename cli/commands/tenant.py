@@ -105,10 +105,10 @@ def invoice_open(invoice_id: str):
     print the path."""
     import os
     import tempfile
-    html = client().request("GET", f"/v1/invoices/{invoice_id}/html")
+    html = client().text(f"/v1/invoices/{invoice_id}/html")
     fd, path = tempfile.mkstemp(prefix=f"invoice-{invoice_id[:8]}-", suffix=".html")
     with os.fdopen(fd, "w") as f:
-        f.write(html if isinstance(html, str) else str(html))
+        f.write(html)
     if os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"):
         import webbrowser
         if webbrowser.open(f"file://{path}"):
