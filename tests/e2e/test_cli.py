@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import stat
 import sys
 import time
@@ -189,6 +190,35 @@ async def test_alloc_list_watch_into_a_file_keeps_streaming(user_env, tenant, tm
         events = await until(seen, timeout=60, what="ADDED and MODIFIED of both allocations")
         assert [e["type"] for e in events if e["object"]["id"] == ids[0]][0] == "ADDED"
         assert proc.returncode is None                                   # still streaming
+        proc.send_signal(signal.SIGINT)                                  # Ctrl-C ends the watch quietly
+        assert await asyncio.wait_for(proc.wait(), 15) == 130
+        assert "Traceback" not in (await proc.stderr.read()).decode()
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+            await proc.wait()
+
+
+async def test_ops_events_follow_filtered_on_the_envelope(admin_env, tenant, tmp_path):
+    out_path = tmp_path / "events.jsonl"
+    with out_path.open("w") as sink:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "cli", "events", "--follow", "--tenant", tenant.id, "--type", "allocation.*",
+            "-o", "json", env=admin_env, cwd=REPO, stdout=sink, stderr=asyncio.subprocess.PIPE)
+    try:
+        async def some():
+            return [json.loads(ln) for ln in out_path.read_text().splitlines() if ln.strip()]
+
+        async def streaming():   # the stream delivers only what is new: allocate until it has shown one
+            await tenant.user.create_allocation(f"ev-{uuid.uuid4().hex[:4]}", shape="vm.1gpu")
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and proc.returncode is None:
+                if found := await some():
+                    return found
+                await asyncio.sleep(0.1)
+            return None
+        events = await until(streaming, timeout=60, what="allocation events of the tenant")
+        assert all(e["envelope"]["tenant_id"] == tenant.id and e["type"].startswith("allocation.") for e in events)
     finally:
         proc.terminate()
         await proc.wait()
