@@ -149,19 +149,22 @@ async def latency_series(request: web.Request, p: Principal, hours: int = 6, buc
     queue wait (null where a bucket has none)."""
     if not p.is_provider_admin:
         raise forbidden("the fleet's latencies are the provider's")
+    now = datetime.now(UTC)
     async with gateway_of(request).pool.acquire() as conn:
-        rows = await repo.latencies(conn, datetime.now(UTC) - timedelta(hours=hours), bucket_s)
+        rows = await repo.latencies(conn, now - timedelta(hours=hours), bucket_s)
         names = await repo.tenant_names(conn, list({r["tenant_id"] for r in rows}))
     times = sorted({int(r["bucket"].timestamp()) for r in rows})
     index = {t: i for i, t in enumerate(times)}
     series: dict[uuid.UUID, dict] = {}
     for r in rows:
         s = series.setdefault(r["tenant_id"], {"tenant": names.get(r["tenant_id"], str(r["tenant_id"])[:8]),
+                                               "colour": int(fleet.tenant_colour(r["tenant_id"])[1:]),
                                                "scheduling": [None] * len(times), "queue": [None] * len(times)})
         i = index[int(r["bucket"].timestamp())]
         s["scheduling"][i] = round(float(r["scheduling_s"]), 3)
         s["queue"][i] = None if r["queue_s"] is None else round(float(r["queue_s"]), 3)
-    return {"times": times, "tenants": list(series.values()), "bucket_s": bucket_s}
+    return {"times": times, "tenants": list(series.values()), "bucket_s": bucket_s,
+            "from": int(now.timestamp()) - hours * 3600, "to": int(now.timestamp())}
 
 
 FRAGMENTS: dict[str, Fragment] = {
