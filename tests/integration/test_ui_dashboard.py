@@ -63,6 +63,10 @@ async def test_a_tenant_sees_only_its_own_and_the_operator_sees_every_tenant(api
             assert r.status == 404
         async with s.get("/ui/fragments/fleet") as r:
             assert r.status == 403 and r.content_type == "application/problem+json"
+        async with s.get(f"/ui/fragments/console?id={mine['id']}") as r:   # not ACTIVE yet: no node to ask
+            assert r.status == 200 and "while the allocation is ACTIVE" in await r.text()
+        async with s.get(f"/ui/fragments/console?id={theirs['id']}") as r:
+            assert r.status == 404 and r.content_type == "application/problem+json"
         async with s.get("/ui/") as r:
             assert "alice-train" in await r.text()
     async with await browser(api, bob_key) as s, s.get("/ui/audit") as r:   # a tenant user: no audit trail
@@ -76,6 +80,8 @@ async def test_a_tenant_sees_only_its_own_and_the_operator_sees_every_tenant(api
             assert r.status == 200 and "Fleet" in text and "dead letters" in text, text
         async with s.get(f"/ui/nodes/{uuid.uuid4()}") as r:
             assert r.status == 404
+        async with s.get(f"/ui/fragments/console?id={mine['id']}") as r:   # the console is the tenant's
+            assert r.status == 403
         async with s.get("/ui/data/latency.json") as r:
             assert r.status == 200 and "times" in await r.json()
         async with s.get("/ui/static/app.js") as r:

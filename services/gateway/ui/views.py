@@ -25,6 +25,7 @@ from ..domain.model import Principal
 from ..http.problems import ProblemError, forbidden, not_found
 from ..http.state import gateway_of
 from . import fleet
+from .console import console_tail
 from .timeline import rows, timeline
 
 log = structlog.get_logger()
@@ -174,6 +175,7 @@ FRAGMENTS: dict[str, Fragment] = {
     "allocations": Fragment("frag_allocations.html", allocations),
     "allocation": Fragment("frag_allocation.html", allocation),
     "node": Fragment("frag_node.html", node, "operator"),
+    "console": Fragment("frag_console.html", console_tail, "tenant"),
 }
 
 

@@ -64,5 +64,7 @@
     };
   }
 
+  // fragments that would hold the page (a node's console) are fetched once it has loaded
+  fragments.filter(function (el) { return el.getAttribute("data-load") === "after"; }).forEach(swap);
   if (fragments.length) { connect(); }
 }());
