@@ -178,7 +178,11 @@ def banner(platform: Platform, data: dict) -> str:
         f"  tenant user key:    {data['api_key']}   (allocations, networks)",
         f"  provider admin key: {platform.admin_key}   (tenants, their quotas, nodes, pools, shapes)",
         f"  logs:               {platform.workdir / 'logs'}",
-        "  try, as the tenant admin (the same with the tenant user's key for a user's view):",
+        f"  dashboard:          {url}/ui/   (sign in with a key above; the provider admin's shows the fleet)",
+        "  try the CLI, as the tenant admin (docs/cli.md):",
+        f"    .venv/bin/tessera login {url} --api-key {key}",
+        "    .venv/bin/tessera alloc create train-1 --shape vm.1gpu --wait   (the saga live; then: alloc list -w)",
+        "  or curl, as the tenant admin (the same with the tenant user's key for a user's view):",
         f"    TOKEN=$(curl -s -X POST -H 'Authorization: ApiKey {key}' {url}/v1/auth/token"
         " | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"access_token\"])')",
         f"    curl -s {bearer} {url}/v1/tenants/{tenant}/quotas",
