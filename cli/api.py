@@ -170,11 +170,12 @@ def _as_text(raw: object) -> str:
 
 def _read_lines(resp, lines: queue.Queue) -> None:
     """Blocking reads on a thread of their own, so the reader can wait with a timeout without breaking the
-    stream (a socket read that timed out cannot be resumed)."""
+    stream (a socket read that timed out cannot be resumed). The stream closed under it (the watch ended: the
+    response's file is gone, AttributeError) ends it like the server's end does."""
     try:
         while raw := resp.readline():
             lines.put(raw)
-    except (OSError, ValueError, http.client.HTTPException):
+    except (OSError, ValueError, AttributeError, http.client.HTTPException):
         pass
     lines.put(b"")
 
