@@ -16,14 +16,13 @@ from typing import Literal
 import structlog
 from aiohttp import web
 
-from shared.rpc import RpcError, RpcNoResponders, RpcTimeout
-
 from ...adapters import allocations as views
 from ...http.auth import require_tenant_member
 from ...http.endpoint import TEXT_PLAIN, Endpoint, Param
 from ...http.inputs import path_uuid, query_value
 from ...http.params import ALLOCATION_ID
 from ...http.problems import ProblemError, not_found
+from ...http.rpc_problems import answered
 from ...http.schema_base import integer
 from ...http.state import Gateway, gateway_of
 from .console_views import NodeConsole
@@ -42,18 +41,9 @@ FOLLOW = Param("follow", "query", "true: keep the response open and send what th
 async def _read(console: NodeConsole, offset: int, limit: int):
     """One read; a node whose agent is not connected is a 503 naming it (at once), one that does not answer in
     time a 504, its failure a 502, no console there a 404."""
-    try:
+    with answered(f"node {console.node_id}", "node", "the console cannot be read now", "read the console",
+                  allocation_id=str(console.allocation_id)):
         chunk = await console.read(offset, limit)
-    except RpcNoResponders:
-        raise ProblemError(503, f"node {console.node_id} does not answer; the console cannot be read now",
-                           slug="node-unavailable", headers={"Retry-After": "5"}) from None
-    except RpcTimeout:
-        raise ProblemError(504, f"node {console.node_id} did not answer in time; the console cannot be read now",
-                           slug="node-timeout") from None
-    except RpcError as exc:
-        log.warning("console.node_failed", node_id=str(console.node_id), allocation_id=str(console.allocation_id),
-                    error=str(exc))
-        raise ProblemError(502, f"node {console.node_id} could not read the console", slug="node-failed") from None
     if not chunk.found:
         raise ProblemError(404, "the node has no console of this allocation (its instance is not there, or no "
                                 "longer)", slug="no-console")

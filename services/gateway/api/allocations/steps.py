@@ -18,7 +18,8 @@ from ...http.auth import principal_of, require_tenant_member
 from ...http.endpoint import Endpoint, respond
 from ...http.inputs import path_uuid
 from ...http.params import ALLOCATION_ID
-from ...http.problems import ProblemError, not_found
+from ...http.problems import not_found
+from ...http.rpc_problems import answered
 from ...http.state import Gateway, gateway_of
 from .steps_schemas import AllocationStepsOut
 
@@ -31,19 +32,10 @@ async def read_steps(gw: Gateway, allocation_id: uuid.UUID) -> dict:
     [{step, phase, status, attempt, started_at, finished_at, duration_s, error}]}]} (JSON types: times as RFC 3339
     strings). Raises ProblemError: 503 with Retry-After when no coordinator is connected, 504 when none answers
     within STEPS_TIMEOUT_S, 502 when it fails to read them."""
-    try:
+    with answered("the saga coordinator", "saga", "the allocation's steps cannot be read now",
+                  "read the allocation's steps", timeout_s=STEPS_TIMEOUT_S, allocation_id=str(allocation_id)):
         answer = await rpc.request(gw.rt.broker.connection, gw.rt.catalog, "gateway", "saga.read_steps",
                                    ReadSteps(allocation_id=allocation_id), timeout=STEPS_TIMEOUT_S)
-    except rpc.RpcNoResponders:
-        raise ProblemError(503, "the saga coordinator does not answer; the allocation's steps cannot be read now",
-                           slug="saga-unavailable", headers={"Retry-After": "5"}) from None
-    except rpc.RpcTimeout:
-        raise ProblemError(504, f"the saga coordinator did not answer within {STEPS_TIMEOUT_S:g} s",
-                           slug="saga-timeout") from None
-    except rpc.RpcError as exc:
-        log.warning("steps.read_failed", allocation_id=str(allocation_id), error=str(exc))
-        raise ProblemError(502, "the saga coordinator could not read the allocation's steps",
-                           slug="saga-failed") from None
     return answer.model_dump(mode="json")
 
 

@@ -37,6 +37,7 @@ from ...http.auth import principal_of, require_provider_admin
 from ...http.endpoint import TEXT_CSV, Endpoint, Param, respond
 from ...http.inputs import path_value, query_value, read_body
 from ...http.problems import ProblemError, validation_problem
+from ...http.rpc_problems import answered
 from ...http.schema_base import FieldError, Instant, text
 from ...http.state import gateway_of
 from .invoice_schemas import PERIOD_PATTERN
@@ -273,18 +274,10 @@ async def verify_ledger(request: web.Request) -> web.Response:
     """Billing recomputes its ledger's chain and checkpoints and answers; 200 whether intact or not (``ok``)."""
     p = require_provider_admin(request)
     gw = gateway_of(request)
-    try:
+    with answered("billing", "billing", "the ledger cannot be verified now", "verify its ledger",
+                  timeout_s=LEDGER_VERIFY_TIMEOUT_S, retry_after_s=30):
         result = await rpc.request(gw.rt.broker.connection, gw.rt.catalog, "gateway", "billing.verify_ledger",
                                    bc.VerifyLedger(requested_by=p.user_id), timeout=LEDGER_VERIFY_TIMEOUT_S)
-    except rpc.RpcNoResponders:
-        raise ProblemError(503, "billing does not answer; the ledger cannot be verified now",
-                           slug="billing-unavailable", headers={"Retry-After": "30"}) from None
-    except rpc.RpcTimeout:
-        raise ProblemError(504, f"billing did not verify its ledger within {LEDGER_VERIFY_TIMEOUT_S:g} s",
-                           slug="billing-timeout") from None
-    except rpc.RpcError as exc:
-        log.warning("billing.ledger_verify_failed", error=str(exc))
-        raise ProblemError(502, "billing could not verify its ledger", slug="billing-failed") from None
     if not result.ok:
         log.error("billing.ledger_broken", user_id=str(p.user_id), first_bad_seq=result.first_bad_seq,
                   bad_checkpoint=result.bad_checkpoint, reason=result.reason)

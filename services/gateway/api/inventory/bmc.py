@@ -19,7 +19,6 @@ import structlog
 from aiohttp import web
 
 from services.node_agent.contracts import Bmc, SetBmc
-from shared.rpc import RpcError, RpcNoResponders, RpcTimeout
 from shared.secrets import KEY_FILE_VAR, KEY_VAR, seal
 
 from ...adapters.audit_state import StateReader, ids, select_object
@@ -28,6 +27,7 @@ from ...http.endpoint import Endpoint, respond
 from ...http.inputs import path_uuid, read_body
 from ...http.params import NODE_ID
 from ...http.problems import ProblemError, not_found
+from ...http.rpc_problems import answered
 from ...http.state import Gateway, gateway_of
 from . import bmc_views as repo
 from . import node_views as nodes
@@ -108,17 +108,8 @@ async def validate_bmc(request: web.Request) -> web.Response:
     if row is None:
         raise ProblemError(409, "no BMC is registered for this node: PUT /v1/nodes/{node_id}/bmc first", slug="no-bmc")
     timeout = gw.config.bmc_validate_timeout_s
-    try:
+    with answered(f"the agent of node {node_id}", "node", "the BMC was not checked", "check the BMC", timeout_s=timeout):
         report = await repo.validate(gw.rt.broker.connection, gw.rt.catalog, node_id, repo.wire(row), timeout)
-    except RpcNoResponders:
-        raise ProblemError(503, f"the agent of node {node_id} is not connected; the BMC was not checked",
-                           slug="node-unavailable", headers={"Retry-After": "5"}) from None
-    except RpcTimeout:
-        raise ProblemError(504, f"the agent of node {node_id} did not answer within {timeout:g} s; the BMC was not "
-                                "checked", slug="node-timeout") from None
-    except RpcError as exc:
-        log.warning("bmc.validate_failed", node_id=str(node_id), error=str(exc))
-        raise ProblemError(502, f"the agent of node {node_id} could not check the BMC", slug="node-failed") from None
     log.info("audit.bmc_validated", user_id=str(admin.user_id), node_id=str(node_id), ok=report.ok,
              error_kind=report.error_kind)
     return respond(BmcReport(**report.model_dump()))
