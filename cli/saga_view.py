@@ -177,6 +177,12 @@ class LineView:
         print(text, flush=True)
 
     def update(self, a: dict, steps: list[dict]) -> None:
+        """Lines for what is new since the last read: each step that ended, the state (the steps' outcome: a read
+        that finds the saga done prints its steps before ACTIVE), then the queue position."""
+        for st in steps:
+            if is_final(st) and step_key(st) not in self.printed:
+                self.printed.add(step_key(st))
+                self.line(f"step {step_text(st)}")
         if a["state"] != self.state:
             self.state = a["state"]
             self.line(f"state {a['state']}")
@@ -184,10 +190,6 @@ class LineView:
         if q and q != self.queue:
             self.line(q)
         self.queue = q
-        for st in steps:
-            if is_final(st) and step_key(st) not in self.printed:
-                self.printed.add(step_key(st))
-                self.line(f"step {step_text(st)}")
 
 
 class LiveView(LineView):

@@ -87,9 +87,7 @@ async def test_alloc_create_wait_get_list_delete_and_exit_codes(user_env):
     lines = out.strip().splitlines()
     assert "ACTIVE" in lines[-1] and "tessera alloc watch" in err
     steps = [ln.split()[1] for ln in lines if ln.startswith("step ")]
-    assert steps, out
-    if "reserve_slots" in steps:                                        # the steps route: the saga's own order
-        assert [s for s in steps if s in ALLOCATE_STEPS] == ALLOCATE_STEPS
+    assert [s for s in steps if s in ALLOCATE_STEPS] == ALLOCATE_STEPS, out      # the saga's own order
     alloc_id = lines[-1].split()[1]
     doc = json.loads(await ok(user_env, "alloc", "get", alloc_id, "-o", "json"))
     assert doc["state"] == "ACTIVE"
@@ -224,26 +222,52 @@ async def test_ops_events_follow_filtered_on_the_envelope(admin_env, tenant, tmp
         await proc.wait()
 
 
-async def test_live_display_in_a_terminal(platform, tenant, tmp_path):
-    session = f"tessera-cli-{uuid.uuid4().hex[:8]}"
+def _live_script(platform, tenant, tmp_path, *args: str) -> Path:
+    """A shell script for a tmux pane: ``tessera alloc create … --wait`` with ``args``, then EXIT=<its code>."""
     env = cli_env(tmp_path, platform.gateway_url, tenant.user.api_key)
     script = tmp_path / "live.sh"
     exports = "".join(f"export {k}='{env[k]}'\n" for k in ("TESSERA_CONFIG", "TESSERA_URL", "TESSERA_API_KEY",
                                                          "PYTHONPATH"))
-    script.write_text(f"{exports}cd {REPO}\n{sys.executable} -m cli alloc create live-1 --shape vm.1gpu --wait\n"
+    script.write_text(f"{exports}cd {REPO}\n{sys.executable} -m cli alloc create {' '.join(args)} --wait\n"
                       "echo EXIT=$?\nsleep 120\n")
+    return script
+
+
+async def _pane_when(session: str, ready, what: str, timeout: float = 90) -> str:
+    async def probe():
+        pane = await _tmux("capture-pane", "-p", "-J", "-t", session)
+        return pane if ready(pane) else None
+    return await until(probe, timeout=timeout, what=what)
+
+
+async def test_live_display_in_a_terminal(platform, tenant, tmp_path):
+    session = f"tessera-cli-{uuid.uuid4().hex[:8]}"
+    script = _live_script(platform, tenant, tmp_path, "live-1", "--shape", "vm.1gpu")
     await _tmux("new-session", "-d", "-s", session, "-x", "160", "-y", "50", f"sh {script}")
     try:
-        async def finished():
-            pane = await _tmux("capture-pane", "-p", "-J", "-t", session)
-            return pane if "EXIT=" in pane else None
-        pane = await until(finished, timeout=90, what="the live display finished")
+        pane = await _pane_when(session, lambda p: "EXIT=" in p, "the live display finished")
         assert "EXIT=0" in pane, pane
         lines = [ln for ln in pane.splitlines() if ln.strip()]
         assert "ACTIVE" in lines[lines.index(next(ln for ln in lines if ln.startswith("EXIT="))) - 1], pane
-        shown = [s for s in ALLOCATE_STEPS if s in pane]
-        if shown:                                                      # the steps route: in the saga's order
-            assert shown == ALLOCATE_STEPS and sorted(shown, key=pane.index) == ALLOCATE_STEPS, pane
+        assert sorted((s for s in ALLOCATE_STEPS if s in pane), key=pane.index) == ALLOCATE_STEPS, pane
+    finally:
+        await _tmux("kill-session", "-t", session)
+
+
+async def test_the_terminal_shows_each_step_as_it_ends_while_the_saga_runs(platform, tenant, tmp_path):
+    """provision_node held until its step times out: captured while it is held, the steps before it are on screen
+    in order and the display has not ended; at the end the failure is named and the exit code is 1."""
+    session = f"tessera-cli-{uuid.uuid4().hex[:8]}"
+    script = _live_script(platform, tenant, tmp_path, "held-1", "--shape", "vm.1gpu",
+                          "--label", "sim.tessera.io/fault=provision_node=timeout")
+    await _tmux("new-session", "-d", "-s", session, "-x", "160", "-y", "50", f"sh {script}")
+    try:
+        before = ALLOCATE_STEPS[:ALLOCATE_STEPS.index("provision_node")]
+        mid = await _pane_when(session, lambda p: all(s in p for s in before) or "EXIT=" in p, "the first steps shown")
+        assert "EXIT=" not in mid, f"the display ended before provision_node timed out:\n{mid}"
+        assert sorted(before, key=mid.index) == before, mid
+        pane = await _pane_when(session, lambda p: "EXIT=" in p, "the display ended")
+        assert "EXIT=1" in pane and "FAILED" in pane and "provision_node" in pane, pane
     finally:
         await _tmux("kill-session", "-t", session)
 

@@ -26,6 +26,7 @@ def test_lines_for_state_queue_and_completed_steps_each_once(capsys):
     view.update(running, flatten([SAGA]))
     lines = capsys.readouterr().out.splitlines()
     assert lines[:3] == ["state QUEUED", "queued: position 3 (no capacity)", "queued: position 2 (no capacity)"]
-    assert lines[3] == "state PROVISIONING"
-    assert [ln.split()[:3] for ln in lines[4:]] == [["step", "reserve_slots", "succeeded"]]
-    assert lines[4].endswith("0.012s")
+    # the steps a read finds ended come before the state they led to
+    assert [ln.split()[:3] for ln in lines[3:4]] == [["step", "reserve_slots", "succeeded"]]
+    assert lines[3].endswith("0.012s")
+    assert lines[4:] == ["state PROVISIONING"]
