@@ -160,13 +160,25 @@ def pool_list(output: Output = "table", watch: Watch = False, interval: Interval
     show_list(lambda: c.items("/v1/pools"), POOLS, output, watch, interval)
 
 
+def _taints(values: list[str]) -> dict[str, str]:
+    """``KEY=VALUE`` → {KEY: "VALUE:NoSchedule"}: the API takes the effect with the value, and NoSchedule is the
+    only one, so it is added when left out."""
+    from cli.errors import USAGE, CliError
+    out = {}
+    for t in values:
+        key, sep, value = t.partition("=")
+        if not sep or not key:
+            raise CliError(f"--taint wants KEY=VALUE, not {t!r}", USAGE)
+        out[key] = value if value.endswith(":NoSchedule") else f"{value}:NoSchedule"
+    return out
+
+
 @pool_app.command("set", epilog="Example: tessera pool set training --policy spread --taint dedicated=ml")
 def pool_set(name: str, policy: Annotated[str, typer.Option(help="pack or spread.")] = "pack",
              taint: Annotated[list[str], typer.Option(help="KEY=VALUE (repeatable).")] = [],  # noqa: B006
              description: Annotated[str, typer.Option()] = "", output: Output = "table"):
     """Define (or redefine) a pool."""
-    taints = dict(t.partition("=")[::2] for t in taint)
-    body = {"policy": policy, "taints": taints, "description": description}
+    body = {"policy": policy, "taints": _taints(taint), "description": description}
     changed(client().request("PUT", f"/v1/pools/{name}", body), f"pool {name} set", output)
 
 
