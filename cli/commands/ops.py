@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from cli.common import Interval, Output, Tenant, Watch, changed, client, show_list, show_one
+from cli.errors import USAGE, CliError
 from cli.render import Columns
 
 tenant_app = typer.Typer(help="Tenants (provider admin).", no_args_is_help=True)
@@ -23,6 +24,7 @@ QUOTAS = Columns((("pool", "pool"), ("gpu_model", "gpu_model"), ("limit", "limit
 PRICES = Columns((("version", "version"), ("currency", "currency"), ("effective_from", "effective_from"),
                   ("in_force", "in_force")), (("published_by", "published_by"), ("published_at", "published_at")),
                  key="version")
+
 RATES = Columns((("tenant", "tenant_id"), ("overridden", "overridden"), ("effective", "effective")),
                 (("set_by", "set_by"), ("set_at", "set_at")), key="tenant_id")
 DEAD = Columns((("seq", "seq"), ("subject", "subject"), ("time", "time")), key="seq")
@@ -107,7 +109,12 @@ def rate_set(tenant: Annotated[str, typer.Option()],
              limit: Annotated[list[str], typer.Option(help="NAME=VALUE, e.g. write_per_s=2 (repeatable).")],
              output: Output = "table"):
     """Override some of a tenant's rate limits."""
-    body = {k: int(v) for k, _, v in (kv.partition("=") for kv in limit)}
+    body = {}
+    for kv in limit:
+        k, sep, v = kv.partition("=")
+        if not sep or not v.strip().isdigit():
+            raise CliError(f"--limit wants NAME=NUMBER, not {kv!r}", USAGE)
+        body[k] = int(v)
     changed(client().request("PUT", f"/v1/tenants/{tenant}/rate-limits", body), f"rate limits of {tenant} set", output)
 
 
