@@ -25,7 +25,16 @@ PRICES = Columns((("version", "version"), ("currency", "currency"), ("effective_
                   ("in_force", "in_force")), (("published_by", "published_by"), ("published_at", "published_at")),
                  key="version")
 
-RATES = Columns((("tenant", "tenant_id"), ("overridden", "overridden"), ("effective", "effective")),
+
+def _rates(doc: dict) -> str:
+    """``read=500/1000,write=…``: each limit as per second / burst (a nested dict printed as is is unreadable)."""
+    parts = []
+    for name, v in (doc.get("effective") or {}).items():
+        parts.append(f"{name}={v.get('per_s')}/{v.get('burst')}" if isinstance(v, dict) else f"{name}={v}")
+    return ",".join(parts)
+
+
+RATES = Columns((("tenant", "tenant_id"), ("overridden", "overridden"), ("effective", _rates)),
                 (("set_by", "set_by"), ("set_at", "set_at")), key="tenant_id")
 DEAD = Columns((("seq", "seq"), ("subject", "subject"), ("time", "time")), key="seq")
 
