@@ -200,35 +200,36 @@ def policy_evaluate(operation: str,
         raise typer.Exit(DENIED)
 
 
-def _me(c, user: str | None) -> tuple[str, str]:
-    claims = c.claims()
-    return c.tenant_id(None), user or claims["sub"]
+def _me(c, user: str | None, tenant: str | None) -> tuple[str, str]:
+    """The (tenant, user) whose keys a verb reads: the key's own unless named (a provider admin belongs to no
+    tenant and names both)."""
+    return c.tenant_id(tenant), user or c.claims()["sub"]
 
 
 @key_app.command("list", epilog="Example: tessera key list")
-def key_list(output: Output = "table", user: Annotated[str | None, typer.Option()] = None,
+def key_list(output: Output = "table", user: Annotated[str | None, typer.Option()] = None, tenant: Tenant = None,
              watch: Watch = False, interval: Interval = 2.0):
-    """Your API keys (or a user's, as tenant admin)."""
+    """Your API keys (or a user's, as tenant admin; a provider admin names --tenant and --user)."""
     c = client()
-    tid, uid = _me(c, user)
+    tid, uid = _me(c, user, tenant)
     show_list(lambda: c.items(f"/v1/tenants/{tid}/users/{uid}/api-keys"), KEYS, output, watch, interval)
 
 
 @key_app.command("create", epilog="Example: tessera key create ci --expires-in 86400")
 def key_create(name: str, expires_in: Annotated[int | None, typer.Option(help="Seconds.")] = None,
-               user: Annotated[str | None, typer.Option()] = None, output: Output = "table"):
+               user: Annotated[str | None, typer.Option()] = None, tenant: Tenant = None, output: Output = "table"):
     """A new API key; its secret is shown once."""
     c = client()
-    tid, uid = _me(c, user)
+    tid, uid = _me(c, user, tenant)
     k = c.request("POST", f"/v1/tenants/{tid}/users/{uid}/api-keys", {"name": name, "expires_in_s": expires_in})
     changed(k, f"api key {k['id']} created: {k['api_key']}", output)
 
 
 @key_app.command("revoke", epilog="Example: tessera key revoke 0c4e…")
-def key_revoke(key_id: str, user: Annotated[str | None, typer.Option()] = None):
+def key_revoke(key_id: str, user: Annotated[str | None, typer.Option()] = None, tenant: Tenant = None):
     """Revoke an API key at once."""
     c = client()
-    tid, uid = _me(c, user)
+    tid, uid = _me(c, user, tenant)
     c.request("DELETE", f"/v1/tenants/{tid}/users/{uid}/api-keys/{key_id}")
     emit(f"api key {key_id} revoked")
 
