@@ -139,7 +139,7 @@ def shape_list(output: Output = "table", watch: Watch = False, interval: Interva
 
 
 @shape_app.command("set", epilog="Example: tessera shape set vm.4gpu --kind vm --gpu-count 4 --gpu-model H100")
-def shape_set(name: str, kind: Annotated[str, typer.Option(help="vm or baremetal.")],
+def shape_set(name: str, kind: Annotated[str, typer.Option(help="vm, bare_metal or mig.")],
               gpu_count: Annotated[int, typer.Option()], gpu_model: Annotated[str | None, typer.Option()] = None,
               mig_profile: Annotated[str | None, typer.Option()] = None, output: Output = "table"):
     """Define (or redefine) a shape (provider admin)."""

@@ -178,8 +178,9 @@ def policy_delete(policy_id: str):
     emit(f"policy {policy_id} deleted")
 
 
-@policy_app.command("evaluate", epilog="Example: tessera policy evaluate allocation.create --resource spot=true")
-def policy_evaluate(operation: str,
+@policy_app.command("evaluate", epilog="Example: tessera policy evaluate createAllocation --resource shape=vm.8gpu "
+                    "--resource gpu_count=8 --resource pool=shared --resource spot=false ...")
+def policy_evaluate(operation: Annotated[str, typer.Argument(help="An operationId: createAllocation, createVolume, ...")],
                     resource: Annotated[list[str], typer.Option(help="KEY=VALUE of the resource (repeatable).")] = [],  # noqa: B006
                     role: Annotated[str | None, typer.Option()] = None, output: Output = "table"):
     """Would OPERATION be allowed? Exit 4 when denied."""
