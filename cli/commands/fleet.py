@@ -99,6 +99,12 @@ def drain(node_id: str, mode: Annotated[str | None, typer.Option(help="How alloc
     _post(node_id, "drain", body, output)
 
 
+@node_app.command("undrain", epilog="Example: tessera node undrain 9e4d…")
+def undrain(node_id: str, output: Output = "table"):
+    """End a drain with the cordon it set: the node takes new allocations again (those moved away stay moved)."""
+    _post(node_id, "undrain", None, output)
+
+
 @node_app.command("list", epilog="Example: tessera node list -o wide")
 def node_list(output: Output = "table", watch: Watch = False, interval: Interval = 2.0):
     """The fleet: every node with its GPUs by state (free, allocated, other) and its health."""
