@@ -68,7 +68,12 @@ def approve(node_id: str, proposal: Annotated[int | None, typer.Option(help="Def
     """Approve the node's proposed slot map (burn-in follows, then it is schedulable)."""
     c = client()
     if proposal is None:
-        proposal = c.get(f"/v1/nodes/{node_id}").get("proposal")
+        node = c.get(f"/v1/nodes/{node_id}")
+        proposal = node.get("proposal")
+        if proposal is None:   # else the API refuses a null proposal as a bad field, which misleads
+            from cli.errors import CONFLICT, CliError
+            raise CliError(f"node {node_id} has no slot map to approve (status {node.get('status')}): its agent "
+                           "proposes one once it has discovered the node", CONFLICT)
     body = {"proposal": proposal, **({"wipe_policy": wipe_policy} if wipe_policy else {})}
     changed(c.request("POST", f"/v1/nodes/{node_id}/approve", body), f"node {node_id} approved", output)
 
