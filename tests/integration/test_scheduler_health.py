@@ -162,3 +162,14 @@ async def test_a_drain_with_a_deadline_cordons_now_and_interrupts_at_the_deadlin
     hits = await interrupts.wait_for(lambda i: i[1]["data"]["allocation_id"] == alloc)
     assert hits[-1][1]["data"]["category"] == "maintenance"
     assert datetime.now(UTC).timestamp() >= deadline
+
+
+async def test_an_uncordon_ends_the_nodes_drain_in_its_health(run_service, nc, watch):
+    env = await start(run_service, nc, watch, scheduler=FAST)
+    node = await env.onboard()
+    far = datetime.fromtimestamp(datetime.now(UTC).timestamp() + 3600, UTC).isoformat()
+    await send(env.js, "scheduler.drain_node", {"node_id": node, "mode": "deadline", "deadline": far})
+    await _health(env, node, lambda d: d["draining"])
+    await send(env.js, "scheduler.update_node", {"node_id": node, "cordoned": False, "requested_by": str(uuid.uuid4())})
+    doc = await _health(env, node, lambda d: not d["draining"])
+    assert doc["drain_deadline"] is None and "the drain ended" in doc["event"]

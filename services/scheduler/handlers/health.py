@@ -341,6 +341,18 @@ async def drain_node(ctx: UnitOfWork, cmd: c.DrainNode, *, active: ActiveSchedul
     await admin(ctx, repo, "scheduler.drain_node", str(cmd.node_id), body)
 
 
+async def end_drain(uow: UnitOfWork, node_id: uuid.UUID) -> None:
+    """A provider admin uncordoned the node: its drain (if any) ends with the cordon, in the same transaction, and
+    the health view says so (it would otherwise show the node draining until health next judged a change)."""
+    row = await store.node(uow.conn, node_id, lock=True)
+    if row is None or not row["draining"]:
+        return
+    event = "uncordoned by a provider admin: the drain ended"
+    saved = await store.save(uow.conn, node_id, {"draining": False, "drain_deadline": None}, event)
+    saved["pool"] = row["pool"]
+    await publish(uow, saved, event)
+
+
 async def close_breaker(ctx: UnitOfWork, cmd: c.CloseBreaker, *, active: ActiveScheduler) -> None:
     """Close the pool's breaker: health cordons there again (what it skipped while open is not done now)."""
     await store.breaker(ctx.conn, cmd.pool)

@@ -18,6 +18,7 @@ from ..domain.topology import NodeTopology, SlotMap, TopologyError, compare, der
 from .active import ActiveScheduler
 from .burn_in import send_burn_in, start_burn_in
 from .common import Rejected, admin, emit_node, known_node
+from .health import end_drain
 from .placing import place_waiting
 
 _DECLARED = ("name", "gpu_model", "gpu_count", "labels", "pool", "region", "site", "rack")
@@ -160,5 +161,7 @@ async def update_node(ctx: UnitOfWork, cmd: c.UpdateNode, *, active: ActiveSched
         await store.update_node(cmd.node_id, fields)
         active.apply_node(await store.node(cmd.node_id))
         await emit_node(ctx, store, cmd.node_id)
+        if cmd.cordoned is False:
+            await end_drain(ctx, cmd.node_id)
         await place_waiting(ctx, active)
     await admin(ctx, store, "scheduler.update_node", str(cmd.node_id), body)
