@@ -13,7 +13,7 @@ burst of ``--burst`` at once. Each allocation event is timed:
   newest 25 before a repaint is never on screen: counted as ``missed``); on the allocations page the row's
   ``tr[data-updated]`` equal to the event's ``recorded_at`` (the projection updates the row in the event's own
   transaction, so only the events that change a row are on that page), and the row's first appearance for the
-  allocation's first event;
+  allocation's first event (not timed when a repaint for another event showed the POST's row before it);
 * baseline: the arrival of the same event on a plain SSE client of ``GET /v1/events`` in this process.
 
 Every clock is this machine's wall clock. Fragment fetches during the burst (Playwright's request events) show
