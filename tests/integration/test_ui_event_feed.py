@@ -4,6 +4,9 @@ from __future__ import annotations
 import json
 import uuid
 
+from services.gateway.adapters import event_feed
+from services.gateway.adapters.event_feed import FeedFilter
+from services.gateway.api.events.feed import FeedReader
 from tests.support.gateway import SseReader, assert_problem, publish
 
 AT = "2030-01-01T00:00:00Z"
@@ -96,3 +99,30 @@ async def _append(conn, allocation_id: str, tenant_id: str, type_: str) -> int:
         "WITH added AS (INSERT INTO allocation_events (event_id, allocation_id, type, envelope) "
         "VALUES ($1, $2, $3, $4::jsonb) RETURNING seq) SELECT seq FROM added, pg_notify('gateway_allocation_events', $5)",
         uuid.uuid4(), uuid.UUID(allocation_id), type_, envelope, allocation_id)
+
+
+async def test_an_event_committed_between_the_readers_two_queries_is_still_delivered(api, monkeypatch):
+    """The reader reads the events of its range, then which seqs of it are committed: an earlier seq committing
+    between the two must be awaited as a gap (one snapshot for both), never counted as seen and lost."""
+    client, tenant_id = await api.tenant_user()
+    a = (await client.post("/v1/allocations", {"name": "racy", "shape": "vm.2gpu"})).body
+    async with api.rt.pool.acquire() as reader_conn, api.rt.pool.acquire() as slow, api.rt.pool.acquire() as fast:
+        reader = await FeedReader.start(reader_conn, FeedFilter(uuid.UUID(tenant_id)), None)
+        tx = slow.transaction()
+        await tx.start()
+        early_seq = await _append(slow, a["id"], tenant_id, "test.early")
+        late_seq = await _append(fast, a["id"], tenant_id, "test.late")
+        events_between = event_feed.events_between
+
+        async def then_commit(*args, **kw):   # the earlier insert commits right after the events were read
+            rows = await events_between(*args, **kw)
+            if not then_commit.done:
+                then_commit.done = True
+                await tx.commit()
+            return rows
+        then_commit.done = False
+        monkeypatch.setattr(event_feed, "events_between", then_commit)
+        first, _ = await reader.read(reader_conn)
+        assert [r["seq"] for r in first] == [late_seq]
+        second, _ = await reader.read(reader_conn)
+        assert [r["seq"] for r in second] == [early_seq]

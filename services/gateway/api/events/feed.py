@@ -41,7 +41,14 @@ class FeedReader:
         return cls(feed, last)
 
     async def read(self, conn: asyncpg.Connection) -> tuple[list[asyncpg.Record], bool]:
-        """The next events (late ones first), and whether more are waiting (read again at once)."""
+        """The next events (late ones first), and whether more are waiting (read again at once). Its statements read
+        one snapshot (a read-only repeatable-read transaction of its own: ``conn`` must hold none): a seq committed
+        between the read of the events and the read of the seqs present would otherwise be neither delivered nor
+        awaited."""
+        async with conn.transaction(isolation="repeatable_read", readonly=True):
+            return await self._read(conn)
+
+    async def _read(self, conn: asyncpg.Connection) -> tuple[list[asyncpg.Record], bool]:
         late = await self._late(conn)
         head = await repo.head_seq(conn)
         if head <= self.last_seq:
