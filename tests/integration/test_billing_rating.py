@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from services.billing.adapters.ledger import PgLedger
+from services.billing.adapters.metrics import CHARGED, USAGE_RATED
 from services.billing.bootstrap import build
 from services.billing.handlers import rating
 from shared.wire import step_key
@@ -149,3 +150,26 @@ async def test_storage_reports_bill_the_bytes_held_between_them_once(billing, nc
     assert hit[0][1]["data"]["quantity"] == str(10**9 * 3600) and hit[0][1]["data"]["kind"] == "storage"
     async with billing.pool.acquire() as conn:
         assert await conn.fetchval("SELECT count(*) FROM usage_records WHERE tenant_id=$1", tenant) == 1
+
+
+# billing's counters on /metrics move with what it committed: each usage record rated and charged once
+def _counted() -> tuple[float, float]:
+    rated = sum(s.value for m in USAGE_RATED.collect() for s in m.samples if s.name.endswith("_total"))
+    return rated, CHARGED.labels("USD")._value.get()
+
+
+async def test_each_rated_record_counts_once_with_its_amount(billing, nc):
+    now = datetime.now(UTC)
+    async with billing.pool.acquire() as conn:
+        await _version(conn, "it-metrics", _hour(now) - timedelta(days=1), 3_600_000, gpu_model="H100")
+        alloc, tenant = await _meter(conn, now - timedelta(minutes=90))
+    before = _counted()
+    await send_command(nc.jetstream(), "billing.stop_meter", _stop(alloc, tenant, uuid.uuid4()))
+
+    async def stored():
+        async with billing.pool.acquire() as conn:
+            return await conn.fetch("SELECT amount_minor FROM usage_records WHERE tenant_id=$1", tenant) or None
+    rows = await eventually(stored, timeout=20)
+    expected = (before[0] + len(rows), before[1] + sum(r["amount_minor"] for r in rows))
+    await eventually(_counted, until=lambda c: c == expected, timeout=5)   # counted after the commit
+    assert len(rows) >= 2
