@@ -48,6 +48,15 @@ def show_one(doc: dict, columns: Columns, output: str) -> None:
     emit(to_text(doc, columns, output, single=True))
 
 
+def show_read(read: Callable[[], dict], columns: Columns, output: str, watch: bool = False,
+              interval: float = 2.0) -> None:
+    """One object ``read`` returns; with ``watch``, the same polled as a list of one until Ctrl-C."""
+    if watch:
+        show_list(lambda: [read()], columns, output, True, interval)
+    else:
+        show_one(read(), columns, output)
+
+
 def changed(doc: object, what: str, output: str = "table", hint: str | None = None) -> None:
     """After a change: the document in json/yaml, else one line naming it (and how to follow it)."""
     if output in ("json", "yaml") and isinstance(doc, dict):

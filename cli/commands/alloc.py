@@ -5,7 +5,7 @@ from typing import Annotated
 
 import typer
 
-from cli.common import Interval, Output, Watch, changed, check_output, client, show_list, show_one
+from cli.common import Interval, Output, Watch, changed, check_output, client, show_list, show_read
 from cli.render import Columns
 
 app = typer.Typer(help="Allocations: GPUs on a node (a VM slice or the whole server).", no_args_is_help=True)
@@ -78,10 +78,7 @@ def list_(output: Output = "table", watch: Watch = False, interval: Interval = 2
 def get(allocation_id: Id, output: Output = "table", watch: Watch = False, interval: Interval = 2.0):
     """One allocation."""
     c = client()
-    if watch:
-        show_list(lambda: [c.get(f"/v1/allocations/{allocation_id}")], COLUMNS, output, True, interval)
-        return
-    show_one(c.get(f"/v1/allocations/{allocation_id}"), COLUMNS, output)
+    show_read(lambda: c.get(f"/v1/allocations/{allocation_id}"), COLUMNS, output, watch, interval)
 
 
 @app.command(epilog="Example: tessera alloc delete 3f2a…")

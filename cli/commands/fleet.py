@@ -5,7 +5,7 @@ from typing import Annotated
 
 import typer
 
-from cli.common import Interval, Output, Watch, changed, client, show_list, show_one
+from cli.common import Interval, Output, Watch, changed, client, show_list, show_one, show_read
 from cli.render import Columns
 
 node_app = typer.Typer(help="Nodes (provider admin): onboarding, cordon, drain, health.", no_args_is_help=True)
@@ -125,10 +125,7 @@ def node_get(node_id: str, output: Output = "table", watch: Watch = False, inter
     def read() -> dict:
         d = c.get(f"/v1/nodes/{node_id}")
         return {**d, "gpus": gpu_states(d)}
-    if watch:
-        show_list(lambda: [read()], FLEET, output, True, interval)
-    else:
-        show_one(read(), FLEET, output)
+    show_read(read, FLEET, output, watch, interval)
 
 
 @node_app.command("health", epilog="Example: tessera node health 9e4d…   (no id: the whole fleet)")

@@ -5,7 +5,7 @@ from typing import Annotated
 
 import typer
 
-from cli.common import Interval, Output, Watch, changed, client, show_list, show_one
+from cli.common import Interval, Output, Watch, changed, client, show_list, show_read
 from cli.render import Columns
 
 network_app = typer.Typer(help="Tenant networks: isolated L2/L3 with rules.", no_args_is_help=True)
@@ -45,10 +45,7 @@ def list_(output: Output = "table", watch: Watch = False, interval: Interval = 2
 def get(network_id: str, output: Output = "table", watch: Watch = False, interval: Interval = 2.0):
     """One network, with its rules (-o yaml shows them)."""
     c = client()
-    if watch:
-        show_list(lambda: [c.get(f"/v1/networks/{network_id}")], NETWORKS, output, True, interval)
-    else:
-        show_one(c.get(f"/v1/networks/{network_id}"), NETWORKS, output)
+    show_read(lambda: c.get(f"/v1/networks/{network_id}"), NETWORKS, output, watch, interval)
 
 
 @network_app.command(epilog="Example: tessera network delete 7c1e…")
@@ -112,10 +109,7 @@ def volume_list(output: Output = "table", watch: Watch = False, interval: Interv
 def volume_get(volume_id: str, output: Output = "table", watch: Watch = False, interval: Interval = 2.0):
     """One volume, with its usage as the storage system counts it."""
     c = client()
-    if watch:
-        show_list(lambda: [c.get(f"/v1/volumes/{volume_id}")], VOLUMES, output, True, interval)
-    else:
-        show_one(c.get(f"/v1/volumes/{volume_id}"), VOLUMES, output)
+    show_read(lambda: c.get(f"/v1/volumes/{volume_id}"), VOLUMES, output, watch, interval)
 
 
 @volume_app.command("grow", epilog="Example: tessera volume grow 5d0b… --size-gb 100")
