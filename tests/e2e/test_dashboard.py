@@ -6,6 +6,7 @@ A screenshot of each view goes to .artifacts/screenshots/ (git-ignored); with TE
 also copied over docs/images/dashboard-*.png (the README's: a plain run leaves the tracked tree as it was)."""
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import time
@@ -13,6 +14,8 @@ import uuid
 from pathlib import Path
 
 import pytest
+
+from tests.support.cleanup import release_everything
 
 playwright = pytest.importorskip("playwright.async_api")
 
@@ -82,49 +85,56 @@ async def test_the_dashboard_live_scoped_and_strict(platform, admin, chromium):
     alice_t, alice_admin, alice_user = await new_tenant(admin)
     bob_t, _, bob_user = await new_tenant(admin)
     async with TesseraClient(base, alice_user["api_key"]) as alice, TesseraClient(base, bob_user["api_key"]) as bob:
-        theirs = await bob.create_allocation(f"bob-secret-{uuid.uuid4().hex[:4]}", shape="vm.2gpu")
-        bob_active = await bob.wait_state(theirs["id"], "ACTIVE", timeout=ON_SCREEN_S)
+        try:
+            await _scoped_and_live(platform, chromium, base, alice, bob, alice_admin, alice_t, bob_t)
+        finally:   # the package's nodes are shared: the next test gets their GPUs back
+            await asyncio.gather(release_everything(alice), release_everything(bob))
 
-        tenant = await Tab.sign_in(chromium, base, alice_admin["api_key"])
-        posted = time.monotonic()
-        mine = await alice.create_allocation("alice-live", shape="vm.2gpu")
-        row = tenant.page.locator(f'tr[data-allocation="{mine["id"]}"]')
-        await row.wait_for(timeout=15_000)   # it appears without a reload: the page was opened before it existed
-        appeared = time.monotonic()
-        await row.locator(".state-active").wait_for(timeout=ON_SCREEN_S * 1000)
-        active = await alice.allocation(mine["id"])
-        print(f"\nalice-live on screen {appeared - posted:.2f} s after its POST, ACTIVE on screen "
-              f"{time.monotonic() - appeared:.2f} s later (state {active['state']})")
-        await tenant.shot("tenant-overview")
 
-        secrets = [theirs["id"], theirs["name"], bob_t["id"], bob_t["name"], str(bob_active["node_id"]),
-                   *platform.node_ids]
-        for path, name in (("/ui/", None), ("/ui/allocations", "tenant-allocations"),
-                           (f"/ui/allocations/{mine['id']}", "tenant-allocation"), ("/ui/resources", None),
-                           ("/ui/billing", "tenant-billing"), ("/ui/audit", "tenant-audit")):
-            html = await tenant.open(path)
-            if path.startswith("/ui/allocations/"):   # the console tail arrives after the page
-                await tenant.page.wait_for_function(
-                    "!document.getElementById('console').textContent.includes('Reading the console')")
-                html = await tenant.page.content()
-            leaked = [s for s in secrets if s in html]
-            assert not leaked, (path, leaked)
-            if name:
-                await tenant.shot(name)
-        assert not tenant.errors and not tenant.csp_missing, (tenant.errors, tenant.csp_missing)
+async def _scoped_and_live(platform, chromium, base, alice, bob, alice_admin, alice_t, bob_t) -> None:
+    theirs = await bob.create_allocation(f"bob-secret-{uuid.uuid4().hex[:4]}", shape="vm.2gpu")
+    bob_active = await bob.wait_state(theirs["id"], "ACTIVE", timeout=ON_SCREEN_S)
 
-        operator = await Tab.sign_in(chromium, base, platform.admin_key)
-        fleet = operator.page.locator("table.fleet .cells .cell")
-        await fleet.first.wait_for()
-        tenant_cells = await operator.page.locator("table.fleet .cell[class*=' t']").count()
-        assert tenant_cells >= 4, "alice's and bob's two GPUs each are coloured by tenant"
-        # the chart is drawn (or says there is nothing to draw) once its data has arrived
-        await operator.page.wait_for_function("document.getElementById('chart-scheduling').childNodes.length > 0")
-        await operator.shot("operator-fleet")
-        await operator.open(f"/ui/nodes/{bob_active['node_id']}")
-        await operator.shot("operator-node")
-        await operator.open(f"/ui/allocations/{mine['id']}")
-        await operator.shot("operator-allocation")
-        assert not operator.errors and not operator.csp_missing, (operator.errors, operator.csp_missing)
-        await alice.release(mine["id"])
-        await bob.release(theirs["id"])
+    tenant = await Tab.sign_in(chromium, base, alice_admin["api_key"])
+    posted = time.monotonic()
+    mine = await alice.create_allocation("alice-live", shape="vm.2gpu")
+    row = tenant.page.locator(f'tr[data-allocation="{mine["id"]}"]')
+    await row.wait_for(timeout=15_000)   # it appears without a reload: the page was opened before it existed
+    appeared = time.monotonic()
+    await row.locator(".state-active").wait_for(timeout=ON_SCREEN_S * 1000)
+    active = await alice.allocation(mine["id"])
+    print(f"\nalice-live on screen {appeared - posted:.2f} s after its POST, ACTIVE on screen "
+          f"{time.monotonic() - appeared:.2f} s later (state {active['state']})")
+    await tenant.shot("tenant-overview")
+
+    secrets = [theirs["id"], theirs["name"], bob_t["id"], bob_t["name"], str(bob_active["node_id"]),
+               *platform.node_ids]
+    for path, name in (("/ui/", None), ("/ui/allocations", "tenant-allocations"),
+                       (f"/ui/allocations/{mine['id']}", "tenant-allocation"), ("/ui/resources", None),
+                       ("/ui/billing", "tenant-billing"), ("/ui/audit", "tenant-audit")):
+        html = await tenant.open(path)
+        if path.startswith("/ui/allocations/"):   # the console tail arrives after the page
+            await tenant.page.wait_for_function(
+                "!document.getElementById('console').textContent.includes('Reading the console')")
+            html = await tenant.page.content()
+        leaked = [s for s in secrets if s in html]
+        assert not leaked, (path, leaked)
+        if name:
+            await tenant.shot(name)
+    assert not tenant.errors and not tenant.csp_missing, (tenant.errors, tenant.csp_missing)
+
+    operator = await Tab.sign_in(chromium, base, platform.admin_key)
+    fleet = operator.page.locator("table.fleet .cells .cell")
+    await fleet.first.wait_for()
+    tenant_cells = await operator.page.locator("table.fleet .cell[class*=' t']").count()
+    assert tenant_cells >= 4, "alice's and bob's two GPUs each are coloured by tenant"
+    # the chart is drawn (or says there is nothing to draw) once its data has arrived
+    await operator.page.wait_for_function("document.getElementById('chart-scheduling').childNodes.length > 0")
+    await operator.shot("operator-fleet")
+    await operator.open(f"/ui/nodes/{bob_active['node_id']}")
+    await operator.shot("operator-node")
+    await operator.open(f"/ui/allocations/{mine['id']}")
+    await operator.shot("operator-allocation")
+    assert not operator.errors and not operator.csp_missing, (operator.errors, operator.csp_missing)
+    await alice.release(mine["id"])
+    await bob.release(theirs["id"])
