@@ -4,6 +4,7 @@ Last-Event-ID when the stream drops. Where the gateway has no feed (404/405) the
 from __future__ import annotations
 
 import json
+import sys
 import time
 
 from cli.errors import ApiError, CliError
@@ -19,25 +20,35 @@ def watch_allocations(c, columns: Columns, output: str, interval: float) -> None
         return c.items("/v1/allocations", limit=100)
 
     differ = Differ(columns.key)
-    emit_all(differ.diff(read()), columns, output)
     last_id: str | None = None
+    first = True
     while True:
         try:
-            last_id = _follow_feed(c, differ, columns, output, last_id, read)
+            # the feed opens first, then the list is read: nothing committed in between is missed
+            feed = c.events("/v1/events", last_event_id=last_id, idle_s=5.0)
         except ApiError as exc:
             if exc.status in (404, 405):
+                emit_all(differ.diff(read()), columns, output)
                 poll(read, columns, output, interval, differ)    # no feed here: poll
                 return
             raise
         except CliError:
             time.sleep(min(interval, 2.0))           # the stream could not be (re)opened: try again
+            continue
         emit_all(differ.diff(read()), columns, output)
+        if first:
+            print("watching allocations (Ctrl-C stops)", file=sys.stderr, flush=True)
+            first = False
+        try:
+            last_id = _follow_feed(c, feed, differ, columns, output, last_id, read)
+        except CliError:
+            time.sleep(min(interval, 2.0))
 
 
-def _follow_feed(c, differ: Differ, columns: Columns, output: str, last_id: str | None, read) -> str | None:
-    """Read the feed until it ends; the last event id seen (to resume from)."""
+def _follow_feed(c, feed, differ: Differ, columns: Columns, output: str, last_id: str | None, read) -> str | None:
+    """Read the open ``feed`` until it ends; the last event id seen (to resume from)."""
     synced = time.monotonic()
-    for ev in c.events("/v1/events", last_event_id=last_id, idle_s=5.0):
+    for ev in feed:
         if ev is None or time.monotonic() - synced > RESYNC_S:
             emit_all(differ.diff(read()), columns, output)
             synced = time.monotonic()

@@ -153,15 +153,20 @@ class Client:
     def events(self, path: str, last_event_id: str | None = None, idle_s: float = 5.0,
                query: dict | None = None) -> Iterator[tuple[str | None, str | None, str] | None]:
         """Server-sent events of ``path`` as (id, event, data); None after ``idle_s`` without a byte (the caller
-        may look around and keep reading). ApiError when the stream does not open; ends when the server ends it."""
+        may look around and keep reading). The stream is open when this returns (what the server commits from then
+        on comes through it); ApiError when it does not open; the iterator ends when the server ends it."""
         resp, conn = self._open(path, query, {"Accept": "text/event-stream",
                                               **({"Last-Event-ID": last_event_id} if last_event_id else {})})
-        lines: queue.Queue = queue.Queue()
-        threading.Thread(target=_read_lines, args=(resp, lines), daemon=True).start()
-        try:
-            yield from _parse_sse(lines, idle_s)
-        finally:
-            conn.close()
+        return _events(resp, conn, idle_s)
+
+
+def _events(resp, conn, idle_s: float) -> Iterator[tuple[str | None, str | None, str] | None]:
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=_read_lines, args=(resp, lines), daemon=True).start()
+    try:
+        yield from _parse_sse(lines, idle_s)
+    finally:
+        conn.close()
 
 
 def _as_text(raw: object) -> str:

@@ -178,7 +178,9 @@ async def test_alloc_list_watch_into_a_file_keeps_streaming(user_env, tenant, tm
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "cli", "alloc", "list", "--watch", "-o", "json", "--interval", "0.5",
             env=user_env, cwd=REPO, stdout=sink, stderr=asyncio.subprocess.PIPE)
-    try:
+    try:   # the feed is open and the list read: what is created from here on comes as ADDED, then MODIFIED
+        ready = await asyncio.wait_for(proc.stderr.readline(), 30)
+        assert b"watching allocations" in ready, ready
         ids = [(await tenant.user.create_allocation(f"w-{i}", shape="vm.1gpu"))["id"] for i in range(2)]
 
         async def seen():
