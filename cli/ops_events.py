@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import sys
 
 from cli.render import emit
 
@@ -39,7 +40,9 @@ def stream(c, follow: bool, tenant: str | None, types: list[str], allocation: st
            output: str) -> None:
     """Print matching events until interrupted (without ``follow``: until the stream is quiet for 2 s)."""
     query = {"subjects": subjects} if subjects else None
-    for ev in c.events("/v1/ops/events", idle_s=2.0, query=query):
+    feed = c.events("/v1/ops/events", idle_s=2.0, query=query)   # open: what is published from now on comes
+    print("watching the streams (Ctrl-C stops)", file=sys.stderr, flush=True)
+    for ev in feed:
         if ev is None:
             if not follow:
                 return

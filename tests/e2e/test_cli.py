@@ -205,19 +205,15 @@ async def test_ops_events_follow_filtered_on_the_envelope(admin_env, tenant, tmp
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "cli", "events", "--follow", "--tenant", tenant.id, "--type", "allocation.*",
             "-o", "json", env=admin_env, cwd=REPO, stdout=sink, stderr=asyncio.subprocess.PIPE)
-    try:
-        async def some():
-            return [json.loads(ln) for ln in out_path.read_text().splitlines() if ln.strip()]
+    try:   # the stream delivers only what is new: allocate once it says it is open
+        ready = await asyncio.wait_for(proc.stderr.readline(), 30)
+        assert b"watching the streams" in ready, ready
+        await tenant.user.create_allocation(f"ev-{uuid.uuid4().hex[:4]}", shape="vm.1gpu")
 
-        async def streaming():   # the stream delivers only what is new: allocate until it has shown one
-            await tenant.user.create_allocation(f"ev-{uuid.uuid4().hex[:4]}", shape="vm.1gpu")
-            deadline = time.monotonic() + 5
-            while time.monotonic() < deadline and proc.returncode is None:
-                if found := await some():
-                    return found
-                await asyncio.sleep(0.1)
-            return None
-        events = await until(streaming, timeout=60, what="allocation events of the tenant")
+        async def some():
+            assert proc.returncode is None, "the follow ended"
+            return [json.loads(ln) for ln in out_path.read_text().splitlines() if ln.strip()]
+        events = await until(some, timeout=60, what="allocation events of the tenant")
         assert all(e["envelope"]["tenant_id"] == tenant.id and e["type"].startswith("allocation.") for e in events)
     finally:
         proc.terminate()
