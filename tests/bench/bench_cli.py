@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import resource
 import subprocess
@@ -24,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.bench.common import pct
+from tests.bench.common import pct, report
 from tooling.platform import Platform
 
 REPO = Path(__file__).resolve().parents[2]
@@ -128,9 +127,7 @@ def main() -> None:
     if not args.no_platform:
         result.update(asyncio.run(alloc_list(args.runs, args.allocations)))
     result["bench_wall_s"] = round(time.perf_counter() - t0, 1)
-    for k, v in result.items():
-        print(f"{k:35s} {v}")
-    print(json.dumps(result))
+    report(result)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ from pathlib import Path
 import aiohttp
 import asyncpg
 
-from tests.bench.common import log_problems, pct
+from tests.bench.common import log_problems, pct, report
 from tooling.client import TesseraClient
 from tooling.platform import Platform
 
@@ -306,9 +306,7 @@ def main() -> None:
     result = asyncio.run(bench(args.events, args.interval, args.burst))
     result["load_average_1m"] = round(os.getloadavg()[0], 2)
     result["bench_wall_s"] = round(time.perf_counter() - t0, 1)
-    for k, v in result.items():
-        print(f"{k:40s} {v}")
-    print(json.dumps(result))
+    report(result)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ from services.allocation.domain.policy import RESCHEDULE_LIMITS
 from services.node_agent.settings import NodeAgentSettings
 from services.scheduler.settings import SchedulerSettings
 from shared.settings import load
-from tests.bench.common import log_problems, pct
+from tests.bench.common import log_problems, pct, report
 from tests.support.bus import StreamWatcher, publish_from_node
 from tests.support.polling import eventually
 from tooling.client import TesseraClient
@@ -316,7 +316,4 @@ if __name__ == "__main__":
     t0 = time.perf_counter()
     result = asyncio.run(main(args.nodes, args.rounds, args.allocations_per_node, args.baseline, args.seed))
     result["bench_wall_s"] = round(time.perf_counter() - t0, 1)
-    for k, v in result.items():
-        if k != "rounds_detail":
-            print(f"{k:36s} {v}")
-    print(json.dumps(result))
+    report(result, skip=("rounds_detail",))

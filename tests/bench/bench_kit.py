@@ -45,7 +45,7 @@ from pydantic import BaseModel, ConfigDict
 from shared.contract import Catalog, Message, ServiceContract, load_catalog
 from shared.envelope import Envelope, utcnow
 from shared.settings import BusSettings, ServiceSettings
-from tests.bench.common import cpu_of, js_publish_rate, log_problems, provisioned_dsn, xacts
+from tests.bench.common import cpu_of, js_publish_rate, log_problems, provisioned_dsn, report, xacts
 from tooling.embedded import EmbeddedNats, EmbeddedPostgres
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -270,9 +270,7 @@ def cli(argv: list[str] | None = None) -> None:
     t0 = time.perf_counter()
     result = asyncio.run(main(args))
     result["bench_wall_s"] = round(time.perf_counter() - t0, 1)
-    for k, v in result.items():
-        print(f"{k:35s} {v}")
-    print(json.dumps(result))
+    report(result)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ The last line is one JSON object with every figure."""
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import subprocess
@@ -22,6 +21,7 @@ from services.network.contracts import NetworkSnapshot, SecurityRule, SlotAttach
 from services.node_agent.adapters.dataplane import probe
 from services.node_agent.adapters.dataplane.lab import Lab, is_root
 from services.node_agent.domain.dataplane.names import slot_port_name, vxlan_name
+from tests.bench.common import report
 
 
 def pct(values: list[float], q: float) -> float:
@@ -126,6 +126,4 @@ if __name__ == "__main__":
     if not is_root():
         sys.exit("bench_network: needs root (network namespaces, veth, nftables)")
     result = main(args.n, args.tenants, args.breaks)
-    for k, v in result.items():
-        print(f"{k:40s} {v}")
-    print(json.dumps(result))
+    report(result)

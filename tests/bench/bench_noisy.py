@@ -44,7 +44,7 @@ import asyncpg
 import nats
 
 from tests.bench.bench_saga import cpu_seconds
-from tests.bench.common import log_problems, pct
+from tests.bench.common import log_problems, pct, report
 from tooling.client import ApiError, TesseraClient
 from tooling.platform import Platform
 
@@ -339,6 +339,4 @@ if __name__ == "__main__":
     t0 = time.perf_counter()
     out = asyncio.run(main(args))
     out["bench_wall_s"] = round(time.perf_counter() - t0, 1)
-    for k, v in out.items():
-        print(f"{k:32s} {v}")
-    print(json.dumps(out))
+    report(out)

@@ -34,7 +34,7 @@ from pathlib import Path
 import asyncpg
 import nats
 
-from tests.bench.common import family_cpu_s, js_publish_rate, log_problems, pct, pg_txn_rate, summarise_profile
+from tests.bench.common import family_cpu_s, js_publish_rate, log_problems, pct, pg_txn_rate, report, summarise_profile
 from tooling.client import TesseraClient
 from tooling.embedded import EmbeddedNats
 from tooling.platform import Platform
@@ -304,6 +304,4 @@ if __name__ == "__main__":
     t0 = time.perf_counter()
     result = asyncio.run(main(args.n, args.concurrency, args.nodes, args.profile, args.n1, args.n_half))
     result["bench_wall_s"] = round(time.perf_counter() - t0, 1)
-    for k, v in result.items():
-        print(f"{k:45s} {v}")
-    print(json.dumps(result))
+    report(result)

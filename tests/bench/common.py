@@ -141,3 +141,13 @@ def summarise_profile(path: Path, top: int = 12) -> dict:
         root = str(Path(__file__).resolve().parents[2]) + "/"
         return {k.replace(root, ""): round(100 * v / total, 1) for k, v in c.most_common(top)}
     return {"samples": total, "self_pct": pct_of(self_t), "inclusive_pct_project_code": pct_of(incl)}
+
+
+def report(result: dict, skip: tuple[str, ...] = ()) -> None:
+    """A benchmark's figures, one per line for a reader, then the whole as one JSON object, the last line (the
+    line tools read); keys in ``skip`` only in the JSON."""
+    shown = {k: v for k, v in result.items() if k not in skip}
+    width = max(map(len, shown), default=0) + 2
+    for k, v in shown.items():
+        print(f"{k:{width}s} {v}")
+    print(json.dumps(result), flush=True)
