@@ -85,12 +85,6 @@ async def allocations_page(conn: asyncpg.Connection, tenant_id: uuid.UUID | None
                               limit, after)
 
 
-async def allocation(conn: asyncpg.Connection, allocation_id: uuid.UUID,
-                     tenant_id: uuid.UUID | None) -> asyncpg.Record | None:
-    return await conn.fetchrow("SELECT * FROM allocations_view WHERE id = $1 AND ($2::uuid IS NULL OR tenant_id = $2)",
-                               allocation_id, tenant_id)
-
-
 async def allocation_events(conn: asyncpg.Connection, allocation_id: uuid.UUID, limit: int) -> list[asyncpg.Record]:
     return await conn.fetch("SELECT seq, type, envelope, recorded_at FROM allocation_events WHERE allocation_id = $1 "
                             "ORDER BY seq LIMIT $2", allocation_id, limit)

@@ -16,12 +16,6 @@ async def networks(conn: asyncpg.Connection, tenant_id: uuid.UUID, limit: int) -
                             tenant_id, limit)
 
 
-async def volumes(conn: asyncpg.Connection, tenant_id: uuid.UUID, limit: int) -> list[asyncpg.Record]:
-    return await conn.fetch("SELECT id, name, storage_class, size_bytes, used_bytes, state, created_at FROM volumes_view "
-                            "WHERE tenant_id = $1 AND state <> 'deleted' ORDER BY created_at DESC, id DESC LIMIT $2",
-                            tenant_id, limit)
-
-
 async def usage_since(conn: asyncpg.Connection, tenant_id: uuid.UUID, since: datetime) -> list[asyncpg.Record]:
     """The tenant's usage since ``since`` summed per kind and currency."""
     return await conn.fetch("SELECT kind, currency, sum(quantity) AS quantity, sum(amount_minor) AS amount_minor "

@@ -10,7 +10,7 @@ from aiohttp import web
 
 from shared.rpc import RpcError, RpcNoResponders, RpcTimeout
 
-from ..adapters import dashboard as repo
+from ..adapters import allocations
 from ..api.allocations.console_views import NodeConsole
 from ..domain.model import Principal
 from ..http.problems import not_found
@@ -30,7 +30,7 @@ async def console_tail(request: web.Request, p: Principal) -> dict:
         raise not_found("allocation") from None
     gw = gateway_of(request)
     async with gw.pool.acquire() as conn:
-        row = await repo.allocation(conn, allocation_id, p.tenant_id)
+        row = await allocations.get(conn, allocation_id, p.tenant_id)
     if row is None:
         raise not_found("allocation")
     if row["state"] != "ACTIVE" or row["node_id"] is None:

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from aiohttp import web
 
 from ..adapters import dashboard_tenant as repo
+from ..adapters import volumes as volume_rows
 from ..domain.keys import BadCursor, decode_cursor, encode_cursor
 from ..domain.model import Principal
 from ..http.problems import ProblemError, forbidden
@@ -30,7 +31,7 @@ async def resources(request: web.Request, p: Principal):
     tenant_id = tenant_of(p)
     async with gateway_of(request).pool.acquire() as conn:
         networks = await repo.networks(conn, tenant_id, 200)
-        volumes = await repo.volumes(conn, tenant_id, 200)
+        volumes = await volume_rows.page(conn, tenant_id, 200, None)   # the API's list: newest first
     return "resources.html", {"title": "Networks & volumes", "networks": networks, "volumes": volumes}
 
 

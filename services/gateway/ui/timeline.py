@@ -9,21 +9,24 @@ from datetime import datetime
 
 import structlog
 
-from ..api.allocations import steps as steps_api
+from ..adapters import dashboard as repo
+from ..api.allocations.steps import read_steps
 from ..http.problems import ProblemError
 
 log = structlog.get_logger()
+EVENTS_SHOWN = 500   # an allocation's stored events shown as its timeline, oldest first
 
 
-async def timeline(gw, allocation, events: list) -> dict:
-    """{"source": "saga" | "events", "sagas": [...]} in the steps endpoint's shape (times as text)."""
-    read_steps = getattr(steps_api, "read_steps", None)
-    if read_steps is not None:
-        try:
-            answer = await read_steps(gw, allocation["id"])
-            return {"source": "saga", "sagas": answer.get("items", [])}
-        except ProblemError as exc:   # the coordinator is away: the stored events still tell the story
-            log.info("ui.steps_unavailable", allocation_id=str(allocation["id"]), status=exc.status)
+async def timeline(gw, allocation) -> dict:
+    """{"source": "saga" | "events", "sagas": [...]} in the steps endpoint's shape (times as text); the stored
+    events are read only when the coordinator cannot answer."""
+    try:
+        answer = await read_steps(gw, allocation["id"])
+        return {"source": "saga", "sagas": answer.get("items", [])}
+    except ProblemError as exc:   # the coordinator is away: the stored events still tell the story
+        log.info("ui.steps_unavailable", allocation_id=str(allocation["id"]), status=exc.status)
+    async with gw.pool.acquire() as conn:
+        events = await repo.allocation_events(conn, allocation["id"], EVENTS_SHOWN)
     return {"source": "events", "sagas": [from_events(events)]}
 
 

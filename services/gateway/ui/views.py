@@ -19,6 +19,7 @@ from nats.js.errors import NotFoundError
 
 from shared.streams import DEAD_LETTER_STREAM
 
+from ..adapters import allocations as allocation_rows
 from ..adapters import dashboard as repo
 from ..domain.keys import BadCursor, decode_cursor, encode_cursor
 from ..domain.model import Principal
@@ -123,12 +124,11 @@ async def allocation(request: web.Request, p: Principal) -> dict:
     allocation_id = _uuid(request.query.get("id", ""), "allocation")
     gw = gateway_of(request)
     async with gw.pool.acquire() as conn:
-        row = await repo.allocation(conn, allocation_id, scope(p))
+        row = await allocation_rows.get(conn, allocation_id, scope(p))
         if row is None:
             raise not_found("allocation")
-        events = await repo.allocation_events(conn, allocation_id, 500)
         names = await repo.tenant_names(conn, [row["tenant_id"]]) if p.is_provider_admin else {}
-    return {"a": row, "names": names, "timeline": await timeline(gw, row, events), "steps_of": rows}
+    return {"a": row, "names": names, "timeline": await timeline(gw, row), "steps_of": rows}
 
 
 async def node(request: web.Request, p: Principal) -> dict:
