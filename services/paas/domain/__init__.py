@@ -1,0 +1,1 @@
+"""The PaaS domain: clusters, jobs, autoscaling and spot decisions, without I/O."""
