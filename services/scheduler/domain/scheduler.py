@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from .gang_scheduling import GangScheduling
 from .inventory import Inventory, Placement, Request
 from .preemption import select_victims
 from .queue import FairQueue, QueueFull, demand_kind
@@ -39,7 +40,7 @@ class Decision:
     victims: tuple[uuid.UUID, ...] = ()
 
 
-class Scheduler:
+class Scheduler(GangScheduling):
     def __init__(self, inv: Inventory, quotas: QuotaBook, queue: FairQueue, *, aging_s: float,
                  clock: Callable[[], float] = time.monotonic, max_scan: int = 1000,
                  max_reservations: int = 64, preempt: bool = True) -> None:
@@ -49,6 +50,7 @@ class Scheduler:
         self.usage: dict[uuid.UUID, int] = {}                 # tenant -> GPUs held
         self.reservations: dict[uuid.UUID, uuid.UUID] = {}    # pending allocation -> reserved node
         self.preempting: dict[uuid.UUID, uuid.UUID] = {}      # victim allocation -> preemptor
+        self._gang_state()                                    # waiting and newly placed gangs (gang_scheduling.py)
 
     # ---- commands
     def submit(self, req: Request) -> Decision:
@@ -100,6 +102,8 @@ class Scheduler:
     def cancel(self, allocation_id: uuid.UUID) -> Request | None:
         """Withdraw a pending request and its reservation; None if it was not pending. Call
         ``tick`` afterwards: capacity its reservation kept may now serve others."""
+        if allocation_id in self.gangs:
+            return self.cancel_gang(allocation_id).template
         self._drop_claims(allocation_id)
         return self.queue.cancel(allocation_id)
 
@@ -155,6 +159,14 @@ class Scheduler:
             k0 = demand_kind(req)
             if k0 in no_room:
                 continue
+            gang = self.gangs.get(req.allocation_id)
+            if gang is not None:          # one member fitting says nothing: the gang is tried whole
+                aged = not reserved_one and now - req.enqueued_at >= self.aging_s
+                done, reserved = self._gang_turn(gang, aged)
+                reserved_one |= reserved
+                if done:
+                    admitted_of = {k: v for k, v in admitted_of.items() if k[0] != req.tenant_id}
+                continue
             qk = (req.tenant_id, k0)
             if qk not in admitted_of:
                 admitted_of[qk] = self._admitted(req)
@@ -192,6 +204,9 @@ class Scheduler:
                 continue
             if any(by == aid for by in self.preempting.values()):
                 continue                      # victims still running: wait for their release
+            if aid in self.gangs:
+                self._serve_gang(self.gangs[aid])
+                continue
             p = self.inv.place_on(nid, req)
             if p is not None and self.quotas.check(self._key(req, p), req.shape.quota_units).ok:
                 self._dequeue(aid)

@@ -1,0 +1,177 @@
+"""Gangs: N allocations placed all or nothing (pure, no I/O).
+
+A gang is N members of one shape (a cluster's nodes). ``plan`` finds where all N would go now, or
+None; it never leaves anything held (it holds members through the Inventory while it looks, so each
+member sees the slots the previous ones took, and frees them all before returning).
+
+Where: every member in ONE (pool, GPU model), so one quota is charged and the cluster is uniform.
+Preference, best first: the fewest racks, then the fewest NVLink domains (a domain is one node's
+NVLink group: a gang of 1/2/4-GPU slices may share one). The ordinary placement (the pool's pack or
+spread, member after member) is tried first; pack puts small members on one node, so that is often
+one rack already. Only when it spans racks are the racks scanned: each rack's own capacity for the
+gang is measured and the fullest racks are taken first, which needs the fewest of them. The scan
+costs O(placeable nodes of the gang's partitions with room for one member); it runs only for gangs
+that span racks.
+
+Waiting (scheduler.py): a gang that does not fit waits as ONE queue entry holding nothing, in fair
+order like any request; every later pass tries it whole. Smaller requests behind it are placed when
+they fit (backfill); an aged gang reserves one node like a regular request so backfill cannot take
+everything forever.
+"""
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from .inventory import Inventory, Placement, Request
+from .quota import QuotaVerdict
+
+Pair = tuple[str, str]      # (pool, GPU model): one quota per tenant
+
+
+@dataclass(frozen=True)
+class Gang:
+    """``template`` is the request each member makes (its ``allocation_id`` is the gang's id, the
+    gang's single entry in the queue); ``members`` are the allocation ids, in the caller's order."""
+    template: Request
+    members: tuple[uuid.UUID, ...]
+
+    @property
+    def gang_id(self) -> uuid.UUID:
+        return self.template.allocation_id
+
+    @property
+    def tenant_id(self) -> uuid.UUID:
+        return self.template.tenant_id
+
+    @property
+    def units(self) -> int:
+        """GPUs the whole gang charges against its quota."""
+        return self.template.shape.quota_units * len(self.members)
+
+    def requests(self) -> list[Request]:
+        return [replace(self.template, allocation_id=m) for m in self.members]
+
+
+@dataclass(frozen=True)
+class GangPlacement:
+    gang: Gang
+    placements: tuple[Placement, ...]     # member i's placement is placements[i]
+    racks: int
+    nvlink_domains: int
+
+    def members(self) -> list[tuple[Request, Placement]]:
+        return list(zip(self.gang.requests(), self.placements, strict=True))
+
+
+@dataclass(frozen=True)
+class GangDecision:
+    kind: Literal["placed", "queued", "rejected"]
+    placement: GangPlacement | None = None
+    reason: str = ""
+    code: str = ""                         # rejected: quota-exceeded, no-capacity, queue-full, invalid-request
+    quota_verdict: QuotaVerdict | None = None
+
+
+def plan(inv: Inventory, gang: Gang, admit: Callable[[Pair], bool]) -> GangPlacement | None:
+    """Where the whole gang goes now (see module docstring), or None. Leaves the inventory as it was."""
+    reqs = gang.requests()
+    best = _greedy(inv, reqs, admit)
+    if best is None:
+        return None
+    scored = score(inv, gang, best)
+    if scored.racks > 1 and gang.template.shape.kind != "mig":
+        pair = (best[0].pool, best[0].gpu_model)
+        by_rack = _by_rack(inv, reqs, pair)
+        if by_rack is not None:
+            other = score(inv, gang, by_rack)
+            if (other.racks, other.nvlink_domains) < (scored.racks, scored.nvlink_domains):
+                scored = other
+    return scored
+
+
+def score(inv: Inventory, gang: Gang, placements: Iterable[Placement]) -> GangPlacement:
+    """The placement with its distinct racks and NVLink domains counted."""
+    placements = tuple(placements)
+    racks, domains = set(), set()
+    for p in placements:
+        node = inv.node(p.node_id)
+        racks.add(node.state.rack if node is not None else p.node_id)
+        for s in p.slots:
+            group = node.group_of.get(s) if node is not None else None
+            domains.add((p.node_id, group[1] if group else 0))
+    return GangPlacement(gang, placements, len(racks), len(domains))
+
+
+def _greedy(inv: Inventory, reqs: list[Request], admit: Callable[[Pair], bool]) -> list[Placement] | None:
+    """Member after member by the ordinary placement; the first member picks the (pool, model)."""
+    held: list[Request] = []
+    out: list[Placement] = []
+    try:
+        for r in reqs:
+            p = inv.place(r, admit=admit if not out else (out[0].pool, out[0].gpu_model).__eq__)
+            if p is None:
+                return None
+            inv.hold(r.allocation_id, r, p)
+            held.append(r)
+            out.append(p)
+        return out
+    finally:
+        for r in held:
+            inv.free(r.allocation_id)
+
+
+def _by_rack(inv: Inventory, reqs: list[Request], pair: Pair) -> list[Placement] | None:
+    """The fewest racks of ``pair``'s nodes that hold every member: each rack's capacity for the gang,
+    fullest first. None when even every rack together does not (the greedy placement did, so rarely)."""
+    racks = _candidate_racks(inv, reqs[0], pair)
+    fits: list[list[Placement]] = []
+    for nodes in racks.values():
+        got = _fill(inv, reqs, nodes)
+        if len(got) == len(reqs):
+            return got
+        if got:
+            fits.append(got)
+    fits.sort(key=len, reverse=True)
+    chosen = [p for got in fits for p in got][:len(reqs)]
+    if len(chosen) < len(reqs):
+        return None
+    return _fill(inv, reqs, [p.node_id for p in chosen]) or None
+
+
+def _candidate_racks(inv: Inventory, req: Request, pair: Pair) -> dict[str, list[uuid.UUID]]:
+    """Rack -> placeable nodes of ``pair`` with room for one member, fewest free slots first (pack)."""
+    k = req.shape.gpu_count
+    found: list[tuple[int, str, uuid.UUID]] = []
+    for part in inv.eligible(req):
+        if (part.pool, part.model) != pair:
+            continue
+        for (_, free), ids in part.buckets.items():
+            if free >= k:
+                found.extend((free, inv.node(n).state.rack, n) for n in ids)
+    racks: dict[str, list[uuid.UUID]] = {}
+    for _, rack, nid in sorted(found, key=lambda f: (f[0], f[2].int)):
+        racks.setdefault(rack, []).append(nid)
+    return racks
+
+
+def _fill(inv: Inventory, reqs: list[Request], nodes: list[uuid.UUID]) -> list[Placement]:
+    """As many members as fit on ``nodes``, in their order, each node filled before the next."""
+    held: list[Request] = []
+    out: list[Placement] = []
+    try:
+        for nid in dict.fromkeys(nodes):
+            while len(out) < len(reqs):
+                r = reqs[len(out)]
+                p = inv.place_on(nid, r)
+                if p is None:
+                    break
+                inv.hold(r.allocation_id, r, p)
+                held.append(r)
+                out.append(p)
+        return out
+    finally:
+        for r in held:
+            inv.free(r.allocation_id)
