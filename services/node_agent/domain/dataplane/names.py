@@ -9,14 +9,11 @@ from __future__ import annotations
 import hashlib
 import uuid
 
+from shared.slots import node_tag, slot_netns  # noqa: F401 - names other services find slots by, re-exported
 from shared.vxlan import vxlan_group  # noqa: F401 - the fabric's convention, re-exported for the dataplane
 
 ALIAS_PREFIX = "tessera"
 SLOT_IFNAME = "eth0"
-
-
-def node_tag(node_id: uuid.UUID) -> str:
-    return node_id.hex[:8]
 
 
 def vni_hex(vni: int) -> str:
@@ -41,10 +38,6 @@ def gw_ifname(vni: int) -> str:
 
 def slot_port_name(attachment_id: uuid.UUID) -> str:
     return f"tv{attachment_id.hex[:8]}"
-
-
-def slot_netns(tag: str, attachment_id: uuid.UUID) -> str:
-    return f"ts-{tag}-{attachment_id.hex[:12]}"
 
 
 def router_netns(tag: str, tenant_id: uuid.UUID) -> str:
