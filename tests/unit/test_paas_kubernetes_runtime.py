@@ -3,6 +3,7 @@ keeps per cluster (apart from every other cluster's)."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import stat
 import uuid
 
@@ -12,7 +13,7 @@ import yaml
 from services.paas.adapters.kubernetes.applier import RecordingApplier
 from services.paas.adapters.kubernetes.runtime import RECORDED, KubernetesRuntime
 from services.paas.adapters.kubernetes.schemas import validate_all
-from services.paas.domain.runtime import ClusterError, ClusterNode, ClusterSpec, JobSpec
+from services.paas.domain.runtime import ClusterError, ClusterNode, ClusterRuntime, ClusterSpec, JobSpec
 
 
 def spec(n: int, name: str = "k8s", cluster_id: uuid.UUID | None = None) -> ClusterSpec:
@@ -23,6 +24,13 @@ def spec(n: int, name: str = "k8s", cluster_id: uuid.UUID | None = None) -> Clus
 @pytest.fixture
 def runtime(tmp_path) -> KubernetesRuntime:
     return KubernetesRuntime(tmp_path, RecordingApplier(tmp_path))
+
+
+def test_the_runtime_keeps_the_cluster_runtime_signatures():
+    methods = [n for n, f in vars(ClusterRuntime).items() if inspect.iscoroutinefunction(f)]
+    assert len(methods) == 10 and KubernetesRuntime.kind == "kubernetes"
+    for name in methods:
+        assert inspect.signature(getattr(KubernetesRuntime, name)) == inspect.signature(getattr(ClusterRuntime, name))
 
 
 def calls(runtime: KubernetesRuntime, cluster_id) -> list[dict]:

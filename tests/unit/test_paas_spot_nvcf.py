@@ -1,11 +1,21 @@
 """The recording NVCF driver: what it would run, in order, and what it reports."""
 from __future__ import annotations
 
+import inspect
 import json
 
 import pytest
 
 from services.paas.adapters.spot.nvcf import RecordingNvcfProvider
+from services.paas.domain.spot import SpotCapacityProvider
+
+
+def test_the_driver_keeps_the_provider_signatures():
+    methods = [n for n, f in vars(SpotCapacityProvider).items() if inspect.iscoroutinefunction(f)]
+    assert len(methods) == 6
+    for name in methods:
+        assert inspect.signature(getattr(RecordingNvcfProvider, name)) == inspect.signature(
+            getattr(SpotCapacityProvider, name))
 
 
 def calls(path) -> list[dict]:
