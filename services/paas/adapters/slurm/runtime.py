@@ -1,0 +1,187 @@
+"""``SlurmRuntime``: Tessera's ClusterRuntime over real Slurm 22.05 daemons, one set per cluster.
+
+State lives under ``state_root/<cluster_id>/`` and nowhere else; the handle names the state directory, the
+controller's namespace and the pids, so a new runtime (after a crash) finds a started cluster again.
+"""
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+
+from ...domain.runtime import TERMINAL, ClusterError, ClusterHandle, ClusterSpec, JobSpec, JobStatus, NodeUse
+from . import jobs as shapes
+from .config import CTLD_PORT, ClusterFiles
+from .daemons import ClusterDaemons
+from .processes import Children
+from .rest import SlurmRest, Token, raise_for
+
+READY_TIMEOUT_S = 90.0
+UNREADY = {"unknown", "down", "future"}
+
+
+class SlurmRuntime:
+    kind = "slurm"
+
+    def __init__(self, state_root: Path, ready_timeout_s: float = READY_TIMEOUT_S) -> None:
+        self.state_root = Path(state_root)
+        self.ready_timeout_s = ready_timeout_s
+        self._children = Children()
+        self._tokens: dict[str, Token] = {}
+
+    # -- plumbing ---------------------------------------------------------------------------------------
+    def _daemons(self, cluster_id) -> ClusterDaemons:
+        return ClusterDaemons(ClusterFiles(self.state_root / str(cluster_id)), self._children)
+
+    def _rest(self, handle: ClusterHandle) -> SlurmRest:
+        key = str(handle.cluster_id)
+        if key not in self._tokens:
+            daemons, netns = self._daemons(handle.cluster_id), handle.details.get("controller_netns")
+            self._tokens[key] = Token(lambda lifespan: daemons.token(netns, lifespan))
+        return SlurmRest(str(ClusterFiles(self.state_root / key).rest_socket), self._tokens[key])
+
+    def _handle(self, spec: ClusterSpec, daemons: ClusterDaemons) -> ClusterHandle:
+        ctl, f = spec.controller, daemons.files
+        details = {"state_dir": str(f.root), "slurm_conf": str(f.slurm_conf), "controller_node": ctl.name,
+                   "controller_netns": ctl.netns, "nodes": [n.name for n in spec.nodes], "pids": daemons.pids(),
+                   "logs": str(f.logs), "jobs_dir": str(f.jobs), "slurm_version": "22.05", "api_version": "v0.0.38"}
+        return ClusterHandle(cluster_id=spec.cluster_id, controller=f"{ctl.address}:{CTLD_PORT}",
+                             api=f"unix:{f.rest_socket}", driver="slurm", details=details)
+
+    # -- lifecycle --------------------------------------------------------------------------------------
+    async def start(self, spec: ClusterSpec) -> ClusterHandle:
+        """Start whatever of the cluster is not running; return once slurmrestd pings and every node is up."""
+        daemons = self._daemons(spec.cluster_id)
+        daemons.prepare(spec)
+        await self._ensure_daemons(spec, daemons)
+        handle = self._handle(spec, daemons)
+        await self._wait_ready(spec, daemons, handle)
+        return self._handle(spec, daemons)
+
+    async def _ensure_daemons(self, spec: ClusterSpec, daemons: ClusterDaemons) -> None:
+        await daemons.ensure_munged()
+        await self._wait_for_file(daemons, daemons.files.munge_socket, "munged")
+        await daemons.ensure_slurmctld(spec.controller)
+        for node in spec.nodes:
+            await daemons.ensure_slurmd(node)
+        await daemons.ensure_slurmrestd(spec.controller)
+        await self._wait_for_file(daemons, daemons.files.rest_socket, "slurmrestd")
+
+    async def _wait_for_file(self, daemons: ClusterDaemons, path: Path, daemon: str) -> None:
+        async def exists() -> bool:
+            return path.exists()
+        await self._until(daemons, exists, f"{daemon}'s socket {path}")
+
+    async def _wait_ready(self, spec: ClusterSpec, daemons: ClusterDaemons, handle: ClusterHandle) -> None:
+        rest, wanted = self._rest(handle), {n.name for n in spec.nodes}
+
+        async def ready() -> bool:
+            if not await rest.ping():
+                return False
+            up = {n["name"] for n in await rest.nodes()
+                  if n.get("state", "unknown").lower() not in UNREADY
+                  and "NOT_RESPONDING" not in {f.upper() for f in n.get("state_flags", [])}}
+            return wanted <= up
+        await self._until(daemons, ready, "the controller's ping and every node registered")
+
+    async def _until(self, daemons: ClusterDaemons, probe, what: str) -> None:
+        """Poll ``probe`` until true; a daemon that died meanwhile fails at once, with its log's tail."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.ready_timeout_s
+        while True:
+            for name, pid in daemons.pids().items():
+                if not daemons.alive(name):
+                    raise ClusterError(f"{name} (pid {pid}) exited while waiting for {what}: {_tail(daemons, name)}")
+            try:
+                if await probe():
+                    return
+            except ClusterError:
+                pass
+            if loop.time() > deadline:
+                raise ClusterError(f"waited {self.ready_timeout_s}s for {what}")
+            await asyncio.sleep(0.2)
+
+    async def set_nodes(self, spec: ClusterSpec, handle: ClusterHandle) -> ClusterHandle:
+        """Rewrite the configuration; on a change of nodes restart slurmctld (22.05 reads a node list only at
+        start; its saved state keeps the queue), stop removed nodes' slurmd, start new ones, reconfigure."""
+        daemons = self._daemons(spec.cluster_id)
+        before = handle.details.get("nodes", [])
+        if before and before[0] != spec.controller.name:
+            raise ClusterError(f"the controller node {before[0]} cannot change", permanent=True)
+        daemons.prepare(spec)
+        wanted = [n.name for n in spec.nodes]
+        if wanted != before:
+            for name in set(before) - set(wanted):
+                await daemons.stop(f"slurmd:{name}")
+            await daemons.stop("slurmctld")
+        await self._ensure_daemons(spec, daemons)
+        if wanted != before:
+            await self._until(daemons, self._rest(handle).ping, "the restarted controller's ping")
+            await daemons.scontrol(spec.controller.netns, "reconfigure")
+        await self._wait_ready(spec, daemons, handle)
+        return self._handle(spec, daemons)
+
+    async def drain(self, handle: ClusterHandle, node: str, reason: str) -> None:
+        daemons = self._daemons(handle.cluster_id)
+        await daemons.scontrol(handle.details.get("controller_netns"), "update", f"NodeName={node}", "State=DRAIN",
+                               f"Reason={reason or 'drained by tessera'}")
+
+    async def nodes(self, handle: ClusterHandle) -> list[NodeUse]:
+        rest = self._rest(handle)
+        running = shapes.running_per_node(await rest.jobs())
+        return [shapes.node_use(n, running.get(n["name"], 0)) for n in await rest.nodes()]
+
+    async def stop(self, handle: ClusterHandle) -> None:
+        daemons = self._daemons(handle.cluster_id)
+        await daemons.stop_all()
+        self._tokens.pop(str(handle.cluster_id), None)
+        shutil.rmtree(daemons.files.root, ignore_errors=True)
+
+    # -- jobs -------------------------------------------------------------------------------------------
+    async def submit(self, handle: ClusterHandle, job: JobSpec) -> str:
+        rest = self._rest(handle)
+        tag = shapes.comment(job)
+        existing = sorted(j["job_id"] for j in await rest.jobs() if j.get("comment") == tag)
+        if existing:
+            return str(existing[0])
+        node_gpus = [shapes.gpu_count(n.get("gres", "")) for n in await rest.nodes()]
+        body = shapes.submit_body(job, node_gpus, self._daemons(handle.cluster_id).files)
+        _, answer = await rest.call("POST", "/job/submit", body)
+        return str(answer["job_id"])
+
+    async def job(self, handle: ClusterHandle, external_id: str) -> JobStatus:
+        raw = await self._rest(handle).job(external_id)
+        if raw is None:
+            raise ClusterError(f"slurm knows no job {external_id}", permanent=True)
+        return shapes.job_status(raw)
+
+    async def logs(self, handle: ClusterHandle, external_id: str, limit_bytes: int = 65536) -> str:
+        path = self._daemons(handle.cluster_id).files.job_output(external_id)
+        try:
+            with open(path, "rb") as out:
+                size = out.seek(0, 2)
+                out.seek(max(0, size - limit_bytes))
+                return out.read().decode(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    async def cancel(self, handle: ClusterHandle, external_id: str) -> None:
+        rest = self._rest(handle)
+        status, answer = await rest.call("DELETE", f"/job/{external_id}", check=False)
+        if status < 400 and not answer.get("errors"):
+            return
+        raw = await rest.job(external_id)
+        if raw is None or shapes.job_status(raw).state in TERMINAL:
+            return
+        raise_for(status, answer, f"cancel {external_id}")
+
+    async def pending(self, handle: ClusterHandle) -> int:
+        return sum(1 for j in await self._rest(handle).jobs() if j.get("job_state") == "PENDING")
+
+
+def _tail(daemons: ClusterDaemons, name: str, size: int = 600) -> str:
+    path = daemons.files.logs / f"{name}.out"
+    try:
+        return path.read_bytes()[-size:].decode(errors="replace").strip()
+    except OSError:
+        return "(no log)"
