@@ -26,7 +26,7 @@ from .storage_lab import wanted as storage_lab_wanted
 from .supervision import RestartPolicy, ServiceProcess, Supervisor
 from .supervision import wanted as restart_wanted
 
-CORE_SERVICES = ("allocation", "scheduler", "network", "storage", "billing", "saga", "gateway")
+CORE_SERVICES = ("allocation", "scheduler", "network", "storage", "billing", "paas", "saga", "gateway")
 NODE_AGENTS_FILE = "node-agents.json"   # each node-agent's own settings (its identity), by node id
 
 
@@ -141,7 +141,7 @@ class Platform:
 
     async def _declare_replicated_streams(self) -> None:
         """Every stream declared once, with the cluster's replicas, before any service starts: a replicated
-        stream takes a round of the cluster's consensus to create, and seven services creating theirs at once on a
+        stream takes a round of the cluster's consensus to create, and eight services creating theirs at once on a
         busy machine can outlast their request timeout (they exit before they are ready); found existing, theirs
         is quick."""
         import nats
@@ -174,6 +174,8 @@ class Platform:
             env["TESSERA_BOOTSTRAP_ADMIN_KEY"] = self.admin_key
         if service == "node_agent":
             env["TESSERA_NODE_ID"] = instance
+        if service == "paas":   # its tenant clusters' state (configuration, keys, sockets, logs) in the work folder
+            env["TESSERA_PAAS_STATE_DIR"] = str(self.workdir / "paas")
         if self.storage:
             env.update(self.storage.env(service))
         env.update(self.extra_env)
