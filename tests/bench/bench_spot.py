@@ -59,9 +59,9 @@ def bursts(rng: random.Random) -> list[tuple[int, int, int]]:
     out, t = [], 0.0
     while t < DAY_S:
         t += rng.expovariate(1 / 2400)
-        start = int(t)
-        if not 5400 <= start <= 9000:
-            out.append((start, start + rng.randint(1800, 5400), rng.choice((8, 16, 24))))
+        start, end = int(t), int(t) + rng.randint(1800, 5400)
+        if end < 5400 or start > 9000:           # clear of 01:30-02:30, so all 200 GPUs are free at 02:00
+            out.append((start, end, rng.choice((8, 16, 24))))
     return out
 
 
@@ -178,9 +178,12 @@ async def run_day(settings: SpotSettings, seed: int, record: Path) -> dict:
     day = Day(settings, seed)
     provider = RecordingNvcfProvider(record, clock=lambda: 0.0)
     await provider.register_cluster("tessera-spot-1", "tessera-spot", "lab", "TESSERA", ("nca-tessera",), ())
+    free_at = {}
     for t in range(DAY_S):
         day.returns(t, provider)
         day.schedule(t, day.demand(t))
+        if t in (2 * 3600, 14 * 3600):
+            free_at[f"tenant_free_gpus_at_{t // 3600:02d}h"] = NODES * GPUS_PER_NODE - day.placed()
         if t % STEP_S == 0:
             await day.step(t, provider)
     f = day.figures
@@ -188,7 +191,7 @@ async def run_day(settings: SpotSettings, seed: int, record: Path) -> dict:
     share, ideal_share = f["offered"] / f["idle"], f["ideal"] / f["idle"]
     bound = settings.notice_s + RELEASE_BOUND_S
     return {
-        "idle_gpu_h": round(f["idle"] / 3600, 1), "offered_gpu_h": round(f["offered"] / 3600, 1),
+        **free_at, "idle_gpu_h": round(f["idle"] / 3600, 1), "offered_gpu_h": round(f["offered"] / 3600, 1),
         "share_of_idle_offered": round(share, 3), "ideal_share_baseline": round(ideal_share, 3),
         "offered_over_ideal": round(share / ideal_share, 3), "offered_over_ideal_target": SHARE_TARGET,
         "offered_over_ideal_met": share / ideal_share >= SHARE_TARGET,
