@@ -116,7 +116,7 @@ def init_documents(spec: ClusterSpec, plan: ClusterPlan) -> list[dict]:
                "networking": {"podSubnet": plan.pod_subnet, "serviceSubnet": plan.service_subnet,
                               "dnsDomain": "cluster.local"},
                "apiServer": {"certSANs": [cp.address, cp.name, "127.0.0.1"],
-                             "extraArgs": [{"name": "advertise-address", "value": cp.address}]},
+                             "extraArgs": [{"name": "profiling", "value": "false"}]},
                "etcd": {"local": {"dataDir": "/var/lib/etcd"}}}
     return [init, cluster]
 

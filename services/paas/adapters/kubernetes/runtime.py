@@ -3,7 +3,8 @@ rendered, validated offline and handed to a ``KubernetesApplier``; with the reco
 
 So a submitted job is recorded and stays PENDING with the message "recorded: no Kubernetes server": its state
 never advances (nothing would move it), except to CANCELLED when Tessera itself cancels it. A cordoned node
-reports ``drained`` at once (no work can be on it).
+reports ``drained`` at once (no work can be on it). The handle's ``api`` names the socket a real applier's
+``socat`` would serve the API server on (in the controller's namespace slot); nothing listens there.
 
 Per cluster, under ``state_root/<cluster id>/`` (0700): ``pki/ca.{key,crt}`` (the cluster's CA, made here so
 joins can pin it), ``plan.json`` (token, CA hash, subnets: a retry renders the same), ``nodes.json``,

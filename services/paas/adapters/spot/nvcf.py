@@ -20,14 +20,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from services.paas.domain.spot import ReclaimMode
+from services.paas.domain.spot import RELEASE_BOUND_S, ReclaimMode
 
 CHART = "oci://nvcr.io/nvidia/nvcf-byoc/nvca-operator"
 NAMESPACE = "nvca-operator"
 SCHEDULE_LABEL = "nvca.nvcf.nvidia.io/schedule"
 OFFER_LABELS = ("tessera.io/spot-gpus", "tessera.io/spot-until")
 MAINTENANCE_FLAG = "CordonMaintenance"
-DRAIN_SLACK_S = 30      # a drain that outlives grace + this is forced: the reclaim's capacity is due back by then
+DRAIN_SLACK_S = int(RELEASE_BOUND_S)   # kubectl gives up on the drain then: the capacity is due back by then
 
 
 @dataclass
