@@ -30,8 +30,9 @@ class ClusterDaemons:
         return {"SLURM_CONF": str(self.files.slurm_conf)}
 
     # -- files ------------------------------------------------------------------------------------------
-    def prepare(self, spec: ClusterSpec) -> None:
-        """Directories, keys (made once: a restart keeps them) and the configuration of ``spec``."""
+    def prepare(self, spec: ClusterSpec) -> bool:
+        """Directories, keys (made once: a restart keeps them) and the configuration of ``spec``; True when the
+        configuration changed."""
         f = self.files
         _check_traversable(f.root.parent)
         for d in f.dirs():
@@ -46,39 +47,49 @@ class ClusterDaemons:
         rest_dir.chmod(0o700)
         _secret(f.munge_key, 1024, 0o400)
         _secret(f.jwt_key, 32, 0o600)
-        self.write_config(spec)
+        return self.write_config(spec)
 
-    def write_config(self, spec: ClusterSpec) -> None:
+    def write_config(self, spec: ClusterSpec) -> bool:
+        """Write the cluster's configuration; True when it differs from what was there."""
         for node in spec.nodes:
             (self.files.spool / node.name).mkdir(parents=True, exist_ok=True)
-        _atomic(self.files.gres_conf, gres_conf(spec))
-        _atomic(self.files.slurm_conf, slurm_conf(spec, self.files))
+        changed = False
+        for path, text in ((self.files.gres_conf, gres_conf(spec)), (self.files.slurm_conf, slurm_conf(spec, self.files))):
+            if not path.exists() or path.read_text() != text:
+                _atomic(path, text)
+                changed = True
+        return changed
 
     # -- pids -------------------------------------------------------------------------------------------
     @property
     def _pid_file(self) -> Path:
         return self.files.run / "pids.json"
 
-    def pids(self) -> dict[str, int]:
+    def _records(self) -> dict[str, list[int]]:
+        """name -> [pid, start time]."""
         try:
             return json.loads(self._pid_file.read_text())
         except (OSError, ValueError):
             return {}
 
+    def pids(self) -> dict[str, int]:
+        return {name: pid for name, (pid, _) in self._records().items()}
+
     def _record(self, name: str, pid: int | None) -> None:
-        pids = self.pids()
+        records = self._records()
         if pid is None:
-            pids.pop(name, None)
+            records.pop(name, None)
         else:
-            pids[name] = pid
-        _atomic(self._pid_file, json.dumps(pids, sort_keys=True))
+            records[name] = [pid, processes.start_time(pid) or 0]
+        _atomic(self._pid_file, json.dumps(records, sort_keys=True))
 
     def alive(self, name: str) -> bool:
-        return processes.alive(self.pids().get(name))
+        pid, started = self._records().get(name, (None, None))
+        return processes.alive(pid, started)
 
     async def _ensure(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> int:
         pid = self.pids().get(name)
-        if processes.alive(pid):
+        if self.alive(name):
             return pid
         pid = await self.children.spawn(argv, self.files.logs / f"{name}.out", {**self.env, **(env or {})})
         self._record(name, pid)

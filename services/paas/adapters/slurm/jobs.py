@@ -57,6 +57,12 @@ def submit_body(job: JobSpec, node_gpus: list[int], files: ClusterFiles) -> dict
         "environment": env, **layout(job, node_gpus)}}
 
 
+def refused(raw: dict) -> bool:
+    """A record Slurm keeps of a submission it refused (FAILED, BadConstraints, never ran): not the job, so a
+    retry submits again and is refused again, with the same words."""
+    return raw.get("job_state") == "FAILED" and raw.get("state_reason") == "BadConstraints" and not raw.get("nodes")
+
+
 def expand_hostlist(expr: str) -> tuple[str, ...]:
     """Slurm's compressed host list (``a-[0-2,5],b``) as names; zero padding is kept (``n[01-02]``)."""
     names: list[str] = []

@@ -27,15 +27,27 @@ def in_node(argv: list[str], netns: str | None, hostname: str | None = None) -> 
     return ["nsenter", f"--net={NETNS_DIR / netns}", "--", *wrapped]
 
 
-def alive(pid: int | None) -> bool:
-    """The process exists and is not a zombie (a killed child not yet reaped counts as gone)."""
-    if not pid:
-        return False
+def _stat(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat's fields after the command name (state first), None when there is no such process."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
+        return None
+
+
+def start_time(pid: int) -> int | None:
+    """When the process started (clock ticks since boot): with its pid, it names one process for good."""
+    fields = _stat(pid)
+    return int(fields[19]) if fields else None
+
+
+def alive(pid: int | None, started: int | None = None) -> bool:
+    """The process exists and is not a zombie (a killed child not yet reaped counts as gone); with ``started``,
+    it is also the process that started then (a recorded pid the kernel has since reused is not ours)."""
+    fields = _stat(pid) if pid else None
+    if fields is None or fields[0] in ("Z", "X"):
         return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    return started is None or int(fields[19]) == started
 
 
 class Children:

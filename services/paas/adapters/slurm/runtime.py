@@ -60,17 +60,17 @@ class SlurmRuntime:
 
     async def _ensure_daemons(self, spec: ClusterSpec, daemons: ClusterDaemons) -> None:
         await daemons.ensure_munged()
-        await self._wait_for_file(daemons, daemons.files.munge_socket, "munged")
+        await self._wait_for_file(daemons, daemons.files.munge_socket, "munged", watch={"munged"})
         await daemons.ensure_slurmctld(spec.controller)
         for node in spec.nodes:
             await daemons.ensure_slurmd(node)
         await daemons.ensure_slurmrestd(spec.controller)
         await self._wait_for_file(daemons, daemons.files.rest_socket, "slurmrestd")
 
-    async def _wait_for_file(self, daemons: ClusterDaemons, path: Path, daemon: str) -> None:
+    async def _wait_for_file(self, daemons: ClusterDaemons, path: Path, daemon: str, watch: set[str] | None = None) -> None:
         async def exists() -> bool:
             return path.exists()
-        await self._until(daemons, exists, f"{daemon}'s socket {path}")
+        await self._until(daemons, exists, f"{daemon}'s socket {path}", watch)
 
     async def _wait_ready(self, spec: ClusterSpec, daemons: ClusterDaemons, handle: ClusterHandle) -> None:
         rest, wanted = self._rest(handle), {n.name for n in spec.nodes}
@@ -84,13 +84,14 @@ class SlurmRuntime:
             return wanted <= up
         await self._until(daemons, ready, "the controller's ping and every node registered")
 
-    async def _until(self, daemons: ClusterDaemons, probe, what: str) -> None:
-        """Poll ``probe`` until true; a daemon that died meanwhile fails at once, with its log's tail."""
+    async def _until(self, daemons: ClusterDaemons, probe, what: str, watch: set[str] | None = None) -> None:
+        """Poll ``probe`` until true; a daemon (of ``watch``, default all) that died meanwhile fails at once,
+        with its log's tail."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.ready_timeout_s
         while True:
             for name, pid in daemons.pids().items():
-                if not daemons.alive(name):
+                if (watch is None or name in watch) and not daemons.alive(name):
                     raise ClusterError(f"{name} (pid {pid}) exited while waiting for {what}: {_tail(daemons, name)}")
             try:
                 if await probe():
@@ -102,20 +103,19 @@ class SlurmRuntime:
             await asyncio.sleep(0.2)
 
     async def set_nodes(self, spec: ClusterSpec, handle: ClusterHandle) -> ClusterHandle:
-        """Rewrite the configuration; on a change of nodes restart slurmctld (22.05 reads a node list only at
-        start; its saved state keeps the queue), stop removed nodes' slurmd, start new ones, reconfigure."""
+        """Rewrite the configuration; when it changed restart slurmctld (22.05 reads its node list only at start;
+        its saved state keeps the queue), stop removed nodes' slurmd, start new ones, and reconfigure."""
         daemons = self._daemons(spec.cluster_id)
         before = handle.details.get("nodes", [])
         if before and before[0] != spec.controller.name:
             raise ClusterError(f"the controller node {before[0]} cannot change", permanent=True)
-        daemons.prepare(spec)
-        wanted = [n.name for n in spec.nodes]
-        if wanted != before:
-            for name in set(before) - set(wanted):
+        changed = daemons.prepare(spec)
+        if changed:
+            for name in set(before) - {n.name for n in spec.nodes}:
                 await daemons.stop(f"slurmd:{name}")
             await daemons.stop("slurmctld")
         await self._ensure_daemons(spec, daemons)
-        if wanted != before:
+        if changed:
             await self._until(daemons, self._rest(handle).ping, "the restarted controller's ping")
             await daemons.scontrol(spec.controller.netns, "reconfigure")
         await self._wait_ready(spec, daemons, handle)
@@ -141,7 +141,7 @@ class SlurmRuntime:
     async def submit(self, handle: ClusterHandle, job: JobSpec) -> str:
         rest = self._rest(handle)
         tag = shapes.comment(job)
-        existing = sorted(j["job_id"] for j in await rest.jobs() if j.get("comment") == tag)
+        existing = sorted(j["job_id"] for j in await rest.jobs() if j.get("comment") == tag and not shapes.refused(j))
         if existing:
             return str(existing[0])
         node_gpus = [shapes.gpu_count(n.get("gres", "")) for n in await rest.nodes()]
