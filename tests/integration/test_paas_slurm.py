@@ -168,6 +168,9 @@ async def test_a_second_tenant_cannot_reach_nor_authenticate_to_the_first(cluste
         sinfo = subprocess.run(["ip", "netns", "exec", spec_a.nodes[1].netns, "sinfo", "-h"], capture_output=True,
                                text=True, timeout=60, env={**os.environ, "SLURM_CONF": str(forged)})
         assert sinfo.returncode != 0, sinfo.stdout
+        log_a = Path(handle_a.details["logs"]) / "slurmctld.log"
+        await eventually(lambda: "Munge decode failed: Invalid credential" in log_a.read_text(), timeout=10,
+                         what="A's controller to refuse B's munge credential")
         own = subprocess.run(["ip", "netns", "exec", spec_a.nodes[1].netns, "sinfo", "-h"], capture_output=True,
                              text=True, timeout=60, env={**os.environ, "SLURM_CONF": handle_a.details["slurm_conf"]})
         assert own.returncode == 0 and "alpha-[0-1]" in own.stdout, own.stderr

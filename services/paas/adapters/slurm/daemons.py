@@ -124,12 +124,13 @@ class ClusterDaemons:
 
     async def stop_all(self) -> None:
         """Every recorded daemon's group, then whatever still carries the cluster's SLURM_CONF (step daemons,
-        tasks), then munged (the others authenticate through it until they end)."""
-        pids = self.pids()
-        await self.children.kill_groups([p for n, p in pids.items() if n != "munged"])
+        tasks), then munged. All with SIGKILL: the cluster's state is removed next, so nothing needs saving
+        (a graceful slurmctld waits seconds on its nodes)."""
+        pids = {n: p for n, p in self.pids().items() if self.alive(n)}
+        await self.children.kill_groups([p for n, p in pids.items() if n != "munged"], hard=True)
         processes.kill_all(processes.carrying(self.files.slurm_conf))
         if "munged" in pids:
-            await self.children.kill_groups([pids["munged"]])
+            await self.children.kill_groups([pids["munged"]], hard=True)
 
     async def scontrol(self, netns: str | None, *args: str) -> str:
         """``scontrol`` with the cluster's configuration, from the controller's namespace (its tenant network)."""

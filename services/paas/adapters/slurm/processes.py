@@ -73,10 +73,11 @@ class Children:
         proc = self._procs.get(pid)
         return proc.returncode if proc else None
 
-    async def kill_groups(self, pids: Iterable[int], grace_s: float = 5.0) -> None:
-        """SIGTERM each process group, SIGKILL what is left after ``grace_s``; reap our own children."""
+    async def kill_groups(self, pids: Iterable[int], grace_s: float = 5.0, *, hard: bool = False) -> None:
+        """SIGTERM each process group, SIGKILL what is left after ``grace_s``; reap our own children.
+        ``hard``: SIGKILL at once (nothing of theirs is kept, so they need no orderly shutdown)."""
         pids = [p for p in pids if alive(p)]
-        _signal_groups(pids, signal.SIGTERM)
+        _signal_groups(pids, signal.SIGKILL if hard else signal.SIGTERM)
         if not await _until_gone(pids, grace_s):
             _signal_groups(pids, signal.SIGKILL)
             await _until_gone(pids, grace_s)
