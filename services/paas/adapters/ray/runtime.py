@@ -16,9 +16,10 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from ...domain.runtime import ClusterError, ClusterHandle, ClusterNode, ClusterSpec, JobSpec, JobStatus, NodeUse
-from . import commands, processes
 from .api import RayApi
+from .commands import GCS_PORT, api_bridge_argv, cluster_temp_root, daemon_env, drain_argv, head_argv, node_temp_dir, worker_argv
 from .jobs import SUBMISSION_PREFIX, over_time, status_of, submission, time_limit_s
+from .processes import alive, kill_marked, run, spawn
 from .usage import alive_by_address, node_uses
 
 REPO_VENV = Path(__file__).resolve().parents[4] / ".venv-ray"
@@ -44,7 +45,7 @@ class RayRuntime:
         try:
             head = spec.controller
             pid = await self._start_node(spec.cluster_id, head, None)
-            await processes.spawn(commands.api_bridge_argv(head, state / "api.sock"), state / "logs" / "api.log",
+            await spawn(api_bridge_argv(head, state / "api.sock"), state / "logs" / "api.log",
                                   self._env(spec.cluster_id, head.name))
             version = await self._until(api.version, "the Jobs API answers", pid, state / "logs" / f"{head.name}.log")
             handle = self._handle(spec, {"ray_version": version, "nodes": {head.name: pid}})
@@ -66,7 +67,7 @@ class RayRuntime:
         for node in spec.nodes[1:]:
             up = (joined.get(node.address) or {}).get("state") == "ALIVE"
             # (re)start a node whose daemon is gone, or whose raylet left after a drain (scaled in, then out again)
-            if not processes.alive(pids.get(node.name)) or node.name in drains and not up:
+            if not alive(pids.get(node.name)) or node.name in drains and not up:
                 await self._stop_node(handle.cluster_id, node.name)     # a drained node's leftovers, if any
                 pids[node.name] = await self._start_node(handle.cluster_id, node, spec.controller)
                 drains.discard(node.name)
@@ -74,8 +75,8 @@ class RayRuntime:
         addresses = {n.address for n in spec.nodes}
 
         async def all_joined() -> bool:
-            alive = {a for a, r in alive_by_address(await api.nodes()).items() if r.get("state") == "ALIVE"}
-            return addresses <= alive
+            joined_now = {a for a, r in alive_by_address(await api.nodes()).items() if r.get("state") == "ALIVE"}
+            return addresses <= joined_now
         await self._until(all_joined, f"all {len(addresses)} nodes joined", pids.get(spec.controller.name))
         new = self._handle(spec, {**handle.details, "nodes": pids})
         (self._state_dir(spec.cluster_id) / "handle.json").write_text(json.dumps(new.details))
@@ -89,8 +90,8 @@ class RayRuntime:
         record = alive_by_address(await self._api(handle).nodes()).get(member.address) or {}
         if record.get("state") == "ALIVE":
             head = self._member(handle, handle.details["head"])
-            await processes.run(commands.drain_argv(self.ray_venv, head, record["node_id"], reason),
-                                {"PATH": commands.daemon_env(self.ray_venv, handle.cluster_id, "")["PATH"]})
+            await run(drain_argv(self.ray_venv, head, record["node_id"], reason),
+                                {"PATH": daemon_env(self.ray_venv, handle.cluster_id, "")["PATH"]})
 
     async def nodes(self, handle: ClusterHandle) -> list[NodeUse]:
         api = self._api(handle)
@@ -99,9 +100,9 @@ class RayRuntime:
         return node_uses(addresses, ray_nodes, usage, jobs, self._marks(handle.cluster_id, "drains"))
 
     async def stop(self, handle: ClusterHandle) -> None:
-        await processes.kill_marked(str(handle.cluster_id))
+        await kill_marked(str(handle.cluster_id))
         shutil.rmtree(self._state_dir(handle.cluster_id), ignore_errors=True)
-        shutil.rmtree(commands.cluster_temp_root(self.short_root, handle.cluster_id), ignore_errors=True)
+        shutil.rmtree(cluster_temp_root(self.short_root, handle.cluster_id), ignore_errors=True)
 
     # --- jobs ----------------------------------------------------------------------------------------------
 
@@ -157,16 +158,16 @@ class RayRuntime:
         return RayApi(handle.api.removeprefix("unix:"))
 
     def _env(self, cluster_id: uuid.UUID, node: str) -> dict[str, str]:
-        return commands.daemon_env(self.ray_venv, cluster_id, node)
+        return daemon_env(self.ray_venv, cluster_id, node)
 
     def _handle(self, spec: ClusterSpec, details: dict) -> ClusterHandle:
         head, state = spec.controller, self._state_dir(spec.cluster_id)
         members = {n.name: {**asdict(n), "allocation_id": str(n.allocation_id), "gpu_devices": list(n.gpu_devices)}
                    for n in spec.nodes}
-        return ClusterHandle(cluster_id=spec.cluster_id, controller=f"{head.address}:{commands.GCS_PORT}",
+        return ClusterHandle(cluster_id=spec.cluster_id, controller=f"{head.address}:{GCS_PORT}",
                              api=f"unix:{state / 'api.sock'}", driver="ray",
                              details={**details, "head": head.name, "members": members, "state_dir": str(state),
-                                      "temp_root": str(commands.cluster_temp_root(self.short_root, spec.cluster_id))})
+                                      "temp_root": str(cluster_temp_root(self.short_root, spec.cluster_id))})
 
     def _member(self, handle: ClusterHandle, name: str) -> ClusterNode:
         member = handle.details.get("members", {}).get(name)
@@ -176,16 +177,16 @@ class RayRuntime:
                               "gpu_devices": tuple(member["gpu_devices"])})
 
     async def _start_node(self, cluster_id: uuid.UUID, node: ClusterNode, head: ClusterNode | None) -> int:
-        temp = commands.node_temp_dir(self.short_root, cluster_id, node.name)
+        temp = node_temp_dir(self.short_root, cluster_id, node.name)
         temp.mkdir(parents=True, exist_ok=True)
-        argv = (commands.head_argv(self.ray_venv, node, temp) if head is None
-                else commands.worker_argv(self.ray_venv, node, head, temp))
-        return await processes.spawn(argv, self._state_dir(cluster_id) / "logs" / f"{node.name}.log",
+        argv = (head_argv(self.ray_venv, node, temp) if head is None
+                else worker_argv(self.ray_venv, node, head, temp))
+        return await spawn(argv, self._state_dir(cluster_id) / "logs" / f"{node.name}.log",
                                      self._env(cluster_id, node.name))
 
     async def _stop_node(self, cluster_id: uuid.UUID, name: str) -> None:
-        await processes.kill_marked(str(cluster_id), name)
-        shutil.rmtree(commands.node_temp_dir(self.short_root, cluster_id, name), ignore_errors=True)
+        await kill_marked(str(cluster_id), name)
+        shutil.rmtree(node_temp_dir(self.short_root, cluster_id, name), ignore_errors=True)
 
     def _marks(self, cluster_id: uuid.UUID, kind: str) -> set[str]:
         """What the driver remembers beside Ray: ``drains`` (node names), ``cancels`` (pending jobs cancelled)."""
@@ -202,9 +203,9 @@ class RayRuntime:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.start_timeout_s
         while not (value := await probe()):
-            if not processes.alive(head_pid) or loop.time() > deadline:
+            if not alive(head_pid) or loop.time() > deadline:
                 tail = log.read_text(errors="replace")[-800:] if log and log.exists() else ""
-                why = "the head exited" if not processes.alive(head_pid) else f"{self.start_timeout_s}s passed"
+                why = "the head exited" if not alive(head_pid) else f"{self.start_timeout_s}s passed"
                 raise ClusterError(f"ray cluster: waited for {what}, but {why}. {tail}")
             await asyncio.sleep(0.25)
         return value
