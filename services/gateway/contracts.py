@@ -72,7 +72,8 @@ CONTRACT = ServiceContract(
         "sends tenants' power actions to the nodes and reads their consoles live; registers nodes' BMCs (passwords sealed), "
         "checks them live, shows the wipe evidence of released slots and re-wipes quarantined ones; sends tenants' volume and "
         "storage quota requests to the storage service and projects its volumes, quotas, classes and usage; "
-        "shows nodes' health, drains nodes, sets the health policy, closes breakers and injects faults into simulated nodes."
+        "shows nodes' health, drains nodes, sets the health policy, closes breakers and injects faults into simulated nodes; "
+        "sends tenants' cluster and job requests to the paas service, projects its clusters and jobs and reads jobs' output live."
     ),
     messages=[
         Message("gateway.tenant_created", "gateway.evt.tenant_created", TenantCreated, "event",
@@ -100,7 +101,7 @@ CONTRACT = ServiceContract(
         "storage.volume_changed", "storage.quota_changed", "storage.classes_announced", "storage.usage_reported",
         "billing.price_list_published", "billing.price_list_rejected", "billing.usage_rated",
         "billing.invoice_changed", "billing.budget_changed", "billing.budget_threshold_crossed",
-        "billing.webhook_delivery_changed",
+        "billing.webhook_delivery_changed", "paas.cluster_changed", "paas.job_changed",
         "gateway.policy_changed", "gateway.credential_revoked",   # its own, heard by every replica (Runtime.listen)
     ],
     sends=["allocation.request", "allocation.release", "scheduler.register_node",
@@ -112,5 +113,7 @@ CONTRACT = ServiceContract(
            "storage.create_volume", "storage.resize_volume", "storage.destroy_volume", "storage.attach_volume",
            "storage.detach_volume", "storage.set_quota", "billing.publish_price_list", "billing.set_budget",
            "billing.delete_budget", "billing.verify_ledger", "scheduler.drain_node", "scheduler.set_health_policy",
-           "scheduler.close_breaker", "node_agent.inject_fault", "saga.read_steps"],
+           "scheduler.close_breaker", "node_agent.inject_fault", "saga.read_steps",
+           "paas.create_cluster", "paas.scale_cluster", "paas.delete_cluster", "paas.submit_job", "paas.cancel_job",
+           "paas.job_logs"],
 )

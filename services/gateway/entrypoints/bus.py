@@ -9,10 +9,12 @@ from ..api.allocations import projection as allocations
 from ..api.billing import budget_projection as budgets
 from ..api.billing import invoice_projection as invoices
 from ..api.billing import usage_projection as billing
+from ..api.clusters import projection as clusters
 from ..api.inventory import health_projection as health
 from ..api.inventory import projection as inventory
 from ..api.inventory import rejections_projection as rejections
 from ..api.inventory import wipe_projection as wipes
+from ..api.jobs import projection as jobs
 from ..api.networks import projection as networks
 from ..api.storage import projection as volumes
 
@@ -68,3 +70,5 @@ def wire(rt: Runtime) -> None:
     subscribe("billing.budget_changed", budgets.on_budget_changed)
     subscribe("billing.budget_threshold_crossed", budgets.on_threshold_crossed)
     subscribe("billing.webhook_delivery_changed", budgets.on_webhook_delivery_changed)
+    subscribe("paas.cluster_changed", clusters.on_cluster_changed)
+    subscribe("paas.job_changed", jobs.on_job_changed)

@@ -18,9 +18,11 @@ from ..api.allocations import routes as allocations
 from ..api.audit import routes as audit
 from ..api.billing import budgets, invoices
 from ..api.billing import usage as billing
+from ..api.clusters import routes as clusters
 from ..api.events import routes as events
 from ..api.identity import api_keys, auth, ssh_keys, tenants
 from ..api.inventory import bmc, faults, health, images, nodes, pools, quotas, shapes, wipes
+from ..api.jobs import routes as jobs
 from ..api.limits import routes as rate_limits
 from ..api.networks import routes as networks
 from ..api.ops import routes as ops
@@ -54,7 +56,7 @@ ENDPOINTS = with_openapi([
     *pools.ENDPOINTS, *shapes.ENDPOINTS, *images.ENDPOINTS, *quotas.ENDPOINTS, *allocations.ENDPOINTS,
     *steps.ENDPOINTS, *events.ENDPOINTS,
     *power.ENDPOINTS, *console.ENDPOINTS, *wipes.ENDPOINTS, *ops.ENDPOINTS, *networks.ENDPOINTS,
-    *storage_quotas.ENDPOINTS, *volumes.ENDPOINTS, *volume_attachments.ENDPOINTS,
+    *storage_quotas.ENDPOINTS, *volumes.ENDPOINTS, *volume_attachments.ENDPOINTS, *clusters.ENDPOINTS, *jobs.ENDPOINTS,
     *billing.ENDPOINTS, *invoices.ENDPOINTS, *budgets.ENDPOINTS,
     *api_keys.ENDPOINTS, *policies.ENDPOINTS, *rate_limits.ENDPOINTS,
     *audit.ENDPOINTS])

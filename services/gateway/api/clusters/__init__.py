@@ -1,0 +1,1 @@
+"""Tenant clusters (Slurm, Ray, Kubernetes) over the tenant's allocations, fronting the paas service."""
