@@ -20,6 +20,8 @@ NOUNS: dict[str, tuple[str, str, str]] = {
     "alloc": ("alloc", "app", "Allocations: GPUs on a node (a VM slice or the whole server)."),
     "network": ("network", "network_app", "Tenant networks: isolated L2/L3 with rules."),
     "volume": ("network", "volume_app", "Volumes: quota'd storage mounted into allocations."),
+    "cluster": ("paas", "cluster_app", "Clusters: Slurm, Ray or Kubernetes over N of your allocations."),
+    "job": ("paas", "job_app", "Jobs: one API to run work on any of your clusters."),
     "image": ("tenant", "image_app", "Guest images."),
     "ssh-key": ("tenant", "sshkey_app", "Stored SSH public keys, given to guests by name."),
     "quota": ("ops", "quota_app", "GPU quotas: show the tenant's (no sub-command), or set one (provider admin)."),
