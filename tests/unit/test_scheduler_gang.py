@@ -135,3 +135,15 @@ def test_smaller_requests_backfill_behind_a_waiting_gang_until_it_ages_and_reser
     [gp] = sched.take_placed_gangs()
     assert {p.node_id for p in gp.placements} == set(nodes) and g.gang_id not in sched.reservations
     assert late.allocation_id in sched.queue
+
+
+def test_a_waiting_gang_whose_member_reserved_on_its_own_is_skipped_not_broken():
+    sched, t, _, _ = world({"a": 2})
+    whole, _ = single(sched, t, "vm.8gpu")
+    single(sched, t)                                       # 7 GPUs left: one 4-GPU member fits, not two
+    g = gang(t, 2, "vm.4gpu")
+    assert sched.submit_gang(g).kind == "queued"
+    own = Request(g.members[0], t, S["vm.4gpu"], pool="shared")
+    assert sched.submit(own).kind == "placed"              # its own saga came first
+    sched.release(whole.allocation_id)
+    assert g.gang_id in sched.gangs and sched.take_placed_gangs() == []

@@ -124,36 +124,49 @@ def _greedy(inv: Inventory, reqs: list[Request], admit: Callable[[Pair], bool]) 
 
 
 def _by_rack(inv: Inventory, reqs: list[Request], pair: Pair) -> list[Placement] | None:
-    """The fewest racks of ``pair``'s nodes that hold every member: each rack's capacity for the gang,
-    fullest first. None when even every rack together does not (the greedy placement did, so rarely)."""
-    racks = _candidate_racks(inv, reqs[0], pair)
-    fits: list[list[Placement]] = []
-    for nodes in racks.values():
-        got = _fill(inv, reqs, nodes)
-        if len(got) == len(reqs):
-            return got
-        if got:
-            fits.append(got)
-    fits.sort(key=len, reverse=True)
-    chosen = [p for got in fits for p in got][:len(reqs)]
-    if len(chosen) < len(reqs):
-        return None
-    return _fill(inv, reqs, [p.node_id for p in chosen]) or None
+    """The fewest racks of ``pair``'s nodes that hold every member: one rack if any has room (the one with
+    the least room that fits, as pack would), else the roomiest racks first. None when even every rack
+    together does not (the greedy placement did, so rarely)."""
+    racks = sorted(_candidate_racks(inv, reqs[0], pair).values(), key=lambda r: r[0])
+    for room, nodes in racks:
+        if room >= len(reqs):
+            got = _fill(inv, reqs, nodes)
+            if len(got) == len(reqs):
+                return got
+    chosen: list[uuid.UUID] = []
+    total = 0
+    for room, nodes in reversed(racks):
+        chosen += nodes
+        total += room
+        if total >= len(reqs):
+            break
+    got = _fill(inv, reqs, chosen)
+    return got if len(got) == len(reqs) else None
 
 
-def _candidate_racks(inv: Inventory, req: Request, pair: Pair) -> dict[str, list[uuid.UUID]]:
-    """Rack -> placeable nodes of ``pair`` with room for one member, fewest free slots first (pack)."""
-    k = req.shape.gpu_count
-    found: list[tuple[int, str, uuid.UUID]] = []
+def _candidate_racks(inv: Inventory, req: Request, pair: Pair) -> dict[str, tuple[int, list[uuid.UUID]]]:
+    """Rack -> (members it has room for, its placeable nodes of ``pair`` with room for one, fewest free
+    slots first). Counted from the index's buckets without trying a placement: a VM member fits wherever
+    ``gpu_count`` slots are free (across groups on one node as a fallback), a bare-metal one on a whole
+    free node of exactly its size."""
+    k, bare = req.shape.gpu_count, req.shape.kind == "bare_metal"
+    found: list[tuple[int, int, str, uuid.UUID]] = []
     for part in inv.eligible(req):
         if (part.pool, part.model) != pair:
             continue
         for (_, free), ids in part.buckets.items():
-            if free >= k:
-                found.extend((free, inv.node(n).state.rack, n) for n in ids)
-    racks: dict[str, list[uuid.UUID]] = {}
-    for _, rack, nid in sorted(found, key=lambda f: (f[0], f[2].int)):
-        racks.setdefault(rack, []).append(nid)
+            if free < k or (bare and free != k):
+                continue
+            for n in ids:
+                node = inv.node(n)
+                room = (1 if node.size == k else 0) if bare else free // k
+                if room:
+                    found.append((free, room, node.state.rack, n))
+    racks: dict[str, tuple[int, list[uuid.UUID]]] = {}
+    for _, room, rack, nid in sorted(found, key=lambda f: (f[0], f[3].int)):
+        total, nodes = racks.get(rack, (0, []))
+        nodes.append(nid)
+        racks[rack] = (total + room, nodes)
     return racks
 
 

@@ -96,6 +96,8 @@ class GangScheduling:
         return self._try_gang(gang) is not None
 
     def _try_gang(self: Scheduler, gang: Gang) -> GangPlacement | None:
+        if any(self.inv.holding(m) is not None or m in self.queue for m in gang.members):
+            return None      # a member reserved on its own meanwhile: the gang cannot be placed whole as asked
         admitted = self._gang_quota(gang)[1]
         if not admitted:
             return None
