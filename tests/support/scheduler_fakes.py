@@ -36,6 +36,7 @@ class FakeSchedulerRepository(Snapshots, SchedulerRepository):
         self.allocations: dict[uuid.UUID, Row] = {}
         self.queue: dict[uuid.UUID, Row] = {}
         self.preemptions: dict[uuid.UUID, Row] = {}
+        self.gangs: dict[uuid.UUID, Row] = {}
 
     # --- nodes
     def _free(self, node_id: uuid.UUID) -> int:
@@ -272,6 +273,30 @@ class FakeSchedulerRepository(Snapshots, SchedulerRepository):
 
     async def preemption_pairs(self) -> list[tuple[uuid.UUID, uuid.UUID]]:
         return [(v, p["preemptor"]) for v, p in self.preemptions.items() if v in self.allocations]
+
+    # --- gangs
+    async def gang(self, gang_id: uuid.UUID, *, lock: bool = False) -> Row | None:
+        return copy.deepcopy(self.gangs.get(gang_id))
+
+    async def record_gang(self, request: Row, correlation_id: str, state: str, outcome: Row | None) -> Row:
+        gid = uuid.UUID(str(request["gang_id"]))
+        if gid not in self.gangs:
+            self.gangs[gid] = {"gang_id": gid, "tenant_id": uuid.UUID(str(request["tenant_id"])),
+                               "request": json.loads(json.dumps(request, default=str)), "correlation_id": correlation_id,
+                               "state": state, "outcome": json.loads(json.dumps(outcome, default=str)),
+                               "enqueued_at": datetime.now(UTC)}
+        return copy.deepcopy(self.gangs[gid])
+
+    async def decide_gang(self, gang_id: uuid.UUID, state: str, outcome: Row) -> bool:
+        row = self.gangs.get(gang_id)
+        if row is None or row["state"] != "queued":
+            return False
+        row.update(state=state, outcome=json.loads(json.dumps(outcome, default=str)))
+        return True
+
+    async def waiting_gangs(self) -> list[Row]:
+        return sorted((copy.deepcopy(g) for g in self.gangs.values() if g["state"] == "queued"),
+                      key=lambda g: g["enqueued_at"])
 
 
 class FakePool:

@@ -11,7 +11,7 @@ import asyncpg
 
 from ..domain.claims import Claim
 from ..domain.ports import Row, SchedulerRepository
-from . import catalog, claims, nodes
+from . import catalog, claims, gangs, nodes
 from . import queue as pending
 
 
@@ -134,3 +134,16 @@ class PgSchedulerRepository(SchedulerRepository):
 
     async def preemption_pairs(self) -> list[tuple[uuid.UUID, uuid.UUID]]:
         return await pending.preemption_pairs(self.conn)
+
+    # --- gangs
+    async def gang(self, gang_id: uuid.UUID, *, lock: bool = False) -> Row | None:
+        return await gangs.get(self.conn, gang_id, lock=lock)
+
+    async def record_gang(self, request: Row, correlation_id: str, state: str, outcome: Row | None) -> Row:
+        return await gangs.record(self.conn, request, correlation_id, state, outcome)
+
+    async def decide_gang(self, gang_id: uuid.UUID, state: str, outcome: Row) -> bool:
+        return await gangs.decide(self.conn, gang_id, state, outcome)
+
+    async def waiting_gangs(self) -> list[Row]:
+        return await gangs.waiting(self.conn)

@@ -17,6 +17,7 @@ from shared.contract import Message, ServiceContract
 from shared.steps import Step
 from shared.wire import StepCommand, StepFailure, StepReply, StepUndone, UndoCommand, Wire
 
+from .gang import CancelGang, GangPlaced, GangQueued, GangRejected, ReserveGang
 from .health import BreakerChanged, CloseBreaker, DrainNode, HealthPolicyChanged, NodeHealthChanged, SetHealthPolicy
 
 NAME = r"^[a-z0-9]([a-z0-9.\-]{0,61}[a-z0-9])?$"
@@ -342,12 +343,17 @@ CONTRACT = ServiceContract(
         _m("node_health_changed", NodeHealthChanged, "event", "A node's whole health document after any change."),
         _m("health_policy_changed", HealthPolicyChanged, "event", "A health condition's classifications changed."),
         _m("breaker_changed", BreakerChanged, "event", "A pool's automatic-cordon breaker opened or closed."),
+        _m("reserve_gang", ReserveGang, "command", "Reserve slots for N allocations, all or nothing."),
+        _m("cancel_gang", CancelGang, "command", "Withdraw a waiting gang."),
+        _m("gang_placed", GangPlaced, "event", "Every member of the gang holds its slots."),
+        _m("gang_queued", GangQueued, "event", "The gang waits whole in the queue, holding nothing."),
+        _m("gang_rejected", GangRejected, "event", "The gang was refused or withdrawn (code says why)."),
     ],
     receives=["scheduler.register_node", "scheduler.report_topology", "scheduler.approve_slot_map",
               "scheduler.update_node", "scheduler.define_shape", "scheduler.define_pool", "scheduler.set_quota",
               "scheduler.cancel_request", "scheduler.run_burn_in", "node_agent.burn_in_finished",
               "node_agent.slot_rewiped", "scheduler.set_health_policy", "scheduler.drain_node",
-              "scheduler.close_breaker", "node_agent.heartbeat"],
+              "scheduler.close_breaker", "node_agent.heartbeat", "scheduler.reserve_gang", "scheduler.cancel_gang"],
     sends=["allocation.preempt", "node_agent.burn_in", "allocation.interrupt", "node_agent.fence_instances"],
     steps=[RESERVE_SLOTS],
 )

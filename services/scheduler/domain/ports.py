@@ -180,3 +180,20 @@ class SchedulerRepository(abc.ABC):
     @abc.abstractmethod
     async def preemption_pairs(self) -> list[tuple[uuid.UUID, uuid.UUID]]:
         """(victim, preemptor) of every preemption whose victim still holds its slots."""
+
+    # --- gangs (N allocations all or nothing) --------------------------------------------------------------------
+    @abc.abstractmethod
+    async def gang(self, gang_id: uuid.UUID, *, lock: bool = False) -> Row | None:
+        """The gang's row (request, correlation_id, state queued/placed/rejected, outcome, enqueued_at), or None."""
+
+    @abc.abstractmethod
+    async def record_gang(self, request: Row, correlation_id: str, state: str, outcome: Row | None) -> Row:
+        """Record a new gang's decision (a ``reserve_gang`` command as JSON); an existing row is returned as it is."""
+
+    @abc.abstractmethod
+    async def decide_gang(self, gang_id: uuid.UUID, state: str, outcome: Row) -> bool:
+        """A waiting gang placed or withdrawn, with its answer; False when it was not waiting."""
+
+    @abc.abstractmethod
+    async def waiting_gangs(self) -> list[Row]:
+        """Every waiting gang, oldest first."""

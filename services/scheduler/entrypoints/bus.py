@@ -42,6 +42,11 @@ def wire(rt: Runtime, active: h.ActiveScheduler) -> None:
     for type_, handler in NODE_EVENTS.items():
         rt.consumers.subscribe(type_, partial(handler, active=active), leader_only=True, exclusive=True,
                                max_workers=1)
+    # gangs: a refused reserve is answered gang_rejected (its sender waits for a gang answer, not an admin one)
+    rt.consumers.subscribe("scheduler.reserve_gang", partial(h.reserve_gang, active=active), leader_only=True,
+                           exclusive=True, max_workers=1, on_refused=h.refused_gang(active))
+    rt.consumers.subscribe("scheduler.cancel_gang", partial(h.cancel_gang, active=active), leader_only=True,
+                           exclusive=True, max_workers=1)
     rt.consumers.participate(RESERVE_SLOTS, leader_only=True, exclusive=True, max_workers=1,
                              invoke=partial(h.reserve_slots, active=active, sim_faults=rt.settings.sim_faults),
                              undo=partial(h.release_slots, active=active))

@@ -146,11 +146,11 @@ async def tick(rt: Runtime, active: ActiveScheduler) -> int:
         if sched is None or not len(sched.queue):
             return 0
         placed = sched.tick()
-        if placed:
+        if placed or sched.placed_gangs:
             try:
                 async with UnitOfWork.begin(rt.pool, rt.outbox, name="scheduler.queue_tick") as uow:
                     await settle(uow, active, placed)
             except Exception:
                 active.needs_reload = True
                 raise
-        return len(placed)
+        return len(placed)   # gangs are claimed and answered with them (settle)

@@ -4,6 +4,7 @@ from .active import ActiveScheduler
 from .burn_in import burn_in_finished, run_burn_in, slot_rewiped
 from .catalog import define_pool, define_shape, set_quota
 from .common import refused
+from .gangs import cancel_gang, refused_gang, reserve_gang
 from .onboarding import approve_slot_map, register_node, report_topology, update_node
 from .reservations import cancel_request, release_slots, reserve_slots
 
@@ -11,6 +12,7 @@ __all__ = [
            "ActiveScheduler",
            "approve_slot_map",
            "burn_in_finished",
+           "cancel_gang",
            "cancel_request",
            "define_pool",
            "define_shape",
@@ -18,6 +20,8 @@ __all__ = [
            "release_slots",
            "report_topology",
            "refused",
+           "refused_gang",
+           "reserve_gang",
            "reserve_slots",
            "run_burn_in",
            "slot_rewiped",

@@ -24,6 +24,7 @@ import structlog
 
 from ..adapters.repository import PgSchedulerRepository
 from ..domain.claims import NIL
+from ..domain.gang import Gang
 from ..domain.inventory import Inventory, NodeState, Placement, Pool, Request, SlotTaken
 from ..domain.ports import SchedulerRepository
 from ..domain.queue import FairQueue, QueueFull
@@ -59,6 +60,13 @@ def request_of(cmd: dict[str, Any], shape: Shape, enqueued_at: float = 0.0) -> R
                    priority=cmd.get("priority", 0), spot=cmd.get("spot", False), pool=cmd.get("pool"),
                    tolerations=frozenset(cmd.get("tolerations", ())), enqueued_at=enqueued_at,
                    fail_fast=cmd.get("fail_fast", False))
+
+
+def gang_of(cmd: dict[str, Any], shape: Shape, enqueued_at: float = 0.0) -> Gang:
+    """The domain gang for a ``reserve_gang`` command (as received, or as stored in ``gangs``): its template is
+    the request every member makes, under the gang's id."""
+    template = request_of({**cmd, "allocation_id": cmd["gang_id"]}, shape, enqueued_at)
+    return Gang(template, tuple(uuid.UUID(str(m)) for m in cmd["members"]))
 
 
 class ActiveScheduler:
@@ -131,6 +139,14 @@ class ActiveScheduler:
                 continue
             if p["nominated_node"] is not None and sched.inv.node(p["nominated_node"]) is not None:
                 sched.restore_nomination(req.allocation_id, p["nominated_node"])
+        for g in await store.waiting_gangs():
+            shape = self.shapes.get(g["request"]["shape"])
+            if shape is None:
+                continue
+            try:
+                sched.restore_gang(gang_of(g["request"], shape, g["enqueued_at"].timestamp()))
+            except QueueFull as exc:   # the bound was lowered meanwhile: it still waits in SQL
+                log.warning("scheduler.gang_not_indexed", gang_id=str(g["gang_id"]), error=repr(exc))
         for victim, preemptor in await store.preemption_pairs():
             sched.restore_preemption(victim, preemptor)
 

@@ -31,6 +31,7 @@ from ..domain.ports import SchedulerRepository
 from ..domain.queue import QueueFull
 from ..domain.quota import QuotaKey
 from .active import ActiveScheduler
+from .gang_claims import settle_gangs
 
 log = structlog.get_logger()
 
@@ -97,7 +98,7 @@ async def place_released(ctx: UnitOfWork, active: ActiveScheduler, allocation_id
     """After a release committed: free the allocation in the index, re-evaluate the queue and, in a
     transaction of its own, claim and answer what that placed."""
     placed = active.sched.release(allocation_id)
-    if not placed:
+    if not placed and not active.sched.placed_gangs:
         refresh_pending_gauge(active)
         return
     try:
@@ -149,6 +150,7 @@ async def settle(ctx: UnitOfWork, active: ActiveScheduler, placed: list[tuple[Re
         QUEUE_WAIT.labels(str(req.tenant_id)).observe(waited)
         await conclude(ctx, row["request"], "done", reserved_result(p, details, waited, capacity[p.node_id]),
                        row["correlation_id"])
+    await settle_gangs(ctx, active)       # the gangs the same passes placed whole
     refresh_pending_gauge(active)
 
 
