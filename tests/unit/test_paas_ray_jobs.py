@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import uuid
 
-from services.paas.adapters.ray.jobs import already_exists, over_time, status_of, submission
+from services.paas.adapters.ray.jobs import already_exists, status_of, submission
 from services.paas.domain.runtime import JobSpec
 
 
@@ -14,7 +14,7 @@ def job(**kw) -> JobSpec:
 def test_a_one_task_job_is_one_entrypoint_holding_its_gpus_under_an_id_made_of_the_job_id():
     body = submission(job(gpus_per_task=2, env={"A": "1"}, time_limit_s=60))
     assert body["submission_id"] == f"tessera-{uuid.UUID(int=7)}"
-    assert body["entrypoint"] == "python train.py --lr '0.1 x'"
+    assert body["entrypoint"] == "timeout --kill-after=10 60 python train.py --lr '0.1 x'"
     assert body["entrypoint_num_gpus"] == 2 and body["runtime_env"] == {"env_vars": {"A": "1"}}
     assert body["metadata"]["time_limit_s"] == "60"
 
@@ -40,12 +40,14 @@ def test_rays_states_map_to_tesseras_and_milliseconds_to_seconds():
     assert (done.state, done.exit_code, done.started_at, done.ended_at, done.nodes) == \
         ("SUCCEEDED", 0, 1000.0, 1005.0, ("alpha-1",))
     assert status_of(record("FAILED", end=1_001_000, code=3)).exit_code == 3
-    assert status_of(record("PENDING", start=None)).started_at is None
+    assert status_of(record("PENDING")).started_at is None          # Ray's start_time is the submission's
     assert status_of(record("STOPPED", end=1_010_000)).state == "CANCELLED"
 
 
-def test_a_job_stopped_after_its_limit_reads_timeout_and_a_running_one_past_it_is_over_time():
-    assert status_of(record("STOPPED", end=1_061_000)).state == "TIMEOUT"
-    assert status_of(record("STOPPED", end=1_061_000, limit=None)).state == "CANCELLED"
-    assert over_time(record("RUNNING"), now=1000 + 61) and not over_time(record("RUNNING"), now=1000 + 59)
-    assert not over_time(record("SUCCEEDED"), now=1000 + 61)
+def test_the_exit_of_timeout_after_the_limit_reads_timeout_and_the_same_code_sooner_failed():
+    for code in (124, 137):
+        timed_out = status_of(record("FAILED", end=1_061_000, code=code))
+        assert timed_out.state == "TIMEOUT" and "time limit of 60s" in timed_out.message
+    assert status_of(record("FAILED", end=1_030_000, code=124)).state == "FAILED"
+    assert status_of(record("FAILED", end=1_061_000, code=1)).state == "FAILED"
+    assert status_of(record("STOPPED", end=1_061_000)).state == "CANCELLED"

@@ -6,8 +6,10 @@ Ray's model is one driver per job: the entrypoint runs once, on a node Ray picks
 holds no GPU; a job of one task holds its GPUs in the driver itself (``entrypoint_num_gpus``), where
 ``CUDA_VISIBLE_DEVICES`` names them.
 
-Ray has no time limit: the job's limit travels in its metadata and ``RayRuntime.job`` stops a job past it; a
-job stopped after running at least its limit reads TIMEOUT, one stopped sooner CANCELLED.
+Ray has no time limit, and its ``start_time`` is the submission's, not the run's (a job queued for an hour
+would be past its limit the moment it starts). So the node enforces the limit: the entrypoint runs under
+coreutils ``timeout`` (SIGTERM at the limit, SIGKILL 10 s later, its whole process group), which counts from the
+run's start and needs no poll. Its exit (124, or 137 after the SIGKILL) after at least the limit reads TIMEOUT.
 """
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ import shlex
 from ...domain.runtime import JobSpec, JobStatus
 
 SUBMISSION_PREFIX = "tessera-"
+KILL_AFTER_S = 10
+TIMED_OUT = frozenset({124, 128 + 9})     # coreutils timeout: the limit passed; killed after the grace
 STATES = {"PENDING": "PENDING", "RUNNING": "RUNNING", "SUCCEEDED": "SUCCEEDED", "FAILED": "FAILED",
           "STOPPED": "CANCELLED"}
 
@@ -35,7 +39,8 @@ def submission(job: JobSpec) -> dict:
     env = dict(job.env)
     if job.tasks > 1:
         env.update(TESSERA_TASKS=str(job.tasks), TESSERA_GPUS_PER_TASK=str(job.gpus_per_task))
-    return {"submission_id": submission_id(job), "entrypoint": shlex.join(job.command),
+    entrypoint = shlex.join(["timeout", f"--kill-after={KILL_AFTER_S}", str(job.time_limit_s), *job.command])
+    return {"submission_id": submission_id(job), "entrypoint": entrypoint,
             "runtime_env": {"env_vars": env}, "entrypoint_num_gpus": driver_gpus(job),
             "metadata": {"tessera_job_id": str(job.job_id), "name": job.name, "time_limit_s": str(job.time_limit_s)}}
 
@@ -56,19 +61,14 @@ def _seconds(ms) -> float | None:
     return ms / 1000 if ms else None
 
 
-def over_time(record: dict, now: float) -> bool:
-    """A running job past its time limit (``now``: unix seconds)."""
-    limit, started = time_limit_s(record), _seconds(record.get("start_time"))
-    return record.get("status") == "RUNNING" and limit is not None and started is not None and now - started > limit
-
-
 def status_of(record: dict, node_names: dict[str, str] | None = None) -> JobStatus:
     """A ``GET /api/jobs/{id}`` answer as a JobStatus; ``node_names``: Ray node id -> Tessera node name."""
-    started, ended = _seconds(record.get("start_time")), _seconds(record.get("end_time"))
     state = STATES.get(record.get("status", ""), "PENDING")
-    limit = time_limit_s(record)
-    if state == "CANCELLED" and limit is not None and started and ended and ended - started >= limit:
-        state = "TIMEOUT"
+    submitted, ended = _seconds(record.get("start_time")), _seconds(record.get("end_time"))
+    code, limit, message = record.get("driver_exit_code"), time_limit_s(record), record.get("message") or ""
+    if state == "FAILED" and code in TIMED_OUT and limit is not None and submitted and ended \
+            and ended - submitted >= limit:
+        state, message = "TIMEOUT", f"stopped at its time limit of {limit:g}s"
     where = (node_names or {}).get(record.get("driver_node_id") or "")
-    return JobStatus(state=state, exit_code=record.get("driver_exit_code"), started_at=started, ended_at=ended,
-                     message=record.get("message") or "", nodes=(where,) if where else ())
+    return JobStatus(state=state, exit_code=code, started_at=None if state == "PENDING" else submitted,
+                     ended_at=ended, message=message, nodes=(where,) if where else ())

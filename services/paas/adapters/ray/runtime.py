@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import time
 import uuid
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 from ...domain.runtime import ClusterError, ClusterHandle, ClusterNode, ClusterSpec, JobSpec, JobStatus, NodeUse
 from .api import RayApi
 from .commands import GCS_PORT, api_bridge_argv, cluster_temp_root, daemon_env, drain_argv, head_argv, node_temp_dir, worker_argv
-from .jobs import SUBMISSION_PREFIX, over_time, status_of, submission, time_limit_s
+from .jobs import SUBMISSION_PREFIX, status_of, submission
 from .processes import alive, kill_marked, run, spawn
 from .usage import alive_by_address, node_uses
 
@@ -120,13 +119,8 @@ class RayRuntime:
         if record.get("driver_node_id"):
             by_address = {m["address"]: n for n, m in handle.details.get("members", {}).items()}
             names = {r["node_id"]: by_address.get(r.get("node_ip"), "") for r in await api.nodes()}
-        now = time.time()
         if record.get("status") == "PENDING" and external_id in self._marks(handle.cluster_id, "cancels"):
             return replace(status_of(record, names), state="CANCELLED", message="cancelled before it started")
-        if over_time(record, now):       # Ray has no time limit of its own
-            await api.stop(external_id)
-            return replace(status_of(record, names), state="TIMEOUT", ended_at=now,
-                           message=f"stopped: over its time limit of {time_limit_s(record):g}s")
         return status_of(record, names)
 
     async def logs(self, handle: ClusterHandle, external_id: str, limit_bytes: int = 65536) -> str:
