@@ -13,8 +13,10 @@ import secrets
 from pathlib import Path
 
 from ...domain.runtime import ClusterError, ClusterNode, ClusterSpec
-from . import processes
 from .config import ClusterFiles, gres_conf, slurm_conf
+from .processes import Children, carrying, in_node, kill_all, start_time
+from .processes import alive as pid_alive
+from .processes import run as run_command
 
 REST_USER = "nobody"   # slurmrestd refuses to run as root or SlurmUser
 
@@ -22,7 +24,7 @@ REST_USER = "nobody"   # slurmrestd refuses to run as root or SlurmUser
 class ClusterDaemons:
     """The daemons of the cluster whose files are ``files``; ``children`` reaps what this process started."""
 
-    def __init__(self, files: ClusterFiles, children: processes.Children) -> None:
+    def __init__(self, files: ClusterFiles, children: Children) -> None:
         self.files, self.children = files, children
 
     @property
@@ -80,12 +82,12 @@ class ClusterDaemons:
         if pid is None:
             records.pop(name, None)
         else:
-            records[name] = [pid, processes.start_time(pid) or 0]
+            records[name] = [pid, start_time(pid) or 0]
         _atomic(self._pid_file, json.dumps(records, sort_keys=True))
 
     def alive(self, name: str) -> bool:
         pid, started = self._records().get(name, (None, None))
-        return processes.alive(pid, started)
+        return pid_alive(pid, started)
 
     async def _ensure(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> int:
         pid = self.pids().get(name)
@@ -105,16 +107,16 @@ class ClusterDaemons:
 
     async def ensure_slurmctld(self, ctl: ClusterNode) -> int:
         # always "slurmctld", never Debian's "slurmctld-wlm": under that name it ignores AuthAltTypes and Gres
-        return await self._ensure("slurmctld", processes.in_node(["slurmctld", "-D"], ctl.netns, ctl.name))
+        return await self._ensure("slurmctld", in_node(["slurmctld", "-D"], ctl.netns, ctl.name))
 
     async def ensure_slurmd(self, node: ClusterNode) -> int:
         return await self._ensure(f"slurmd:{node.name}",
-                                  processes.in_node(["slurmd", "-D", "-N", node.name], node.netns, node.name))
+                                  in_node(["slurmd", "-D", "-N", node.name], node.netns, node.name))
 
     async def ensure_slurmrestd(self, ctl: ClusterNode) -> int:
         argv = ["slurmrestd", "-a", "rest_auth/jwt", "-s", "openapi/v0.0.38", "-u", REST_USER,
                 f"unix:{self.files.rest_socket}"]
-        return await self._ensure("slurmrestd", processes.in_node(argv, ctl.netns), {"SLURM_JWT": "daemon"})
+        return await self._ensure("slurmrestd", in_node(argv, ctl.netns), {"SLURM_JWT": "daemon"})
 
     async def stop(self, name: str) -> None:
         pid = self.pids().get(name)
@@ -128,13 +130,13 @@ class ClusterDaemons:
         (a graceful slurmctld waits seconds on its nodes)."""
         pids = {n: p for n, p in self.pids().items() if self.alive(n)}
         await self.children.kill_groups([p for n, p in pids.items() if n != "munged"], hard=True)
-        processes.kill_all(processes.carrying(self.files.slurm_conf))
+        kill_all(carrying(self.files.slurm_conf))
         if "munged" in pids:
             await self.children.kill_groups([pids["munged"]], hard=True)
 
     async def scontrol(self, netns: str | None, *args: str) -> str:
         """``scontrol`` with the cluster's configuration, from the controller's namespace (its tenant network)."""
-        return await processes.run(processes.in_node(["scontrol", *args], netns), self.env)
+        return await run_command(in_node(["scontrol", *args], netns), self.env)
 
     async def token(self, netns: str | None, lifespan_s: int) -> str:
         out = await self.scontrol(netns, "token", "username=root", f"lifespan={lifespan_s}")

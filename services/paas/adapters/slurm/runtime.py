@@ -10,9 +10,9 @@ import shutil
 from pathlib import Path
 
 from ...domain.runtime import TERMINAL, ClusterError, ClusterHandle, ClusterSpec, JobSpec, JobStatus, NodeUse
-from . import jobs as shapes
 from .config import CTLD_PORT, ClusterFiles
 from .daemons import ClusterDaemons
+from .jobs import comment, gpu_count, job_status, node_use, refused, running_per_node, submit_body
 from .processes import Children
 from .rest import SlurmRest, Token, raise_for
 
@@ -128,8 +128,8 @@ class SlurmRuntime:
 
     async def nodes(self, handle: ClusterHandle) -> list[NodeUse]:
         rest = self._rest(handle)
-        running = shapes.running_per_node(await rest.jobs())
-        return [shapes.node_use(n, running.get(n["name"], 0)) for n in await rest.nodes()]
+        running = running_per_node(await rest.jobs())
+        return [node_use(n, running.get(n["name"], 0)) for n in await rest.nodes()]
 
     async def stop(self, handle: ClusterHandle) -> None:
         daemons = self._daemons(handle.cluster_id)
@@ -140,12 +140,12 @@ class SlurmRuntime:
     # -- jobs -------------------------------------------------------------------------------------------
     async def submit(self, handle: ClusterHandle, job: JobSpec) -> str:
         rest = self._rest(handle)
-        tag = shapes.comment(job)
-        existing = sorted(j["job_id"] for j in await rest.jobs() if j.get("comment") == tag and not shapes.refused(j))
+        tag = comment(job)
+        existing = sorted(j["job_id"] for j in await rest.jobs() if j.get("comment") == tag and not refused(j))
         if existing:
             return str(existing[0])
-        node_gpus = [shapes.gpu_count(n.get("gres", "")) for n in await rest.nodes()]
-        body = shapes.submit_body(job, node_gpus, self._daemons(handle.cluster_id).files)
+        node_gpus = [gpu_count(n.get("gres", "")) for n in await rest.nodes()]
+        body = submit_body(job, node_gpus, self._daemons(handle.cluster_id).files)
         _, answer = await rest.call("POST", "/job/submit", body)
         return str(answer["job_id"])
 
@@ -153,7 +153,7 @@ class SlurmRuntime:
         raw = await self._rest(handle).job(external_id)
         if raw is None:
             raise ClusterError(f"slurm knows no job {external_id}", permanent=True)
-        return shapes.job_status(raw)
+        return job_status(raw)
 
     async def logs(self, handle: ClusterHandle, external_id: str, limit_bytes: int = 65536) -> str:
         path = self._daemons(handle.cluster_id).files.job_output(external_id)
@@ -171,7 +171,7 @@ class SlurmRuntime:
         if status < 400 and not answer.get("errors"):
             return
         raw = await rest.job(external_id)
-        if raw is None or shapes.job_status(raw).state in TERMINAL:
+        if raw is None or job_status(raw).state in TERMINAL:
             return
         raise_for(status, answer, f"cancel {external_id}")
 
