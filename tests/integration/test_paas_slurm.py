@@ -194,10 +194,23 @@ async def test_a_drained_node_drains_after_its_job_then_the_cluster_scales_in_an
     await eventually(lambda: runtime.nodes(handle), timeout=JOB_TIMEOUT,
                      until=lambda ns: {n.name: n.state for n in ns}["alpha-1"] == "drained")
 
+    # a job running on alpha-0 and one queued behind it survive the controller's restart that scales in
+    hold = release.with_name(release.name + "-hold")
+    running = await runtime.submit(handle, job(f"while [ ! -e {hold} ]; do sleep 0.1; done", gpus=1))
+    await eventually(lambda: runtime.job(handle, running), timeout=JOB_TIMEOUT, until=lambda s: s.state == "RUNNING")
+    queued, dropped = [await runtime.submit(handle, job("true", gpus=1)) for _ in range(2)]
+    await runtime.cancel(handle, dropped)
+    assert (await runtime.job(handle, dropped)).state == "CANCELLED"
+    assert await runtime.pending(handle) == 1
+
     gone = handle.details["pids"]["slurmd:alpha-1"]
     smaller = await runtime.set_nodes(ClusterSpec(spec.cluster_id, spec.tenant_id, spec.name, "slurm", spec.nodes[:1]), handle)
     assert [n.name for n in await runtime.nodes(smaller)] == ["alpha-0"] and not alive(gone)
-    assert (await finished(runtime, smaller, await runtime.submit(smaller, job("true", gpus=1)))).state == "SUCCEEDED"
+    assert (await runtime.job(smaller, running)).state == "RUNNING"
+    assert (await runtime.job(smaller, queued)).state == "PENDING"
+    hold.touch()
+    assert (await finished(runtime, smaller, queued)).state == "SUCCEEDED"
+    await runtime.cancel(smaller, running)   # a finished job is fine
 
     bigger = await runtime.set_nodes(spec, smaller)
     assert {n.name: n.state for n in await runtime.nodes(bigger)} == {"alpha-0": "idle", "alpha-1": "idle"}
