@@ -214,6 +214,7 @@ async def test_a_drained_node_drains_after_its_job_then_the_cluster_scales_in_an
 
     bigger = await runtime.set_nodes(spec, smaller)
     assert {n.name: n.state for n in await runtime.nodes(bigger)} == {"alpha-0": "idle", "alpha-1": "idle"}
+    assert (await runtime.set_nodes(spec, bigger)).details["pids"] == bigger.details["pids"]   # nothing to change
 
 
 async def test_start_again_is_the_same_cluster_and_stop_removes_every_process_and_file(cluster):

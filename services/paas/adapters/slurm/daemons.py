@@ -36,9 +36,9 @@ class ClusterDaemons:
         """Directories, keys (made once: a restart keeps them) and the configuration of ``spec``; True when the
         configuration changed."""
         f = self.files
-        _check_traversable(f.root.parent)
         for d in f.dirs():
             d.mkdir(parents=True, exist_ok=True)
+        _check_traversable(f.root.parent)
         f.root.chmod(0o755)          # slurmrestd (nobody) reads slurm.conf; the keys' own folders are closed
         f.munge_key.parent.chmod(0o711)
         f.state_save.chmod(0o700)
@@ -107,7 +107,23 @@ class ClusterDaemons:
 
     async def ensure_slurmctld(self, ctl: ClusterNode) -> int:
         # always "slurmctld", never Debian's "slurmctld-wlm": under that name it ignores AuthAltTypes and Gres
-        return await self._ensure("slurmctld", in_node(["slurmctld", "-D"], ctl.netns, ctl.name))
+        started_with = self.files.slurm_conf.read_text()
+        if self.alive("slurmctld"):
+            return self.pids()["slurmctld"]
+        pid = await self._ensure("slurmctld", in_node(["slurmctld", "-D"], ctl.netns, ctl.name))
+        _atomic(self._ctld_conf, started_with)
+        return pid
+
+    @property
+    def _ctld_conf(self) -> Path:
+        return self.files.run / "slurmctld.conf"
+
+    def controller_current(self) -> bool:
+        """Whether the running slurmctld started with the slurm.conf there now (22.05 reads nodes only at start)."""
+        try:
+            return self.alive("slurmctld") and self._ctld_conf.read_text() == self.files.slurm_conf.read_text()
+        except OSError:
+            return False
 
     async def ensure_slurmd(self, node: ClusterNode) -> int:
         return await self._ensure(f"slurmd:{node.name}",

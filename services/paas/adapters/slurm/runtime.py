@@ -28,10 +28,14 @@ class SlurmRuntime:
         self.ready_timeout_s = ready_timeout_s
         self._children = Children()
         self._tokens: dict[str, Token] = {}
+        self._locks: dict[str, asyncio.Lock] = {}   # one change at a time per cluster (start, set_nodes, stop)
 
     # -- plumbing ---------------------------------------------------------------------------------------
     def _daemons(self, cluster_id) -> ClusterDaemons:
         return ClusterDaemons(ClusterFiles(self.state_root / str(cluster_id)), self._children)
+
+    def _lock(self, cluster_id) -> asyncio.Lock:
+        return self._locks.setdefault(str(cluster_id), asyncio.Lock())
 
     def _rest(self, handle: ClusterHandle) -> SlurmRest:
         key = str(handle.cluster_id)
@@ -51,12 +55,13 @@ class SlurmRuntime:
     # -- lifecycle --------------------------------------------------------------------------------------
     async def start(self, spec: ClusterSpec) -> ClusterHandle:
         """Start whatever of the cluster is not running; return once slurmrestd pings and every node is up."""
-        daemons = self._daemons(spec.cluster_id)
-        daemons.prepare(spec)
-        await self._ensure_daemons(spec, daemons)
-        handle = self._handle(spec, daemons)
-        await self._wait_ready(spec, daemons, handle)
-        return self._handle(spec, daemons)
+        async with self._lock(spec.cluster_id):
+            daemons = self._daemons(spec.cluster_id)
+            daemons.prepare(spec)
+            await self._ensure_daemons(spec, daemons)
+            handle = self._handle(spec, daemons)
+            await self._wait_ready(spec, daemons, handle)
+            return self._handle(spec, daemons)
 
     async def _ensure_daemons(self, spec: ClusterSpec, daemons: ClusterDaemons) -> None:
         await daemons.ensure_munged()
@@ -105,21 +110,24 @@ class SlurmRuntime:
     async def set_nodes(self, spec: ClusterSpec, handle: ClusterHandle) -> ClusterHandle:
         """Rewrite the configuration; when it changed restart slurmctld (22.05 reads its node list only at start;
         its saved state keeps the queue), stop removed nodes' slurmd, start new ones, and reconfigure."""
-        daemons = self._daemons(spec.cluster_id)
-        before = handle.details.get("nodes", [])
-        if before and before[0] != spec.controller.name:
-            raise ClusterError(f"the controller node {before[0]} cannot change", permanent=True)
-        changed = daemons.prepare(spec)
-        if changed:
-            for name in set(before) - {n.name for n in spec.nodes}:
-                await daemons.stop(f"slurmd:{name}")
-            await daemons.stop("slurmctld")
-        await self._ensure_daemons(spec, daemons)
-        if changed:
-            await self._until(daemons, self._rest(handle).ping, "the restarted controller's ping")
-            await daemons.scontrol(spec.controller.netns, "reconfigure")
-        await self._wait_ready(spec, daemons, handle)
-        return self._handle(spec, daemons)
+        async with self._lock(spec.cluster_id):
+            daemons = self._daemons(spec.cluster_id)
+            controller = handle.details.get("controller_node")
+            if controller and controller != spec.controller.name:
+                raise ClusterError(f"the controller node {controller} cannot change", permanent=True)
+            daemons.prepare(spec)
+            wanted = {f"slurmd:{n.name}" for n in spec.nodes}
+            for name in [n for n in daemons.pids() if n.startswith("slurmd:") and n not in wanted]:
+                await daemons.stop(name)
+            changed = not daemons.controller_current()
+            if changed:
+                await daemons.stop("slurmctld")
+            await self._ensure_daemons(spec, daemons)
+            if changed:
+                await self._until(daemons, self._rest(handle).ping, "the restarted controller's ping")
+                await daemons.scontrol(spec.controller.netns, "reconfigure")
+            await self._wait_ready(spec, daemons, handle)
+            return self._handle(spec, daemons)
 
     async def drain(self, handle: ClusterHandle, node: str, reason: str) -> None:
         daemons = self._daemons(handle.cluster_id)
@@ -132,10 +140,11 @@ class SlurmRuntime:
         return [node_use(n, running.get(n["name"], 0)) for n in await rest.nodes()]
 
     async def stop(self, handle: ClusterHandle) -> None:
-        daemons = self._daemons(handle.cluster_id)
-        await daemons.stop_all()
-        self._tokens.pop(str(handle.cluster_id), None)
-        shutil.rmtree(daemons.files.root, ignore_errors=True)
+        async with self._lock(handle.cluster_id):
+            daemons = self._daemons(handle.cluster_id)
+            await daemons.stop_all()
+            self._tokens.pop(str(handle.cluster_id), None)
+            shutil.rmtree(daemons.files.root, ignore_errors=True)
 
     # -- jobs -------------------------------------------------------------------------------------------
     async def submit(self, handle: ClusterHandle, job: JobSpec) -> str:
