@@ -35,6 +35,8 @@ class RayRuntime:
     # --- cluster -----------------------------------------------------------------------------------------
 
     async def start(self, spec: ClusterSpec) -> ClusterHandle:
+        """Head, API bridge, then the workers; returns once the Jobs API answers and every node is ALIVE. A
+        cluster whose API answers is kept (``set_nodes`` starts what is missing); anything else starts afresh."""
         state = self._state_dir(spec.cluster_id)
         api = RayApi(str(state / "api.sock"))
         if (state / "handle.json").exists() and await api.version():
@@ -45,7 +47,7 @@ class RayRuntime:
             head = spec.controller
             pid = await self._start_node(spec.cluster_id, head, None)
             await spawn(api_bridge_argv(head, state / "api.sock"), state / "logs" / "api.log",
-                                  self._env(spec.cluster_id, head.name))
+                        self._env(spec.cluster_id, head.name))
             version = await self._until(api.version, "the Jobs API answers", pid, state / "logs" / f"{head.name}.log")
             handle = self._handle(spec, {"ray_version": version, "nodes": {head.name: pid}})
             return await self.set_nodes(spec, handle)
@@ -82,6 +84,7 @@ class RayRuntime:
         return new
 
     async def drain(self, handle: ClusterHandle, node: str, reason: str) -> None:
+        """Recorded first (``nodes`` reads it), then asked of the GCS while the node's raylet is ALIVE."""
         if node == handle.details.get("head"):
             raise ClusterError("the head cannot be drained: it hosts the cluster's controller", permanent=True)
         member = self._member(handle, node)
@@ -90,7 +93,7 @@ class RayRuntime:
         if record.get("state") == "ALIVE":
             head = self._member(handle, handle.details["head"])
             await run(drain_argv(self.ray_venv, head, record["node_id"], reason),
-                                {"PATH": daemon_env(self.ray_venv, handle.cluster_id, "")["PATH"]})
+                      {"PATH": daemon_env(self.ray_venv, handle.cluster_id, "")["PATH"]})
 
     async def nodes(self, handle: ClusterHandle) -> list[NodeUse]:
         api = self._api(handle)
