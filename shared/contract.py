@@ -20,7 +20,7 @@ from pydantic import BaseModel
 if TYPE_CHECKING:
     from .steps import Step
 
-SERVICES = ("gateway", "allocation", "saga", "scheduler", "network", "storage", "billing", "node_agent")
+SERVICES = ("gateway", "allocation", "saga", "scheduler", "network", "storage", "billing", "paas", "node_agent")
 
 
 class ContractViolation(Exception):

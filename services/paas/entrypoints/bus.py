@@ -1,0 +1,26 @@
+"""The PaaS service's subscriptions: wire message → handler, nothing else (what it does on its own: loops.py)."""
+from __future__ import annotations
+
+from functools import partial
+
+from shared.runtime import Runtime
+
+from ..domain.jobs import JobPolicy
+from ..handlers import clusters, jobs, nodes
+from ..handlers.reconcile import Runtimes
+
+
+def wire(rt: Runtime, runtimes: Runtimes, policy: JobPolicy) -> None:
+    sub = rt.consumers.subscribe
+    for name in ("create_cluster", "scale_cluster", "delete_cluster"):
+        sub(f"paas.{name}", getattr(clusters, name), on_refused=clusters.refused)
+    sub("paas.submit_job", partial(jobs.submit_job, policy=policy), on_refused=jobs.refused)
+    sub("paas.cancel_job", jobs.cancel_job, on_refused=jobs.refused)
+    sub("scheduler.gang_placed", nodes.gang_placed)
+    sub("scheduler.gang_queued", nodes.gang_queued)
+    sub("scheduler.gang_rejected", nodes.gang_rejected)
+    sub("network.network_attached", nodes.network_attached)
+    sub("allocation.activated", nodes.activated)
+    sub("allocation.failed", nodes.failed)
+    sub("allocation.released", nodes.released)
+    rt.answer("paas.job_logs", lambda q: jobs.job_logs(q, pool=rt.pool, runtimes=runtimes))

@@ -1,0 +1,119 @@
+"""The autoscaling loop of the clusters that carry a policy (one replica at a time: the leader's windows).
+
+Every ``sample_s`` each such cluster gets a sample: per node, its GPU utilisation and its running jobs. The
+utilisation comes from the node-agents' GPU metrics (the heartbeats' DCGM-named samples, by the allocation whose
+slot holds the GPU) with ``source="metrics"``; with ``source="scheduler"`` (simulated GPUs: their metrics are a
+random walk that says nothing of the work) it is the share of the node's GPUs the cluster's own scheduler has
+given to jobs. Every ``tick_s`` the pure ``domain.autoscale.decide`` answers; a scale-out is a new gang (the same
+path as a tenant's scale), a scale-in marks the named nodes draining (the reconciler drains them in the cluster's
+scheduler, waits for *drained*, then releases them). Each change shows on the cluster (``reason`` names the
+autoscaler's why) through ``paas.cluster_changed``.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+
+import structlog
+
+from ..adapters.repository import PgClusters
+from ..domain.autoscale import ClusterState, Hold, NodeSample, Sample, ScaleIn, ScaleOut, ScalingPolicy, Window, decide
+from ..domain.clusters import Cluster
+from . import clusters as cluster_handlers
+from .reconcile import Runtimes
+from .specs import handle_of
+
+log = structlog.get_logger()
+_METRIC_TTL_S = 30.0     # a GPU sample older than this is not the node's utilisation now
+
+
+class Autoscaler:
+    def __init__(self, begin, runtimes: Runtimes, *, source: str, tick_s: float, window_s: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.begin, self.runtimes, self.source = begin, runtimes, source
+        self.tick_s, self.window_s, self.clock = tick_s, window_s, clock
+        self.windows: dict[uuid.UUID, Window] = {}
+        self.last_change: dict[uuid.UUID, float] = {}
+        self.gpu_util: dict[uuid.UUID, dict[int, tuple[float, float]]] = {}   # allocation -> gpu -> (at, 0..1)
+
+    async def on_heartbeat(self, hb) -> None:
+        now = self.clock()
+        for g in hb.gpus:
+            if g.allocation_id is not None:
+                self.gpu_util.setdefault(g.allocation_id, {})[g.gpu] = (now, max(0.0, min(1.0, g.util_pct / 100)))
+
+    async def _clusters(self) -> list[Cluster]:
+        async with self.begin() as uow:
+            repo = PgClusters(uow.conn)
+            return [c for cid in await repo.autoscaled() if (c := await repo.get(cid)) is not None]
+
+    async def sample_step(self) -> None:
+        now = self.clock()
+        live = set()
+        for cl in await self._clusters():
+            live.add(cl.id)
+            ready = [m for m in cl.live_members if m.state == "ready"]
+            if not cl.handle or not ready:
+                continue
+            uses = {n.name: n for n in await self.runtimes[cl.kind].nodes(handle_of(cl))}
+            nodes = []
+            for m in ready:
+                use = uses.get(cl.node_name(m))
+                running = use.running_jobs if use else 0
+                nodes.append(NodeSample(cl.node_name(m), self._util(m.allocation_id, use, cl.gpu_count, now),
+                                        running, cl.gpu_count))
+            window = self.windows.setdefault(cl.id, Window(self.window_s, max(self.tick_s, 3 * self._sample_s)))
+            window.add(Sample(now, tuple(nodes)))
+        for gone in set(self.windows) - live:
+            self.windows.pop(gone, None)
+            self.last_change.pop(gone, None)
+
+    @property
+    def _sample_s(self) -> float:
+        return self.tick_s / 3
+
+    def _util(self, allocation_id: uuid.UUID, use, gpus: int, now: float) -> float:
+        if self.source == "scheduler":
+            return min(1.0, (use.gpus_in_use if use else 0) / max(1, gpus))
+        fresh = [u for at, u in self.gpu_util.get(allocation_id, {}).values() if now - at <= _METRIC_TTL_S]
+        return sum(fresh) / len(fresh) if fresh else 0.0
+
+    async def decide_step(self) -> None:
+        now = self.clock()
+        for cl in await self._clusters():
+            if cl.state != "ready" or not cl.handle or cl.id not in self.windows:
+                continue
+            policy = ScalingPolicy(cl.autoscaling["min_nodes"], cl.autoscaling["max_nodes"],
+                                   cl.autoscaling["target_gpu_util"], cl.autoscaling["cooldown_s"])
+            live = sorted(cl.live_members, key=lambda m: m.idx)
+            state = ClusterState(
+                nodes=tuple(cl.node_name(m) for m in live),
+                pending_jobs=await self.runtimes[cl.kind].pending(handle_of(cl)),
+                joining=frozenset(cl.node_name(m) for m in live if m.state in ("placing", "provisioning", "active")),
+                draining=frozenset(cl.node_name(m) for m in live if m.state == "draining"),
+                last_change_at=self.last_change.get(cl.id))
+            decision = decide(policy, self.windows[cl.id], state, now)
+            if isinstance(decision, Hold):
+                continue
+            await self._apply(cl.id, decision)
+            self.last_change[cl.id] = now
+            log.info("paas.autoscaled", cluster_id=str(cl.id), decision=type(decision).__name__,
+                     reason=decision.reason)
+
+    async def _apply(self, cluster_id: uuid.UUID, decision: ScaleOut | ScaleIn) -> None:
+        async with self.begin() as uow:
+            cl = await PgClusters(uow.conn).get(cluster_id, lock=True)
+            if cl is None or cl.state != "ready":
+                return
+            reason = f"autoscaler: {decision.reason}"
+            if isinstance(decision, ScaleOut):
+                return await cluster_handlers.scale(uow, cl, len(cl.live_members) + decision.count, "autoscaler",
+                                                    reason=reason)
+            names = set(decision.nodes)
+            for m in cl.live_members:
+                if cl.node_name(m) in names and m.idx != 0:
+                    m.state = "draining"
+            cl.state, cl.reason = "scaling", reason
+            cl.node_count = len([m for m in cl.live_members if m.state != "draining"])
+            await cluster_handlers.publish(uow, cl)
