@@ -75,21 +75,39 @@ class GangDecision:
     quota_verdict: QuotaVerdict | None = None
 
 
-def plan(inv: Inventory, gang: Gang, admit: Callable[[Pair], bool]) -> GangPlacement | None:
-    """Where the whole gang goes now (see module docstring), or None. Leaves the inventory as it was."""
+def plan(inv: Inventory, gang: Gang, admit: Callable[[Pair], bool], *, keep: bool = False
+         ) -> GangPlacement | None:
+    """Where the whole gang goes now (see module docstring), or None. Leaves the inventory as it was,
+    except that with ``keep`` the placement returned stays held by its members (the caller grants it:
+    holding the same placement again is a no-op), which spares freeing and taking it again."""
     reqs = gang.requests()
-    best = _greedy(inv, reqs, admit)
+    together = _one_node(inv, gang, reqs, admit, keep)
+    if together is not None:
+        return score(inv, gang, together)
+    best = _greedy(inv, reqs, admit, keep)
     if best is None:
         return None
     scored = score(inv, gang, best)
-    if scored.racks > 1 and gang.template.shape.kind != "mig":
-        pair = (best[0].pool, best[0].gpu_model)
-        by_rack = _by_rack(inv, reqs, pair)
-        if by_rack is not None:
-            other = score(inv, gang, by_rack)
-            if (other.racks, other.nvlink_domains) < (scored.racks, scored.nvlink_domains):
-                scored = other
+    if scored.racks == 1 or gang.template.shape.kind == "mig":
+        return scored
+    _drop(inv, reqs, keep)
+    by_rack = _by_rack(inv, reqs, (best[0].pool, best[0].gpu_model), keep)
+    if by_rack is not None:
+        other = score(inv, gang, by_rack)
+        if (other.racks, other.nvlink_domains) < (scored.racks, scored.nvlink_domains):
+            return other
+        _drop(inv, reqs, keep)
+    if keep:
+        for r, p in zip(reqs, best, strict=True):
+            inv.hold(r.allocation_id, r, p)
     return scored
+
+
+def _drop(inv: Inventory, reqs: list[Request], kept: bool) -> None:
+    """Free what a kept trial holds (nothing to do when the trial freed it itself)."""
+    if kept:
+        for r in reqs:
+            inv.free(r.allocation_id)
 
 
 def score(inv: Inventory, gang: Gang, placements: Iterable[Placement]) -> GangPlacement:
@@ -105,8 +123,27 @@ def score(inv: Inventory, gang: Gang, placements: Iterable[Placement]) -> GangPl
     return GangPlacement(gang, placements, len(racks), len(domains))
 
 
-def _greedy(inv: Inventory, reqs: list[Request], admit: Callable[[Pair], bool]) -> list[Placement] | None:
-    """Member after member by the ordinary placement; the first member picks the (pool, model)."""
+def _one_node(inv: Inventory, gang: Gang, reqs: list[Request], admit: Callable[[Pair], bool], keep: bool
+              ) -> list[Placement] | None:
+    """Small VM members all on one node, found by the index as one slice of their total (rounded up to a
+    slice size: 3 x 1 GPU asks for 4 free, aligned in one NVLink group where a node has them); None when
+    the total exceeds a node or no node has it."""
+    shape = gang.template.shape
+    total = shape.gpu_count * len(reqs)
+    size = next((n for n in (1, 2, 4, 8) if n >= total), None)
+    if shape.kind != "vm" or size is None:
+        return None
+    p = inv.place(replace(gang.template, shape=replace(shape, name=f"{shape.name}x{len(reqs)}", gpu_count=size)),
+                  admit=admit)
+    if p is None:
+        return None
+    return _fill(inv, reqs, [p.node_id], keep)
+
+
+def _greedy(inv: Inventory, reqs: list[Request], admit: Callable[[Pair], bool], keep: bool
+            ) -> list[Placement] | None:
+    """Member after member by the ordinary placement; the first member picks the (pool, model). Held
+    afterwards only when ``keep`` and every member found a place."""
     held: list[Request] = []
     out: list[Placement] = []
     try:
@@ -117,21 +154,23 @@ def _greedy(inv: Inventory, reqs: list[Request], admit: Callable[[Pair], bool]) 
             inv.hold(r.allocation_id, r, p)
             held.append(r)
             out.append(p)
+        if keep:
+            held = []
         return out
     finally:
         for r in held:
             inv.free(r.allocation_id)
 
 
-def _by_rack(inv: Inventory, reqs: list[Request], pair: Pair) -> list[Placement] | None:
+def _by_rack(inv: Inventory, reqs: list[Request], pair: Pair, keep: bool) -> list[Placement] | None:
     """The fewest racks of ``pair``'s nodes that hold every member: one rack if any has room (the one with
     the least room that fits, as pack would), else the roomiest racks first. None when even every rack
     together does not (the greedy placement did, so rarely)."""
     racks = sorted(_candidate_racks(inv, reqs[0], pair).values(), key=lambda r: r[0])
     for room, nodes in racks:
         if room >= len(reqs):
-            got = _fill(inv, reqs, nodes)
-            if len(got) == len(reqs):
+            got = _fill(inv, reqs, nodes, keep)
+            if got is not None:
                 return got
     chosen: list[uuid.UUID] = []
     total = 0
@@ -140,8 +179,7 @@ def _by_rack(inv: Inventory, reqs: list[Request], pair: Pair) -> list[Placement]
         total += room
         if total >= len(reqs):
             break
-    got = _fill(inv, reqs, chosen)
-    return got if len(got) == len(reqs) else None
+    return _fill(inv, reqs, chosen, keep)
 
 
 def _candidate_racks(inv: Inventory, req: Request, pair: Pair) -> dict[str, tuple[int, list[uuid.UUID]]]:
@@ -170,8 +208,9 @@ def _candidate_racks(inv: Inventory, req: Request, pair: Pair) -> dict[str, tupl
     return racks
 
 
-def _fill(inv: Inventory, reqs: list[Request], nodes: list[uuid.UUID]) -> list[Placement]:
-    """As many members as fit on ``nodes``, in their order, each node filled before the next."""
+def _fill(inv: Inventory, reqs: list[Request], nodes: list[uuid.UUID], keep: bool) -> list[Placement] | None:
+    """Every member on ``nodes``, in their order, each node filled before the next; None (nothing held)
+    when they do not all fit. Held afterwards only when ``keep``."""
     held: list[Request] = []
     out: list[Placement] = []
     try:
@@ -184,6 +223,10 @@ def _fill(inv: Inventory, reqs: list[Request], nodes: list[uuid.UUID]) -> list[P
                 inv.hold(r.allocation_id, r, p)
                 held.append(r)
                 out.append(p)
+        if len(out) < len(reqs):
+            return None
+        if keep:
+            held = []
         return out
     finally:
         for r in held:

@@ -45,7 +45,7 @@ class GangScheduling:
             return GangDecision("rejected", reason=verdict.reason, code="quota-exceeded", quota_verdict=verdict)
         if gang.template.enqueued_at == 0.0:
             gang = replace(gang, template=replace(gang.template, enqueued_at=self.clock()))
-        gp = plan(self.inv, gang, admitted.__contains__)
+        gp = plan(self.inv, gang, admitted.__contains__, keep=True)   # held: granting it adds the quota
         if gp is not None:
             self._grant_gang(gp)
             return GangDecision("placed", gp, "placed")
@@ -104,7 +104,7 @@ class GangScheduling:
         own = self.reservations.get(gang.gang_id)
         if own is not None:
             self.inv.unreserve(own)            # its own reserved node is usable by it
-        gp = plan(self.inv, gang, admitted.__contains__)
+        gp = plan(self.inv, gang, admitted.__contains__, keep=True)   # held: granting it adds the quota
         if gp is None:
             if own is not None:
                 self.inv.reserve(own, gang.gang_id)
