@@ -5,7 +5,9 @@
 (b) through the running service (its own process, embedded NATS JetStream + PostgreSQL): an inventory
     of N nodes x 8 GPUs (mixed H100/A100, pools shared and spot) and T tenants with quotas, inserted
     with COPY; then a stream of ``scheduler.reserve_slots`` commands (1/2/4/8-GPU slices, a share of them
-    released again) kept at a fixed concurrency, timing command published → ``slots_reserved`` seen.
+    released again) kept at a fixed concurrency, timing command published → ``slots_reserved`` seen; a share
+    of the stream (``--gang-share``, 10%) are ``scheduler.reserve_gang`` commands of 2-8 members (placed all
+    or nothing, timed to ``gang_placed``/``gang_rejected``; a placed gang's members released together).
     In the same run, the substrate: acknowledged JetStream publishes/s and single-row PostgreSQL
     transactions/s at that concurrency, the ratios to them, CPU ms per decision per process, and the
     transactions and publishes one decision costs (where the time goes).
@@ -103,7 +105,8 @@ async def wait_leading(port: int, timeout: float = 300) -> float:
 
 def command(type_: str, data: dict) -> tuple[str, bytes, dict]:
     env = Envelope(id=uuid.uuid4(), type=type_, schema_version=1, occurred_at=utcnow(), tenant_id=data["tenant_id"],
-                   correlation_id=str(data["allocation_id"]), data=json.loads(json.dumps(data, default=str)))
+                   correlation_id=str(data.get("allocation_id") or data["gang_id"]),
+                   data=json.loads(json.dumps(data, default=str)))
     return f"scheduler.cmd.{type_.split('.')[1]}", env.model_dump_json().encode(), env.headers()
 
 
@@ -115,8 +118,24 @@ def reserve(rng: random.Random, tenants: list[uuid.UUID]) -> dict:
             "pool": rng.choice(POOLS), "fail_fast": True}
 
 
+def gang(rng: random.Random, tenants: list[uuid.UUID]) -> dict:
+    """A gang of 2-8 members of one shape (the same mix as single requests)."""
+    one = reserve(rng, tenants)
+    return {"gang_id": uuid.uuid4(), "tenant_id": one["tenant_id"], "shape": one["shape"],
+            "gpu_count": one["gpu_count"], "pool": one["pool"], "fail_fast": True, "requested_by": "bench",
+            "members": [uuid.uuid4() for _ in range(rng.randint(2, 8))]}
+
+
+async def release(js, allocation_id: uuid.UUID, tenant_id: uuid.UUID) -> None:
+    saga = uuid.uuid4()
+    rel = {"saga_id": saga, "step": "release_slots", "idempotency_key": f"{saga}:release_slots",
+           "allocation_id": allocation_id, "tenant_id": tenant_id}
+    subject, body, headers = command("scheduler.release_slots", rel)
+    await js.publish(subject, body, headers=headers)
+
+
 async def drive(nats_srv: EmbeddedNats, tenants: list[uuid.UUID], n: int, concurrency: int, release_share: float,
-                seed_: int) -> dict:
+                seed_: int, gang_share: float = 0.0) -> dict:
     """Closed loop: ``concurrency`` requests in flight (sent as admin, playing the saga); a share of placed
     allocations is released."""
     nc = await nats.connect(nats_srv.url, **nats_srv.connect_options("admin"))
@@ -125,37 +144,41 @@ async def drive(nats_srv: EmbeddedNats, tenants: list[uuid.UUID], n: int, concur
 
     async def on_reply(msg):
         env = json.loads(msg.data)
-        fut = waiters.get(env["data"].get("allocation_id"))
+        key = env["data"].get("gang_id") if env["type"].startswith("scheduler.gang_") else env["data"].get("allocation_id")
+        fut = waiters.get(key)
         if fut is not None and not fut.done() and env["type"] != "scheduler.slots_released":
-            fut.set_result((time.perf_counter(), env["type"]))
+            fut.set_result((time.perf_counter(), env["type"], env["data"]))
     await nc.subscribe("scheduler.evt.>", cb=on_reply)
     rng, todo = random.Random(seed_), list(range(n))
-    latencies, outcomes = [], {}
+    latencies, outcomes, gang_latencies, racks = [], {}, [], []
 
     async def worker():
         while todo:
             todo.pop()
-            data = reserve(rng, tenants)
-            aid = str(data["allocation_id"])
-            waiters[aid] = asyncio.get_running_loop().create_future()
+            is_gang = rng.random() < gang_share
+            data = gang(rng, tenants) if is_gang else reserve(rng, tenants)
+            key = str(data["gang_id"] if is_gang else data["allocation_id"])
+            waiters[key] = asyncio.get_running_loop().create_future()
             t0 = time.perf_counter()
-            subject, body, headers = command("scheduler.reserve_slots", data)
+            subject, body, headers = command("scheduler.reserve_gang" if is_gang else "scheduler.reserve_slots", data)
             await js.publish(subject, body, headers=headers)
-            done, kind = await asyncio.wait_for(waiters[aid], 120)
-            del waiters[aid]
+            done, kind, answer = await asyncio.wait_for(waiters[key], 120)
+            del waiters[key]
             latencies.append(done - t0)
             outcomes[kind] = outcomes.get(kind, 0) + 1
-            if kind == "scheduler.slots_reserved" and rng.random() < release_share:
-                saga = uuid.uuid4()
-                rel = {"saga_id": saga, "step": "release_slots", "idempotency_key": f"{saga}:release_slots",
-                       "allocation_id": data["allocation_id"], "tenant_id": data["tenant_id"]}
-                subject, body, headers = command("scheduler.release_slots", rel)
-                await js.publish(subject, body, headers=headers)
+            if is_gang:
+                gang_latencies.append(done - t0)
+            if kind == "scheduler.gang_placed":
+                racks.append(answer["racks"])
+            if kind in ("scheduler.slots_reserved", "scheduler.gang_placed") and rng.random() < release_share:
+                for aid in data.get("members") or [data["allocation_id"]]:
+                    await release(js, aid, data["tenant_id"])
     t0 = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     wall = time.perf_counter() - t0
     await nc.close()
-    return {"wall_s": wall, "latencies": latencies, "outcomes": outcomes}
+    return {"wall_s": wall, "latencies": latencies, "outcomes": outcomes, "gang_latencies": gang_latencies,
+            "gang_racks": racks}
 
 
 async def declare_all_streams(nats_srv: EmbeddedNats) -> None:
@@ -174,7 +197,7 @@ async def measure(args, work: Path, nats_srv: EmbeddedNats, pg: EmbeddedPostgres
     pids = {"scheduler": svc.pid, "nats-server": nats_srv.proc.pid, "postgres": pg.proc.pid}
     cpu0, x0, m0 = cpu_of(pids), await xacts(pg.admin_dsn), await scrape(port)
     spy = profile(svc.pid, work / "profile.txt") if args.profile else None
-    run = await drive(nats_srv, tenants, args.requests, args.concurrency, args.release_share, 2)
+    run = await drive(nats_srv, tenants, args.requests, args.concurrency, args.release_share, 2, args.gang_share)
     cpu1, x1, m1 = cpu_of(pids), await xacts(pg.admin_dsn), await scrape(port)
     if spy is not None:
         spy.send_signal(signal.SIGINT)
@@ -233,7 +256,8 @@ def summarise(args, run, seed_s, load_s, cpu0, cpu1, txns, m0, m1, js_rate, pg_r
     n, lat = args.requests, run["latencies"]
     rate = n / run["wall_s"]
     handled = {t: [b - a for a, b in zip(_handled(m0, t), _handled(m1, t))]
-               for t in ("scheduler.reserve_slots", "scheduler.release_slots")}
+               for t in ("scheduler.reserve_slots", "scheduler.release_slots", "scheduler.reserve_gang")}
+    gl, gr = run["gang_latencies"], run["gang_racks"]
     messages = sum(c for _, c in handled.values())
     return {
         "nodes": args.nodes, "gpus": args.nodes * 8, "tenants": args.tenants, "requests": n,
@@ -243,6 +267,12 @@ def summarise(args, run, seed_s, load_s, cpu0, cpu1, txns, m0, m1, js_rate, pg_r
         "p99_ms": round(pct(lat, 0.99) * 1000, 1),
         "handler_ms_reserve": round(1000 * handled["scheduler.reserve_slots"][0]
                                     / max(handled["scheduler.reserve_slots"][1], 1), 2),
+        "handler_ms_reserve_gang": round(1000 * handled["scheduler.reserve_gang"][0]
+                                         / max(handled["scheduler.reserve_gang"][1], 1), 2),
+        "gang_share": args.gang_share, "gangs": len(gl),
+        "gang_p50_ms": round(pct(gl, 0.5) * 1000, 1) if gl else None,
+        "gang_p99_ms": round(pct(gl, 0.99) * 1000, 1) if gl else None,
+        "gangs_in_one_rack_share": round(sum(r == 1 for r in gr) / len(gr), 3) if gr else None,
         "messages_handled_per_decision": round(messages / n, 2),
         "pg_transactions_per_decision": round(txns / n, 2),
         "cpu_ms_per_decision": {k: round((cpu1[k] - cpu0.get(k, 0)) / n * 1000, 2) for k in cpu1},
@@ -260,6 +290,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--workers", type=int, default=8, help="TESSERA_MAX_WORKERS of the service")
     ap.add_argument("--release-share", type=float, default=0.5)
+    ap.add_argument("--gang-share", type=float, default=0.1, help="share of requests that are gangs of 2-8 members")
     ap.add_argument("--engine-nodes", type=int, nargs="*", default=[1000, 10000])
     ap.add_argument("--engine-ops", type=int, default=20_000)
     ap.add_argument("--profile", action="store_true", help="py-spy the service during the measured run")
@@ -273,7 +304,9 @@ def main(argv: list[str] | None = None) -> dict:
           f"at {args.nodes} nodes; JetStream {service['baseline_jetstream_acked_publish_per_s']}/s, PostgreSQL "
           f"{service['baseline_pg_txn_per_s']} txn/s; {service['pg_transactions_per_decision']} txn and "
           f"{service['messages_handled_per_decision']} messages per decision; CPU ms/decision "
-          f"{service['cpu_ms_per_decision']}", file=sys.stderr)
+          f"{service['cpu_ms_per_decision']}; {service['gangs']} gangs, p50 {service['gang_p50_ms']} ms, "
+          f"p99 {service['gang_p99_ms']} ms, {service['gangs_in_one_rack_share']} of those placed in one rack",
+          file=sys.stderr)
     result = {"bench": "scheduler", "in_process": engine, "service": service}
     print(json.dumps(result))
     return result

@@ -38,6 +38,7 @@ import uuid
 import psutil
 
 from services.node_agent.adapters.discovery.sim import sim_topology
+from services.scheduler.domain.gang import Gang
 from services.scheduler.domain.inventory import Inventory, NodeState, Pool, Request
 from services.scheduler.domain.queue import FairQueue
 from services.scheduler.domain.quota import QuotaBook, QuotaKey
@@ -162,16 +163,19 @@ def engine_stream(inv: Inventory, tenants, ops: int, seed: int, target: float = 
 
 
 def scheduler_stream(inv: Inventory, quotas: QuotaBook, tenants, ops: int, seed: int, target=0.75,
-                     warm: int = 0) -> dict:
-    """The same kind of stream through Scheduler.submit/release (quota, queue, re-evaluation);
-    the first ``warm`` operations fill the inventory and are not timed."""
+                     warm: int = 0, gang_share: float = 0.1) -> dict:
+    """The same kind of stream through Scheduler.submit/release (quota, queue, re-evaluation), a
+    ``gang_share`` of the requests being gangs of 2-8 members (``submit_gang``, all or nothing); the first
+    ``warm`` operations fill the inventory and are not timed."""
     rng = random.Random(seed + 1)
     sched = Scheduler(inv, quotas, FairQueue(max_per_tenant=50), aging_s=30.0, max_scan=200)
     total = sum(t for _, t in inv.utilisation().values())
     live: list[uuid.UUID] = []
     kinds: dict[str, int] = {}
     lat: list[int] = []
+    gang_lat: list[int] = []
     reqs = [make_request(rng, tenants) for _ in range(ops + warm)]
+    sizes = [rng.randint(2, 8) if rng.random() < gang_share else 0 for _ in range(ops + warm)]
     clock = time.perf_counter_ns
     used = 0
 
@@ -180,6 +184,7 @@ def scheduler_stream(inv: Inventory, quotas: QuotaBook, tenants, ops: int, seed:
     for i in range(ops + warm):
         if i == warm:
             lat.clear()
+            gang_lat.clear()
             kinds.clear()
             gc.collect()
             t0 = time.perf_counter()
@@ -189,8 +194,20 @@ def scheduler_stream(inv: Inventory, quotas: QuotaBook, tenants, ops: int, seed:
             s = clock()
             newly = sched.release(aid)
             lat.append(clock() - s)
+            newly += [m for gp in sched.take_placed_gangs() for m in gp.members()]
             live.extend(r.allocation_id for r, _ in newly)
             used += sum(gpus(p) for _, p in newly)
+            continue
+        if sizes[i]:
+            g = Gang(reqs[i], tuple(uuid.uuid4() for _ in range(sizes[i])))
+            s = clock()
+            d = sched.submit_gang(g)
+            gang_lat.append(clock() - s)
+            lat.append(gang_lat[-1])
+            kinds[f"gang_{d.kind}"] = kinds.get(f"gang_{d.kind}", 0) + 1
+            if d.kind == "placed":
+                live.extend(g.members)
+                used += sum(gpus(p) for p in d.placement.placements)
             continue
         s = clock()
         d = sched.submit(reqs[i])
@@ -202,6 +219,7 @@ def scheduler_stream(inv: Inventory, quotas: QuotaBook, tenants, ops: int, seed:
     wall = time.perf_counter() - t0
     return {"decisions": len(lat), "decisions_per_s": round(len(lat) / wall),
             "p50_us": round(pct(lat, .5) / 1e3, 1), "p99_us": round(pct(lat, .99) / 1e3, 1),
+            "gang_p50_us": round(pct(gang_lat, .5) / 1e3, 1), "gang_p99_us": round(pct(gang_lat, .99) / 1e3, 1),
             "outcomes": kinds, "pending_at_end": len(sched.queue)}
 
 
