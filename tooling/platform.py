@@ -18,6 +18,7 @@ from shared.bus_identity import identity as bus_identity
 from shared.db import provision_service, service_dsn
 from shared.secrets import ensure_key_file
 
+from . import paas_state
 from .client import TesseraClient
 from .embedded import REPO, EmbeddedNats, EmbeddedPostgres, NatsIdentities
 from .embedded_cluster import EmbeddedNatsCluster
@@ -174,8 +175,8 @@ class Platform:
             env["TESSERA_BOOTSTRAP_ADMIN_KEY"] = self.admin_key
         if service == "node_agent":
             env["TESSERA_NODE_ID"] = instance
-        if service == "paas":   # its tenant clusters' state (configuration, keys, sockets, logs) in the work folder
-            env["TESSERA_PAAS_STATE_DIR"] = str(self.workdir / "paas")
+        if service == "paas":   # its tenant clusters' state (configuration, keys, sockets, logs): tooling.paas_state
+            env[paas_state.VARIABLE] = str(paas_state.state_dir(self.workdir))
         if self.storage:
             env.update(self.storage.env(service))
         env.update(self.extra_env)
@@ -291,6 +292,7 @@ class Platform:
                         self.pg.stop()
                 finally:
                     try:
+                        paas_state.reap(paas_state.state_dir(self.workdir))   # clusters nobody deleted
                         for hook in self.on_stop:
                             hook()
                     finally:   # last: the lab's domains (their virtiofs shares) are gone by now
