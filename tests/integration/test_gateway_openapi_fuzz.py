@@ -185,7 +185,8 @@ def _seed(world: World, operation, case, use_live_ids: bool) -> None:
         body["operation"] = "createAllocation"
         if isinstance(body.get("candidate"), str):
             body["candidate"] = POLICY_TEXT
-    if operation.definition.raw["operationId"] == "createAllocation" and isinstance(body.get("shape"), str):
+    if operation.definition.raw["operationId"] in ("createAllocation", "createCluster") and \
+            isinstance(body.get("shape"), str):
         body["shape"] = world.shapes[zlib.crc32(body["shape"].encode()) % len(world.shapes)]
     if operation.definition.raw["operationId"] == "createAllocation":
         # the catalog's images, the caller's stored keys and volumes are live data the fuzzer cannot list (a
@@ -198,6 +199,14 @@ def _seed(world: World, operation, case, use_live_ids: bool) -> None:
         # the provider's choice (TESSERA_NETWORKS_ALLOW_PUBLIC_SUBNETS, off here): a public subnet is a documented
         # 422; its first octet, all network bits from /16 on, moved into 10.0.0.0/8
         body["cidr"] = "10." + body["cidr"].split(".", 1)[-1]
+    _mend_constraints(body, schema)
+    auto = body.get("autoscaling") if op_id == "createCluster" else None
+    if isinstance(auto, dict):   # a nested object's own rules (AutoscalingIn: min_nodes <= max_nodes)
+        _mend_constraints(auto, operation.schema.raw_schema["components"]["schemas"]["AutoscalingIn"])
+
+
+def _mend_constraints(body: dict, schema: dict) -> None:
+    """Swap the two values of each ``x-constraints`` rule of ``schema`` that ``body`` breaks."""
     for rule in schema.get("x-constraints", []):
         low, high = _CONSTRAINT.match(rule).groups()
         a, b = body.get(low), body.get(high)

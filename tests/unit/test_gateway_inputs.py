@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from services.gateway.api.allocations.schemas import AllocationCreate
 from services.gateway.api.billing.budget_schemas import BudgetSet, SpendCapSet
 from services.gateway.api.billing.usage_schemas import PriceListPut
+from services.gateway.api.clusters.schemas import ClusterCreate, ClusterScale
 from services.gateway.api.identity.api_key_schemas import ApiKeyCreate, UserPatch
 from services.gateway.api.identity.schemas import TenantCreate, UserCreate
 from services.gateway.api.identity.ssh_key_schemas import SshKeyCreate
@@ -25,6 +26,7 @@ from services.gateway.api.inventory.node_schemas import NodeCreate, NodePatch, S
 from services.gateway.api.inventory.pool_schemas import PoolDefinition
 from services.gateway.api.inventory.quota_schemas import TenantQuotaSet, UserQuotaSet
 from services.gateway.api.inventory.shape_schemas import ShapeDefinition
+from services.gateway.api.jobs.schemas import JobCreate
 from services.gateway.api.limits.schemas import RateLimitsSet
 from services.gateway.api.networks.schemas import SUBNET_PATTERN, NetworkCreate, RuleCreate, ipv4_network_pattern
 from services.gateway.api.policies.schemas import PolicyCreate, PolicyEvaluate, PolicyReplace
@@ -90,8 +92,17 @@ VALID = {
                     "user_read_burst": 40, "user_write_per_s": 5, "user_write_burst": 10, "sse_connections": 8},
     BmcSet: {"url": "https://10.0.0.5", "system_id": "/redfish/v1/Systems/1", "username": "root", "password": "calvin",
              "verify_tls": True, "ca_bundle": "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmg\n-----END CERTIFICATE-----\n"},
+    ClusterCreate: {"name": "train", "kind": "slurm", "shape": "vm.8gpu", "nodes": 2, "network_id": str(uuid.uuid4()),
+                    "pool": "shared", "priority": 10, "autoscaling": {"min_nodes": 1, "max_nodes": 4,
+                                                                      "target_gpu_util": 0.8, "cooldown_s": 60}},
+    ClusterScale: {"nodes": 3},
+    # command and entrypoint exclude each other: an empty command stands for the field
+    JobCreate: {"cluster_id": str(uuid.uuid4()), "name": "fit-1", "command": [], "entrypoint": "python train.py",
+                "tasks": 2, "gpus_per_task": 1, "time_limit_s": 600, "env": {"EPOCHS": "3"}, "image": "nvcr.io/x:1",
+                "privileged": False},
 }
-MULTI_LINE_FIELDS = {(NodePatch, "reason"), (PoolDefinition, "description"), (PolicyCreate, "text"),
+MULTI_LINE_FIELDS = {(JobCreate, "entrypoint"), (JobCreate, "env"), (JobCreate, "command"),
+                     (NodePatch, "reason"), (PoolDefinition, "description"), (PolicyCreate, "text"),
                      (PolicyReplace, "text"), (PolicyEvaluate, "candidate"), (DrainRequest, "reason"),
                      (HealthPolicySet, "note")}
 REFUSED = ["\x00", "\x01", "\x1b", "\x1f", "\x7f", "\x85", "\x9f", "\ud800", "\udfff"]
@@ -167,7 +178,10 @@ def test_every_dict_key_refuses_nul_and_control_characters_naming_the_field(mode
         for key in value:
             for bad in REFUSED:
                 fields = _fields(model, _with_key(body, (name,), key, key + bad))
-                assert any(f.startswith(f"{name}.") for f in fields), (name, repr(bad), fields)
+                # a nested object's own field names are no keys: pydantic refuses a lone surrogate in one whole
+                nested = bad in ("\ud800", "\udfff") and isinstance(getattr(model.model_validate(body), name), Body)
+                assert any(f.startswith(f"{name}.") or (nested and f == name) for f in fields), (name, repr(bad),
+                                                                                                fields)
                 assert all(c.isprintable() for f in fields for c in f), fields   # echoed escaped
 
 

@@ -3,7 +3,7 @@
 Writes are accepted with 202 and travel to the paas service as commands through the outbox; the read model
 shows what the gateway asked for ('placing', a pending scale, 'deleting') until the service answers with the
 cluster's next document (``projection``). A creation is refused up front, nothing sent, as an allocation's is:
-an unknown shape (422), a network that is not the tenant's (422), the GPU quota for N × the shape's GPUs (403
+an unknown shape (422), a network that is not the tenant's (404), the GPU quota for N × the shape's GPUs (403
 quota-exceeded), the spend cap, and the policies judging each of its N allocations (403 policy-denied).
 Another tenant's cluster, or a malformed id, is a 404, never a 403.
 """
@@ -29,7 +29,7 @@ from ...http.auth import require_tenant_member
 from ...http.endpoint import Endpoint, Param, respond
 from ...http.inputs import header_value, path_uuid, read_body
 from ...http.paging import CURSOR, LIMIT, read_page
-from ...http.problems import ProblemError, forbidden, not_found, validation_problem
+from ...http.problems import ProblemError, forbidden, not_found
 from ...http.schema_base import FieldError, Problem, text
 from ...http.state import gateway_of
 from .policy import judge_nodes
@@ -74,8 +74,7 @@ async def _require_network(conn: asyncpg.Connection, tenant_id: uuid.UUID, netwo
         return
     state = await conn.fetchval("SELECT state FROM networks_view WHERE id=$1 AND tenant_id=$2", network_id, tenant_id)
     if state not in ("creating", "active"):
-        raise validation_problem([FieldError(field="network_id", message="no such network (GET /v1/networks)",
-                                             code="network")])
+        raise not_found("network")
 
 
 def _replay(held: asyncpg.Record, request_hash: str) -> web.Response:
@@ -169,9 +168,9 @@ async def scale_cluster(request: web.Request) -> web.Response:
         _require_live(row, "scaled")
         auto = repo.decoded(row)["autoscaling"]
         if auto and not auto["min_nodes"] <= body.nodes <= auto["max_nodes"]:
-            raise validation_problem([FieldError(field="nodes", code="autoscaling", message=(
-                f"must lie between the cluster's autoscaling min_nodes {auto['min_nodes']} and max_nodes "
-                f"{auto['max_nodes']}"))])
+            # the autoscaler would move it straight back: the cluster's own bounds decide its size
+            raise ProblemError(409, f"the cluster autoscales between {auto['min_nodes']} and {auto['max_nodes']} "
+                                    "nodes; a count outside them would be undone", slug="outside-autoscaling-bounds")
         growth = body.nodes - max(row["node_count"], row["pending_node_count"] or 0)
         if growth > 0:
             shape = await resolve_shape(conn, row["shape"])
@@ -211,13 +210,14 @@ _QUOTA = {403: (Problem, QuotaProblem, SpendCapProblem)}
 ENDPOINTS = [
     Endpoint("POST", "/v1/clusters", create_cluster, "createCluster", "Create a tenant cluster (tenant admins)",
              "clusters", {202: ClusterOut}, body=ClusterCreate, params=(IDEMPOTENCY,),
-             errors=(400, 401, 403, 409, 413, 415, 422), problems=_QUOTA,
+             errors=(400, 401, 403, 404, 409, 413, 415, 422), problems=_QUOTA,
              headers={202: {"Location": "The cluster (/v1/clusters/{id})."}},
              description="Accepted as `placing`: the paas service places its N nodes as one gang (all or nothing; "
                          "`queued` while they do not fit), requests each as an allocation of the tenant, then starts "
                          "the cluster's scheduler on them (`ready`), or fails it with the reason. Refused up front, "
                          "nothing sent, as POST /v1/allocations refuses: `shape` is one GET /v1/shapes lists (a "
-                         "422); `network_id` is a network of the tenant (a 422); N × the shape's GPUs fit the "
+                         "422); `network_id` is a live network of the tenant (else a 404, as for another tenant's "
+                         "network); N × the shape's GPUs fit the "
                          "tenant's and the user's GPU quota (403 `quota-exceeded` naming the quota); the spend cap "
                          "(403 `spend-cap-exceeded`); every policy judging `createAllocation` allows each of the N "
                          "allocations (`<name>-<index>`, the shape, the pool, the default image; 403 "
@@ -232,8 +232,8 @@ ENDPOINTS = [
              params=(CLUSTER_ID,), errors=(400, 401, 403, 404, 409, 413, 415, 422), problems=_QUOTA,
              description="The new count shows as `requested_node_count` until the paas service takes it up; "
                          "shrinking drains the nodes it removes first. Growth is checked against the GPU quota "
-                         "(403 `quota-exceeded`); with autoscaling, `nodes` lies within its bounds (a 422). A "
-                         "cluster deleting or failed is a 409."),
+                         "(403 `quota-exceeded`). With autoscaling, a count outside its bounds is a 409 "
+                         "(the autoscaler would undo it); so is a cluster deleting or failed."),
     Endpoint("DELETE", "/v1/clusters/{cluster_id}", delete_cluster, "deleteCluster",
              "Delete a cluster and release its allocations (tenant admins)", "clusters", {202: ClusterOut},
              params=(CLUSTER_ID,), errors=(401, 403, 404),

@@ -9,11 +9,11 @@ import uuid
 from datetime import datetime
 from typing import ClassVar
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from services.paas.contracts import CLUSTER_NAME_PATTERN, MAX_NODES, ClusterState, Kind, NodeState
 
-from ...http.schema_base import Body, Int, Out, ShapeName, Uuid, integer, text
+from ...http.schema_base import Body, Int, Out, ShapeName, Uuid, constraints, integer, text
 
 ClusterName = text(31, min_length=1, pattern=CLUSTER_NAME_PATTERN)
 NodeCount = integer(1, MAX_NODES)
@@ -22,6 +22,7 @@ _OWNED = frozenset({"id", "tenant_id", "user_id", "state", "reason", "driver", "
 
 
 class AutoscalingIn(Body):
+    model_config = ConfigDict(json_schema_extra=constraints("min_nodes <= max_nodes"))
     min_nodes: NodeCount = Field(description="The fewest nodes it shrinks to.")
     max_nodes: NodeCount = Field(description="The most nodes it grows to (not below min_nodes).")
     target_gpu_util: float = Field(default=0.7, gt=0, le=1, description="Window-mean GPU utilisation to keep under.")
@@ -44,18 +45,12 @@ class ClusterCreate(Body):
     shape: ShapeName = Field(description="One of the shapes GET /v1/shapes lists: every node is one allocation of it.")
     nodes: NodeCount = Field(description=f"How many nodes (allocations), 1 to {MAX_NODES}, placed all or nothing.")
     network_id: Uuid | None = Field(default=None, description="A network of the tenant (GET /v1/networks) the nodes "
-                                                              "attach to; another tenant's is a 422.")
+                                                              "attach to; another tenant's is a 404.")
     pool: ShapeName | None = Field(default=None, description="The node pool to place in (default: the shared pool).")
     priority: integer(-1000, 1000) = Field(default=0, description="Scheduling priority of its allocations.")
-    autoscaling: AutoscalingIn | None = Field(default=None, description="Grow and shrink by GPU use between "
-                                                                        "min_nodes and max_nodes (nodes within them).")
-
-    @model_validator(mode="after")
-    def _within_bounds(self) -> ClusterCreate:
-        a = self.autoscaling
-        if a is not None and not a.min_nodes <= self.nodes <= a.max_nodes:
-            raise ValueError("nodes must lie between autoscaling.min_nodes and autoscaling.max_nodes")
-        return self
+    autoscaling: AutoscalingIn | None = Field(default=None, description=(
+        "Grow and shrink by GPU use between min_nodes and max_nodes; a `nodes` outside them is moved within them "
+        "by the autoscaler's first step."))
 
 
 class ClusterScale(Body):

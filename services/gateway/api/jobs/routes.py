@@ -2,7 +2,7 @@
 
 A submission is accepted with 202 (SUBMITTING) and travels to the paas service as a command through the outbox;
 the read model shows the service's newest document of it (``projection``). What the gateway can tell from its
-own views is refused up front, nothing sent: a cluster that is not the tenant's (a 422), one deleting or failed
+own views is refused up front, nothing sent: a cluster that is not the tenant's (a 404), one deleting or failed
 (a 409), a program the cluster's kind cannot run (a 422), more GPUs than the cluster has (a 422). The tenant's
 job policy is the service's to apply: a job it refuses ends REJECTED with the reason. The output is read live
 (``paas.job_logs``, core NATS request/reply; the gateway stores none of it). Another tenant's job, or a
@@ -70,7 +70,7 @@ async def submit_job(request: web.Request) -> web.Response:
         conn = uow.conn
         cluster = await repo.cluster(conn, body.cluster_id, p.tenant_id)
         if cluster is None:
-            raise _invalid("cluster_id", "no such cluster (GET /v1/clusters)", "cluster")
+            raise not_found("cluster")
         if cluster["state"] in ("deleting", "failed"):
             raise ProblemError(409, f"the cluster is {cluster['state']}; it takes no jobs", slug="cluster-not-live")
         _fits_cluster(body, cluster)
@@ -150,14 +150,15 @@ JOB_ID = Param("job_id", "path", "The job's id.", uuid.UUID, required=True)
 
 ENDPOINTS = [
     Endpoint("POST", "/v1/jobs", submit_job, "submitJob", "Submit a job to a cluster of the tenant", "jobs",
-             {202: JobOut}, body=JobCreate, errors=(400, 401, 403, 409, 413, 415, 422),
+             {202: JobOut}, body=JobCreate, errors=(400, 401, 403, 404, 409, 413, 415, 422),
              headers={202: {"Location": "The job (/v1/jobs/{id})."}},
              description="Accepted as SUBMITTING; the paas service hands it to the cluster's scheduler and follows "
                          "it to its end (SUCCEEDED, FAILED, CANCELLED, TIMEOUT), or refuses it under the tenant's "
                          "job policy (REJECTED, with the reason). Rules the schema cannot state (each a 422 naming "
-                         "the field): `cluster_id` is a cluster of the tenant; a Slurm cluster runs a `command`, "
+                         "the field): a Slurm cluster runs a `command`, "
                          "not an `entrypoint`; a Kubernetes cluster needs an `image`, the others refuse one; tasks "
-                         "× gpus_per_task is at most the cluster's GPUs. A cluster deleting or failed is a 409."),
+                         "× gpus_per_task is at most the cluster's GPUs. A `cluster_id` that is not a cluster of the "
+                         "tenant is a 404; a cluster deleting or failed is a 409."),
     Endpoint("GET", "/v1/jobs", list_jobs, "listJobs", "List the tenant's jobs, newest first", "jobs",
              {200: JobPage}, params=(CLUSTER_FILTER, LIMIT, CURSOR), errors=(401, 403, 422)),
     Endpoint("GET", "/v1/jobs/{job_id}", get_job, "getJob", "Read a job", "jobs", {200: JobOut}, params=(JOB_ID,),

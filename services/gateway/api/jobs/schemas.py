@@ -1,33 +1,45 @@
 """HTTP models of jobs: the submission, the job as shown, and its output.
 
-A submission is checked with the paas service's own field types (services.paas.contracts: the job name, each
-argv element and env value without NUL, the env names, the bounds of tasks, GPUs and time), so a body the
-gateway accepts is one the service accepts; and env names the schedulers and the platform set themselves are
+A submission is checked with the paas service's own rules (services.paas.contracts: the job name's and the env
+names' patterns, the lengths of argv elements, env values and the entrypoint, the bounds of tasks, GPUs and
+time), so a body the gateway accepts is one the service accepts; and, as every string the API reads, no control
+character but tab, line feed and carriage return (the contract refuses only NUL: the other controls have no
+place in a command line or a variable either). Env names the schedulers and the platform set themselves are
 refused here as the service refuses them.
 """
 from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Annotated, ClassVar
+from typing import ClassVar
 
-from pydantic import Field, StringConstraints, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from services.paas.contracts import ENV_NAME_PATTERN, NO_NUL, Arg, EnvValue, JobName, JobState
+from services.paas.contracts import ENV_NAME_PATTERN, JOB_NAME_PATTERN, JobState
 
-from ...http.schema_base import Body, Out, Uuid, integer
+from ...http.schema_base import Body, Out, Uuid, integer, text
 
 # the scheduler's and the platform's own variables: the paas service refuses a job setting one (its job rules)
 RESERVED_ENV_PREFIXES = ("SLURM_", "RAY_", "CUDA_", "TESSERA_")
-EnvName = Annotated[str, StringConstraints(pattern=ENV_NAME_PATTERN)]
-Entrypoint = Annotated[str, StringConstraints(max_length=16384, pattern=NO_NUL)]
+JobName = text(63, min_length=1, pattern=JOB_NAME_PATTERN)
+Arg = text(4096, min_length=1, multiline=True)
+EnvName = text(128, min_length=1, pattern=ENV_NAME_PATTERN)
+EnvValue = text(4096, multiline=True)
+Entrypoint = text(16384, min_length=1, multiline=True)
+Image = text(512, min_length=1)
 _OWNED = frozenset({"id", "tenant_id", "user_id", "state", "reason", "exit_code", "external_id", "nodes", "version",
                     "submitted_at", "started_at", "ended_at", "updated_at", "links"})
 
 
+# exactly one program: a non-empty command, or an entrypoint (the document states it as this oneOf)
+_ONE_PROGRAM = {"oneOf": [{"required": ["command"], "properties": {"command": {"minItems": 1}}},
+                          {"required": ["entrypoint"], "properties": {"entrypoint": {"not": {"type": "null"}}}}]}
+
+
 class JobCreate(Body):
+    model_config = ConfigDict(json_schema_extra=_ONE_PROGRAM)
     server_owned: ClassVar[frozenset[str]] = _OWNED
-    cluster_id: Uuid = Field(description="A cluster of the tenant (GET /v1/clusters); another's is a 422.")
+    cluster_id: Uuid = Field(description="A cluster of the tenant (GET /v1/clusters); another's is a 404.")
     name: JobName = Field(description="Lower-case letters, digits and '-', at most 63.")
     command: list[Arg] = Field(default_factory=list, max_length=64,
                                description="The argv each task runs (no NUL in an element). Exactly one of command "
@@ -40,7 +52,7 @@ class JobCreate(Body):
     env: dict[EnvName, EnvValue] = Field(default_factory=dict, max_length=64, description=(
         "Environment variables; names starting " + ", ".join(RESERVED_ENV_PREFIXES) + " are the scheduler's and "
         "the platform's own (a 422)."))
-    image: str | None = Field(default=None, max_length=512, description="The container image: required on a "
+    image: Image | None = Field(default=None, description="The container image: required on a "
                                                                        "Kubernetes cluster, refused on the others.")
     privileged: bool = Field(default=False, description="Run privileged, if the tenant's job policy allows it.")
 
