@@ -93,8 +93,8 @@ VALID = {
     BmcSet: {"url": "https://10.0.0.5", "system_id": "/redfish/v1/Systems/1", "username": "root", "password": "calvin",
              "verify_tls": True, "ca_bundle": "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmg\n-----END CERTIFICATE-----\n"},
     ClusterCreate: {"name": "train", "kind": "slurm", "shape": "vm.8gpu", "nodes": 2, "network_id": str(uuid.uuid4()),
-                    "pool": "shared", "priority": 10, "autoscaling": {"min_nodes": 1, "max_nodes": 4,
-                                                                      "target_gpu_util": 0.8, "cooldown_s": 60}},
+                    "pool": "shared", "tolerations": ["gpu=h100:NoSchedule"], "priority": 10,
+                    "autoscaling": {"min_nodes": 1, "max_nodes": 4, "target_gpu_util": 0.8, "cooldown_s": 60}},
     ClusterScale: {"nodes": 3},
     # command and entrypoint exclude each other: an empty command stands for the field
     JobCreate: {"cluster_id": str(uuid.uuid4()), "name": "fit-1", "command": [], "entrypoint": "python train.py",

@@ -134,7 +134,8 @@ async def create_cluster(request: web.Request) -> web.Response:
         await uow.emit("paas.create_cluster", CreateCluster(
             cluster_id=c["id"], tenant_id=p.tenant_id, user_id=p.user_id, name=body.name, kind=body.kind,
             shape=shape.name, gpu_count=shape.gpu_count, node_count=body.nodes, network_id=body.network_id,
-            pool=body.pool, priority=body.priority, autoscaling=c["autoscaling"], requested_by=str(p.user_id)),
+            pool=body.pool, tolerations=body.tolerations, priority=body.priority, autoscaling=c["autoscaling"],
+            requested_by=str(p.user_id)),
             correlation_id=str(c["id"]), tenant_id=p.tenant_id)
     return _accepted(out.model_dump_json(), c["id"])
 

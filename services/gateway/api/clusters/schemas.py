@@ -13,10 +13,12 @@ from pydantic import ConfigDict, Field, model_validator
 
 from services.paas.contracts import CLUSTER_NAME_PATTERN, MAX_NODES, ClusterState, Kind, NodeState
 
+from ...domain.scheduling import TOLERATION
 from ...http.schema_base import Body, Int, Out, ShapeName, Uuid, constraints, integer, text
 
 ClusterName = text(31, min_length=1, pattern=CLUSTER_NAME_PATTERN)
 NodeCount = integer(1, MAX_NODES)
+Toleration = text(200, pattern=TOLERATION)
 _OWNED = frozenset({"id", "tenant_id", "user_id", "state", "reason", "driver", "controller", "gpu_count",
                     "node_count", "requested_node_count", "version", "created_at", "updated_at", "links"})
 
@@ -47,6 +49,8 @@ class ClusterCreate(Body):
     network_id: Uuid | None = Field(default=None, description="A network of the tenant (GET /v1/networks) the nodes "
                                                               "attach to; another tenant's is a 404.")
     pool: ShapeName | None = Field(default=None, description="The node pool to place in (default: the shared pool).")
+    tolerations: list[Toleration] = Field(
+        default_factory=list, max_length=16, description="'key=value:NoSchedule' entries: taints its nodes tolerate.")
     priority: integer(-1000, 1000) = Field(default=0, description="Scheduling priority of its allocations.")
     autoscaling: AutoscalingIn | None = Field(default=None, description=(
         "Grow and shrink by GPU use between min_nodes and max_nodes; a `nodes` outside them is moved within them "
