@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -16,7 +14,8 @@ from services.paas.adapters.ray import RayRuntime
 from services.paas.adapters.ray.commands import DASHBOARD_PORT, GCS_PORT
 from services.paas.adapters.ray.processes import alive, marked
 from services.paas.adapters.ray.runtime import REPO_VENV
-from services.paas.domain.runtime import TERMINAL, ClusterHandle, ClusterNode, ClusterSpec, JobSpec
+from services.paas.domain.runtime import TERMINAL, ClusterHandle, ClusterSpec, JobSpec
+from tests.support.paas_slots import Tenant, tcp_connects
 from tests.support.polling import eventually
 
 pytestmark = [
@@ -38,51 +37,7 @@ for ip, gpu in ray.get([where.options(resources={"node:" + ip: 0.01}).remote() f
 """
 
 
-def tcp_connects(netns: str, address: str, port: int) -> bool:
-    """A TCP connection from inside ``netns`` is accepted (a refusal or no answer in 2 s: False)."""
-    code = "import socket, sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2).close()"
-    return subprocess.run(["ip", "netns", "exec", netns, sys.executable, "-c", code, address, str(port)],
-                          capture_output=True, timeout=30).returncode == 0
 
-
-def ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
-
-
-class Tenant:
-    """A tenant's network: a bridge (in a namespace of its own) and one slot namespace per node, ``eth0`` each."""
-
-    def __init__(self, subnet: str, nodes: int, first: int = 10) -> None:
-        tag = uuid.uuid4().hex[:8]
-        self.fabric = f"tf-{tag}"
-        self.slots = [f"ts-{tag}-{uuid.uuid4().hex[:12]}" for _ in range(nodes)]
-        self.addresses = [f"{subnet}.{i + first}" for i in range(nodes)]
-
-    def build(self) -> Tenant:
-        try:
-            ip("netns", "add", self.fabric)
-            ip("-n", self.fabric, "link", "add", "name", "tb", "type", "bridge")
-            ip("-n", self.fabric, "link", "set", "tb", "up")
-            for i, (ns, addr) in enumerate(zip(self.slots, self.addresses)):
-                ip("netns", "add", ns)
-                ip("-n", self.fabric, "link", "add", "name", f"p{i}", "type", "veth", "peer", "name", "eth0", "netns", ns)
-                ip("-n", self.fabric, "link", "set", f"p{i}", "master", "tb", "up")
-                ip("-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
-                ip("-n", ns, "link", "set", "eth0", "up")
-                ip("-n", ns, "link", "set", "lo", "up")
-        except Exception:
-            self.destroy()
-            raise
-        return self
-
-    def destroy(self) -> None:
-        for ns in [*self.slots, self.fabric]:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
-
-    def spec(self, name: str) -> ClusterSpec:
-        nodes = tuple(ClusterNode(name=f"{name}-{i}", allocation_id=uuid.uuid4(), address=addr, netns=ns, gpus=1,
-                                  cpus=1, memory_mb=512) for i, (ns, addr) in enumerate(zip(self.slots, self.addresses)))
-        return ClusterSpec(cluster_id=uuid.uuid4(), tenant_id=uuid.uuid4(), name=name, kind="ray", nodes=nodes)
 
 
 @pytest.fixture(scope="module")
@@ -94,9 +49,9 @@ def state_root(tmp_path_factory) -> Path:
 async def cluster(state_root):
     """Tenant A's two-node cluster and tenant B's lone slot (same subnet, its own bridge); stopped, and the
     namespaces removed, even on failure."""
-    tenant, other = Tenant("10.94.1", 2).build(), Tenant("10.94.1", 1, first=50)
+    tenant, other = Tenant("10.94.1", 2, first=10).build(), Tenant("10.94.1", 1, first=50)
     runtime = RayRuntime(state_root)
-    spec = tenant.spec("alpha")
+    spec = tenant.spec("alpha", "ray")
     try:
         other.build()
         handle = await runtime.start(spec)

@@ -13,7 +13,8 @@ import pytest
 
 from services.paas.adapters.slurm import SlurmRuntime
 from services.paas.adapters.slurm.processes import alive
-from services.paas.domain.runtime import ClusterError, ClusterHandle, ClusterNode, ClusterSpec, JobSpec
+from services.paas.domain.runtime import ClusterError, ClusterHandle, ClusterSpec, JobSpec
+from tests.support.paas_slots import Tenant
 from tests.support.polling import eventually
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="Slurm's daemons in namespace slots need root")
@@ -21,45 +22,6 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="Slurm's daemons in na
 JOB_TIMEOUT = 60
 
 
-def ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
-
-
-class Tenant:
-    """A tenant's network: a bridge (in a namespace of its own) and one slot namespace per node, ``eth0`` each."""
-
-    def __init__(self, subnet: str, nodes: int) -> None:
-        tag = uuid.uuid4().hex[:8]
-        self.fabric = f"tf-{tag}"
-        self.slots = [f"ts-{tag}-{uuid.uuid4().hex[:12]}" for _ in range(nodes)]
-        self.addresses = [f"{subnet}.{i + 1}" for i in range(nodes)]
-
-    def build(self) -> Tenant:
-        try:
-            ip("netns", "add", self.fabric)
-            ip("-n", self.fabric, "link", "add", "name", "tb", "type", "bridge")
-            ip("-n", self.fabric, "link", "set", "tb", "up")
-            for i, (ns, addr) in enumerate(zip(self.slots, self.addresses)):
-                ip("netns", "add", ns)
-                ip("-n", self.fabric, "link", "add", "name", f"p{i}", "type", "veth", "peer", "name", "eth0", "netns", ns)
-                ip("-n", self.fabric, "link", "set", f"p{i}", "master", "tb")
-                ip("-n", self.fabric, "link", "set", f"p{i}", "up")
-                ip("-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
-                ip("-n", ns, "link", "set", "eth0", "up")
-                ip("-n", ns, "link", "set", "lo", "up")
-        except Exception:
-            self.destroy()
-            raise
-        return self
-
-    def destroy(self) -> None:
-        for ns in [*self.slots, self.fabric]:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
-
-    def spec(self, name: str) -> ClusterSpec:
-        nodes = tuple(ClusterNode(name=f"{name}-{i}", allocation_id=uuid.uuid4(), address=addr, netns=ns, gpus=1,
-                                  cpus=1, memory_mb=512) for i, (ns, addr) in enumerate(zip(self.slots, self.addresses)))
-        return ClusterSpec(cluster_id=uuid.uuid4(), tenant_id=uuid.uuid4(), name=name, kind="slurm", nodes=nodes)
 
 
 def all_pids(handle) -> list[int]:
@@ -85,7 +47,7 @@ async def cluster(state_root):
     """Tenant A's two-node cluster, started once for the module; stopped (and checked gone) even on failure."""
     tenant = Tenant("10.93.1", 2).build()
     runtime = SlurmRuntime(state_root)
-    spec = tenant.spec("alpha")
+    spec = tenant.spec("alpha", "slurm")
     handle = None
     try:
         handle = await runtime.start(spec)
@@ -154,7 +116,7 @@ async def test_a_failing_job_reports_its_exit_code(cluster):
 async def test_a_second_tenant_cannot_reach_nor_authenticate_to_the_first(cluster, state_root):
     runtime, spec_a, handle_a, _ = cluster
     other = Tenant("10.93.2", 1).build()
-    spec_b = other.spec("beta")
+    spec_b = other.spec("beta", "slurm")
     handle_b = None
     try:
         handle_b = await runtime.start(spec_b)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ...domain.runtime import ClusterError, ClusterNode, ClusterSpec
 from .config import ClusterFiles, gres_conf, slurm_conf
-from .processes import Children, carrying, in_node, kill_all, start_time
+from .processes import Children, carrying_conf, in_node, kill_all, start_time
 from .processes import alive as pid_alive
 from .processes import run as run_command
 
@@ -146,7 +146,7 @@ class ClusterDaemons:
         (a graceful slurmctld waits seconds on its nodes)."""
         pids = {n: p for n, p in self.pids().items() if self.alive(n)}
         await self.children.kill_groups([p for n, p in pids.items() if n != "munged"], hard=True)
-        kill_all(carrying(self.files.slurm_conf))
+        kill_all(carrying_conf(self.files.slurm_conf))
         if "munged" in pids:
             await self.children.kill_groups([pids["munged"]], hard=True)
 

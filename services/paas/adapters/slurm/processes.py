@@ -13,6 +13,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from ...domain.runtime import ClusterError
+from ..processes import alive, carrying, spawn, start_time, until_gone
+
+__all__ = ["Children", "alive", "carrying_conf", "in_node", "kill_all", "run", "start_time"]
 
 NETNS_DIR = Path("/run/netns")
 
@@ -27,29 +30,6 @@ def in_node(argv: list[str], netns: str | None, hostname: str | None = None) -> 
     return ["nsenter", f"--net={NETNS_DIR / netns}", "--", *wrapped]
 
 
-def _stat(pid: int) -> list[str] | None:
-    """/proc/<pid>/stat's fields after the command name (state first), None when there is no such process."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-
-
-def start_time(pid: int) -> int | None:
-    """When the process started (clock ticks since boot): with its pid, it names one process for good."""
-    fields = _stat(pid)
-    return int(fields[19]) if fields else None
-
-
-def alive(pid: int | None, started: int | None = None) -> bool:
-    """The process exists and is not a zombie (a killed child not yet reaped counts as gone); with ``started``,
-    it is also the process that started then (a recorded pid the kernel has since reused is not ours)."""
-    fields = _stat(pid) if pid else None
-    if fields is None or fields[0] in ("Z", "X"):
-        return False
-    return started is None or int(fields[19]) == started
-
-
 class Children:
     """The daemons this process started: their ``Process`` objects, kept so that each is reaped."""
 
@@ -58,13 +38,7 @@ class Children:
 
     async def spawn(self, argv: list[str], log: Path, env: Mapping[str, str]) -> int:
         """Start ``argv`` detached in its own session (so its own process group), output appended to ``log``."""
-        with open(log, "ab") as out:
-            try:
-                proc = await asyncio.create_subprocess_exec(
-                    *argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=asyncio.subprocess.STDOUT,
-                    env={**os.environ, **env}, start_new_session=True)
-            except OSError as exc:
-                raise ClusterError(f"cannot start {argv[0]}: {exc}") from exc
+        proc = await spawn(argv, log, env)
         self._procs[proc.pid] = proc
         return proc.pid
 
@@ -78,9 +52,9 @@ class Children:
         ``hard``: SIGKILL at once (nothing of theirs is kept, so they need no orderly shutdown)."""
         pids = [p for p in pids if alive(p)]
         _signal_groups(pids, signal.SIGKILL if hard else signal.SIGTERM)
-        if not await _until_gone(pids, grace_s):
+        if not await until_gone(pids, grace_s):
             _signal_groups(pids, signal.SIGKILL)
-            await _until_gone(pids, grace_s)
+            await until_gone(pids, grace_s)
         for pid in pids:
             proc = self._procs.pop(pid, None)
             if proc is not None:
@@ -103,31 +77,10 @@ def _signal_groups(pids: Iterable[int], sig: signal.Signals) -> None:
                 pass
 
 
-async def _until_gone(pids: list[int], timeout_s: float) -> bool:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while any(alive(p) for p in pids):
-        if loop.time() > deadline:
-            return False
-        await asyncio.sleep(0.05)
-    return True
-
-
-def carrying(conf: Path) -> list[int]:
+def carrying_conf(conf: Path) -> list[int]:
     """Every process whose environment names ``conf`` as its SLURM_CONF: the cluster's daemons, their step
     daemons (slurmstepd leaves slurmd's process group) and the jobs' tasks."""
-    marker = f"SLURM_CONF={conf}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            env = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if marker in env.split(b"\0") and alive(int(entry.name)):
-            found.append(int(entry.name))
-    return found
+    return carrying(f"SLURM_CONF={conf}")
 
 
 def kill_all(pids: Iterable[int]) -> None:
