@@ -28,6 +28,8 @@ from .demo_baremetal import TOLERATION as BM_TOLERATION
 from .demo_baremetal import WIPE_POLICY, DemoBareMetal
 from .demo_lab import WIPE_POLICY as LAB_WIPE_POLICY
 from .demo_lab import DemoLab
+from .demo_paas import TOLERATION as PAAS_TOLERATION
+from .demo_paas import paas_nodes
 from .embedded import REPO
 from .platform import Platform
 
@@ -91,10 +93,10 @@ async def bare_metal(platform: Platform, data: dict, lab: DemoLab | None) -> Non
         data["bm_switch_port"] = bm.lab.switch_port
 
 
-async def seed(platform: Platform) -> dict:
+async def seed(platform: Platform, *, paas: bool = False) -> dict:
     """Demo tenant with a tenant admin and a tenant user, its quota, and two nodes (a real lab when it can run,
-    see ``demo_lab``); idempotent across restarts of the same data folder (the nodes' agents are started again,
-    as the same nodes)."""
+    see ``demo_lab``), and with ``paas`` two nodes for tenant clusters (``demo_paas``); idempotent across restarts
+    of the same data folder (the nodes' agents are started again, as the same nodes)."""
     path = platform.workdir / "seed.json"
     seeded = json.loads(path.read_text()) if path.exists() else None
     lab = await demo_lab(platform, seeded)
@@ -110,6 +112,8 @@ async def seed(platform: Platform) -> dict:
             tenant_admin = await _new_tenant_admin(platform, data["tenant_id"])
             data.update(admin_id=tenant_admin["id"], admin_api_key=tenant_admin["api_key"])
         await bare_metal(platform, data, lab)
+        if paas:
+            await paas_nodes(platform, data)
         _write_seed(path, data)
         return data
     async with platform.admin() as admin:
@@ -133,6 +137,8 @@ async def seed(platform: Platform) -> dict:
             "admin_id": tenant_admin["id"], "admin_api_key": tenant_admin["api_key"], "nodes": nodes,
             "demo_nodes": "lab" if lab else "sim", "wipe_disks": lab is not None}
     await bare_metal(platform, data, lab)
+    if paas:
+        await paas_nodes(platform, data)
     _write_seed(path, data)
     return data
 
@@ -200,6 +206,11 @@ def banner(platform: Platform, data: dict) -> str:
         *([f"    (the server's port is on leaf {data['bm_switch_port'].replace('/', ', port ')}: the provisioning "
            "VLAN until hand-off, then the tenant network's VXLAN on the VM nodes' underlay)"]
           if data.get("bm_node") and data.get("bm_switch_port") else []),
+        *(["  tenant clusters (Slurm, Ray) on the PaaS demo nodes, as the tenant admin (docs/paas.md):",
+           "    .venv/bin/tessera cluster create hpc --kind slurm --shape vm.1gpu --nodes 2 --pool paas "
+           f"--toleration {PAAS_TOLERATION}",
+           "    .venv/bin/tessera job submit <cluster id> hello --tasks 2 --gpus-per-task 1 -- hostname"]
+          if data.get("paas_nodes") else []),
         "Ctrl-C stops everything.",
     ])
 
@@ -247,7 +258,7 @@ async def up(workdir: Path, port: int | None, restart: bool = True) -> int:
     was_up = False
     try:
         await platform.start()
-        data = await seed(platform)
+        data = await seed(platform, paas=os.environ.get("TESSERA_DEMO_PAAS", "1") != "0")
         print(banner(platform, data), flush=True)
         was_up = True
         await asyncio.Event().wait()   # until a signal cancels this task

@@ -53,10 +53,12 @@ def env_pairs(pairs: list[str]) -> dict[str, str]:
 
 def cluster_body(name: str, kind: str, shape: str, nodes: int, network: str | None, pool: str | None,
                  priority: int, min_nodes: int | None, max_nodes: int | None, target_util: float,
-                 cooldown_s: int) -> dict:
+                 cooldown_s: int, tolerations: list[str] | None = None) -> dict:
     """The POST /v1/clusters body; autoscaling only when both bounds are given (one alone is a usage error)."""
     body: dict = {"name": name, "kind": kind, "shape": shape, "nodes": nodes, "priority": priority}
     body.update({k: v for k, v in (("network_id", network), ("pool", pool)) if v is not None})
+    if tolerations:
+        body["tolerations"] = list(tolerations)
     if (min_nodes is None) != (max_nodes is None):
         raise CliError("autoscaling needs both --min-nodes and --max-nodes", USAGE)
     if min_nodes is not None:
@@ -87,6 +89,8 @@ def cluster_create(name: str,
                    nodes: Annotated[int, typer.Option(help="How many nodes, 1 to 64.")],
                    network: Annotated[str | None, typer.Option(help="A network id of the tenant.")] = None,
                    pool: Annotated[str | None, typer.Option(help="The node pool.")] = None,
+                   toleration: Annotated[list[str] | None, typer.Option(
+                       help="A taint of the pool its nodes tolerate, key=value:NoSchedule (repeatable).")] = None,
                    priority: Annotated[int, typer.Option(help="-1000 to 1000.")] = 0,
                    min_nodes: Annotated[int | None, typer.Option(help="Autoscaling: the fewest nodes.")] = None,
                    max_nodes: Annotated[int | None, typer.Option(help="Autoscaling: the most nodes.")] = None,
@@ -95,7 +99,7 @@ def cluster_create(name: str,
                    output: Output = "table"):
     """Create a cluster (tenant admin): placing → ready."""
     body = cluster_body(name, kind, shape, nodes, network, pool, priority, min_nodes, max_nodes, target_util,
-                        cooldown_s)
+                        cooldown_s, toleration)
     c = client().request("POST", "/v1/clusters", body)
     changed(c, f"cluster {c['id']} requested ({c.get('state')})", output, f"follow it: tessera cluster get {c['id']} -w")
 

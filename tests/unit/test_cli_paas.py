@@ -121,3 +121,10 @@ def test_job_watch_exits_1_naming_the_end_when_the_job_did_not_succeed(fake, mon
     assert r.exit_code == 1 and isinstance(r.exception, CliError)
     assert "ended FAILED (exit code 3)" in r.exception.message
     assert "j1 FAILED (exit 3)" in r.output
+
+
+def test_a_cluster_body_carries_the_tolerations_given():
+    body = paas.cluster_body("hpc", "slurm", "vm.1gpu", 2, None, "paas", 0, None, None, 0.7, 300,
+                             ["dedicated=paas:NoSchedule"])
+    assert body["pool"] == "paas" and body["tolerations"] == ["dedicated=paas:NoSchedule"]
+    assert "tolerations" not in paas.cluster_body("hpc", "slurm", "vm.1gpu", 2, None, None, 0, None, None, 0.7, 300)
