@@ -177,6 +177,9 @@ class Platform:
             env["TESSERA_NODE_ID"] = instance
         if service == "paas":   # its tenant clusters' state (configuration, keys, sockets, logs): tooling.paas_state
             env[paas_state.VARIABLE] = str(paas_state.state_dir(self.workdir))
+            # its nodes' GPUs are simulated: their metrics are a random walk, so the autoscaler reads the clusters'
+            # own schedulers instead (the environment may say otherwise)
+            env["TESSERA_PAAS_UTILISATION"] = os.environ.get("TESSERA_PAAS_UTILISATION", "scheduler")
         if self.storage:
             env.update(self.storage.env(service))
         env.update(self.extra_env)
