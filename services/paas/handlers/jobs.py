@@ -43,10 +43,12 @@ async def publish(ctx: UnitOfWork, job: dict[str, Any], *, new: bool = False) ->
     await ctx.emit("paas.job_changed", view(job), correlation_id=str(job["id"]), tenant_id=job["tenant_id"])
 
 
-def request_of(cmd: c.SubmitJob) -> JobRequest:
-    return JobRequest(cluster_id=cmd.cluster_id, name=cmd.name, command=tuple(cmd.command) or None,
-                      entrypoint=cmd.entrypoint, tasks=cmd.tasks, gpus_per_task=cmd.gpus_per_task,
-                      time_limit_s=cmd.time_limit_s, env=dict(cmd.env), image=cmd.image, privileged=cmd.privileged)
+def new_job(cmd: c.SubmitJob, state: str = "SUBMITTING", reason: str | None = None) -> dict[str, Any]:
+    """The job row a submit makes (its spec: the command as it arrived, less who and where)."""
+    spec = cmd.model_dump(mode="json", exclude={"job_id", "tenant_id", "user_id", "cluster_id", "requested_by"})
+    return {"id": cmd.job_id, "tenant_id": cmd.tenant_id, "user_id": cmd.user_id, "cluster_id": cmd.cluster_id,
+            "name": cmd.name, "spec": spec, "state": state, "reason": reason, "exit_code": None, "external_id": None,
+            "nodes": [], "version": 0, "submitted_at": utcnow(), "started_at": None, "ended_at": None}
 
 
 async def submit_job(ctx: UnitOfWork, cmd: c.SubmitJob, *, policy: JobPolicy) -> None:
@@ -59,11 +61,7 @@ async def submit_job(ctx: UnitOfWork, cmd: c.SubmitJob, *, policy: JobPolicy) ->
         if existing["tenant_id"] != cmd.tenant_id:
             raise PermanentError(f"job id {cmd.job_id} is in use; choose another")
         return
-    spec = cmd.model_dump(mode="json", exclude={"job_id", "tenant_id", "user_id", "cluster_id", "requested_by"})
-    job = {"id": cmd.job_id, "tenant_id": cmd.tenant_id, "user_id": cmd.user_id, "cluster_id": cmd.cluster_id,
-           "name": cmd.name, "spec": spec, "state": "SUBMITTING", "reason": None, "exit_code": None,
-           "external_id": None, "nodes": [], "version": 0, "submitted_at": utcnow(), "started_at": None,
-           "ended_at": None}
+    job = new_job(cmd)
     cl = await PgClusters(ctx.conn).get(cmd.cluster_id)
     if cl is None or cl.tenant_id != cmd.tenant_id:
         raise PermanentError(f"cluster {cmd.cluster_id} not found")
@@ -71,7 +69,7 @@ async def submit_job(ctx: UnitOfWork, cmd: c.SubmitJob, *, policy: JobPolicy) ->
         job["state"], job["reason"] = "REJECTED", f"the cluster is {cl.state}"
     else:
         gpus = cl.gpu_count * len(cl.live_members)
-        violations = check(request_of(cmd), policy, cl.kind, gpus)
+        violations = check(request_of_spec(job), policy, cl.kind, gpus)
         if violations:
             job["state"] = "REJECTED"
             job["reason"] = "; ".join(f"{v.field}: {v.message}" for v in violations)[:2000]
@@ -98,12 +96,7 @@ async def refused(ctx: UnitOfWork, cmd, reason: str) -> None:
     if isinstance(cmd, c.SubmitJob) and await PgJobs(ctx.conn).get(cmd.job_id) is None:
         cl = await PgClusters(ctx.conn).get(cmd.cluster_id)
         if cl is not None and cl.tenant_id == cmd.tenant_id:
-            spec = cmd.model_dump(mode="json", exclude={"job_id", "tenant_id", "user_id", "cluster_id", "requested_by"})
-            return await publish(ctx, {
-                "id": cmd.job_id, "tenant_id": cmd.tenant_id, "user_id": cmd.user_id, "cluster_id": cmd.cluster_id,
-                "name": cmd.name, "spec": spec, "state": "REJECTED", "reason": reason[:2000], "exit_code": None,
-                "external_id": None, "nodes": [], "version": 0, "submitted_at": utcnow(), "started_at": None,
-                "ended_at": None}, new=True)
+            return await publish(ctx, new_job(cmd, "REJECTED", reason[:2000]), new=True)
     log.warning("paas.job_command_refused", job_id=str(cmd.job_id), reason=reason)
 
 
