@@ -19,6 +19,9 @@ from tests.support.paas_slots import Tenant, tcp_connects
 from tests.support.polling import eventually
 
 pytestmark = [
+    # a minute of real Ray; the suite keeps tests/e2e/test_paas.py's Ray cluster and job (start, a job across both
+    # nodes, its logs, delete); `./taskw test:long` runs these
+    pytest.mark.long,
     pytest.mark.skipif(os.geteuid() != 0, reason="Ray's daemons in namespace slots need root"),
     pytest.mark.skipif(not (REPO_VENV / "bin" / "ray").exists(), reason="Ray's venv (.venv-ray): ./taskw builds it"),
     pytest.mark.skipif(shutil.which("socat") is None, reason="socat bridges the Jobs API to a Unix socket"),
