@@ -18,6 +18,8 @@ import signal
 import tempfile
 from pathlib import Path
 
+from services.paas.adapters.processes import carrying
+
 VARIABLE = "TESSERA_PAAS_STATE_DIR"
 
 
@@ -32,17 +34,7 @@ def state_dir(workdir: Path) -> Path:
 
 def marked(path: Path) -> list[int]:
     """Pids of the live processes whose environment names ``path`` as their PaaS state folder."""
-    mark = f"{VARIABLE}={path}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if mark in (entry / "environ").read_bytes().split(b"\0"):
-                found.append(int(entry.name))
-        except OSError:        # gone meanwhile, or not ours to read
-            continue
-    return found
+    return carrying(f"{VARIABLE}={path}")
 
 
 def reap(path: Path) -> list[int]:

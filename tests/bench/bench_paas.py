@@ -34,6 +34,7 @@ from services.paas.domain.runtime import ClusterHandle, JobSpec
 from services.paas.settings import PaasSettings
 from tests.bench.common import pct, report
 from tests.support.platform import E2E_ENV
+from tests.support.polling import eventually
 from tooling import paas_state
 from tooling.client import TesseraClient
 from tooling.platform import Platform
@@ -68,15 +69,11 @@ async def _tenant(platform: Platform, pool: str) -> tuple[TesseraClient, Tessera
 async def _ready(client: TesseraClient, kind: str, opts: dict) -> dict:
     _, body, _ = await client.request("POST", "/v1/clusters", json_body={
         "name": f"b{uuid.uuid4().hex[:6]}", "kind": kind, "shape": "vm.1gpu", "nodes": 2, **opts}, expect=(202,))
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        c = (await client.request("GET", f"/v1/clusters/{body['id']}"))[1]
-        if c["state"] == "ready":
-            return c
-        if c["state"] == "failed":
-            raise RuntimeError(f"the cluster failed: {c['reason']}")
-        await asyncio.sleep(0.2)
-    raise TimeoutError("the cluster did not get ready")
+
+    async def now() -> dict:
+        return (await client.request("GET", f"/v1/clusters/{body['id']}"))[1]
+    return await eventually(now, timeout=300, interval=0.2, until=lambda c: c["state"] == "ready",
+                            fail_if=lambda c: c["state"] == "failed", what="the cluster ready")
 
 
 def _job_body(kind: str, cluster_id: str, i: int) -> dict:

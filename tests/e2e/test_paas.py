@@ -14,6 +14,7 @@ import uuid
 import pytest
 
 from services.node_agent.adapters.dataplane.lab import UNDERLAY_DEV, Lab
+from tests.e2e.test_network_isolation import attachment_of, netns_of
 from tests.support.polling import eventually
 
 pytestmark = [pytest.mark.timeout(420),
@@ -128,7 +129,6 @@ async def test_a_slurm_cluster_runs_a_two_task_gpu_job_and_another_tenant_cannot
                                                             "command": ["true"]}, expect=(404,))
         intruder = await b.admin.create_allocation("intruder", "vm.1gpu", **paas_pool)
         intruder = await b.admin.wait_state(intruder["id"], "ACTIVE", timeout=90)
-        from tests.e2e.test_network_isolation import attachment_of, netns_of
         ns_b = netns_of(await attachment_of(b.admin, intruder))
         controller = ready["controller"].rsplit(":", 1)
         assert not _reach(ns_b, controller[0], int(controller[1]))
