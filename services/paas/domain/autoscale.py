@@ -6,11 +6,16 @@ every few seconds), call :func:`decide` every ``TICK_S``.
 
 - Scale out when jobs wait for resources (at once, even inside the cool-down: a queue is a user waiting, and
   Kubernetes' cluster-autoscaler does not delay scale-up either), or when the window's mean utilisation is above
-  the target (after the cool-down: a node just added needs a window before the mean shows it).
+  the target (after the cool-down: a node just added needs a window before the mean shows it), or when the
+  newest sample and every one of the ``SURGE_S`` before it (at least two) are above the target: the surge rule.
+  The mean lags a step in load by up to the window (25–75 s for a step from 0.5 to 0.75–1.0 at 0.70); the
+  surge rule acts at the first tick with two samples after the step, so within ``TICK_S + SURGE_S`` (20 s) of
+  it when a sample is taken at the tick. It obeys the cool-down and the maximum like the mean.
 - Scale in only nodes idle over the whole window (no running job, utilisation at most ``IDLE_UTIL``), never
   ``nodes[0]`` (the controller), newest first, never below ``min_nodes``, and only while the utilisation the
-  remaining nodes would carry stays ``hysteresis`` below the target: without that band a cluster whose load
-  sits at the target removes a node, climbs over the target, adds it back, and so on.
+  remaining nodes would carry (at the window's mean or the latest samples', whichever is higher: a load that
+  has just risen is not spread yet) stays ``hysteresis`` below the target: without that band a cluster whose
+  load sits at the target removes a node, climbs over the target, adds it back, and so on.
 - Nothing changes while a change is in flight (nodes joining or draining) or within ``cooldown_s`` of the last
   one (pending jobs excepted, as said).
 
@@ -26,6 +31,7 @@ from dataclasses import dataclass, field
 TICK_S = 15.0       # NVCF: default scaling_loop_interval
 WINDOW_S = 70.0     # NVCF: default utilization_window_seconds
 IDLE_UTIL = 0.05    # "~0": a node at or under this, with no job, does nothing worth keeping it for
+SURGE_S = TICK_S / 3    # the handler's sampling period: two samples this close, both over, are a surge
 
 
 @dataclass(frozen=True)
@@ -94,9 +100,12 @@ class Window:
     not seen is not known to be idle), or when it is missing from a sample (its state is then forgotten).
     """
 
-    def __init__(self, span_s: float = WINDOW_S, max_gap_s: float = TICK_S) -> None:
+    def __init__(self, span_s: float = WINDOW_S, max_gap_s: float = TICK_S, surge_s: float = SURGE_S) -> None:
+        if not 0 < surge_s <= span_s:
+            raise ValueError("surge_s must be in (0, span_s]")
         self.span_s = span_s
         self.max_gap_s = max_gap_s
+        self.surge_s = surge_s
         self._entries: deque[tuple[float, float, int]] = deque()   # (at, Σ util·gpus, Σ gpus)
         self._busy = 0.0
         self._gpus = 0
@@ -143,6 +152,20 @@ class Window:
         if self._gpus <= 0:
             return None
         return max(0.0, self._busy / self._gpus)
+
+    def recent_utils(self, now: float) -> list[float]:
+        """The utilisation of the newest sample up to ``now`` and of each sample taken within ``surge_s``
+        before it (both ends included), newest first; a sample without GPUs counts as 0."""
+        recent: list[float] = []
+        newest = None
+        for at, busy, gpus in reversed(self._entries):
+            if at > now:
+                continue
+            newest = at if newest is None else newest
+            if at < newest - self.surge_s:
+                break
+            recent.append(max(0.0, busy / gpus) if gpus > 0 else 0.0)
+        return recent
 
     def fresh(self, now: float) -> bool:
         """Whether the latest sample is recent enough to act on (within ``max_gap_s``)."""
@@ -216,12 +239,23 @@ def decide(policy: ScalingPolicy, window: Window, state: ClusterState, now: floa
     if not window.fresh(now):
         return Hold("no recent GPU sample")
     mean = window.mean_util(now)
-    if mean is not None and mean > policy.target_gpu_util:
+    recent = window.recent_utils(now)
+    over = _over_target(policy, window, mean, recent)
+    if over is not None:
         if size >= policy.max_nodes:
-            return Hold(f"utilisation {mean:.2f} over the target {policy.target_gpu_util:.2f}, at the maximum")
-        reason = f"window utilisation {mean:.2f} over the target {policy.target_gpu_util:.2f}"
-        return ScaleOut(min(policy.scale_out_step, policy.max_nodes - size), reason)
-    return _scale_in(policy, window, state, now, mean or 0.0)
+            return Hold(f"{over}, at the maximum")
+        return ScaleOut(min(policy.scale_out_step, policy.max_nodes - size), over)
+    return _scale_in(policy, window, state, now, max([mean or 0.0, *recent]))
+
+
+def _over_target(policy: ScalingPolicy, window: Window, mean: float | None, recent: list[float]) -> str | None:
+    """Why the load is over the target (the window's mean, else a surge), or None."""
+    target = policy.target_gpu_util
+    if mean is not None and mean > target:
+        return f"window utilisation {mean:.2f} over the target {target:.2f}"
+    if len(recent) >= 2 and min(recent) > target:
+        return f"utilisation at least {min(recent):.2f} over the target {target:.2f} for {window.surge_s:g} s"
+    return None
 
 
 def _cooldown_left(policy: ScalingPolicy, state: ClusterState, now: float) -> float:
@@ -234,24 +268,25 @@ def _newest_first(nodes: Sequence[str]) -> tuple[str, ...]:
     return tuple(reversed(nodes[1:]))   # never nodes[0]: it hosts the controller
 
 
-def _scale_in(policy: ScalingPolicy, window: Window, state: ClusterState, now: float, mean: float) -> Decision:
+def _scale_in(policy: ScalingPolicy, window: Window, state: ClusterState, now: float, load: float) -> Decision:
+    """``load``: the utilisation the current nodes carry, as the scale-in must assume it."""
     room = min(policy.scale_in_step, len(state.nodes) - policy.min_nodes)
     if room <= 0:
-        return Hold(f"utilisation {mean:.2f}; at the minimum of {policy.min_nodes} node(s)")
+        return Hold(f"utilisation {load:.2f}; at the minimum of {policy.min_nodes} node(s)")
     idle = [n for n in _newest_first(state.nodes) if window.idle_whole_window(n, now)]
     if not idle:
-        return Hold(f"utilisation {mean:.2f}; no node idle for the whole {window.span_s:.0f} s window")
+        return Hold(f"utilisation {load:.2f}; no node idle for the whole {window.span_s:.0f} s window")
     ceiling = policy.target_gpu_util - policy.hysteresis
     total = window.total_gpus()
     chosen: list[str] = []
     for name in idle[:room]:
         left = total - window.gpus(name)
-        # The mean spread over the GPUs that would remain: what the cluster would run at without these nodes.
-        projected = mean * total / left if left > 0 else (0.0 if mean == 0 else float("inf"))
+        # The load spread over the GPUs that would remain: what the cluster would run at without these nodes.
+        projected = load * total / left if left > 0 else (0.0 if load == 0 else float("inf"))
         if projected > ceiling:
             break
         chosen.append(name)
         total = left
     if not chosen:
-        return Hold(f"utilisation {mean:.2f}; removing {idle[0]} would leave over {ceiling:.2f}")
-    return ScaleIn(tuple(chosen), f"{', '.join(chosen)} idle for {window.span_s:.0f} s, utilisation {mean:.2f}")
+        return Hold(f"utilisation {load:.2f}; removing {idle[0]} would leave over {ceiling:.2f}")
+    return ScaleIn(tuple(chosen), f"{', '.join(chosen)} idle for {window.span_s:.0f} s, utilisation {load:.2f}")
