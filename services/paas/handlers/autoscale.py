@@ -4,13 +4,16 @@ Every ``sample_s`` each such cluster gets a sample: per node, its GPU utilisatio
 utilisation comes from the node-agents' GPU metrics (the heartbeats' DCGM-named samples, by the allocation whose
 slot holds the GPU) with ``source="metrics"``; with ``source="scheduler"`` (simulated GPUs: their metrics are a
 random walk that says nothing of the work) it is the share of the node's GPUs the cluster's own scheduler has
-given to jobs. Every ``tick_s`` the pure ``domain.autoscale.decide`` answers; a scale-out is a new gang (the same
+given to jobs. Every ``tick_s`` the pure ``domain.autoscale.decide`` answers, on a sample taken at the tick
+(the surge rule's evidence is the last two samples: with the sampling loop's alone the newest could be a whole
+period old, which would put a step's decision up to 25 s after it, not 20 s); a scale-out is a new gang (the same
 path as a tenant's scale), a scale-in marks the named nodes draining (the reconciler drains them in the cluster's
 scheduler, waits for *drained*, then releases them). Each change shows on the cluster (``reason`` names the
 autoscaler's why) through ``paas.cluster_changed``.
 """
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Callable
@@ -36,6 +39,7 @@ class Autoscaler:
         self.windows: dict[uuid.UUID, Window] = {}
         self.last_change: dict[uuid.UUID, float] = {}
         self.gpu_util: dict[uuid.UUID, dict[int, tuple[float, float]]] = {}   # allocation -> gpu -> (at, 0..1)
+        self._sampling = asyncio.Lock()   # the sampling loop and the tick both sample: one at a time, in order
 
     async def on_heartbeat(self, hb) -> None:
         now = self.clock()
@@ -49,6 +53,12 @@ class Autoscaler:
             return [c for cid in await repo.autoscaled() if (c := await repo.get(cid)) is not None]
 
     async def sample_step(self) -> None:
+        """Add a sample of every autoscaled cluster to its window (samples go in in time order: a window
+        refuses an older one)."""
+        async with self._sampling:
+            await self._sample()
+
+    async def _sample(self) -> None:
         now = self.clock()
         live = set()
         for cl in await self._clusters():
@@ -63,7 +73,8 @@ class Autoscaler:
                 running = use.running_jobs if use else 0
                 nodes.append(NodeSample(cl.node_name(m), self._util(m.allocation_id, use, cl.gpu_count, now),
                                         running, cl.gpu_count))
-            window = self.windows.setdefault(cl.id, Window(self.window_s, max(self.tick_s, 3 * self._sample_s)))
+            window = self.windows.setdefault(cl.id, Window(self.window_s, max(self.tick_s, 3 * self._sample_s),
+                                                           min(self._sample_s, self.window_s)))
             window.add(Sample(now, tuple(nodes)))
         for gone in set(self.windows) - live:
             self.windows.pop(gone, None)
@@ -80,6 +91,10 @@ class Autoscaler:
         return sum(fresh) / len(fresh) if fresh else 0.0
 
     async def decide_step(self) -> None:
+        try:
+            await self.sample_step()
+        except Exception as exc:    # a scheduler that does not answer now: decide on the sampling loop's samples
+            log.warning("paas.autoscale_tick_sample_failed", error=repr(exc))
         now = self.clock()
         for cl in await self._clusters():
             if cl.state != "ready" or not cl.handle or cl.id not in self.windows:
