@@ -36,7 +36,7 @@ Kind = Literal["slurm", "ray", "kubernetes"]
 ClusterState = Literal["placing", "queued", "provisioning", "starting", "ready", "scaling", "deleting", "deleted",
                        "failed"]
 NodeState = Literal["placing", "provisioning", "active", "joining", "ready", "draining", "releasing", "released",
-                    "failed"]
+                    "failed", "lost", "rejoining"]
 JobState = Literal["SUBMITTING", "PENDING", "RUNNING", "CANCELLING", "SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT",
                    "REJECTED"]
 
@@ -208,6 +208,7 @@ CONTRACT = ServiceContract(
     receives=["paas.create_cluster", "paas.scale_cluster", "paas.delete_cluster", "paas.submit_job",
               "paas.cancel_job", "scheduler.gang_placed", "scheduler.gang_queued", "scheduler.gang_rejected",
               "allocation.activated", "allocation.failed", "allocation.released", "network.network_attached",
+              "allocation.interrupted", "allocation.rescheduled",
               "node_agent.heartbeat"],
     sends=["scheduler.reserve_gang", "scheduler.cancel_gang", "allocation.request", "allocation.release"],
 )

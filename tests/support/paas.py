@@ -6,7 +6,15 @@ import asyncio
 import time
 import uuid
 
-from services.paas.domain.runtime import ClusterError, ClusterHandle, ClusterSpec, JobSpec, JobStatus, NodeUse
+from services.paas.domain.runtime import (
+    ClusterError,
+    ClusterHandle,
+    ClusterNode,
+    ClusterSpec,
+    JobSpec,
+    JobStatus,
+    NodeUse,
+)
 from tests.support.bus import publish_event
 from tests.support.polling import eventually
 
@@ -22,6 +30,7 @@ class RecordingRuntime:
         self.by_job_id: dict[str, str] = {}
         self.node_states: dict[str, str] = {}
         self.refuse: str | None = None            # a submit refused for good, with this text
+        self.refuse_replace: str | None = None    # a lost node that cannot be moved, with this text
         self.started = asyncio.Event()
 
     def names(self, call: str) -> list:
@@ -38,6 +47,14 @@ class RecordingRuntime:
         self.calls.append(("set_nodes", spec))
         self.node_states = {n.name: self.node_states.get(n.name, "idle") for n in spec.nodes}
         return ClusterHandle(handle.cluster_id, handle.controller, handle.api, handle.driver,
+                             {"nodes": [n.name for n in spec.nodes]})
+
+    async def replace_node(self, spec: ClusterSpec, handle: ClusterHandle, node: ClusterNode) -> ClusterHandle:
+        self.calls.append(("replace_node", node))
+        if self.refuse_replace:
+            raise ClusterError(self.refuse_replace, permanent=True)
+        self.node_states[node.name] = "idle"
+        return ClusterHandle(handle.cluster_id, f"{spec.controller.address}:6817", handle.api, handle.driver,
                              {"nodes": [n.name for n in spec.nodes]})
 
     async def drain(self, handle: ClusterHandle, node: str, reason: str) -> None:
@@ -77,6 +94,9 @@ class RecordingRuntime:
     def finish(self, external_id: str, state: str = "SUCCEEDED", exit_code: int = 0) -> None:
         now = time.time()
         self.jobs[external_id] = JobStatus(state, exit_code, now - 1, now, "", ("n-0", "n-1"))
+
+    def run(self, external_id: str, *nodes: str) -> None:
+        self.jobs[external_id] = JobStatus("RUNNING", started_at=time.time(), nodes=tuple(nodes))
 
 
 def cluster_command(tenant, n=2, **over):

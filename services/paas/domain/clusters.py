@@ -8,6 +8,11 @@ command never makes a second allocation.
 States: placing → (queued →) provisioning → starting → ready; ready → scaling → ready; any → deleting → deleted;
 failed when the first gang is refused or a first node fails (the rest is released). A failure during a scale
 step leaves the cluster ready with the reason, and the failed member released.
+
+A node lost with its host (its allocation INTERRUPTED, then rescheduled under the same id): the member is
+``lost`` (still one of the cluster's nodes) and the cluster ``scaling`` (one change at a time); ACTIVE again with
+its address, it is ``rejoining`` until the scheduler has it back, then ``ready``. Its allocation FAILED instead:
+the cluster shrinks, or fails when it was ``nodes[0]`` (the controller).
 """
 from __future__ import annotations
 
@@ -15,7 +20,8 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 
-LIVE_MEMBER = frozenset({"placing", "provisioning", "active", "joining", "ready", "draining"})
+LIVE_MEMBER = frozenset({"placing", "provisioning", "active", "joining", "ready", "draining", "lost", "rejoining"})
+AWAY = frozenset({"lost", "rejoining"})      # a node the scheduler cannot count on until it is replaced
 _NS = uuid.UUID("3c1f7a4e-5b7d-4f0e-9d7a-2f9a1c6b8e01")
 
 
@@ -114,3 +120,51 @@ class Cluster:
     @property
     def gone(self) -> bool:
         return all(m.state in ("released", "failed") for m in self.members)
+
+    # ---- a node lost with its host
+    def lose(self, m: Member, why: str) -> bool:
+        """``m``'s allocation was interrupted: it is lost until it is ACTIVE again elsewhere. Its old address and
+        slot are forgotten (the reschedule attaches it again). False when ``m`` is no node the cluster counts on."""
+        if m.state not in ("active", "joining", "ready") or self.state in ("deleting", "deleted", "failed"):
+            return False
+        m.state, m.reason = "lost", why
+        m.address = m.attachment_id = m.node_id = None
+        self.reason = f"node {self.node_name(m)} lost: {why}; waiting for it on another node"
+        if self.state == "starting":            # the start waits for it, as for any first node
+            self.state = "provisioning"
+        elif self.state == "ready":
+            self.state = "scaling"
+        return True
+
+    def back(self, m: Member) -> bool:
+        """A lost member with both its new address and its new node (they arrive in either order): ``rejoining``
+        (the reconciler replaces it in the scheduler), or ``active`` when the scheduler was never started."""
+        if m.state != "lost" or not (m.address and m.node_id):
+            return False
+        m.state = "rejoining" if self.handle else "active"
+        self.reason = f"node {self.node_name(m)} is back on another node; rejoining the cluster"
+        if self.state == "provisioning" and self.all_active:
+            self.state = "starting"
+        return True
+
+    def not_replaced(self, m: Member, why: str) -> None:
+        """A lost member's allocation FAILED (no reschedule found room): the cluster goes on without it, or fails
+        (its other nodes released) when it hosted the controller or was the last."""
+        m.state, m.reason = "failed", why
+        name = self.node_name(m)
+        if m.idx == 0 or not self.live_members:
+            self.state, self.reason = "deleting", f"node {name} (the controller) lost and not replaced: {why}"
+            return
+        self.node_count = len(self.live_members)
+        self.reason = f"node {name} lost and not replaced: {why}; the cluster goes on with {self.node_count} node(s)"
+        if self.state == "ready":
+            self.state = "scaling"                 # the reconciler takes it out of the scheduler
+
+
+def lost_job(kind: str, node: str, why: str) -> tuple[str, str]:
+    """What becomes of a job that ran on ``node`` when it is lost: ``(state, reason)``. Slurm requeues a batch job
+    whose node failed (``JobRequeue=1``) and Kubernetes' Job controller makes its pods again: PENDING. A Ray job's
+    driver process died with its node and Ray does not restart it: FAILED."""
+    if kind == "ray":
+        return "FAILED", f"node {node} lost: the job's driver died with it ({why})"
+    return "PENDING", f"requeued: node {node} lost ({why})"

@@ -133,3 +133,9 @@ class ClusterRuntime(Protocol):
 
     async def pending(self, handle: ClusterHandle) -> int:
         """Jobs waiting for resources (autoscaling's queue signal)."""
+
+    async def replace_node(self, spec: ClusterSpec, handle: ClusterHandle, node: ClusterNode) -> ClusterHandle:
+        """``node`` (same name) was lost with its host and is back in a new slot, maybe at a new address: bring its
+        daemon up there and return it to service; the work that ran on it is requeued where the scheduler can
+        (Slurm), else failed. ``spec`` is the cluster with ``node`` in its new place. Optional: a driver without it
+        gets ``set_nodes`` instead. A controller node that cannot be moved is a permanent error."""

@@ -6,7 +6,7 @@ from functools import partial
 from shared.runtime import Runtime
 
 from ..domain.jobs import JobPolicy
-from ..handlers import clusters, jobs, nodes
+from ..handlers import clusters, jobs, node_loss, nodes
 from ..handlers.reconcile import Runtimes
 
 
@@ -23,4 +23,6 @@ def wire(rt: Runtime, runtimes: Runtimes, policy: JobPolicy) -> None:
     sub("allocation.activated", nodes.activated)
     sub("allocation.failed", nodes.failed)
     sub("allocation.released", nodes.released)
+    sub("allocation.interrupted", node_loss.interrupted)
+    sub("allocation.rescheduled", node_loss.rescheduled)
     rt.answer("paas.job_logs", lambda q: jobs.job_logs(q, pool=rt.pool, runtimes=runtimes))

@@ -17,8 +17,9 @@ from services.network import contracts as nc
 from shared.unit_of_work import UnitOfWork
 
 from ..adapters.repository import PgClusters
-from ..domain.clusters import Cluster, Member
+from ..domain.clusters import AWAY, Cluster, Member
 from .clusters import publish
+from .node_loss import active_again, attached_again
 
 
 async def gang_placed(ctx: UnitOfWork, evt) -> None:
@@ -85,6 +86,8 @@ async def network_attached(ctx: UnitOfWork, evt: nc.NetworkAttached) -> None:
     m = cl.member(evt.allocation_id) if cl else None
     if m is None or not m.live:
         return
+    if m.state == "lost":
+        return await attached_again(ctx, cl, m, evt)
     m.address, m.attachment_id, m.node_id = evt.ip_address, evt.attachment_id, evt.node_id or m.node_id
     _maybe_start(cl)
     await publish(ctx, cl)
@@ -93,6 +96,8 @@ async def network_attached(ctx: UnitOfWork, evt: nc.NetworkAttached) -> None:
 async def activated(ctx: UnitOfWork, evt: ac.AllocationActivated) -> None:
     cl = await PgClusters(ctx.conn).of_member(evt.allocation_id)
     m = cl.member(evt.allocation_id) if cl else None
+    if m is not None and m.state == "lost":
+        return await active_again(ctx, cl, m, evt.node_id)
     if m is None or m.state != "provisioning":
         return
     m.state, m.node_id = "active", evt.node_id
@@ -120,6 +125,9 @@ async def _ended(ctx: UnitOfWork, allocation_id, state: str, reason: str | None)
     if m is None or m.state in ("released", "failed"):
         return
     was_first = cl.state in ("provisioning", "starting")
+    if state == "failed" and m.state in AWAY and cl.handle and cl.state != "deleting":
+        cl.not_replaced(m, reason)
+        return await publish(ctx, cl)
     m.state, m.reason = state, reason
     if cl.state == "deleting":
         await _maybe_gone(cl)

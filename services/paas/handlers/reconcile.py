@@ -30,6 +30,7 @@ from ..domain.jobs import IllegalTransition, Lifecycle, runtime_command
 from ..domain.runtime import ClusterError, ClusterRuntime, JobSpec
 from . import clusters as cluster_handlers
 from . import jobs as job_handlers
+from .recover import on_away_node, recover
 from .specs import handle_doc, handle_of, spec_of
 
 log = structlog.get_logger()
@@ -93,6 +94,8 @@ class Reconciler:
         log.info("paas.cluster_started", cluster_id=str(cl.id), kind=cl.kind, nodes=len(cl.live_members))
 
     async def _scale(self, cl: Cluster) -> None:
+        if await recover(self, cl):          # a node lost with its host comes first
+            return
         runtime, handle = self.runtimes[cl.kind], handle_of(cl)
         joining = [m for m in cl.live_members if m.state == "active" and m.address]
         draining = [m for m in cl.live_members if m.state == "draining"]
@@ -105,7 +108,9 @@ class Reconciler:
                        if (n := states.get(cl.node_name(m))) is None or n.state == "drained"}
         staying = [m for m in cl.live_members if m.state == "ready" or m in joining or
                    (m.state == "draining" and m.allocation_id not in drained)]
-        if joining or drained:
+        # a node lost and not replaced (its allocation failed) is still in the scheduler: take it out
+        gone = set(handle.details.get("nodes", ())) - {cl.node_name(m) for m in cl.live_members}
+        if joining or drained or gone:
             handle = await runtime.set_nodes(spec_of(cl, staying, netns=self.netns), handle)
 
         joined = {j.allocation_id for j in joining}
@@ -122,7 +127,7 @@ class Reconciler:
                     m.state = "releasing"
                     await self._release(uow, c, m)
             if c.settled and not any(m.state in ("placing", "provisioning", "releasing") for m in c.members):
-                c.state, c.reason = "ready", None
+                c.state, c.reason = "ready", c.reason if gone else None
             return (c.handle, [m.state for m in c.members]) != before or c.state != "scaling"
         await self._write(cl.id, change)
 
@@ -136,7 +141,7 @@ class Reconciler:
             before = (c.handle, [m.state for m in c.members])
             c.handle = None
             for m in c.members:
-                if m.state in ("active", "joining", "ready", "draining"):
+                if m.state in ("active", "joining", "ready", "draining", "lost", "rejoining"):
                     m.state = "releasing"
                     await self._release(uow, c, m)
             if c.gone:
@@ -164,7 +169,7 @@ class Reconciler:
             if cid not in clusters:
                 clusters[cid] = await self._load(cid)
             cl = clusters[cid]
-            if cl is None or not cl.handle:
+            if cl is None or not cl.handle or on_away_node(cl, job):
                 continue
             try:
                 await self._follow(cl, job)
