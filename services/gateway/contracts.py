@@ -102,6 +102,7 @@ CONTRACT = ServiceContract(
         "billing.price_list_published", "billing.price_list_rejected", "billing.usage_rated",
         "billing.invoice_changed", "billing.budget_changed", "billing.budget_threshold_crossed",
         "billing.webhook_delivery_changed", "paas.cluster_changed", "paas.job_changed",
+        "paas.spot_offering_changed",
         "gateway.policy_changed", "gateway.credential_revoked",   # its own, heard by every replica (Runtime.listen)
     ],
     sends=["allocation.request", "allocation.release", "scheduler.register_node",
@@ -115,5 +116,6 @@ CONTRACT = ServiceContract(
            "billing.delete_budget", "billing.verify_ledger", "scheduler.drain_node", "scheduler.set_health_policy",
            "scheduler.close_breaker", "node_agent.inject_fault", "saga.read_steps",
            "paas.create_cluster", "paas.scale_cluster", "paas.delete_cluster", "paas.submit_job", "paas.cancel_job",
+           "paas.set_spot_offering",
            "paas.job_logs"],
 )

@@ -6,12 +6,14 @@ driver touches nothing until a cluster is started.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from shared.runtime import Runtime
 from shared.settings import ServiceSettings
 
 from .domain.jobs import JobPolicy
+from .domain.spot import SpotCapacityProvider
 from .entrypoints import bus, loops
 from .handlers.reconcile import Runtimes
 from .settings import PaasSettings
@@ -27,10 +29,18 @@ def drivers(paas: PaasSettings) -> Runtimes:
             "kubernetes": KubernetesRuntime(root / "kubernetes")}
 
 
+def spot_providers(paas: PaasSettings) -> Callable[[str], SpotCapacityProvider]:
+    """A pool's spot-capacity driver: NVCF-shaped, recording each call to ``<state dir>/spot/<pool>.jsonl``."""
+    from .adapters.spot.nvcf import RecordingNvcfProvider
+    root = Path(paas.state_dir).resolve() / "spot"
+    return lambda pool: RecordingNvcfProvider(root / f"{pool}.jsonl")
+
+
 def build(settings: ServiceSettings | None = None, paas: PaasSettings | None = None,
-          runtimes: Runtimes | None = None) -> Runtime:
-    """Build the PaaS service; its settings come from the environment unless given, its drivers from those
-    settings unless given (by kind)."""
+          runtimes: Runtimes | None = None,
+          spot_provider_of: Callable[[str], SpotCapacityProvider] | None = None) -> Runtime:
+    """Build the PaaS service; its settings come from the environment unless given, its drivers (by kind) and
+    its spot market's driver (by pool) from those settings unless given."""
     settings = settings or ServiceSettings.from_env("paas")
     paas = paas or PaasSettings.from_env()
     runtimes = drivers(paas) if runtimes is None else runtimes
@@ -38,5 +48,5 @@ def build(settings: ServiceSettings | None = None, paas: PaasSettings | None = N
                        allowed_images=paas.allowed_images, max_time_limit_s=paas.max_time_limit_s)
     rt = Runtime(settings, schema_dir=Path(__file__).parent / "schema")
     bus.wire(rt, runtimes, policy)
-    loops.wire(rt, runtimes, paas)
+    loops.wire(rt, runtimes, paas, spot_provider_of or spot_providers(paas))
     return rt

@@ -185,6 +185,69 @@ class JobLogs(Wire):
     truncated: bool = False
 
 
+SpotNodeState = Literal["requested", "offered", "reclaiming", "released", "failed"]
+
+
+class SetSpotOffering(Wire):
+    """A provider admin's spot offering in a pool. While enabled, the pool's idle GPUs beyond what tenants may claim
+    (unused guaranteed quota, pending requests, ``headroom_gpus``) are held by spot allocations of ``tenant_id`` (the
+    provider's own tenant: its allocations are billed as spot) and offered to the spot market through the spot
+    driver; they are taken back with ``notice_s`` of notice when tenants need them."""
+
+    pool: str = Field(max_length=63)
+    enabled: bool
+    tenant_id: uuid.UUID
+    user_id: uuid.UUID = Field(description="Who set it: the requester of its spot allocations.")
+    shape: str = Field(max_length=63, description="The shape of each spot node (one allocation).")
+    gpu_count: int = Field(ge=1, le=16, description="GPUs per node (the shape's).")
+    gpu_model: str | None = Field(default=None, max_length=63, description="The shape's GPU model, if it names one.")
+    max_nodes: int = Field(default=64, ge=1, le=1024)
+    headroom_gpus: int = Field(default=0, ge=0, le=100_000, description="GPUs kept free beyond every claim.")
+    notice_s: int = Field(default=30, ge=1, le=3600, description="Notice a reclaim gives the spot workload.")
+    tolerations: list[Annotated[str, StringConstraints(max_length=253)]] = Field(
+        default_factory=list, max_length=16, description="Taints of the pool's nodes its spot allocations tolerate.")
+    cluster_name: ClusterName = Field(description="The cluster's name in the spot market (immutable there).")
+    group: str = Field(default="tessera", max_length=63, pattern=r"^[A-Za-z0-9._-]+$")
+    region: str = Field(default="local", max_length=63, pattern=r"^[A-Za-z0-9._-]+$")
+    requested_by: str = Field(max_length=200)
+
+
+class SpotNodeView(Wire):
+    allocation_id: uuid.UUID
+    state: SpotNodeState
+    node_id: uuid.UUID | None = None
+    gpus: int
+    requested_at: datetime
+    offered_at: datetime | None = None
+    reclaim_by: datetime | None = Field(default=None, description="When the notice ends: the node is taken back.")
+    reclaim_reason: str | None = Field(default=None, max_length=500)
+    ended_at: datetime | None = None
+
+
+class SpotOfferingChanged(Wire):
+    """The whole offering after a change."""
+
+    pool: str
+    enabled: bool
+    tenant_id: uuid.UUID
+    shape: str
+    gpu_count: int
+    max_nodes: int
+    headroom_gpus: int
+    notice_s: int
+    cluster_name: str
+    driver: str = Field(description="recording: the NVCF calls are rendered and recorded, no market is reached.")
+    nodes: list[SpotNodeView] = Field(description="Live nodes, then the most recent ended ones.")
+    offered_gpus: int = Field(description="GPUs offered now (nodes offered, not being reclaimed).")
+    offered_gpu_s: float = Field(description="GPU-seconds offered since it was first enabled.")
+    reclaims_total: int
+    free_gpus: int | None = Field(default=None, description="The pool's free GPUs at the last decision.")
+    reserve_gpus: int | None = Field(default=None, description="What tenants may claim, plus the headroom, then.")
+    reason: str | None = Field(default=None, max_length=2000)
+    version: int = Field(ge=1)
+    updated_at: datetime
+
+
 def _msg(name: str, model: type[Wire], kind: Literal["command", "event"], summary: str) -> Message:
     return Message(f"paas.{name}", f"paas.{'cmd' if kind == 'command' else 'evt'}.{name}", model, kind, summary)
 
@@ -202,6 +265,8 @@ CONTRACT = ServiceContract(
         _msg("cancel_job", CancelJob, "command", "Cancel a job."),
         _msg("cluster_changed", ClusterChanged, "event", "A cluster changed: the whole cluster, versioned."),
         _msg("job_changed", JobChanged, "event", "A job changed: the whole job, versioned."),
+        _msg("set_spot_offering", SetSpotOffering, "command", "Enable, change or disable a pool's spot offering."),
+        _msg("spot_offering_changed", SpotOfferingChanged, "event", "A spot offering changed: whole, versioned."),
         Message("paas.job_logs", "paas.rpc.job_logs", JobLogsQuery, "request",
                 "A job's output so far, read from its cluster's scheduler.", reply=JobLogs),
     ],
@@ -209,6 +274,7 @@ CONTRACT = ServiceContract(
               "paas.cancel_job", "scheduler.gang_placed", "scheduler.gang_queued", "scheduler.gang_rejected",
               "allocation.activated", "allocation.failed", "allocation.released", "network.network_attached",
               "allocation.interrupted", "allocation.rescheduled",
-              "node_agent.heartbeat"],
+              "node_agent.heartbeat", "paas.set_spot_offering", "scheduler.scheduling_stats",
+              "scheduler.preemption_notice"],
     sends=["scheduler.reserve_gang", "scheduler.cancel_gang", "allocation.request", "allocation.release"],
 )

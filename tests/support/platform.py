@@ -16,6 +16,7 @@ E2E_ENV = {
     "TESSERA_RETRY_BACKOFF_S": "0.1,0.3,1",
     "TESSERA_LOG_LEVEL": "INFO",
     "TESSERA_SCHEDULER_PREEMPTION_GRACE_S": "1",   # the preemption notice's grace period
+    "TESSERA_SCHEDULER_STATS_S": "2",              # the figures a spot offering follows, every 2 s
     "TESSERA_STORAGE_USAGE_INTERVAL_S": "1",       # volumes' usage read from the storage systems every second
     "TESSERA_BILLING_CUT_S": "1",                  # running meters cut into usage records every second
     "TESSERA_BILLING_INVOICE_TICK_S": "0.5",       # changed invoices published twice a second

@@ -274,3 +274,18 @@ def test_unplacing_a_placement_the_database_refused_frees_it_without_serving_the
     assert sched.quotas.used(QuotaKey(t, "H100", "shared")) == 0
     assert sched.inv.holding(waiting.allocation_id) is None      # unlike release: the queue is not re-run
     sched.unplace(whole.allocation_id)                           # idempotent
+
+
+def test_the_spot_reserve_is_unused_guarantees_plus_pending_non_spot_gpus_and_any_pool_counts_everywhere():
+    sched, _, _ = world(1)
+    assert sched.spot_reserve() == {"shared": 0}
+    t = tenant(sched, guaranteed=6)
+    ask(sched, t, "vm.4gpu")                                   # placed: 2 of its 6 guaranteed GPUs still claimable
+    assert sched.spot_reserve() == {"shared": 2}
+    hog = tenant(sched)
+    ask(sched, hog, "vm.4gpu")                                 # the node is full now
+    _, waiting = ask(sched, hog, "vm.8gpu")
+    _, spot = ask(sched, hog, "vm.8gpu", spot=True)            # spot waits too, but claims nothing
+    anywhere = Request(uuid.uuid4(), hog, S["vm.1gpu"])
+    assert waiting.kind == spot.kind == sched.submit(anywhere).kind == "queued"
+    assert sched.spot_reserve() == {"shared": 2 + 8 + 1}

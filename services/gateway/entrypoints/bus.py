@@ -16,6 +16,7 @@ from ..api.inventory import rejections_projection as rejections
 from ..api.inventory import wipe_projection as wipes
 from ..api.jobs import projection as jobs
 from ..api.networks import projection as networks
+from ..api.spot import projection as spot
 from ..api.storage import projection as volumes
 
 
@@ -71,4 +72,5 @@ def wire(rt: Runtime) -> None:
     subscribe("billing.budget_threshold_crossed", budgets.on_threshold_crossed)
     subscribe("billing.webhook_delivery_changed", budgets.on_webhook_delivery_changed)
     subscribe("paas.cluster_changed", clusters.on_cluster_changed)
+    subscribe("paas.spot_offering_changed", spot.on_spot_offering_changed)
     subscribe("paas.job_changed", jobs.on_job_changed)

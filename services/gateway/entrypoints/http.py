@@ -27,6 +27,7 @@ from ..api.limits import routes as rate_limits
 from ..api.networks import routes as networks
 from ..api.ops import routes as ops
 from ..api.policies import routes as policies
+from ..api.spot import routes as spot
 from ..api.storage import attachments as volume_attachments
 from ..api.storage import quotas as storage_quotas
 from ..api.storage import volumes
@@ -57,7 +58,7 @@ ENDPOINTS = with_openapi([
     *steps.ENDPOINTS, *events.ENDPOINTS,
     *power.ENDPOINTS, *console.ENDPOINTS, *wipes.ENDPOINTS, *ops.ENDPOINTS, *networks.ENDPOINTS,
     *storage_quotas.ENDPOINTS, *volumes.ENDPOINTS, *volume_attachments.ENDPOINTS, *clusters.ENDPOINTS, *jobs.ENDPOINTS,
-    *billing.ENDPOINTS, *invoices.ENDPOINTS, *budgets.ENDPOINTS,
+    *spot.ENDPOINTS, *billing.ENDPOINTS, *invoices.ENDPOINTS, *budgets.ENDPOINTS,
     *api_keys.ENDPOINTS, *policies.ENDPOINTS, *rate_limits.ENDPOINTS,
     *audit.ENDPOINTS])
 # the state reader of each PUT, PATCH and DELETE operation, by operationId (the audit middleware's)

@@ -6,7 +6,7 @@ from functools import partial
 from shared.runtime import Runtime
 
 from ..domain.jobs import JobPolicy
-from ..handlers import clusters, jobs, node_loss, nodes
+from ..handlers import clusters, jobs, node_loss, nodes, spot
 from ..handlers.reconcile import Runtimes
 
 
@@ -25,4 +25,7 @@ def wire(rt: Runtime, runtimes: Runtimes, policy: JobPolicy) -> None:
     sub("allocation.released", nodes.released)
     sub("allocation.interrupted", node_loss.interrupted)
     sub("allocation.rescheduled", node_loss.rescheduled)
+    sub("paas.set_spot_offering", spot.set_spot_offering, on_refused=spot.refused)
+    sub("scheduler.scheduling_stats", spot.on_stats)
+    sub("scheduler.preemption_notice", spot.on_preemption_notice)
     rt.answer("paas.job_logs", lambda q: jobs.job_logs(q, pool=rt.pool, runtimes=runtimes))

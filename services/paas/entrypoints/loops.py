@@ -6,17 +6,20 @@ from shared.unit_of_work import UnitOfWork
 
 from ..handlers.autoscale import Autoscaler
 from ..handlers.reconcile import Reconciler, Runtimes
+from ..handlers.spot_market import SpotMarket
 from ..settings import PaasSettings
 
 
-def wire(rt: Runtime, runtimes: Runtimes, paas: PaasSettings) -> None:
+def wire(rt: Runtime, runtimes: Runtimes, paas: PaasSettings, spot_provider_of) -> None:
     def begin():
         return UnitOfWork.begin(rt.pool, rt.outbox, name="paas.reconcile")
     reconciler = Reconciler(begin, runtimes, netns=paas.nodes == "netns")
     rt.every(paas.reconcile_s, reconciler.clusters_step, leader="paas", at_once=True)
     rt.every(paas.reconcile_s, reconciler.jobs_step, leader="paas", at_once=True)
+    market = SpotMarket(begin, spot_provider_of)
+    rt.every(paas.reconcile_s, market.step, leader="paas", at_once=True)
     scaler = Autoscaler(begin, runtimes, source=paas.utilisation, tick_s=paas.autoscale_tick_s,
                         window_s=paas.autoscale_window_s)
     rt.listen("node_agent.heartbeat", scaler.on_heartbeat)
-    rt.every(paas.autoscale_tick_s / 3, scaler.sample_step, leader="paas", at_once=True)
+    rt.every(scaler.sample_s, scaler.sample_step, leader="paas", at_once=True)
     rt.every(paas.autoscale_tick_s, scaler.decide_step, leader="paas")

@@ -73,16 +73,18 @@ class Autoscaler:
                 running = use.running_jobs if use else 0
                 nodes.append(NodeSample(cl.node_name(m), self._util(m.allocation_id, use, cl.gpu_count, now),
                                         running, cl.gpu_count))
-            window = self.windows.setdefault(cl.id, Window(self.window_s, max(self.tick_s, 3 * self._sample_s),
-                                                           min(self._sample_s, self.window_s)))
+            window = self.windows.setdefault(cl.id, Window(self.window_s, max(self.tick_s, 3 * self.sample_s),
+                                                           min(self.sample_s, self.window_s)))
             window.add(Sample(now, tuple(nodes)))
         for gone in set(self.windows) - live:
             self.windows.pop(gone, None)
             self.last_change.pop(gone, None)
 
     @property
-    def _sample_s(self) -> float:
-        return self.tick_s / 3
+    def sample_s(self) -> float:
+        """How often it samples: six times a tick, so that a sample 2 s late (a heartbeat's) still shows a step
+        in time for the surge rule's decision within 20 s."""
+        return self.tick_s / 6
 
     def _util(self, allocation_id: uuid.UUID, use, gpus: int, now: float) -> float:
         if self.source == "scheduler":

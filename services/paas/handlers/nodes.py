@@ -8,7 +8,8 @@
 - a member ACTIVE: once every live member is, the reconciler starts (or grows) the cluster's scheduler;
 - a member FAILED or RELEASED: a first node failing fails the cluster and releases the rest; the last release of
   a deleting cluster makes it deleted.
-Messages about allocations that are no cluster's are ignored (every allocation's events reach this consumer).
+A spot offering's nodes are handed to ``spot.py`` first. Messages about allocations that are no cluster's are
+ignored (every allocation's events reach this consumer).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from shared.unit_of_work import UnitOfWork
 
 from ..adapters.repository import PgClusters
 from ..domain.clusters import AWAY, Cluster, Member
+from . import spot
 from .clusters import publish
 from .node_loss import active_again, attached_again
 
@@ -94,6 +96,8 @@ async def network_attached(ctx: UnitOfWork, evt: nc.NetworkAttached) -> None:
 
 
 async def activated(ctx: UnitOfWork, evt: ac.AllocationActivated) -> None:
+    if await spot.activated(ctx, evt.allocation_id, evt.node_id):
+        return
     cl = await PgClusters(ctx.conn).of_member(evt.allocation_id)
     m = cl.member(evt.allocation_id) if cl else None
     if m is not None and m.state == "lost":
@@ -120,6 +124,8 @@ async def released(ctx: UnitOfWork, evt: ac.AllocationReleased) -> None:
 
 
 async def _ended(ctx: UnitOfWork, allocation_id, state: str, reason: str | None) -> None:
+    if await spot.ended(ctx, allocation_id, state):
+        return
     cl = await PgClusters(ctx.conn).of_member(allocation_id)
     m = cl.member(allocation_id) if cl else None
     if m is None or m.state in ("released", "failed"):

@@ -214,6 +214,9 @@ class SchedulingStats(Wire):
     utilisation: dict[str, list[int]] = Field(description="'pool/model' -> [used GPUs, total GPUs]")
     fragmentation: dict[str, float] = Field(description="'pool/model' -> share of free GPUs that cannot serve 8 GPUs")
     preemptions_total: int = 0
+    spot_reserve: dict[str, int] = Field(default_factory=dict, description=(
+        "pool -> GPUs tenants may claim there at any moment (unused guaranteed quota plus what pending non-spot "
+        "requests wait for): what spot capacity must leave free"))
 
 
 # --- saga step: reserve / release -----------------------------------------------------------------------------

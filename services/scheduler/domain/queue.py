@@ -111,6 +111,16 @@ class FairQueue:
         """Tenant -> number of pending requests."""
         return dict(self._count)
 
+    def pending_gpus(self, copies: Mapping[uuid.UUID, int] | None = None) -> dict[str | None, int]:
+        """Pool (None: any pool) -> the GPUs pending non-spot requests wait for; ``copies`` counts an entry that
+        stands for several requests (a gang's) that many times."""
+        out: dict[str | None, int] = {}
+        for aid, req in self._where.items():
+            if not req.spot:
+                n = req.shape.gpu_count * (copies or {}).get(aid, 1)
+                out[req.pool] = out.get(req.pool, 0) + n
+        return out
+
     def order(self, usage: Mapping[uuid.UUID, int]) -> Iterator[Request]:
         """The order in which to try pending requests now (see module docstring). ``usage`` maps a
         tenant to the GPUs it holds. Lazy: stop iterating whenever enough has been tried."""

@@ -75,6 +75,16 @@ class QuotaBook:
         row = self._limits.get(key)
         return 0 if row is None else row[1]
 
+    def unused_guarantees(self) -> dict[str, int]:
+        """Pool -> Σ over quotas of (guaranteed − used), each never below zero: what tenants may claim there at
+        any moment."""
+        out: dict[str, int] = {}
+        for key, (_limit, guaranteed) in self._limits.items():
+            left = guaranteed - self._used.get(key, 0)
+            if left > 0:
+                out[key.pool] = out.get(key.pool, 0) + left
+        return out
+
     def used(self, key: QuotaKey) -> int:
         return self._used.get(key, 0)
 

@@ -107,6 +107,16 @@ class Scheduler(GangScheduling):
         self._drop_claims(allocation_id)
         return self.queue.cancel(allocation_id)
 
+    def spot_reserve(self) -> dict[str, int]:
+        """Pool -> the GPUs tenants may claim there at any moment, which spot capacity must leave free: unused
+        guaranteed quota plus what pending non-spot requests wait for (a waiting gang: every member; a request
+        for any pool counts in every pool)."""
+        waiting = self.queue.pending_gpus({g.gang_id: len(g.members) for g in self.gangs.values()})
+        anywhere = waiting.pop(None, 0)
+        guaranteed = self.quotas.unused_guarantees()
+        pools = {pool for pool, _model in self.inv.utilisation()} | set(guaranteed) | set(waiting)
+        return {p: guaranteed.get(p, 0) + waiting.get(p, 0) + anywhere for p in sorted(pools)}
+
     def adopt(self, req: Request, placement: Placement) -> None:
         """Load an existing holding (service start-up): hold, charge quota, count use; no checks
         beyond slot availability (raises SlotTaken). Idempotent."""

@@ -121,7 +121,7 @@ async def publish_stats(rt: Runtime, active: ActiveScheduler) -> None:
             at=utcnow(), pending={str(t): n for t, n in sched.queue.pending().items()},
             utilisation={f"{p}/{m}": [u, t] for (p, m), (u, t) in util.items()},
             fragmentation={f"{p}/{m}": round(f, 4) for (p, m), f in frag.items()},
-            preemptions_total=total), correlation_id="scheduler-stats")
+            preemptions_total=total, spot_reserve=sched.spot_reserve()), correlation_id="scheduler-stats")
 
 
 async def publish_quota_use(rt: Runtime) -> int:
