@@ -34,6 +34,7 @@ NOUNS: dict[str, tuple[str, str, str]] = {
     "node": ("fleet", "node_app", "Nodes (provider admin): onboarding, cordon, drain, health."),
     "shape": ("fleet", "shape_app", "Shapes: what an allocation asks for."),
     "pool": ("fleet", "pool_app", "Pools (provider admin): placement policy and taints."),
+    "spot": ("fleet", "spot_app", "Spot offerings (provider admin): a pool's idle GPUs sold on the spot market."),
     "tenant": ("ops", "tenant_app", "Tenants (provider admin)."),
     "user": ("ops", "user_app", "A tenant's users (provider or tenant admin)."),
     "price-list": ("ops", "price_app", "Price lists: the version in force, publish a new one."),

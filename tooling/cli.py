@@ -30,6 +30,9 @@ from .demo_lab import WIPE_POLICY as LAB_WIPE_POLICY
 from .demo_lab import DemoLab
 from .demo_paas import TOLERATION as PAAS_TOLERATION
 from .demo_paas import paas_nodes
+from .demo_spot import POOL as SPOT_POOL
+from .demo_spot import TOLERATION as SPOT_TOLERATION
+from .demo_spot import spot_offering
 from .embedded import REPO
 from .platform import Platform
 
@@ -93,10 +96,11 @@ async def bare_metal(platform: Platform, data: dict, lab: DemoLab | None) -> Non
         data["bm_switch_port"] = bm.lab.switch_port
 
 
-async def seed(platform: Platform, *, paas: bool = False) -> dict:
+async def seed(platform: Platform, *, paas: bool = False, spot: bool = False) -> dict:
     """Demo tenant with a tenant admin and a tenant user, its quota, and two nodes (a real lab when it can run,
-    see ``demo_lab``), and with ``paas`` two nodes for tenant clusters (``demo_paas``); idempotent across restarts
-    of the same data folder (the nodes' agents are started again, as the same nodes)."""
+    see ``demo_lab``), with ``paas`` two nodes for tenant clusters (``demo_paas``), and with ``spot`` a pool of two
+    nodes sold as spot (``demo_spot``); idempotent across restarts of the same data folder (the nodes' agents are
+    started again, as the same nodes)."""
     path = platform.workdir / "seed.json"
     seeded = json.loads(path.read_text()) if path.exists() else None
     lab = await demo_lab(platform, seeded)
@@ -114,6 +118,8 @@ async def seed(platform: Platform, *, paas: bool = False) -> dict:
         await bare_metal(platform, data, lab)
         if paas:
             await paas_nodes(platform, data)
+        if spot:
+            await spot_offering(platform, data)
         _write_seed(path, data)
         return data
     async with platform.admin() as admin:
@@ -139,6 +145,8 @@ async def seed(platform: Platform, *, paas: bool = False) -> dict:
     await bare_metal(platform, data, lab)
     if paas:
         await paas_nodes(platform, data)
+    if spot:
+        await spot_offering(platform, data)
     _write_seed(path, data)
     return data
 
@@ -211,6 +219,11 @@ def banner(platform: Platform, data: dict) -> str:
            f"--toleration {PAAS_TOLERATION}",
            "    .venv/bin/tessera job submit <cluster id> hello --tasks 2 --gpus-per-task 1 -- hostname"]
           if data.get("paas_nodes") else []),
+        *(["  spot: pool spot's idle GPUs are sold as spot (docs/paas.md \"Spot\"); as the provider admin:",
+           f"    .venv/bin/tessera login {url} --api-key {platform.admin_key} && .venv/bin/tessera spot get spot -w",
+           "    and, as the tenant, take a node back with 30 s of notice: .venv/bin/tessera alloc create paid "
+           f"--shape vm.8gpu --pool {SPOT_POOL} --toleration {SPOT_TOLERATION} --wait"]
+          if data.get("spot_nodes") else []),
         "Ctrl-C stops everything.",
     ])
 
@@ -258,7 +271,8 @@ async def up(workdir: Path, port: int | None, restart: bool = True) -> int:
     was_up = False
     try:
         await platform.start()
-        data = await seed(platform, paas=os.environ.get("TESSERA_DEMO_PAAS", "1") != "0")
+        data = await seed(platform, paas=os.environ.get("TESSERA_DEMO_PAAS", "1") != "0",
+                          spot=os.environ.get("TESSERA_DEMO_SPOT", "1") != "0")
         print(banner(platform, data), flush=True)
         was_up = True
         await asyncio.Event().wait()   # until a signal cancels this task

@@ -37,6 +37,8 @@ def create(name: str,
            image: Annotated[str | None, typer.Option(help="Image name (default: the provider's default).")] = None,
            network: Annotated[str | None, typer.Option(help="Network id to attach to.")] = None,
            pool: Annotated[str | None, typer.Option()] = None,
+           toleration: Annotated[list[str], typer.Option(help="KEY=VALUE:NoSchedule, a taint of the pool to "
+                                                              "tolerate (repeatable).")] = [],  # noqa: B006
            priority_class: Annotated[str | None, typer.Option()] = None,
            spot: Annotated[bool, typer.Option(help="Run as spot (may be preempted).")] = False,
            ssh_key: Annotated[list[str], typer.Option(help="Name of a stored SSH key (repeatable).")] = [],  # noqa: B006
@@ -51,6 +53,8 @@ def create(name: str,
                                    ("priority_class", priority_class)) if v})
     if ssh_key:
         body["key_names"] = ssh_key
+    if toleration:
+        body["tolerations"] = toleration
     c = client()
     a = c.request("POST", "/v1/allocations", body)
     if wait:

@@ -11,6 +11,8 @@ from cli.render import Columns
 node_app = typer.Typer(help="Nodes (provider admin): onboarding, cordon, drain, health.", no_args_is_help=True)
 shape_app = typer.Typer(help="Shapes: what an allocation asks for.", no_args_is_help=True)
 pool_app = typer.Typer(help="Pools (provider admin): placement policy and taints.", no_args_is_help=True)
+spot_app = typer.Typer(help="Spot offerings (provider admin): a pool's idle GPUs sold on the spot market.",
+                       no_args_is_help=True)
 
 FLEET = Columns((("id", "id"), ("name", "name"), ("model", "gpu_model"), ("status", "status"), ("health", "health"),
                  ("gpus", "gpu_count"), ("free", "gpus.free"), ("allocated", "gpus.allocated"),
@@ -190,4 +192,50 @@ def pool_set(name: str, policy: Annotated[str, typer.Option(help="pack or spread
     changed(client().request("PUT", f"/v1/pools/{name}", body), f"pool {name} set", output)
 
 
-APPS = (("node", node_app), ("shape", shape_app), ("pool", pool_app))
+SPOT = Columns((("pool", "pool"), ("enabled", "enabled"), ("shape", "shape"), ("offered_gpus", "offered_gpus"),
+                ("nodes", lambda d: sum(n["state"] in ("requested", "offered", "reclaiming") for n in d["nodes"])),
+                ("reclaiming", lambda d: sum(n["state"] == "reclaiming" for n in d["nodes"])),
+                ("free", "free_gpus"), ("reserve", "reserve_gpus")),
+               (("tenant", "tenant_id"), ("notice_s", "notice_s"), ("headroom", "headroom_gpus"),
+                ("max_nodes", "max_nodes"), ("gpu_hours", lambda d: round(d["offered_gpu_s"] / 3600, 3)),
+                ("reclaims", "reclaims_total"), ("market", "cluster_name"), ("driver", "driver"),
+                ("reason", "reason")), key="pool")
+
+
+@spot_app.command("list", epilog="Example: tessera spot list -w")
+def spot_list(output: Output = "table", watch: Watch = False, interval: Interval = 2.0):
+    """Every pool's spot offering: what it holds and offers, and the pool's free GPUs and reserve."""
+    c = client()
+    show_list(lambda: c.items("/v1/spot-offerings"), SPOT, output, watch, interval)
+
+
+@spot_app.command("get", epilog="Example: tessera spot get shared")
+def spot_get(pool: str, output: Output = "table", watch: Watch = False, interval: Interval = 2.0):
+    """One pool's spot offering, its nodes included in json/yaml."""
+    c = client()
+    show_read(lambda: c.get(f"/v1/spot-offerings/{pool}"), SPOT, output, watch, interval)
+
+
+@spot_app.command("enable", epilog="Example: tessera spot enable shared --tenant 3f1c… --shape vm.8gpu --notice 30")
+def spot_enable(pool: str, tenant: Annotated[str, typer.Option(help="The provider's tenant holding the spot nodes.")],
+                shape: Annotated[str, typer.Option(help="Each spot node's shape.")],
+                notice: Annotated[int, typer.Option(help="Seconds of notice a reclaim gives.")] = 30,
+                headroom: Annotated[int, typer.Option(help="GPUs kept free beyond every claim.")] = 0,
+                max_nodes: Annotated[int, typer.Option()] = 64,
+                toleration: Annotated[list[str], typer.Option(help="A taint of the pool to tolerate.")] = [],  # noqa: B006
+                output: Output = "table"):
+    """Hold the pool's idle GPUs as spot and offer them; taken back with notice when tenants need them."""
+    body = {"enabled": True, "tenant_id": tenant, "shape": shape, "notice_s": notice, "headroom_gpus": headroom,
+            "max_nodes": max_nodes, "tolerations": toleration}
+    changed(client().request("PUT", f"/v1/spot-offerings/{pool}", body), f"spot offering of pool {pool} enabled",
+            output, f"follow it: tessera spot get {pool} -w")
+
+
+@spot_app.command("disable", epilog="Example: tessera spot disable shared")
+def spot_disable(pool: str, output: Output = "table"):
+    """Take every spot node back (with notice) and leave the market."""
+    changed(client().request("PUT", f"/v1/spot-offerings/{pool}", {"enabled": False}),
+            f"spot offering of pool {pool} disabling", output, f"follow it: tessera spot get {pool} -w")
+
+
+APPS = (("node", node_app), ("shape", shape_app), ("pool", pool_app), ("spot", spot_app))

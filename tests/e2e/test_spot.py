@@ -7,6 +7,7 @@ import json
 import time
 from datetime import datetime
 
+from tests.e2e.test_cli import cli_env, ok
 from tests.e2e.test_scheduling import dedicated_pool
 from tests.support.polling import eventually
 from tooling import paas_state
@@ -32,15 +33,19 @@ def nodes(doc: dict, state: str) -> list[dict]:
     return [n for n in doc["nodes"] if n["state"] == state]
 
 
-async def test_the_spot_offering_follows_idle_capacity_and_gives_it_back_with_notice(platform, admin, make_tenant):
+async def test_the_spot_offering_follows_idle_capacity_and_gives_it_back_with_notice(platform, admin, make_tenant,
+                                                                                      tmp_path):
     provider, payer = await make_tenant(), await make_tenant()
     pool, _, opts = await dedicated_pool(platform, admin, provider, payer, nodes=2)
-    body = {"enabled": True, "tenant_id": provider.id, "shape": "vm.8gpu", "notice_s": NOTICE_S,
-            "tolerations": opts["tolerations"], "max_nodes": 4}
-    await admin.request("PUT", f"/v1/spot-offerings/{pool}", json_body=body, expect=(202,))
+    ops = cli_env(tmp_path, platform.gateway_url, platform.admin_key)
+    said = await ok(ops, "spot", "enable", pool, "--tenant", provider.id, "--shape", "vm.8gpu", "--notice",
+                    str(NOTICE_S), "--max-nodes", "4", "--toleration", opts["tolerations"][0])
+    assert f"spot offering of pool {pool} enabled" in said
     try:
         grown = await offering(admin, pool, lambda d: len(nodes(d, "offered")) == 2, "both idle nodes offered")
         assert grown["offered_gpus"] == 16 and grown["driver"] == "recording"
+        listed = json.loads(await ok(ops, "spot", "get", pool, "-o", "json"))
+        assert listed["pool"] == pool and listed["enabled"] and listed["notice_s"] == NOTICE_S
         held = [a for a in (await provider.admin.allocations())["items"] if a["state"] == "ACTIVE"]
         assert len(held) == 2 and all(a["spot"] and a["pool"] == pool for a in held)
         await eventually(lambda: market_calls(platform, pool, "offer_nodes"), timeout=30,
@@ -61,7 +66,7 @@ async def test_the_spot_offering_follows_idle_capacity_and_gives_it_back_with_no
                                                       and float(g["gpu_seconds"]) > 0], what="a spot usage line")
         assert not [g for g in spot_line["groups"] if g["key"] == "on-demand"]
     finally:
-        await admin.request("PUT", f"/v1/spot-offerings/{pool}", json_body={"enabled": False}, expect=(202,))
+        await ok(ops, "spot", "disable", pool)
         done = await offering(admin, pool, lambda d: not d["enabled"] and not [
             n for n in d["nodes"] if n["state"] in ("requested", "offered", "reclaiming")], "every spot node back")
     ended = [n for n in done["nodes"] if n["state"] == "released"]
