@@ -36,7 +36,7 @@ Kind = Literal["slurm", "ray", "kubernetes"]
 ClusterState = Literal["placing", "queued", "provisioning", "starting", "ready", "scaling", "deleting", "deleted",
                        "failed"]
 NodeState = Literal["placing", "provisioning", "active", "joining", "ready", "draining", "releasing", "released",
-                    "failed", "lost", "rejoining"]
+                    "failed", "returned", "lost", "rejoining"]
 JobState = Literal["SUBMITTING", "PENDING", "RUNNING", "CANCELLING", "SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT",
                    "REJECTED"]
 
@@ -57,6 +57,15 @@ class Autoscaling(Wire):
         return self
 
 
+class AdoptedMember(Wire):
+    """An allocation the tenant already holds, made a node of a new cluster as it is (the gateway checked it)."""
+
+    allocation_id: uuid.UUID
+    node_id: uuid.UUID = Field(description="The node it runs on.")
+    attachment_id: uuid.UUID | None = Field(default=None, description="Its attachment to the tenant network.")
+    address: str = Field(min_length=1, max_length=64, description="Its IP on the tenant network.")
+
+
 class CreateCluster(Wire):
     cluster_id: uuid.UUID
     tenant_id: uuid.UUID
@@ -73,6 +82,20 @@ class CreateCluster(Wire):
     spot: bool = False
     autoscaling: Autoscaling | None = None
     requested_by: str = Field(max_length=200)
+    members: list[AdoptedMember] = Field(
+        default_factory=list, max_length=MAX_NODES,
+        description="Allocations the tenant already holds, in node order (the first hosts the controller): the "
+                    "cluster is made of them (no gang, no new allocation; node_count is their number) and starts at "
+                    "once. They stay the tenant's: a scale-in or a delete drains them and stops the cluster's "
+                    "daemons on them, never releases them. Empty: node_count new allocations placed as a gang.")
+
+    @model_validator(mode="after")
+    def _members_counted(self) -> CreateCluster:
+        if self.members and len(self.members) != self.node_count:
+            raise ValueError("node_count must be the number of members")
+        if len({m.allocation_id for m in self.members}) != len(self.members):
+            raise ValueError("an allocation is named twice in members")
+        return self
 
 
 class ScaleCluster(Wire):
@@ -126,6 +149,8 @@ class ClusterNodeView(Wire):
     allocation_id: uuid.UUID
     state: NodeState
     address: str | None = Field(default=None, max_length=64, description="Its IP on the tenant network.")
+    adopted: bool = Field(default=False, description="An allocation the tenant held before the cluster: a scale-in "
+                                                     "or a delete returns it (state returned), never releases it.")
 
 
 class ClusterChanged(Wire):

@@ -13,6 +13,8 @@ _CLUSTER = ("id", "tenant_id", "user_id", "name", "kind", "shape", "gpu_count", 
             "tolerations", "priority", "spot", "autoscaling", "state", "reason", "driver", "handle", "version", "created_at",
             "updated_at")
 _MEMBER = ("allocation_id", "idx", "gang_id", "state", "node_id", "attachment_id", "address", "reason")
+_MEMBER += ("adopted",)     # an allocation the tenant held before the cluster (0005_adopted_members.sql)
+_ENDED_MEMBER = ("released", "failed", "returned")
 _JSON = ("autoscaling", "handle")
 JOB_LIVE = ("SUBMITTING", "PENDING", "RUNNING", "CANCELLING")
 
@@ -36,8 +38,18 @@ class PgClusters:
         return _cluster(row, members)
 
     async def of_member(self, allocation_id: uuid.UUID) -> Cluster | None:
-        cid = await self.conn.fetchval("SELECT cluster_id FROM members WHERE allocation_id=$1", allocation_id)
+        """The cluster the allocation is a node of: the live membership, else the newest (an adopted allocation
+        returned by one cluster may be a node of another later)."""
+        cid = await self.conn.fetchval(
+            "SELECT m.cluster_id FROM members m JOIN clusters c ON c.id = m.cluster_id WHERE m.allocation_id=$1 "
+            "ORDER BY m.state <> ALL($2::text[]) DESC, c.created_at DESC LIMIT 1", allocation_id, list(_ENDED_MEMBER))
         return await self.get(cid, lock=True) if cid else None
+
+    async def live_memberships(self, allocation_ids: list[uuid.UUID]) -> dict[uuid.UUID, uuid.UUID]:
+        """Allocation → the cluster it is a live node of, for those of ``allocation_ids`` that are one."""
+        rows = await self.conn.fetch("SELECT allocation_id, cluster_id FROM members WHERE allocation_id = ANY($1) "
+                                     "AND state <> ALL($2::text[])", allocation_ids, list(_ENDED_MEMBER))
+        return {r["allocation_id"]: r["cluster_id"] for r in rows}
 
     async def of_gang(self, gang: uuid.UUID) -> Cluster | None:
         cid = await self.conn.fetchval("SELECT cluster_id FROM members WHERE gang_id=$1 LIMIT 1", gang)
@@ -69,7 +81,7 @@ class PgClusters:
         params = ", ".join(f"${i + 2}" for i in range(len(_MEMBER)))
         await self.conn.executemany(
             f"INSERT INTO members (cluster_id, {', '.join(_MEMBER)}) VALUES ($1, {params}) "
-            "ON CONFLICT (allocation_id) DO UPDATE SET state=EXCLUDED.state, node_id=EXCLUDED.node_id, "
+            "ON CONFLICT (cluster_id, allocation_id) DO UPDATE SET state=EXCLUDED.state, node_id=EXCLUDED.node_id, "
             "attachment_id=EXCLUDED.attachment_id, address=EXCLUDED.address, reason=EXCLUDED.reason",
             [(c.id, *(getattr(m, k) for k in _MEMBER)) for m in c.members])
 

@@ -9,6 +9,11 @@ States: placing → (queued →) provisioning → starting → ready; ready → 
 failed when the first gang is refused or a first node fails (the rest is released). A failure during a scale
 step leaves the cluster ready with the reason, and the failed member released.
 
+A cluster may instead be made of allocations its tenant already holds (``adopt``): those members are ``adopted``,
+start ``active`` with their addresses (no gang, nothing requested), and are never released by the cluster: a
+scale-in or a delete drains them and takes them out of the cluster's scheduler, then they are ``returned`` (the
+allocation stays ACTIVE, the tenant's as before). Scale-out still adds new members as a gang.
+
 A node lost with its host (its allocation INTERRUPTED, then rescheduled under the same id): the member is
 ``lost`` (still one of the cluster's nodes) and the cluster ``scaling`` (one change at a time); ACTIVE again with
 its address, it is ``rejoining`` until the scheduler has it back, then ``ready``. Its allocation FAILED instead:
@@ -22,6 +27,7 @@ from datetime import datetime
 
 LIVE_MEMBER = frozenset({"placing", "provisioning", "active", "joining", "ready", "draining", "lost", "rejoining"})
 AWAY = frozenset({"lost", "rejoining"})      # a node the scheduler cannot count on until it is replaced
+ENDED_MEMBER = frozenset({"released", "failed", "returned"})   # returned: an adopted allocation given back
 _NS = uuid.UUID("3c1f7a4e-5b7d-4f0e-9d7a-2f9a1c6b8e01")
 
 
@@ -45,6 +51,7 @@ class Member:
     attachment_id: uuid.UUID | None = None
     address: str | None = None
     reason: str | None = None
+    adopted: bool = False           # the tenant's before the cluster: returned, never released, when it leaves
 
     @property
     def live(self) -> bool:
@@ -97,6 +104,18 @@ class Cluster:
         self.members.extend(new)
         return new
 
+    def adopt(self, nodes: list[tuple[uuid.UUID, uuid.UUID, uuid.UUID | None, str]]) -> list[Member]:
+        """Members of allocations the tenant holds, ``(allocation_id, node_id, attachment_id, address)`` in node
+        order, ``active`` with their addresses; the cluster is ``starting`` once every live member is."""
+        first = max((m.idx for m in self.members), default=-1) + 1
+        g = gang_id(self.id, first)      # no gang is reserved: the id only groups them
+        new = [Member(alloc, first + i, g, "active", node_id=node, attachment_id=attachment, address=address,
+                      adopted=True) for i, (alloc, node, attachment, address) in enumerate(nodes)]
+        self.members.extend(new)
+        if self.all_active:
+            self.state = "starting"
+        return new
+
     def shrink_to(self, count: int) -> list[Member]:
         """Pick the members to remove (highest index first, never index 0: it hosts the controller) and mark them
         draining; returns them."""
@@ -119,7 +138,7 @@ class Cluster:
 
     @property
     def gone(self) -> bool:
-        return all(m.state in ("released", "failed") for m in self.members)
+        return all(m.state in ENDED_MEMBER for m in self.members)
 
     # ---- a node lost with its host
     def lose(self, m: Member, why: str) -> bool:

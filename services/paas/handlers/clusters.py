@@ -40,7 +40,8 @@ def view(cl: Cluster) -> c.ClusterChanged:
         node_count=cl.node_count, network_id=cl.network_id, state=cl.state, reason=cl.reason, driver=cl.driver,
         controller=(cl.handle or {}).get("controller"), autoscaling=cl.autoscaling, spot=cl.spot,
         version=cl.version, created_at=cl.created_at, updated_at=cl.updated_at,
-        nodes=[c.ClusterNodeView(name=cl.node_name(m), allocation_id=m.allocation_id, state=m.state, address=m.address)
+        nodes=[c.ClusterNodeView(name=cl.node_name(m), allocation_id=m.allocation_id, state=m.state, address=m.address,
+                                 adopted=m.adopted)
                for m in cl.members])
 
 
@@ -57,8 +58,9 @@ def _gang_command(cl: Cluster, members: list[Member], requested_by: str):
 
 
 async def create_cluster(ctx: UnitOfWork, cmd: c.CreateCluster) -> None:
-    """Record the cluster and ask the scheduler to place its nodes as one gang. Idempotent on the cluster id; a name
-    the tenant already uses makes a failed cluster saying so."""
+    """Record the cluster and ask the scheduler to place its nodes as one gang, or, with ``members``, make it of
+    those allocations of the tenant (``_adopt``). Idempotent on the cluster id; a name the tenant already uses makes
+    a failed cluster saying so."""
     repo = PgClusters(ctx.conn)
     existing = await repo.get(cmd.cluster_id, lock=True)
     if existing is not None:
@@ -73,9 +75,25 @@ async def create_cluster(ctx: UnitOfWork, cmd: c.CreateCluster) -> None:
     if await repo.name_taken(cmd.tenant_id, cmd.name):
         cl.state, cl.reason = "failed", f"a cluster named {cmd.name!r} exists already"
         return await publish(ctx, cl, new=True)
+    if cmd.members:
+        return await _adopt(ctx, cl, cmd.members)
     members = cl.add_gang(cmd.node_count)
     await publish(ctx, cl, new=True)
     await _reserve(ctx, cl, members, cmd.requested_by)
+
+
+async def _adopt(ctx: UnitOfWork, cl: Cluster, adopted: list[c.AdoptedMember]) -> None:
+    """A cluster of allocations the tenant holds (the gateway checked them: ACTIVE, one network, one shape): its
+    members are ``active`` with their addresses, so it is ``starting`` at once; no gang, no allocation requested.
+    One already a live node of another cluster fails it, saying so (the gateway refuses that up front; this is
+    the race it cannot see)."""
+    taken = await PgClusters(ctx.conn).live_memberships([m.allocation_id for m in adopted])
+    if taken:
+        allocation, other = next(iter(taken.items()))
+        cl.state, cl.reason = "failed", f"allocation {allocation} is a node of cluster {other} already"
+    else:
+        cl.adopt([(m.allocation_id, m.node_id, m.attachment_id, m.address) for m in adopted])
+    await publish(ctx, cl, new=True)
 
 
 async def _owned(ctx: UnitOfWork, cluster_id: uuid.UUID, tenant_id: uuid.UUID) -> Cluster:
@@ -111,8 +129,9 @@ async def scale(ctx: UnitOfWork, cl: Cluster, count: int, requested_by: str, *, 
 
 
 async def delete_cluster(ctx: UnitOfWork, cmd: c.DeleteCluster) -> None:
-    """Mark the cluster deleting: the reconciler stops its scheduler, then its allocations are released. A gang
-    still waiting in the scheduler's queue is withdrawn."""
+    """Mark the cluster deleting: the reconciler stops its scheduler, then its allocations are released (an
+    adopted one is returned to the tenant as it is, never released). A gang still waiting in the scheduler's queue
+    is withdrawn."""
     cl = await _owned(ctx, cmd.cluster_id, cmd.tenant_id)
     if cl.state in ("deleting", "deleted"):
         return

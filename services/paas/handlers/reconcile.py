@@ -151,6 +151,9 @@ class Reconciler:
 
     @staticmethod
     async def _release(uow: UnitOfWork, cl: Cluster, m) -> None:
+        if m.adopted:   # the tenant held it before the cluster: it leaves the cluster, its allocation stays ACTIVE
+            m.state = "returned"
+            return
         await uow.emit("allocation.release", ac.ReleaseAllocation(
             allocation_id=m.allocation_id, tenant_id=cl.tenant_id, requested_by=cl.user_id),
             correlation_id=str(cl.id), tenant_id=cl.tenant_id)

@@ -70,6 +70,8 @@ class ClusterNodeOut(Out):
     allocation_id: uuid.UUID
     state: NodeState
     address: str | None = None
+    adopted: bool = Field(default=False, description="An allocation the tenant held before the cluster: a scale-in "
+                                                     "or a delete returns it (`returned`), never releases it.")
 
 
 class AutoscalingOut(Out):
