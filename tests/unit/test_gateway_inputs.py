@@ -92,7 +92,9 @@ VALID = {
                     "user_read_burst": 40, "user_write_per_s": 5, "user_write_burst": 10, "sse_connections": 8},
     BmcSet: {"url": "https://10.0.0.5", "system_id": "/redfish/v1/Systems/1", "username": "root", "password": "calvin",
              "verify_tls": True, "ca_bundle": "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmg\n-----END CERTIFICATE-----\n"},
-    ClusterCreate: {"name": "train", "kind": "slurm", "shape": "vm.8gpu", "nodes": 2, "network_id": str(uuid.uuid4()),
+    # shape and nodes, or allocation_ids: a null stands for the other form's field
+    ClusterCreate: {"name": "train", "kind": "slurm", "shape": "vm.8gpu", "nodes": 2, "allocation_ids": None,
+                    "network_id": str(uuid.uuid4()),
                     "pool": "shared", "tolerations": ["gpu=h100:NoSchedule"], "priority": 10,
                     "autoscaling": {"min_nodes": 1, "max_nodes": 4, "target_gpu_util": 0.8, "cooldown_s": 60}},
     ClusterScale: {"nodes": 3},

@@ -4,7 +4,8 @@ Writes are accepted with 202 and travel to the paas service as commands through 
 shows what the gateway asked for ('placing', a pending scale, 'deleting') until the service answers with the
 cluster's next document (``projection``). A creation is refused up front, nothing sent, as an allocation's is:
 an unknown shape (422), a network that is not the tenant's (404), the GPU quota for N × the shape's GPUs (403
-quota-exceeded), the spend cap, and the policies judging each of its N allocations (403 policy-denied).
+quota-exceeded), the spend cap, and the policies judging each of its N allocations (403 policy-denied). A
+cluster over allocations the tenant already holds (``allocation_ids``) is checked as ``adopt`` says instead.
 Another tenant's cluster, or a malformed id, is a 404, never a 403.
 """
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ...adapters.audit_state import StateReader, ids, select_object
 from ...adapters.catalog import resolve_shape
 from ...domain.keys import fingerprint
 from ...domain.model import Principal
+from ...domain.scheduling import ShapeInfo
 from ...http.auth import require_tenant_member
 from ...http.endpoint import Endpoint, Param, respond
 from ...http.inputs import header_value, path_uuid, read_body
@@ -32,6 +34,7 @@ from ...http.paging import CURSOR, LIMIT, read_page
 from ...http.problems import ProblemError, forbidden, not_found
 from ...http.schema_base import FieldError, Problem, text
 from ...http.state import gateway_of
+from .adopt import Held, adopted_nodes, held_allocations, show_nodes
 from .policy import judge_nodes
 from .schemas import ClusterCreate, ClusterOut, ClusterPage, ClusterScale
 
@@ -93,14 +96,28 @@ def _accepted(body: str, cluster_id, replayed: bool = False) -> web.Response:
     return web.Response(status=202, text=body, content_type="application/json", headers=headers)
 
 
-def _new_cluster(p: Principal, body: ClusterCreate, gpu_count: int) -> dict:
+def _new_cluster(p: Principal, body: ClusterCreate, shape: ShapeInfo | None, held: Held | None) -> dict:
+    """The requested cluster's row: of ``shape`` (new allocations) or of the ``held`` allocations."""
     now = utcnow()
+    if held is not None:
+        form = {"shape": held.shape, "gpu_count": held.gpu_count, "node_count": len(held.members),
+                "network_id": held.network_id, "pool": body.pool or held.pool, "nodes": adopted_nodes(body.name, held)}
+    else:
+        form = {"shape": shape.name, "gpu_count": shape.gpu_count, "node_count": body.nodes,
+                "network_id": body.network_id, "pool": body.pool, "nodes": []}
     return {"id": uuid.uuid4(), "tenant_id": p.tenant_id, "user_id": p.user_id, "name": body.name, "kind": body.kind,
-            "shape": body.shape, "gpu_count": gpu_count, "node_count": body.nodes, "pending_node_count": None,
-            "network_id": body.network_id, "pool": body.pool, "priority": body.priority, "state": "placing",
-            "reason": None, "driver": None, "controller": None, "nodes": [], "spot": False, "version": 0,
+            **form, "pending_node_count": None, "priority": body.priority, "state": "placing", "reason": None,
+            "driver": None, "controller": None, "spot": False, "version": 0,
             "autoscaling": body.autoscaling.model_dump() if body.autoscaling else None, "created_at": now,
             "updated_at": now}
+
+
+async def _admit_new(gw, conn: asyncpg.Connection, p: Principal, body: ClusterCreate, shape: ShapeInfo,
+                     c: dict) -> None:
+    """N new allocations: the GPU quota for all of them, the spend cap, and the policies judging each."""
+    await check_quota(conn, p, replace(shape, gpu_count=shape.gpu_count * body.nodes), body.pool)
+    await check_spend_cap(conn, p.tenant_id, c["created_at"])
+    await judge_nodes(gw, conn, p, body, shape)
 
 
 async def create_cluster(request: web.Request) -> web.Response:
@@ -114,9 +131,14 @@ async def create_cluster(request: web.Request) -> web.Response:
         held = await repo.held_cluster_key(conn, p.tenant_id, key) if key is not None else None
         if held is not None:
             return _replay(held, request_hash)
-        shape = await resolve_shape(conn, body.shape)
         await _require_network(conn, p.tenant_id, body.network_id)
-        c = _new_cluster(p, body, shape.gpu_count)
+        # the tenant's creations one at a time from here (before the key's claim, in every form: one lock order):
+        # a name, or an allocation made a node, is taken once
+        await repo.lock_tenant_clusters(conn, p.tenant_id)
+        adopted = await held_allocations(conn, p.tenant_id, body.allocation_ids, body.network_id) \
+            if body.allocation_ids else None
+        shape = await resolve_shape(conn, body.shape) if adopted is None else None
+        c = _new_cluster(p, body, shape, adopted)
         out = cluster_out(c)
         if key is not None:
             held = await repo.claim_cluster_key(conn, p.tenant_id, key, request_hash, c["id"],
@@ -124,18 +146,18 @@ async def create_cluster(request: web.Request) -> web.Response:
             if held is not None:
                 return _replay(held, request_hash)
         # each refusal below raises, which rolls the key's claim back too
-        await repo.lock_tenant_clusters(conn, p.tenant_id)
         if await repo.live_cluster_named(conn, p.tenant_id, body.name) is not None:
             raise ProblemError(409, f"a cluster named {body.name!r} already exists", slug="name-taken")
-        await check_quota(conn, p, replace(shape, gpu_count=shape.gpu_count * body.nodes), body.pool)
-        await check_spend_cap(conn, p.tenant_id, c["created_at"])
-        await judge_nodes(gw, conn, p, body, shape)
+        if adopted is None:
+            await _admit_new(gw, conn, p, body, shape, c)
         await repo.insert_cluster(conn, c)
+        if adopted is not None:
+            await show_nodes(conn, c["id"], c["nodes"])
         await uow.emit("paas.create_cluster", CreateCluster(
             cluster_id=c["id"], tenant_id=p.tenant_id, user_id=p.user_id, name=body.name, kind=body.kind,
-            shape=shape.name, gpu_count=shape.gpu_count, node_count=body.nodes, network_id=body.network_id,
-            pool=body.pool, tolerations=body.tolerations, priority=body.priority, autoscaling=c["autoscaling"],
-            requested_by=str(p.user_id)),
+            shape=c["shape"], gpu_count=c["gpu_count"], node_count=c["node_count"], network_id=c["network_id"],
+            pool=c["pool"], tolerations=body.tolerations, priority=body.priority, autoscaling=c["autoscaling"],
+            members=adopted.members if adopted else [], requested_by=str(p.user_id)),
             correlation_id=str(c["id"]), tenant_id=p.tenant_id)
     return _accepted(out.model_dump_json(), c["id"])
 
@@ -223,7 +245,21 @@ ENDPOINTS = [
                          "(403 `spend-cap-exceeded`); every policy judging `createAllocation` allows each of the N "
                          "allocations (`<name>-<index>`, the shape, the pool, the default image; 403 "
                          "`policy-denied`). `name` is not used by a live cluster of the tenant (a 409). Tenant users "
-                         "get 403."),
+                         "get 403.\n\nOr over allocations the tenant already holds: `allocation_ids` (1 to 64, each "
+                         "once) instead of `shape` and `nodes` (exactly one of the two forms, else a 422). The nodes "
+                         "are those allocations in the order given (the first hosts the controller); the cluster "
+                         "takes their shape and network and starts on them at once (no gang, nothing allocated, so "
+                         "no quota, spend cap or allocation policy is judged; `pool` defaults to theirs). Each "
+                         "refusal names the allocation (`errors[].field` `allocation_ids.<i>`): not the tenant's (a "
+                         "404); not ACTIVE (409 `allocation-not-active`); spot (409 `allocation-is-spot`: the "
+                         "cluster is not spot); without an address on a tenant network (409 "
+                         "`allocation-not-attached`); on another network than the first, or than `network_id` (409 "
+                         "`allocations-on-different-networks`); of another shape than the first (409 "
+                         "`allocations-of-different-shapes`); a node of a live cluster (409 "
+                         "`allocation-in-cluster`). Such a node is never released by the cluster: a scale-in or a "
+                         "delete drains it, stops the cluster's daemons on it and leaves the allocation ACTIVE "
+                         "(node state `returned`); a scale-out adds new allocations of the cluster's shape as a "
+                         "gang."),
     Endpoint("GET", "/v1/clusters", list_clusters, "listClusters", "List the tenant's clusters, newest first",
              "clusters", {200: ClusterPage}, params=(LIMIT, CURSOR), errors=(401, 403, 422)),
     Endpoint("GET", "/v1/clusters/{cluster_id}", get_cluster, "getCluster", "Read a cluster and its nodes", "clusters",
@@ -232,13 +268,16 @@ ENDPOINTS = [
              "Grow or shrink a cluster (tenant admins)", "clusters", {202: ClusterOut}, body=ClusterScale,
              params=(CLUSTER_ID,), errors=(400, 401, 403, 404, 409, 413, 415, 422), problems=_QUOTA,
              description="The new count shows as `requested_node_count` until the paas service takes it up; "
-                         "shrinking drains the nodes it removes first. Growth is checked against the GPU quota "
-                         "(403 `quota-exceeded`). With autoscaling, a count outside its bounds is a 409 "
-                         "(the autoscaler would undo it); so is a cluster deleting or failed."),
+                         "shrinking drains the nodes it removes first (then releases them; an `adopted` node is "
+                         "returned instead, its allocation left ACTIVE); growth adds new allocations. Growth is "
+                         "checked against the GPU quota (403 `quota-exceeded`). With autoscaling, a count outside "
+                         "its bounds is a 409 (the autoscaler would undo it); so is a cluster deleting or failed."),
     Endpoint("DELETE", "/v1/clusters/{cluster_id}", delete_cluster, "deleteCluster",
              "Delete a cluster and release its allocations (tenant admins)", "clusters", {202: ClusterOut},
              params=(CLUSTER_ID,), errors=(401, 403, 404),
              description="Accepted as `deleting`; repeating it answers 202 again. Once deleted it is a 404 and no "
-                         "longer listed.",
+                         "longer listed. The cluster's scheduler is stopped, then the allocations it requested are "
+                         "released; an allocation the tenant held before the cluster (`adopted`) is not: it stays "
+                         "ACTIVE, the tenant's.",
              audit_state=_CLUSTER_STATE),
 ]

@@ -19,6 +19,12 @@ from ...http.schema_base import Body, Int, Out, ShapeName, Uuid, constraints, in
 ClusterName = text(31, min_length=1, pattern=CLUSTER_NAME_PATTERN)
 NodeCount = integer(1, MAX_NODES)
 Toleration = text(200, pattern=TOLERATION)
+# exactly one form: a shape and a node count (new allocations, placed as a gang), or allocations the tenant holds;
+# a null stands for the field left out (the document states it as this oneOf)
+_NOT_NULL, _NULL = {"not": {"type": "null"}}, {"type": "null"}
+_ONE_FORM = {"oneOf": [
+    {"required": ["shape", "nodes"], "properties": {"shape": _NOT_NULL, "nodes": _NOT_NULL, "allocation_ids": _NULL}},
+    {"required": ["allocation_ids"], "properties": {"allocation_ids": _NOT_NULL, "shape": _NULL, "nodes": _NULL}}]}
 _OWNED = frozenset({"id", "tenant_id", "user_id", "state", "reason", "driver", "controller", "gpu_count",
                     "node_count", "requested_node_count", "version", "created_at", "updated_at", "links"})
 
@@ -38,14 +44,25 @@ class AutoscalingIn(Body):
 
 
 class ClusterCreate(Body):
+    model_config = ConfigDict(json_schema_extra=_ONE_FORM)
     server_owned: ClassVar[frozenset[str]] = _OWNED
     name: ClusterName = Field(description="Lower-case letters, digits and '-', starting with a letter, at most 31; "
                                           "unique among the tenant's live clusters (a 409). Its nodes are named "
                                           "<name>-<index>.")
     kind: Kind = Field(description="slurm or ray (run for real on the nodes) or kubernetes (rendered by a recording "
                                    "driver only: nothing is started).")
-    shape: ShapeName = Field(description="One of the shapes GET /v1/shapes lists: every node is one allocation of it.")
-    nodes: NodeCount = Field(description=f"How many nodes (allocations), 1 to {MAX_NODES}, placed all or nothing.")
+    shape: ShapeName | None = Field(default=None, description="One of the shapes GET /v1/shapes lists: every node is "
+                                                             "one allocation of it. With `nodes`; not with "
+                                                             "`allocation_ids`.")
+    nodes: NodeCount | None = Field(default=None, description=f"How many nodes (allocations), 1 to {MAX_NODES}, "
+                                                              "placed all or nothing. With `shape`.")
+    allocation_ids: list[Uuid] | None = Field(
+        default=None, min_length=1, max_length=MAX_NODES, json_schema_extra={"uniqueItems": True},
+        description=f"Instead of `shape` and `nodes`: 1 to {MAX_NODES} allocations the tenant already holds, each "
+                    "once, in node order (the first hosts the controller). They must be ACTIVE, attached to one "
+                    "network of the tenant, of one shape (the cluster's) and not spot, and no live cluster's nodes "
+                    "(each refusal names the allocation). The cluster starts on them at once; a scale-in or a "
+                    "delete drains them and stops the cluster's daemons on them but never releases them.")
     network_id: Uuid | None = Field(default=None, description="A network of the tenant (GET /v1/networks) the nodes "
                                                               "attach to; another tenant's is a 404.")
     pool: ShapeName | None = Field(default=None, description="The node pool to place in (default: the shared pool).")
@@ -55,6 +72,16 @@ class ClusterCreate(Body):
     autoscaling: AutoscalingIn | None = Field(default=None, description=(
         "Grow and shrink by GPU use between min_nodes and max_nodes; a `nodes` outside them is moved within them "
         "by the autoscaler's first step."))
+
+    @model_validator(mode="after")
+    def _one_form(self) -> ClusterCreate:
+        new = self.shape is not None and self.nodes is not None
+        held = self.allocation_ids is not None
+        if held == new or (held and (self.shape is not None or self.nodes is not None)):
+            raise ValueError("give either shape and nodes, or allocation_ids")
+        if held and len(set(self.allocation_ids)) != len(self.allocation_ids):
+            raise ValueError("allocation_ids names an allocation twice")
+        return self
 
 
 class ClusterScale(Body):
