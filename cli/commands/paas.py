@@ -51,11 +51,18 @@ def env_pairs(pairs: list[str]) -> dict[str, str]:
     return env
 
 
-def cluster_body(name: str, kind: str, shape: str, nodes: int, network: str | None, pool: str | None,
+def cluster_body(name: str, kind: str, shape: str | None, nodes: int | None, network: str | None, pool: str | None,
                  priority: int, min_nodes: int | None, max_nodes: int | None, target_util: float,
-                 cooldown_s: int, tolerations: list[str] | None = None) -> dict:
-    """The POST /v1/clusters body; autoscaling only when both bounds are given (one alone is a usage error)."""
-    body: dict = {"name": name, "kind": kind, "shape": shape, "nodes": nodes, "priority": priority}
+                 cooldown_s: int, tolerations: list[str] | None = None, allocations: list[str] | None = None) -> dict:
+    """The POST /v1/clusters body: ``shape`` and ``nodes`` (new allocations), or ``allocations`` the tenant holds,
+    exactly one of the two (a usage error otherwise); autoscaling only when both bounds are given (one alone is a
+    usage error)."""
+    if allocations and (shape is not None or nodes is not None):
+        raise CliError("give --shape and --nodes, or --allocation, not both", USAGE)
+    if not allocations and (shape is None or nodes is None):
+        raise CliError("give --shape and --nodes (new allocations), or --allocation for each one you hold", USAGE)
+    body: dict = {"name": name, "kind": kind, "priority": priority}
+    body.update({"allocation_ids": list(allocations)} if allocations else {"shape": shape, "nodes": nodes})
     body.update({k: v for k, v in (("network_id", network), ("pool", pool)) if v is not None})
     if tolerations:
         body["tolerations"] = list(tolerations)
@@ -82,11 +89,15 @@ def job_body(cluster: str, name: str, command: list[str], entrypoint: str | None
 
 # --- clusters -----------------------------------------------------------------------------------------------
 
-@cluster_app.command("create", epilog="Example: tessera cluster create train --kind slurm --shape vm.8gpu --nodes 4")
+@cluster_app.command("create", epilog="Examples: tessera cluster create train --kind slurm --shape vm.8gpu --nodes 4; "
+                                       "tessera cluster create mine --kind ray --allocation 5d0b… --allocation 9e1f…")
 def cluster_create(name: str,
                    kind: Annotated[str, typer.Option(help="slurm, ray or kubernetes (rendered only).")],
-                   shape: Annotated[str, typer.Option(help="Every node's shape (tessera shape list).")],
-                   nodes: Annotated[int, typer.Option(help="How many nodes, 1 to 64.")],
+                   shape: Annotated[str | None, typer.Option(help="Every node's shape (tessera shape list).")] = None,
+                   nodes: Annotated[int | None, typer.Option(help="How many nodes, 1 to 64.")] = None,
+                   allocation: Annotated[list[str] | None, typer.Option(
+                       help="Instead of --shape and --nodes: an ACTIVE allocation you hold, made a node (repeatable, "
+                            "in node order; the cluster never releases it).")] = None,
                    network: Annotated[str | None, typer.Option(help="A network id of the tenant.")] = None,
                    pool: Annotated[str | None, typer.Option(help="The node pool.")] = None,
                    toleration: Annotated[list[str] | None, typer.Option(
@@ -99,7 +110,7 @@ def cluster_create(name: str,
                    output: Output = "table"):
     """Create a cluster (tenant admin): placing → ready."""
     body = cluster_body(name, kind, shape, nodes, network, pool, priority, min_nodes, max_nodes, target_util,
-                        cooldown_s, toleration)
+                        cooldown_s, toleration, allocation)
     c = client().request("POST", "/v1/clusters", body)
     changed(c, f"cluster {c['id']} requested ({c.get('state')})", output, f"follow it: tessera cluster get {c['id']} -w")
 
@@ -128,7 +139,7 @@ def cluster_scale(cluster_id: str, nodes: Annotated[int, typer.Option(help="The 
 
 @cluster_app.command("delete", epilog="Example: tessera cluster delete 5d0b…")
 def cluster_delete(cluster_id: str, output: Output = "table"):
-    """Delete a cluster and release its allocations (tenant admin)."""
+    """Delete a cluster and release its allocations (tenant admin); allocations you held before it stay yours."""
     changed(client().request("DELETE", f"/v1/clusters/{cluster_id}"), f"cluster {cluster_id} deleting", output)
 
 

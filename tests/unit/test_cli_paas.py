@@ -128,3 +128,22 @@ def test_a_cluster_body_carries_the_tolerations_given():
                              ["dedicated=paas:NoSchedule"])
     assert body["pool"] == "paas" and body["tolerations"] == ["dedicated=paas:NoSchedule"]
     assert "tolerations" not in paas.cluster_body("hpc", "slurm", "vm.1gpu", 2, None, None, 0, None, None, 0.7, 300)
+
+
+def test_a_cluster_over_held_allocations_sends_their_ids_and_refuses_a_second_form(fake):
+    body = paas.cluster_body("mine", "ray", None, None, None, None, 0, None, None, 0.7, 300, None, ["a1", "a2"])
+    assert body == {"name": "mine", "kind": "ray", "priority": 0, "allocation_ids": ["a1", "a2"]}
+    for shape, nodes, allocations in (("vm.1gpu", None, ["a1"]), (None, 2, ["a1"]), (None, None, None),
+                                      ("vm.1gpu", None, None)):
+        with pytest.raises(CliError) as refused:
+            paas.cluster_body("mine", "ray", shape, nodes, None, None, 0, None, None, 0.7, 300, None, allocations)
+        assert refused.value.code == USAGE
+    api = fake()
+    r = CliRunner().invoke(paas.cluster_app, ["create", "mine", "--kind", "slurm", "--allocation", "a1",
+                                              "--allocation", "a2"])
+    assert r.exit_code == 0, r.output
+    assert api.calls == [("POST", "/v1/clusters", {"name": "mine", "kind": "slurm", "priority": 0,
+                                                   "allocation_ids": ["a1", "a2"]})]
+    refused = CliRunner().invoke(paas.cluster_app, ["create", "mine", "--kind", "slurm", "--allocation", "a1",
+                                                    "--nodes", "2"])
+    assert isinstance(refused.exception, CliError) and refused.exception.code == USAGE and len(api.calls) == 1
