@@ -28,7 +28,7 @@ def runtime(tmp_path) -> KubernetesRuntime:
 
 def test_the_runtime_keeps_the_cluster_runtime_signatures():
     methods = [n for n, f in vars(ClusterRuntime).items() if inspect.iscoroutinefunction(f)]
-    assert len(methods) == 10 and KubernetesRuntime.kind == "kubernetes"
+    assert len(methods) == 11 and KubernetesRuntime.kind == "kubernetes"
     for name in methods:
         assert inspect.signature(getattr(KubernetesRuntime, name)) == inspect.signature(getattr(ClusterRuntime, name))
 

@@ -1,10 +1,17 @@
 """A cluster's node lost with its host (pure): lost, back in either order, not replaced, and its jobs' fate."""
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from datetime import UTC, datetime
 
+import pytest
+
+from services.paas.adapters.kubernetes.applier import RecordingApplier
+from services.paas.adapters.kubernetes.runtime import KubernetesRuntime
+from services.paas.adapters.ray.runtime import RayRuntime
 from services.paas.domain.clusters import Cluster, lost_job
+from services.paas.domain.runtime import ClusterError, ClusterHandle, ClusterNode, ClusterSpec
 from services.paas.handlers.recover import on_away_node
 
 
@@ -84,3 +91,29 @@ def test_a_job_is_left_alone_only_while_a_node_it_ran_on_is_away():
     assert on_away_node(cl, job) and not on_away_node(cl, {"nodes": ["hpc-2"]})
     cl.members[1].state = "ready"
     assert not on_away_node(cl, job)
+
+
+async def test_kubernetes_records_a_join_of_the_lost_worker_and_refuses_to_move_the_control_plane(tmp_path):
+    runtime = KubernetesRuntime(tmp_path, RecordingApplier(tmp_path))
+    nodes = tuple(ClusterNode(f"k-{i}", uuid.uuid4(), f"10.0.0.{i + 2}", gpus=1) for i in range(2))
+    spec = ClusterSpec(uuid.uuid4(), uuid.uuid4(), "k", "kubernetes", nodes)
+    handle = await runtime.start(spec)
+    moved = dataclasses.replace(nodes[1], address="10.0.0.9")
+    moved_spec = dataclasses.replace(spec, nodes=(nodes[0], moved))
+    await runtime.replace_node(moved_spec, handle, moved)
+    runs = [(c["node"], c["argv"][:3]) for c in runtime.applier.calls(str(spec.cluster_id)) if c["call"] == "run"]
+    assert runs[-2:] == [("k-0", ["kubectl", "delete", "node"]), ("k-1", ["kubeadm", "join", "--config"])]
+    joined = runtime.applier.calls(str(spec.cluster_id))[-1]["documents"][0]
+    assert {"name": "node-ip", "value": "10.0.0.9"} in joined["nodeRegistration"]["kubeletExtraArgs"], joined
+    with pytest.raises(ClusterError) as refused:
+        await runtime.replace_node(moved_spec, handle, nodes[0])
+    assert refused.value.permanent and "etcd" in str(refused.value)
+
+
+async def test_ray_refuses_to_move_its_head(tmp_path):
+    node = ClusterNode("r-0", uuid.uuid4(), "10.0.0.2", gpus=1)
+    spec = ClusterSpec(uuid.uuid4(), uuid.uuid4(), "r", "ray", (node,))
+    handle = ClusterHandle(spec.cluster_id, "10.0.0.2:6379", "unix:/nowhere", "ray", {"head": "r-0", "nodes": {}})
+    with pytest.raises(ClusterError) as refused:
+        await RayRuntime(tmp_path).replace_node(spec, handle, node)
+    assert refused.value.permanent and "head node r-0 was lost" in str(refused.value)

@@ -79,6 +79,23 @@ class KubernetesRuntime:
         (folder / "capi.yaml").write_text(yaml.safe_dump_all(manifests, sort_keys=False))
         return self._handle(spec, folder, plan)
 
+    async def replace_node(self, spec: ClusterSpec, handle: ClusterHandle, node: ClusterNode) -> ClusterHandle:
+        """A worker lost with its host joins again from its new slot: its old Node object is deleted, then a
+        kubeadm join is recorded with its new address. The control-plane node cannot move: its etcd (the one
+        member) went with the host."""
+        if node.name == spec.controller.name:
+            raise ClusterError(f"the control-plane node {node.name} was lost: its etcd (the cluster's only member) "
+                               "went with it, so the cluster cannot be moved", permanent=True)
+        folder = self._folder(spec.cluster_id)
+        known: dict = self._load(folder, "nodes.json") or {}
+        await self.applier.run(str(spec.cluster_id), spec.controller.name,
+                               ["kubectl", "delete", "node", node.name, "--ignore-not-found"])
+        await self._kubeadm(spec, folder, node, ["kubeadm", "join"],
+                            [kubeadm.join_document(spec, node, self._plan(spec, folder))])
+        known[node.name] = {"address": node.address}
+        self._save(folder, "nodes.json", known)
+        return await self.set_nodes(spec, handle)
+
     async def drain(self, handle: ClusterHandle, node: str, reason: str) -> None:
         folder = self._existing(handle)
         known = self._load(folder, "nodes.json") or {}

@@ -83,6 +83,17 @@ class RayRuntime:
         (self._state_dir(spec.cluster_id) / "handle.json").write_text(json.dumps(new.details))
         return new
 
+    async def replace_node(self, spec: ClusterSpec, handle: ClusterHandle, node: ClusterNode) -> ClusterHandle:
+        """A worker lost with its host starts again in its new slot (whatever of it lives is stopped first; the
+        GCS has already counted its raylet dead, and a job whose driver ran there failed). The head cannot move:
+        its GCS state (jobs, actors) went with the host."""
+        if node.name == handle.details.get("head"):
+            raise ClusterError(f"the head node {node.name} was lost: the cluster's GCS state went with it, so the "
+                               "Ray cluster cannot be moved", permanent=True)
+        await self._stop_node(handle.cluster_id, node.name)
+        pids = {k: v for k, v in handle.details.get("nodes", {}).items() if k != node.name}
+        return await self.set_nodes(spec, replace(handle, details={**handle.details, "nodes": pids}))
+
     async def drain(self, handle: ClusterHandle, node: str, reason: str) -> None:
         """Recorded first (``nodes`` reads it), then asked of the GCS while the node's raylet is ALIVE."""
         if node == handle.details.get("head"):

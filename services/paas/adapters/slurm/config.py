@@ -129,6 +129,7 @@ def slurm_conf(spec: ClusterSpec, files: ClusterFiles) -> str:
         "ReturnToService=2",
         "SlurmdTimeout=30",
         "MinJobAge=3600",
+        "JobRequeue=1",              # a batch job whose node failed (or was set DOWN) is queued again
         *(node_line(n) for n in spec.nodes),
         f"PartitionName={PARTITION} Nodes={','.join(n.name for n in spec.nodes)} Default=YES MaxTime=INFINITE State=UP",
     ]

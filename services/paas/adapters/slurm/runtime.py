@@ -9,11 +9,21 @@ import asyncio
 import shutil
 from pathlib import Path
 
-from ...domain.runtime import TERMINAL, ClusterError, ClusterHandle, ClusterSpec, JobSpec, JobStatus, NodeUse
+from ...domain.runtime import (
+    TERMINAL,
+    ClusterError,
+    ClusterHandle,
+    ClusterNode,
+    ClusterSpec,
+    JobSpec,
+    JobStatus,
+    NodeUse,
+)
 from .config import CTLD_PORT, ClusterFiles
 from .daemons import ClusterDaemons
 from .jobs import comment, gpu_count, job_status, node_use, refused, running_per_node, submit_body
 from .processes import Children
+from .requeue import release, requeued, running_on
 from .rest import SlurmRest, Token, raise_for
 
 READY_TIMEOUT_S = 90.0
@@ -63,12 +73,14 @@ class SlurmRuntime:
             await self._wait_ready(spec, daemons, handle)
             return self._handle(spec, daemons)
 
-    async def _ensure_daemons(self, spec: ClusterSpec, daemons: ClusterDaemons) -> None:
+    async def _ensure_daemons(self, spec: ClusterSpec, daemons: ClusterDaemons, *, but: str | None = None) -> None:
+        """Start what is not running (``but``: not that node's slurmd)."""
         await daemons.ensure_munged()
         await self._wait_for_file(daemons, daemons.files.munge_socket, "munged", watch={"munged"})
         await daemons.ensure_slurmctld(spec.controller)
         for node in spec.nodes:
-            await daemons.ensure_slurmd(node)
+            if node.name != but:
+                await daemons.ensure_slurmd(node)
         await daemons.ensure_slurmrestd(spec.controller)
         await self._wait_for_file(daemons, daemons.files.rest_socket, "slurmrestd")
 
@@ -118,6 +130,9 @@ class SlurmRuntime:
             daemons.prepare(spec)
             wanted = {f"slurmd:{n.name}" for n in spec.nodes}
             for name in [n for n in daemons.pids() if n.startswith("slurmd:") and n not in wanted]:
+                if not daemons.alive(name):     # a node lost for good: requeue what ran there before it goes
+                    await self._down(daemons, self._rest(handle), handle.details.get("controller_netns"),
+                                     name.removeprefix("slurmd:"))
                 await daemons.stop(name)
             changed = not daemons.controller_current()
             if changed:
@@ -128,6 +143,63 @@ class SlurmRuntime:
                 await daemons.scontrol(spec.controller.netns, "reconfigure")
             await self._wait_ready(spec, daemons, handle)
             return self._handle(spec, daemons)
+
+    async def replace_node(self, spec: ClusterSpec, handle: ClusterHandle, node: ClusterNode) -> ClusterHandle:
+        """``node`` lost with its host, back in a new slot (same name, maybe a new address). Another node: set
+        DOWN first, so slurmctld requeues the batch jobs that ran there (``requeue.py``). ``nodes[0]``: its
+        slurmctld and slurmrestd start again in the new slot first (the StateSaveLocation keeps the queue), then
+        it is set DOWN alike. Either way whatever lives of its old slurmd is stopped, the configuration names its
+        new address (slurmctld restarts when it changed: 22.05 reads NodeAddr only at start), its slurmd starts in
+        the new slot, the node is resumed, and its requeued jobs may start at once."""
+        async with self._lock(spec.cluster_id):
+            daemons = self._daemons(spec.cluster_id)
+            controller = node.name == spec.controller.name
+            ran_there: set[int] = set()
+            if not controller:
+                ran_there = await self._down(daemons, self._rest(handle), handle.details.get("controller_netns"),
+                                             node.name)
+            await daemons.stop(f"slurmd:{node.name}")
+            if controller:
+                for name in ("slurmrestd", "slurmctld"):
+                    await daemons.stop(name)
+                self._tokens.pop(str(spec.cluster_id), None)    # its token came from the old namespace
+            daemons.prepare(spec)
+            restart = not daemons.controller_current()
+            if restart:
+                await daemons.stop("slurmctld")
+            await self._ensure_daemons(spec, daemons, but=node.name)
+            new, netns = self._handle(spec, daemons), spec.controller.netns
+            rest = self._rest(new)
+            if restart:
+                await self._until(daemons, rest.ping, "the restarted controller's ping")
+                await daemons.scontrol(netns, "reconfigure")
+            if controller:       # before its new slurmd registers: the jobs it ran are not there to be found
+                ran_there = await self._down(daemons, rest, netns, node.name)
+            await daemons.ensure_slurmd(node)
+            await self._resume(daemons, netns, node.name)
+            await self._wait_ready(spec, daemons, new)
+            await self._until(daemons, lambda: requeued(rest, ran_there), "the lost node's jobs requeued")
+            await release(daemons, netns, rest)
+            return self._handle(spec, daemons)
+
+    @staticmethod
+    async def _down(daemons: ClusterDaemons, rest: SlurmRest, netns: str | None, node: str) -> set[int]:
+        """Set ``node`` DOWN (Slurm requeues what ran there); the ids of those jobs. Its controller gone too, or
+        the node down already: nothing to requeue from here."""
+        try:
+            ran_there = await running_on(rest, node)
+            await daemons.scontrol(netns, "update", f"NodeName={node}", "State=DOWN", "Reason=lost with its host")
+            return ran_there
+        except ClusterError:
+            return set()
+
+    @staticmethod
+    async def _resume(daemons: ClusterDaemons, netns: str | None, node: str) -> None:
+        try:
+            await daemons.scontrol(netns, "update", f"NodeName={node}", "State=RESUME")
+        except ClusterError as exc:      # not down (any more): ReturnToService=2 returns a node that registers
+            if "Invalid node state" not in str(exc):
+                raise
 
     async def drain(self, handle: ClusterHandle, node: str, reason: str) -> None:
         daemons = self._daemons(handle.cluster_id)

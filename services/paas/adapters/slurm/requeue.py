@@ -1,0 +1,37 @@
+"""The jobs of a Slurm node lost with its host: what ran there, until Slurm has requeued them, and letting them
+start at once.
+
+Setting the node DOWN makes slurmctld requeue the batch jobs that ran there (``JobRequeue=1``): each goes
+COMPLETING, then PENDING with its begin time moved a couple of minutes ahead (reason ``BeginTime``), a pause
+meant for a job that failed on its own. Tessera's jobs never ask for a begin time, so a pending job held for
+``BeginTime`` was requeued by a node's loss and may start now.
+"""
+from __future__ import annotations
+
+from .daemons import ClusterDaemons
+from .jobs import expand_hostlist
+from .rest import SlurmRest
+
+STILL_THERE = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED"})
+
+
+async def running_on(rest: SlurmRest, node: str) -> set[int]:
+    """Ids of the jobs on ``node`` now (running, or still completing there)."""
+    return {raw["job_id"] for raw in await rest.jobs()
+            if raw.get("job_state") in STILL_THERE and node in expand_hostlist(raw.get("nodes", ""))}
+
+
+async def requeued(rest: SlurmRest, ids: set[int]) -> bool:
+    """Every one of ``ids`` has left its run (pending again, or ended: a job that does not allow requeue)."""
+    if not ids:
+        return True
+    return not any(raw["job_id"] in ids and raw.get("job_state") in STILL_THERE for raw in await rest.jobs())
+
+
+async def release(daemons: ClusterDaemons, netns: str | None, rest: SlurmRest) -> list[int]:
+    """Let every job held back for ``BeginTime`` start now; their ids."""
+    held = [raw["job_id"] for raw in await rest.jobs()
+            if raw.get("job_state") == "PENDING" and raw.get("state_reason") == "BeginTime"]
+    for job_id in held:
+        await daemons.scontrol(netns, "update", f"JobId={job_id}", "StartTime=now")
+    return held
