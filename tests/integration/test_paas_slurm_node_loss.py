@@ -113,3 +113,26 @@ async def test_a_lost_node_is_replaced_in_a_new_slot_and_its_job_is_requeued_and
     again = await runtime.submit(back, job('echo "task on $(hostname)"', tasks=2, gpus=1))
     assert (await ended(runtime, back, again)).state == "SUCCEEDED"
     assert f"task on {name}" in await runtime.logs(back, again)
+
+
+async def test_a_lost_node_taken_out_for_good_has_its_job_requeued_on_the_nodes_left(cluster):
+    runtime, spec, handle, tenant, extra = cluster
+    release = Path(handle.details["jobs_dir"]) / "release"
+    wait = f"while [ ! -e {release} ]; do sleep 0.1; done"
+    first, second = [await runtime.submit(handle, job(wait, gpus=1)) for _ in range(2)]    # one on each node
+    statuses = await eventually(lambda: _both(runtime, handle, first, second), timeout=JOB_TIMEOUT,
+                                until=lambda ss: all(s.state == "RUNNING" for s in ss))
+    on_lost = first if statuses[0].nodes == ("hpc-1",) else second
+    lose(spec.nodes[1].netns)
+    smaller = await runtime.set_nodes(replace(spec, nodes=spec.nodes[:1]), handle)
+
+    assert [n.name for n in await runtime.nodes(smaller)] == ["hpc-0"]
+    assert (await runtime.job(smaller, on_lost)).state in ("PENDING", "RUNNING")
+    release.touch()
+    status = await ended(runtime, smaller, on_lost)
+    assert (status.state, status.nodes) == ("SUCCEEDED", ("hpc-0",)), status
+    assert (await runtime._rest(smaller).job(on_lost))["restart_cnt"] >= 1
+
+
+async def _both(runtime, handle, a, b):
+    return [await runtime.job(handle, a), await runtime.job(handle, b)]

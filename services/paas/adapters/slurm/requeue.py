@@ -4,7 +4,8 @@ start at once.
 Setting the node DOWN makes slurmctld requeue the batch jobs that ran there (``JobRequeue=1``): each goes
 COMPLETING, then PENDING with its begin time moved a couple of minutes ahead (reason ``BeginTime``), a pause
 meant for a job that failed on its own. Tessera's jobs never ask for a begin time, so a pending job held for
-``BeginTime`` was requeued by a node's loss and may start now.
+``BeginTime`` was requeued by a node's loss and may start now (its pending reason may read ``BeginTime`` only after
+the scheduler's next pass: the ids of the jobs that ran on the node say which).
 """
 from __future__ import annotations
 
@@ -28,10 +29,11 @@ async def requeued(rest: SlurmRest, ids: set[int]) -> bool:
     return not any(raw["job_id"] in ids and raw.get("job_state") in STILL_THERE for raw in await rest.jobs())
 
 
-async def release(daemons: ClusterDaemons, netns: str | None, rest: SlurmRest) -> list[int]:
-    """Let every job held back for ``BeginTime`` start now; their ids."""
-    held = [raw["job_id"] for raw in await rest.jobs()
-            if raw.get("job_state") == "PENDING" and raw.get("state_reason") == "BeginTime"]
+async def release(daemons: ClusterDaemons, netns: str | None, rest: SlurmRest, ids: set[int]) -> list[int]:
+    """Let the requeued jobs start now: those of ``ids`` pending again, and any held back for ``BeginTime``
+    (after a controller restart the requeue may predate what it remembers). Their ids."""
+    held = [raw["job_id"] for raw in await rest.jobs() if raw.get("job_state") == "PENDING"
+            and (raw["job_id"] in ids or raw.get("state_reason") == "BeginTime")]
     for job_id in held:
         await daemons.scontrol(netns, "update", f"JobId={job_id}", "StartTime=now")
     return held

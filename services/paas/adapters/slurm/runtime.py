@@ -128,12 +128,14 @@ class SlurmRuntime:
             if controller and controller != spec.controller.name:
                 raise ClusterError(f"the controller node {controller} cannot change", permanent=True)
             daemons.prepare(spec)
-            wanted = {f"slurmd:{n.name}" for n in spec.nodes}
+            wanted, rest = {f"slurmd:{n.name}" for n in spec.nodes}, self._rest(handle)
+            ran_there: set[int] = set()
             for name in [n for n in daemons.pids() if n.startswith("slurmd:") and n not in wanted]:
-                if not daemons.alive(name):     # a node lost for good: requeue what ran there before it goes
-                    await self._down(daemons, self._rest(handle), handle.details.get("controller_netns"),
-                                     name.removeprefix("slurmd:"))
+                # DOWN before it goes: a node lost for good has its jobs requeued (a drained one runs none)
+                ran_there |= await self._down(daemons, rest, handle.details.get("controller_netns"),
+                                              name.removeprefix("slurmd:"))
                 await daemons.stop(name)
+            await self._until(daemons, lambda: requeued(rest, ran_there), "the lost node's jobs requeued")
             changed = not daemons.controller_current()
             if changed:
                 await daemons.stop("slurmctld")
@@ -142,6 +144,8 @@ class SlurmRuntime:
                 await self._until(daemons, self._rest(handle).ping, "the restarted controller's ping")
                 await daemons.scontrol(spec.controller.netns, "reconfigure")
             await self._wait_ready(spec, daemons, handle)
+            if ran_there:
+                await release(daemons, spec.controller.netns, rest, ran_there)
             return self._handle(spec, daemons)
 
     async def replace_node(self, spec: ClusterSpec, handle: ClusterHandle, node: ClusterNode) -> ClusterHandle:
@@ -179,7 +183,7 @@ class SlurmRuntime:
             await self._resume(daemons, netns, node.name)
             await self._wait_ready(spec, daemons, new)
             await self._until(daemons, lambda: requeued(rest, ran_there), "the lost node's jobs requeued")
-            await release(daemons, netns, rest)
+            await release(daemons, netns, rest, ran_there)
             return self._handle(spec, daemons)
 
     @staticmethod
