@@ -31,6 +31,6 @@ async def spot_offering(platform: Platform, data: dict) -> None:
         data["spot_tenant_id"] = market["id"]
         async with platform.admin() as admin:
             await admin.request("PUT", f"/v1/spot-offerings/{POOL}", json_body={
-                "enabled": True, "tenant_id": market["id"], "shape": "vm.8gpu", "notice_s": NOTICE_S,
+                "tenant_id": market["id"], "shape": "vm.8gpu", "notice_s": NOTICE_S,
                 "tolerations": [TOLERATION]}, expect=(202,))
     print(f"Spot demo: pool {POOL} (toleration {TOLERATION}), its idle GPUs offered as spot", flush=True)

@@ -225,7 +225,7 @@ def spot_enable(pool: str, tenant: Annotated[str, typer.Option(help="The provide
                 toleration: Annotated[list[str], typer.Option(help="A taint of the pool to tolerate.")] = [],  # noqa: B006
                 output: Output = "table"):
     """Hold the pool's idle GPUs as spot and offer them; taken back with notice when tenants need them."""
-    body = {"enabled": True, "tenant_id": tenant, "shape": shape, "notice_s": notice, "headroom_gpus": headroom,
+    body = {"tenant_id": tenant, "shape": shape, "notice_s": notice, "headroom_gpus": headroom,
             "max_nodes": max_nodes, "tolerations": toleration}
     changed(client().request("PUT", f"/v1/spot-offerings/{pool}", body), f"spot offering of pool {pool} enabled",
             output, f"follow it: tessera spot get {pool} -w")
@@ -234,7 +234,7 @@ def spot_enable(pool: str, tenant: Annotated[str, typer.Option(help="The provide
 @spot_app.command("disable", epilog="Example: tessera spot disable shared")
 def spot_disable(pool: str, output: Output = "table"):
     """Take every spot node back (with notice) and leave the market."""
-    changed(client().request("PUT", f"/v1/spot-offerings/{pool}", {"enabled": False}),
+    changed(client().request("DELETE", f"/v1/spot-offerings/{pool}"),
             f"spot offering of pool {pool} disabling", output, f"follow it: tessera spot get {pool} -w")
 
 

@@ -75,7 +75,7 @@ STREAMS = {"streamAllocationEvents", "streamOpsEvents", "streamEvents"}
 STATEFUL_CHECKS = [use_after_free, ensure_resource_availability]
 STATEFUL_EXAMPLES = 40        # call sequences (of up to 6 linked calls each) per session
 STATEFUL_SESSIONS, STATEFUL_CALLS = 6, 400   # sessions at most; enough once this many calls were checked
-PROVIDER_TAGS = {"tenants", "nodes", "pools", "ops"}
+PROVIDER_TAGS = {"tenants", "nodes", "pools", "ops", "spot"}
 PROVIDER_OPERATIONS = {"defineShape", "deleteShape", "setTenantQuota", "setTenantStorageQuota", "putSpendCap", "deleteSpendCap"}
 _CONSTRAINT = re.compile(r"^(\w+) <= (\w+)$")
 SHAPE_IDS = {"name": "vm.1gpu"}       # the shape operations' {name}: a shape that exists (the pools' is "shared")
@@ -185,7 +185,7 @@ def _seed(world: World, operation, case, use_live_ids: bool) -> None:
         body["operation"] = "createAllocation"
         if isinstance(body.get("candidate"), str):
             body["candidate"] = POLICY_TEXT
-    if operation.definition.raw["operationId"] in ("createAllocation", "createCluster") and \
+    if operation.definition.raw["operationId"] in ("createAllocation", "createCluster", "setSpotOffering") and \
             isinstance(body.get("shape"), str):
         body["shape"] = world.shapes[zlib.crc32(body["shape"].encode()) % len(world.shapes)]
     if operation.definition.raw["operationId"] == "createAllocation":

@@ -30,6 +30,7 @@ from services.gateway.api.jobs.schemas import JobCreate
 from services.gateway.api.limits.schemas import RateLimitsSet
 from services.gateway.api.networks.schemas import SUBNET_PATTERN, NetworkCreate, RuleCreate, ipv4_network_pattern
 from services.gateway.api.policies.schemas import PolicyCreate, PolicyEvaluate, PolicyReplace
+from services.gateway.api.spot.schemas import SpotOfferingSet
 from services.gateway.api.storage.schemas import AttachmentCreate, StorageQuotaSet, VolumeCreate, VolumeResize
 from services.gateway.entrypoints.openapi import ENDPOINTS, document
 from services.gateway.http.endpoint import Param
@@ -93,6 +94,9 @@ VALID = {
     BmcSet: {"url": "https://10.0.0.5", "system_id": "/redfish/v1/Systems/1", "username": "root", "password": "calvin",
              "verify_tls": True, "ca_bundle": "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmg\n-----END CERTIFICATE-----\n"},
     # shape and nodes, or allocation_ids: a null stands for the other form's field
+    SpotOfferingSet: {"tenant_id": "7d3e3a52-0c55-4f0f-8a0e-4f1b7b1c5e11", "shape": "vm.8gpu", "max_nodes": 4,
+                      "headroom_gpus": 8, "notice_s": 30, "tolerations": ["dedicated=spot:NoSchedule"],
+                      "cluster_name": "tessera-spot", "group": "tessera", "region": "local"},
     ClusterCreate: {"name": "train", "kind": "slurm", "shape": "vm.8gpu", "nodes": 2, "allocation_ids": None,
                     "network_id": str(uuid.uuid4()),
                     "pool": "shared", "tolerations": ["gpu=h100:NoSchedule"], "priority": 10,

@@ -1,8 +1,10 @@
-"""The provider's spot offerings (provider admins): set one per pool, list them, read one.
+"""The provider's spot offerings (provider admins): enable or change one per pool (PUT), disable it (DELETE: every
+spot node taken back with notice; the offering stays listed, disabled), list them, read one.
 
-A PUT is accepted with 202 and travels to the paas service as ``paas.set_spot_offering`` through the outbox; the
+A PUT or DELETE is accepted with 202 and travels to the paas service as ``paas.set_spot_offering`` through the outbox; the
 read model shows the service's newest document (``projection``). Refused up front, nothing sent: a pool that is
-neither defined nor holds a node (404), an unknown shape (422), a tenant that does not exist (422). The spot market
+neither defined nor holds a node (404), an unknown shape (422), a tenant that does not exist (422); a DELETE of a
+pool with no offering (404). The spot market
 is reached through a recording driver (``driver: recording``): its calls are rendered and recorded, no market is
 contacted.
 """
@@ -41,25 +43,33 @@ async def set_spot_offering(request: web.Request) -> web.Response:
         if not await repo.pool_known(conn, pool):
             raise not_found("pool")
         current = await repo.offering(conn, pool)
-        if body.enabled:
-            shape = await resolve_shape(conn, body.shape)
-            if not await tenant_exists(conn, body.tenant_id):
-                raise validation_problem([FieldError(field="tenant_id", message="no such tenant",
-                                                     code="unknown_tenant")], "the spot tenant does not exist")
-            cmd = SetSpotOffering(pool=pool, enabled=True, tenant_id=body.tenant_id, user_id=p.user_id,
-                                  shape=shape.name, gpu_count=shape.gpu_count, gpu_model=shape.gpu_model,
-                                  max_nodes=body.max_nodes, headroom_gpus=body.headroom_gpus, notice_s=body.notice_s,
-                                  tolerations=body.tolerations, group=body.group, region=body.region,
-                                  cluster_name=body.cluster_name or f"tessera-{pool}"[:31],
-                                  requested_by=str(p.user_id))
-        elif current is None:   # nothing to disable: nothing is sent, the answer says so
-            return respond(SpotOfferingAccepted(pool=pool, requested=body, links=_links(pool)), 202)
-        else:
-            cmd = SetSpotOffering(pool=pool, enabled=False, tenant_id=current["tenant_id"], user_id=p.user_id,
-                                  shape=current["shape"], gpu_count=current["gpu_count"],
-                                  cluster_name=current["cluster_name"], requested_by=str(p.user_id))
-        await uow.emit("paas.set_spot_offering", cmd, correlation_id=f"spot:{pool}")
-    return respond(SpotOfferingAccepted(pool=pool, requested=body, current=current, links=_links(pool)), 202)
+        shape = await resolve_shape(conn, body.shape)
+        if not await tenant_exists(conn, body.tenant_id):
+            raise validation_problem([FieldError(field="tenant_id", message="no such tenant", code="unknown_tenant")],
+                                     "the spot tenant does not exist")
+        await uow.emit("paas.set_spot_offering", SetSpotOffering(
+            pool=pool, enabled=True, tenant_id=body.tenant_id, user_id=p.user_id, shape=shape.name,
+            gpu_count=shape.gpu_count, gpu_model=shape.gpu_model, max_nodes=body.max_nodes,
+            headroom_gpus=body.headroom_gpus, notice_s=body.notice_s, tolerations=body.tolerations, group=body.group,
+            region=body.region, cluster_name=body.cluster_name or f"tessera-{pool}"[:31],
+            requested_by=str(p.user_id)), correlation_id=f"spot:{pool}")
+    return respond(SpotOfferingAccepted(pool=pool, enabled=True, requested=body, current=current,
+                                        links=_links(pool)), 202)
+
+
+async def disable_spot_offering(request: web.Request) -> web.Response:
+    p = require_provider_admin(request)
+    pool = path_value(request, POOL)
+    gw = gateway_of(request)
+    async with gw.unit_of_work("gateway.disable_spot_offering") as uow:
+        current = await repo.offering(uow.conn, pool)
+        if current is None:
+            raise not_found("spot offering")
+        await uow.emit("paas.set_spot_offering", SetSpotOffering(
+            pool=pool, enabled=False, tenant_id=current["tenant_id"], user_id=p.user_id, shape=current["shape"],
+            gpu_count=current["gpu_count"], cluster_name=current["cluster_name"], requested_by=str(p.user_id)),
+            correlation_id=f"spot:{pool}")
+    return respond(SpotOfferingAccepted(pool=pool, enabled=False, current=current, links=_links(pool)), 202)
 
 
 async def list_spot_offerings(request: web.Request) -> web.Response:
@@ -85,9 +95,12 @@ ENDPOINTS = [
     Endpoint("PUT", "/v1/spot-offerings/{pool}", set_spot_offering, "setSpotOffering",
              "Enable, change or disable a pool's spot offering (provider admin)", "spot", {202: SpotOfferingAccepted},
              body=SpotOfferingSet, params=(POOL,), errors=(400, 401, 403, 404, 413, 415, 422), audit_state=_STATE),
+    Endpoint("DELETE", "/v1/spot-offerings/{pool}", disable_spot_offering, "disableSpotOffering",
+             "Disable a pool's spot offering: every spot node taken back with notice (provider admin)", "spot",
+             {202: SpotOfferingAccepted}, params=(POOL,), errors=(401, 403, 404, 422), audit_state=_STATE),
     Endpoint("GET", "/v1/spot-offerings", list_spot_offerings, "listSpotOfferings",
              "List spot offerings (provider admin)", "spot", {200: SpotOfferingList}, errors=(401, 403)),
     Endpoint("GET", "/v1/spot-offerings/{pool}", get_spot_offering, "getSpotOffering",
              "Read a pool's spot offering (provider admin)", "spot", {200: SpotOfferingOut}, params=(POOL,),
-             errors=(401, 403, 404)),
+             errors=(401, 403, 404, 422)),
 ]

@@ -4,29 +4,25 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import Field
 
 from services.paas.contracts import CLUSTER_NAME_PATTERN, SpotOfferingChanged
 
 from ...domain.scheduling import TOLERATION
-from ...http.schema_base import Body, Out, ShapeName, Uuid, constraints, integer, text
+from ...http.schema_base import Body, Out, ShapeName, Uuid, integer, text
 
 Toleration = text(200, pattern=TOLERATION)
 MarketName = text(63, min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
 
 
 class SpotOfferingSet(Body):
-    model_config = ConfigDict(json_schema_extra=constraints("enabled: tenant_id and shape are required"))
     server_owned: ClassVar[frozenset[str]] = frozenset({"pool", "nodes", "offered_gpus", "offered_gpu_s", "version",
                                                         "reclaims_total", "free_gpus", "reserve_gpus", "reason",
-                                                        "driver", "updated_at", "gpu_count"})
-    enabled: bool = Field(description="true: hold and offer the pool's idle GPUs; false: take every node back with "
-                                      "notice and stop.")
-    tenant_id: Uuid | None = Field(default=None, description=(
+                                                        "driver", "updated_at", "gpu_count", "enabled"})
+    tenant_id: Uuid = Field(description=(
         "The provider's own tenant whose spot allocations hold the offered GPUs (billed as spot, to the second; it "
-        "needs a quota in the pool). Required when enabled."))
-    shape: ShapeName | None = Field(default=None, description="Each spot node's shape (GET /v1/shapes). Required when "
-                                                              "enabled.")
+        "needs a quota in the pool)."))
+    shape: ShapeName = Field(description="Each spot node's shape (GET /v1/shapes).")
     max_nodes: integer(1, 1024) = Field(default=64, description="The most spot nodes it holds.")
     headroom_gpus: integer(0, 100_000) = Field(default=0, description=(
         "GPUs kept free beyond what tenants may claim (their unused guaranteed quota and pending requests)."))
@@ -42,12 +38,6 @@ class SpotOfferingSet(Body):
     group: MarketName = Field(default="tessera", description="The market's cluster group.")
     region: MarketName = Field(default="local", description="The region the market lists it in.")
 
-    @model_validator(mode="after")
-    def _complete(self) -> SpotOfferingSet:
-        if self.enabled and (self.tenant_id is None or self.shape is None):
-            raise ValueError("an enabled offering needs tenant_id and shape")
-        return self
-
 
 class SpotOfferingOut(SpotOfferingChanged):
     """The offering as the paas service last published it."""
@@ -62,6 +52,7 @@ class SpotOfferingAccepted(Out):
     yet). Follow GET /v1/spot-offerings/{pool}."""
 
     pool: str
-    requested: SpotOfferingSet
+    enabled: bool = Field(description="What was asked: true (PUT) or false (DELETE).")
+    requested: SpotOfferingSet | None = Field(default=None, description="The PUT's settings.")
     current: SpotOfferingOut | None = None
     links: dict[str, str]
