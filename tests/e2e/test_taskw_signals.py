@@ -26,7 +26,8 @@ class Up:
     def __init__(self, data: Path):
         self.data = data
         env = {**os.environ, "TESSERA_DATA_DIR": str(data), "TESSERA_GATEWAY_PORT": str(free_port()),
-               "TESSERA_SKIP_SYSTEM_PACKAGES": "1", "PYTHONUNBUFFERED": "1"}
+               "TESSERA_SKIP_SYSTEM_PACKAGES": "1", "PYTHONUNBUFFERED": "1",
+               "TESSERA_DEMO_SPOT": "0"}   # the demo's spot pool is two more simulated nodes, nothing a signal meets
         self.proc = subprocess.Popen([str(REPO / "taskw"), "up"], cwd=REPO, env=env, start_new_session=True,
                                      stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: queue.Queue[str | None] = queue.Queue()
