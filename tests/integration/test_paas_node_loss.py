@@ -96,6 +96,7 @@ async def test_a_lost_node_comes_back_on_another_node_its_job_requeued_then_runn
     [node] = await eventually(lambda: runtime.names("replace_node"), timeout=20, what="the lost node replaced")
     assert (node.name, node.address) == ("hpc-1", "10.9.0.42") and node.netns, node
     ready = await state_of(events, cmd["cluster_id"], "ready")
+    assert runtime.names("requeue") == [[external]]   # run again wherever the scheduler ended it instead
     assert node_states(ready) == {"hpc-0": "ready", "hpc-1": "ready"}
     assert ready["reason"].startswith("node hpc-1 back in service")
     assert {n["name"]: n["address"] for n in ready["nodes"]}["hpc-1"] == "10.9.0.42"

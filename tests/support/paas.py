@@ -57,6 +57,10 @@ class RecordingRuntime:
         return ClusterHandle(handle.cluster_id, f"{spec.controller.address}:6817", handle.api, handle.driver,
                              {"nodes": [n.name for n in spec.nodes]})
 
+    async def requeue(self, handle: ClusterHandle, external_ids: list[str]) -> list[str]:
+        self.calls.append(("requeue", list(external_ids)))
+        return list(external_ids)
+
     async def drain(self, handle: ClusterHandle, node: str, reason: str) -> None:
         self.calls.append(("drain", node))
         if self.node_states.get(node) not in ("drained", "draining"):

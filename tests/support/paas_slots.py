@@ -37,12 +37,7 @@ class Tenant:
             ip("-n", self.fabric, "link", "add", "name", "tb", "type", "bridge")
             ip("-n", self.fabric, "link", "set", "tb", "up")
             for i, (ns, addr) in enumerate(zip(self.slots, self.addresses)):
-                ip("netns", "add", ns)
-                ip("-n", self.fabric, "link", "add", "name", f"p{i}", "type", "veth", "peer", "name", "eth0", "netns", ns)
-                ip("-n", self.fabric, "link", "set", f"p{i}", "master", "tb", "up")
-                ip("-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
-                ip("-n", ns, "link", "set", "eth0", "up")
-                ip("-n", ns, "link", "set", "lo", "up")
+                add_slot(self.fabric, ns, f"p{i}", addr)
         except Exception:
             self.destroy()
             raise
@@ -57,3 +52,13 @@ class Tenant:
         nodes = tuple(ClusterNode(name=f"{name}-{i}", allocation_id=uuid.uuid4(), address=addr, netns=ns, gpus=1,
                                   cpus=1, memory_mb=512) for i, (ns, addr) in enumerate(zip(self.slots, self.addresses)))
         return ClusterSpec(cluster_id=uuid.uuid4(), tenant_id=uuid.uuid4(), name=name, kind=kind, nodes=nodes)
+
+
+def add_slot(fabric: str, ns: str, port: str, address: str) -> None:
+    """A slot namespace ``ns`` on the fabric's bridge ``tb`` through port ``port``, holding ``address``/24."""
+    ip("netns", "add", ns)
+    ip("-n", fabric, "link", "add", "name", port, "type", "veth", "peer", "name", "eth0", "netns", ns)
+    ip("-n", fabric, "link", "set", port, "master", "tb", "up")
+    ip("-n", ns, "addr", "add", f"{address}/24", "dev", "eth0")
+    ip("-n", ns, "link", "set", "eth0", "up")
+    ip("-n", ns, "link", "set", "lo", "up")

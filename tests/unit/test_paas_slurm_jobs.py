@@ -84,3 +84,30 @@ async def test_a_token_is_fetched_again_after_half_its_life_or_when_asked():
     assert await token.value(fresh=True) == "t2"
     token._expires -= 301
     assert await token.value() == "t3" and fetched == [600, 600, 600]
+
+
+class _Rest:
+    def __init__(self, jobs: list[dict]) -> None:
+        self._jobs = jobs
+
+    async def jobs(self) -> list[dict]:
+        return self._jobs
+
+
+class _Daemons:
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    async def scontrol(self, netns, *args: str) -> str:
+        self.calls.append(args)
+        return ""
+
+
+async def test_only_the_jobs_a_loss_ended_are_requeued_and_the_rest_are_left_alone():
+    from services.paas.adapters.slurm.requeue import again
+    rest = _Rest([{"job_id": 7, "job_state": "FAILED"}, {"job_id": 8, "job_state": "NODE_FAIL"},
+                  {"job_id": 9, "job_state": "PENDING"}, {"job_id": 10, "job_state": "COMPLETED"},
+                  {"job_id": 11, "job_state": "FAILED"}])
+    daemons = _Daemons()
+    assert await again(daemons, "ns", rest, ["7", "8", "9", "10"]) == ["7", "8"]   # 11 was not requeued by Tessera
+    assert daemons.calls == [("requeue", "7"), ("requeue", "8")]

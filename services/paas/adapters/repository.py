@@ -134,6 +134,12 @@ class PgJobs:
         return [r[0] for r in await self.conn.fetch(
             "SELECT id FROM jobs WHERE state = ANY($1::text[]) ORDER BY submitted_at", list(JOB_LIVE))]
 
+    async def requeued_by_loss(self, cluster_id: uuid.UUID, node: str) -> list[str]:
+        """The scheduler ids of the cluster's jobs requeued because ``node`` was lost (``domain.clusters.lost_job``)."""
+        return [r[0] for r in await self.conn.fetch(
+            "SELECT external_id FROM jobs WHERE cluster_id=$1 AND state='PENDING' AND external_id IS NOT NULL "
+            "AND starts_with(reason, $2)", cluster_id, f"requeued: node {node} lost")]
+
     async def live_of(self, cluster_id: uuid.UUID) -> list[uuid.UUID]:
         return [r[0] for r in await self.conn.fetch(
             "SELECT id FROM jobs WHERE cluster_id=$1 AND state = ANY($2::text[])", cluster_id, list(JOB_LIVE))]

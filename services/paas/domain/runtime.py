@@ -134,6 +134,9 @@ class ClusterRuntime(Protocol):
     async def pending(self, handle: ClusterHandle) -> int:
         """Jobs waiting for resources (autoscaling's queue signal)."""
 
+    # optional: async def requeue(self, handle, external_ids: list[str]) -> list[str] — run again the jobs a lost
+    # node's failure ended (a job still running, pending or ended otherwise is left alone); the ids it requeued
+
     async def replace_node(self, spec: ClusterSpec, handle: ClusterHandle, node: ClusterNode) -> ClusterHandle:
         """``node`` (same name) was lost with its host and is back in a new slot, maybe at a new address: bring its
         daemon up there and return it to service; the work that ran on it is requeued where the scheduler can

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import structlog
 
+from ..adapters.repository import PgJobs
 from ..domain.clusters import AWAY, Cluster
 from ..domain.runtime import ClusterError, ClusterHandle, ClusterNode, ClusterRuntime, ClusterSpec
 from .specs import handle_doc, handle_of, node_of, spec_of
@@ -40,6 +41,7 @@ async def recover(rec, cl: Cluster) -> bool:
         spec = spec_of(cl, [x for x in cl.live_members if x.state in IN_SCHEDULER], netns=rec.netns)
         try:
             handle = await replace(runtime, spec, handle, node_of(cl, m, netns=rec.netns))
+            await _requeue(rec, runtime, handle, cl, cl.node_name(m))
         except ClusterError as exc:
             if not exc.permanent:
                 raise
@@ -61,6 +63,19 @@ async def recover(rec, cl: Cluster) -> bool:
         return True
     await rec._write(cl.id, change)
     return True
+
+
+async def _requeue(rec, runtime: ClusterRuntime, handle: ClusterHandle, cl: Cluster, node: str) -> None:
+    """The jobs shown requeued for the node's loss, run again where the scheduler ended them instead (a Slurm
+    batch script sees its step on the lost node killed and may fail before slurmctld notices the node down)."""
+    method = getattr(runtime, "requeue", None)
+    if method is None:
+        return
+    async with rec.begin() as uow:
+        ids = await PgJobs(uow.conn).requeued_by_loss(cl.id, node)
+    if ids:
+        again = await method(handle, ids)
+        log.info("paas.jobs_requeued", cluster_id=str(cl.id), node=node, jobs=again)
 
 
 def _failed(name: str, why: str):

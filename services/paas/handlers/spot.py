@@ -138,25 +138,22 @@ async def on_preemption_notice(ctx: UnitOfWork, evt: sc.PreemptionNotice) -> Non
         await publish(ctx, off, now)
 
 
-async def activated(ctx: UnitOfWork, allocation_id: uuid.UUID, node_id: uuid.UUID) -> bool:
-    """Whether the allocation is a spot node (then handled here: it is offered)."""
+async def _node_changed(ctx: UnitOfWork, allocation_id: uuid.UUID, change) -> bool:
     off = await SpotStore(ctx.conn).of_node(allocation_id)
     node = off.node(allocation_id) if off else None
     if node is None:
         return off is not None
     now = time.time()
-    dom.activated(off, node, node_id, now)
+    change(off, node, now)
     await publish(ctx, off, now)
     return True
+
+
+async def activated(ctx: UnitOfWork, allocation_id: uuid.UUID, node_id: uuid.UUID) -> bool:
+    """Whether the allocation is a spot node (then handled here: it is offered)."""
+    return await _node_changed(ctx, allocation_id, lambda off, node, now: dom.activated(off, node, node_id, now))
 
 
 async def ended(ctx: UnitOfWork, allocation_id: uuid.UUID, state: str) -> bool:
     """Whether the allocation is a spot node (then handled here: its GPUs are the pool's again)."""
-    off = await SpotStore(ctx.conn).of_node(allocation_id)
-    node = off.node(allocation_id) if off else None
-    if node is None:
-        return off is not None
-    now = time.time()
-    dom.ended(off, node, state, now)
-    await publish(ctx, off, now)
-    return True
+    return await _node_changed(ctx, allocation_id, lambda off, node, now: dom.ended(off, node, state, now))

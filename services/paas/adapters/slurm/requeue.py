@@ -14,6 +14,7 @@ from .jobs import expand_hostlist
 from .rest import SlurmRest
 
 STILL_THERE = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED"})
+ENDED_BY_LOSS = frozenset({"FAILED", "NODE_FAIL"})   # what a job whose step lost a node may end as
 
 
 async def running_on(rest: SlurmRest, node: str) -> set[int]:
@@ -37,3 +38,18 @@ async def release(daemons: ClusterDaemons, netns: str | None, rest: SlurmRest, i
     for job_id in held:
         await daemons.scontrol(netns, "update", f"JobId={job_id}", "StartTime=now")
     return held
+
+
+async def again(daemons: ClusterDaemons, netns: str | None, rest: SlurmRest, ids: list[str]) -> list[str]:
+    """Requeue those of ``ids`` that ended by the loss (``scontrol requeue`` takes a finished batch job back); the
+    ids requeued. Pending, running or otherwise ended jobs are left alone."""
+    ended = {str(raw["job_id"]) for raw in await rest.jobs() if raw.get("job_state") in ENDED_BY_LOSS}
+    out = [i for i in ids if i in ended]
+    for job_id in out:
+        await daemons.scontrol(netns, "requeue", job_id)
+    return out
+
+
+async def pending(rest: SlurmRest, ids: set[int]) -> bool:
+    """Every one of ``ids`` is pending again (a requeue passes through other states first)."""
+    return all(raw.get("job_state") == "PENDING" for raw in await rest.jobs() if raw["job_id"] in ids)

@@ -23,7 +23,7 @@ from .config import CTLD_PORT, ClusterFiles
 from .daemons import ClusterDaemons
 from .jobs import comment, gpu_count, job_status, node_use, refused, running_per_node, submit_body
 from .processes import Children
-from .requeue import release, requeued, running_on
+from .requeue import again, pending, release, requeued, running_on
 from .rest import SlurmRest, Token, raise_for
 
 READY_TIMEOUT_S = 90.0
@@ -204,6 +204,15 @@ class SlurmRuntime:
         except ClusterError as exc:      # not down (any more): ReturnToService=2 returns a node that registers
             if "Invalid node state" not in str(exc):
                 raise
+
+    async def requeue(self, handle: ClusterHandle, external_ids: list[str]) -> list[str]:
+        """Run again the jobs a lost node's failure ended (``requeue.again``), starting at once."""
+        daemons, netns, rest = self._daemons(handle.cluster_id), handle.details.get("controller_netns"), self._rest(handle)
+        ids = await again(daemons, netns, rest, external_ids)
+        if ids:
+            await self._until(daemons, lambda: pending(rest, {int(i) for i in ids}), "the requeued jobs pending")
+            await release(daemons, netns, rest, {int(i) for i in ids})
+        return ids
 
     async def drain(self, handle: ClusterHandle, node: str, reason: str) -> None:
         daemons = self._daemons(handle.cluster_id)
