@@ -259,3 +259,30 @@ async def test_an_invalid_job_is_a_422_naming_the_field_and_sends_nothing(api, n
     problem = assert_problem(r, 422)
     assert field in [e["field"] for e in problem["errors"]], problem
     assert await outbox_count(api, "paas.submit_job", "cluster_id", c["id"]) == 0
+
+
+async def test_a_tenants_own_job_policy_refuses_a_job_before_anything_is_sent(api, nc, shapes):
+    """Per-tenant job policy: a tenant admin's Cedar policy over the `Job` resource (GPUs, time, kind, privileged)
+    is judged before the submission is written or sent; the provider's settings apply after it, in the service."""
+    admin, tenant_id = await api.tenant_user("tenant_admin")
+    c = await ready_cluster(api, nc, admin)     # slurm, 2 nodes of 1 GPU
+    policy = await admin.post("/v1/policies", {
+        "scope": "tenant", "tenant_id": tenant_id, "name": "one-gpu-short-jobs",
+        "text": '@reason("jobs here take one GPU for at most an hour")\nforbid (principal, action == '
+                'Tessera::Action::"submitJob", resource is Tessera::Job)\n'
+                'when { resource.gpus > 1 || resource.time_limit_s > 3600 || resource.privileged };'})
+    assert policy.status == 201, policy.body
+    job = {"cluster_id": c["id"], "name": "j", "command": ["true"]}
+    for over in ({"tasks": 2, "gpus_per_task": 1}, {"time_limit_s": 7200}, {"privileged": True}):
+        denied = assert_problem(await admin.post("/v1/jobs", {**job, **over}), 403)
+        assert (denied["policy_id"], denied["reason"]) == (policy.body["id"], "jobs here take one GPU for at most "
+                                                                              "an hour"), over
+    assert await sent(api, "paas.submit_job", tenant_id) == 0
+    assert (await admin.get("/v1/jobs")).body["items"] == []              # nothing written either
+    fits = await admin.post("/v1/jobs", {**job, "gpus_per_task": 1})
+    assert fits.status == 202, fits.body
+    assert await sent(api, "paas.submit_job", tenant_id) == 1
+    other, _ = await api.tenant_user("tenant_admin")      # another tenant's policy is not this one's
+    theirs = await ready_cluster(api, nc, other)
+    assert (await other.post("/v1/jobs", {**job, "cluster_id": theirs["id"], "tasks": 2, "gpus_per_task": 1})).status \
+        == 202

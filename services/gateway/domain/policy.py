@@ -36,10 +36,12 @@ RESOURCE_ATTRIBUTES: dict[str, str] = {
     "Volume": "name: String, size_bytes: Long, storage_class?: String, shared: Bool",
     "VolumeAttachment": "volume_id: String, allocation_id: String, mode: String",
     "PowerAction": "allocation_id: String, action: String",
+    "Job": "name: String, cluster_id: String, cluster_kind: String, tasks: Long, gpus_per_task: Long, gpus: Long, "
+           "time_limit_s: Long, privileged: Bool, image?: String",
     "Target": "method: String, path: String",
 }
 OPERATION_RESOURCE = {"createAllocation": "Allocation", "createVolume": "Volume", "attachVolume": "VolumeAttachment",
-                      "requestPowerAction": "PowerAction"}
+                      "requestPowerAction": "PowerAction", "submitJob": "Job"}
 
 
 class PolicyInvalid(ValueError):

@@ -19,7 +19,7 @@ from services.paas.contracts import CancelJob, JobLogsQuery, SubmitJob
 from shared import rpc
 
 from ...adapters import paas as repo
-from ...http.auth import require_tenant_member
+from ...http.auth import principal_of, require_tenant_member
 from ...http.endpoint import Endpoint, Param, respond
 from ...http.inputs import path_uuid, query_value, read_body
 from ...http.paging import CURSOR, LIMIT, read_page
@@ -81,6 +81,23 @@ async def submit_job(request: web.Request) -> web.Response:
             job_id=row["id"], tenant_id=p.tenant_id, user_id=p.user_id, requested_by=str(p.user_id),
             **body.model_dump()), correlation_id=str(row["id"]), tenant_id=p.tenant_id)
     return respond(job_out(row), 202, headers={"Location": f"/v1/jobs/{row['id']}"})
+
+
+async def job_resource(request: web.Request, data: dict, body: JobCreate) -> tuple[dict, dict] | None:
+    """The policy resource of a POST /v1/jobs: what the job asks of its cluster (tasks, GPUs, time, image,
+    privileged) and the cluster's kind; its tag ``cluster`` is the cluster's name. None when the cluster is not the
+    caller's (the handler answers that with its 404)."""
+    p = principal_of(request)
+    async with gateway_of(request).pool.acquire() as conn:
+        cluster = await repo.cluster(conn, body.cluster_id, p.tenant_id) if p.tenant_id else None
+    if cluster is None:
+        return None
+    attrs = {"name": body.name, "cluster_id": str(cluster["id"]), "cluster_kind": cluster["kind"],
+             "tasks": body.tasks, "gpus_per_task": body.gpus_per_task, "gpus": body.tasks * body.gpus_per_task,
+             "time_limit_s": body.time_limit_s, "privileged": body.privileged}
+    if body.image is not None:
+        attrs["image"] = body.image
+    return attrs, {"cluster": cluster["name"]}
 
 
 CLUSTER_FILTER = Param("cluster_id", "query", "Only the jobs of this cluster.", uuid.UUID)
@@ -151,14 +168,16 @@ JOB_ID = Param("job_id", "path", "The job's id.", uuid.UUID, required=True)
 ENDPOINTS = [
     Endpoint("POST", "/v1/jobs", submit_job, "submitJob", "Submit a job to a cluster of the tenant", "jobs",
              {202: JobOut}, body=JobCreate, errors=(400, 401, 403, 404, 409, 413, 415, 422),
-             headers={202: {"Location": "The job (/v1/jobs/{id})."}},
+             headers={202: {"Location": "The job (/v1/jobs/{id})."}}, policy_resource=job_resource,
              description="Accepted as SUBMITTING; the paas service hands it to the cluster's scheduler and follows "
                          "it to its end (SUCCEEDED, FAILED, CANCELLED, TIMEOUT), or refuses it under the tenant's "
                          "job policy (REJECTED, with the reason). Rules the schema cannot state (each a 422 naming "
                          "the field): a Slurm cluster runs a `command`, "
                          "not an `entrypoint`; a Kubernetes cluster needs an `image`, the others refuse one; tasks "
                          "× gpus_per_task is at most the cluster's GPUs. A `cluster_id` that is not a cluster of the "
-                         "tenant is a 404; a cluster deleting or failed is a 409."),
+                         "tenant is a 404; a cluster deleting or failed is a 409. The provider's and the tenant's "
+                         "policies judge it first as a `Job` (tasks, gpus_per_task, gpus, time_limit_s, privileged, "
+                         "image, cluster_kind): a denial is a 403 `policy-denied` and nothing is sent."),
     Endpoint("GET", "/v1/jobs", list_jobs, "listJobs", "List the tenant's jobs, newest first", "jobs",
              {200: JobPage}, params=(CLUSTER_FILTER, LIMIT, CURSOR), errors=(401, 403, 422)),
     Endpoint("GET", "/v1/jobs/{job_id}", get_job, "getJob", "Read a job", "jobs", {200: JobOut}, params=(JOB_ID,),
