@@ -266,6 +266,9 @@ class SpotOfferingChanged(Wire):
     offered_gpus: int = Field(description="GPUs offered now (nodes offered, not being reclaimed).")
     offered_gpu_s: float = Field(description="GPU-seconds offered since it was first enabled.")
     reclaims_total: int
+    market_usage: dict[str, dict[str, int]] = Field(default_factory=dict, description=(
+        "What the spot market last reported (report_usage): per GPU model, the GPUs offered and those its "
+        "workloads use."))
     free_gpus: int | None = Field(default=None, description="The pool's free GPUs at the last decision.")
     reserve_gpus: int | None = Field(default=None, description="What tenants may claim, plus the headroom, then.")
     reason: str | None = Field(default=None, max_length=2000)

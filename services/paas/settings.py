@@ -30,6 +30,9 @@ class PaasSettings:
                                       doc="how often the autoscaler decides (NVIDIA's function autoscaler: 15 s)")
     autoscale_window_s: float = setting("TESSERA_PAAS_AUTOSCALE_WINDOW_S", 70.0, number(0.1),
                                         doc="the window its utilisation is the mean over (NVIDIA's: 70 s)")
+    spot_usage_s: float = setting("TESSERA_PAAS_SPOT_USAGE_S", 15.0, number(0.05),
+                                  doc="how often the spot market is asked what its workloads use of the offered "
+                                      "nodes (`report_usage`), shown on the offering")
     max_gpus_per_job: int = setting("TESSERA_PAAS_MAX_GPUS_PER_JOB", 64, integer(0),
                                     doc="the most GPUs one job may ask for (tasks × gpus_per_task)")
     allow_privileged: bool = setting("TESSERA_PAAS_ALLOW_PRIVILEGED", False, flag,

@@ -21,7 +21,7 @@ from tests.support.polling import eventually
 
 @pytest.fixture
 async def spot(run_service, nc, watch, tmp_path):
-    settings = PaasSettings(state_dir=str(tmp_path), reconcile_s=0.05)
+    settings = PaasSettings(state_dir=str(tmp_path), reconcile_s=0.05, spot_usage_s=0.1)
     await run_service("paas", partial(build, paas=settings, runtimes={},
                                       spot_provider_of=lambda p: RecordingNvcfProvider(tmp_path / f"{p}.jsonl")))
     pool = f"p-{uuid.uuid4().hex[:8]}"   # the schema and the streams outlive a test: each has its own pool
@@ -110,6 +110,7 @@ async def test_it_grows_into_idle_gpus_and_gives_a_node_back_with_notice_when_te
     assert all(r["spot"] and r["pool"] == s.pool and r["shape"] == "vm.8gpu" and r["tenant_id"] == str(tenant)
                for r in reqs)
     assert doc["offered_gpus"] == 16 and doc["driver"] == "recording"
+    await offering(s, lambda d: d["market_usage"] == {"H100": {"offered": 16, "in_use": 0}}, "the market's report")
     [reg] = calls(s.record, "register_cluster")
     assert "clusterID=" in " ".join(reg["commands"][0]) and reg["commands"][0][:2] == ["helm", "upgrade"]
 

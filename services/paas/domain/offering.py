@@ -87,6 +87,7 @@ class Offering:
     free_gpus: int | None = None
     reserve_gpus: int | None = None
     reason: str | None = None
+    market_usage: dict = field(default_factory=dict)   # the market's last report_usage: {model: {offered, in_use}}
     version: int = 0
 
     @property

@@ -16,7 +16,7 @@ def wire(rt: Runtime, runtimes: Runtimes, paas: PaasSettings, spot_provider_of) 
     reconciler = Reconciler(begin, runtimes, netns=paas.nodes == "netns")
     rt.every(paas.reconcile_s, reconciler.clusters_step, leader="paas", at_once=True)
     rt.every(paas.reconcile_s, reconciler.jobs_step, leader="paas", at_once=True)
-    market = SpotMarket(begin, spot_provider_of)
+    market = SpotMarket(begin, spot_provider_of, usage_s=paas.spot_usage_s)
     rt.every(paas.reconcile_s, market.step, leader="paas", at_once=True)
     scaler = Autoscaler(begin, runtimes, source=paas.utilisation, tick_s=paas.autoscale_tick_s,
                         window_s=paas.autoscale_window_s)

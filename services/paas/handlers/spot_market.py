@@ -5,7 +5,8 @@ Each pass reads every offering, registers the market cluster of an offering that
 (again after a restart: the driver keeps nothing, so every node it should know is offered again), offers the nodes
 just placed, reclaims those being taken back with what is left of their notice (cordon, then drain after the
 grace), reclaims at once a node that ended without notice (a failure), and deregisters an offering disabled and
-empty. It then records what the market was told, and releases the nodes whose notice has ended.
+empty. It then records what the market was told, and releases the nodes whose notice has ended. Every
+``usage_s`` it asks the market what its workloads use of the offered nodes (``report_usage``), shown on the offering.
 """
 from __future__ import annotations
 
@@ -28,11 +29,13 @@ OFFER_TTL_S = 3600.0          # an offer's ``until``; renewed by the next regist
 
 
 class SpotMarket:
-    def __init__(self, begin, provider_of: Callable[[str], SpotCapacityProvider]) -> None:
+    def __init__(self, begin, provider_of: Callable[[str], SpotCapacityProvider], *, usage_s: float = 15.0) -> None:
         self.begin = begin
         self.provider_of = provider_of
+        self.usage_s = usage_s
         self._providers: dict[str, SpotCapacityProvider] = {}
         self._registered: dict[str, str] = {}        # pool -> the market cluster it is registered as
+        self._asked: dict[str, float] = {}           # pool -> when the market last reported its usage
 
     async def step(self) -> None:
         async with self.begin() as uow:
@@ -40,11 +43,21 @@ class SpotMarket:
         for off in offerings:
             try:
                 told = await self._tell(off, time.time())
+                usage = await self._usage(off, time.monotonic())
             except Exception:   # one market call failing must not stop the others; retried next pass
                 log.exception("paas.spot_market_failed", pool=off.pool)
                 continue
-            if told or dom.due_releases(off, time.time()):
-                await self._record(off.pool, told)
+            if told or dom.due_releases(off, time.time()) or usage is not None:
+                await self._record(off.pool, told, usage)
+
+    async def _usage(self, off: Offering, now: float) -> dict | None:
+        """What the market's workloads use of the offered nodes (every ``usage_s``); None when not asked now or
+        unchanged."""
+        if off.pool not in self._registered or now - self._asked.get(off.pool, -self.usage_s) < self.usage_s:
+            return None
+        self._asked[off.pool] = now
+        usage = await self._provider(off.pool).report_usage()
+        return usage if usage != off.market_usage else None
 
     def _provider(self, pool: str) -> SpotCapacityProvider:
         if pool not in self._providers:
@@ -81,7 +94,7 @@ class SpotMarket:
     def _names(off: Offering, nodes: list[SpotNode]) -> tuple[str, ...]:
         return tuple(node_name(n, off.pool) for n in nodes)
 
-    async def _record(self, pool: str, told: dict) -> None:
+    async def _record(self, pool: str, told: dict, usage: dict | None = None) -> None:
         now = time.time()
         async with self.begin() as uow:
             store = SpotStore(uow.conn)
@@ -95,7 +108,9 @@ class SpotMarket:
             due = dom.due_releases(off, now)
             for n in due:
                 n.release_sent = True
-            if due:
+            if usage is not None:
+                off.market_usage = usage
+            if due or usage is not None:
                 await uow.emit_many([("allocation.release", ReleaseAllocation(
                     allocation_id=n.allocation_id, tenant_id=off.tenant_id, requested_by=off.user_id), None)
                     for n in due], correlation_id=f"spot:{pool}", tenant_id=off.tenant_id)
