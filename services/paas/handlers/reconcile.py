@@ -196,7 +196,23 @@ class Reconciler:
         if job["state"] == "CANCELLING":
             await runtime.cancel(handle, job["external_id"])
         status = await runtime.job(handle, job["external_id"])
-        await self._job_write(job["id"], lambda j: _observed(j, status))
+        await self._observation(job, status)
+
+    async def _observation(self, read: dict, status) -> None:
+        """Apply what the scheduler said of the job as it was ``read``. Not when something wrote the job since
+        (a cancel, a requeue after its node was lost: the observation may predate it), nor while a node it ran on
+        is away (the scheduler's view is behind until the node is replaced); the next pass looks again."""
+        async with self.begin() as uow:
+            job = await PgJobs(uow.conn).get(read["id"], lock=True)
+            if job is None or job["version"] != read["version"]:
+                return
+            nodes_before = {**job, "nodes": list(job["nodes"])}
+            if not _observed(job, status):                   # nothing new: nothing to check or write
+                return
+            cl = await PgClusters(uow.conn).get(job["cluster_id"])
+            if cl is None or on_away_node(cl, nodes_before) or on_away_node(cl, job):
+                return
+            await job_handlers.publish(uow, job)
 
     async def _job_write(self, job_id, change) -> None:
         async with self.begin() as uow:
