@@ -45,5 +45,8 @@ def reap(path: Path) -> list[int]:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+    for link in Path(tempfile.gettempdir()).glob("tsp-*"):     # Slurm spool links into it (adapters/slurm/config)
+        if link.is_symlink() and str(link.readlink()).startswith(f"{path}/"):
+            link.unlink(missing_ok=True)
     shutil.rmtree(path, ignore_errors=True)
     return pids

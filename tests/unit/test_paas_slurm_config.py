@@ -42,9 +42,9 @@ def test_every_path_and_key_is_the_clusters_own():
     conf = settings(slurm_conf(spec(node(0)), ClusterFiles(Path("/state/c1"))))
     assert conf["AuthInfo"] == ["socket=/state/c1/munge/munge.socket"]
     assert conf["AuthAltTypes"] == ["auth/jwt"] and conf["AuthAltParameters"] == ["jwt_key=/state/c1/ctld/jwt_hs256.key"]
-    for key in ("StateSaveLocation", "SlurmdSpoolDir", "SlurmctldPidFile", "SlurmdPidFile", "SlurmctldLogFile",
-                "SlurmdLogFile"):
+    for key in ("StateSaveLocation", "SlurmctldPidFile", "SlurmdPidFile", "SlurmctldLogFile", "SlurmdLogFile"):
         assert conf[key][0].startswith("/state/c1/"), key
+    assert conf["SlurmdSpoolDir"] == [f"{ClusterFiles(Path('/state/c1')).spool_link}/%n"]   # a link to its spool
     assert "%n" in conf["SlurmdSpoolDir"][0] and "%n" in conf["SlurmdPidFile"][0] and "%n" in conf["SlurmdLogFile"][0]
 
 
@@ -60,3 +60,13 @@ def test_gpus_map_to_their_device_files_else_to_character_device_stand_ins():
     assert gpu_files(node(0, gpus=2)) == ("/dev/null", "/dev/zero")
     with pytest.raises(ValueError):
         gpu_files(node(0, gpus=64))
+
+
+def test_a_job_steps_socket_fits_a_unix_socket_path_with_the_longest_cluster_name_there_is():
+    """``<spool>/<node>/<node>_<job>.<step>``: a socket path holds at most 107 bytes. The state directory is long
+    (``/tmp/tessera-paas-<hash>/slurm/<cluster id>``): slurmd is given a short link to the spool instead."""
+    files = ClusterFiles(Path("/tmp/tessera-paas-53749f22d7f5/slurm") / str(uuid.uuid4()))
+    longest = "c" * 31 + "-63"                       # a 31-character cluster name, its 64th node
+    step = f"{files.spool_link}/{longest}/{longest}_{99_999_999}.{4294967291}"   # a batch step of job 99,999,999
+    assert len(step.encode()) <= 107, (len(step), step)
+    assert len(f"{files.spool}/{longest}/{longest}_1.4294967291") > 107    # the state directory's own path would not

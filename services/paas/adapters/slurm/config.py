@@ -6,6 +6,7 @@ spool, state and pid files. ``%n`` (the node's name) keeps the per-node files of
 """
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,6 +67,14 @@ class ClusterFiles:
         return self.root / "spool"
 
     @property
+    def spool_link(self) -> Path:
+        """A short path to ``spool``, the one slurmd is given: a job step's Unix socket is
+        ``<spool dir>/<node>/<node>_<job>.<step>``, and a socket path holds at most 107 bytes. With a node name of
+        34 characters (a 31-character cluster name and its index) that leaves 18 for the directory:
+        ``/tmp/tsp-<8 hex of the cluster's id>`` (17). The state directory itself is far longer."""
+        return Path(tempfile.gettempdir()) / f"tsp-{self.root.name.replace('-', '')[:8]}"
+
+    @property
     def jobs(self) -> Path:
         """Job output: one ``<slurm job id>.out`` each (world-writable: jobs may run as any user)."""
         return self.root / "jobs"
@@ -113,7 +122,7 @@ def slurm_conf(spec: ClusterSpec, files: ClusterFiles) -> str:
         "AuthAltTypes=auth/jwt",
         f"AuthAltParameters=jwt_key={files.jwt_key}",
         f"StateSaveLocation={files.state_save}",
-        f"SlurmdSpoolDir={files.spool}/%n",
+        f"SlurmdSpoolDir={files.spool_link}/%n",
         f"SlurmctldPidFile={files.run}/slurmctld.pid",
         f"SlurmdPidFile={files.run}/slurmd-%n.pid",
         f"SlurmctldLogFile={files.daemon_log('slurmctld')}",

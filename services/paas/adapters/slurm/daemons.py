@@ -55,6 +55,10 @@ class ClusterDaemons:
         """Write the cluster's configuration; True when it differs from what was there."""
         for node in spec.nodes:
             (self.files.spool / node.name).mkdir(parents=True, exist_ok=True)
+        link = self.files.spool_link
+        if not (link.is_symlink() and link.readlink() == self.files.spool):
+            link.unlink(missing_ok=True)
+            link.symlink_to(self.files.spool, target_is_directory=True)
         changed = False
         for path, text in ((self.files.gres_conf, gres_conf(spec)), (self.files.slurm_conf, slurm_conf(spec, self.files))):
             if not path.exists() or path.read_text() != text:

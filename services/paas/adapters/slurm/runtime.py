@@ -230,6 +230,8 @@ class SlurmRuntime:
             await daemons.stop_all()
             self._tokens.pop(str(handle.cluster_id), None)
             shutil.rmtree(daemons.files.root, ignore_errors=True)
+            if daemons.files.spool_link.is_symlink():
+                daemons.files.spool_link.unlink(missing_ok=True)
 
     # -- jobs -------------------------------------------------------------------------------------------
     async def submit(self, handle: ClusterHandle, job: JobSpec) -> str:
