@@ -3,6 +3,7 @@ surge rule (a step in load acted on within 20 s) has its own file, test_paas_aut
 from __future__ import annotations
 
 import random
+import uuid
 
 import pytest
 
@@ -19,6 +20,8 @@ from services.paas.domain.autoscale import (
     Window,
     decide,
 )
+from services.paas.handlers.autoscale import Autoscaler
+from tests.support.bus import make_envelope
 
 SAMPLE_S = 5.0
 
@@ -259,3 +262,22 @@ def test_changes_are_at_least_a_cool_down_apart():
 def test_a_policy_out_of_its_bounds_is_refused(bad):
     with pytest.raises(ValueError):
         policy(**bad)
+
+
+class _Msg:
+    def __init__(self, data: bytes, subject: str = "node_agent.evt.heartbeat.n") -> None:
+        self.data, self.subject = data, subject
+
+
+async def test_a_heartbeat_as_the_bus_delivers_it_feeds_each_allocations_gpu_utilisation():
+    """The listener gets the core NATS message itself (an envelope's bytes), not a parsed model."""
+    alloc = uuid.uuid4()
+    scaler = Autoscaler(None, {}, source="metrics", tick_s=15, window_s=70, clock=lambda: 100.0)
+    beat = {"node_id": str(uuid.uuid4()), "seq": 1, "sent_at": "2026-11-29T00:00:00Z",
+            "started_at": "2026-11-29T00:00:00Z",
+            "gpus": [{"gpu": 0, "allocation_id": str(alloc), "util_pct": 87.5, "fb_used_mib": 1, "temp_c": 40,
+                      "power_w": 100}, {"gpu": 1, "util_pct": 5, "fb_used_mib": 1, "temp_c": 40, "power_w": 100}]}
+    await scaler.on_heartbeat(_Msg(make_envelope("node_agent.heartbeat", beat).model_dump_json().encode()))
+    assert scaler.gpu_util == {alloc: {0: (100.0, 0.875)}}
+    await scaler.on_heartbeat(_Msg(b"not json"))            # dropped, logged
+    assert scaler.gpu_util == {alloc: {0: (100.0, 0.875)}}

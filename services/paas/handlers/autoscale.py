@@ -20,6 +20,9 @@ from collections.abc import Callable
 
 import structlog
 
+from services.node_agent.contracts.health import Heartbeat
+from shared.envelope import Envelope
+
 from ..adapters.repository import PgClusters
 from ..domain.autoscale import ClusterState, Hold, NodeSample, Sample, ScaleIn, ScaleOut, ScalingPolicy, Window, decide
 from ..domain.clusters import Cluster
@@ -41,7 +44,14 @@ class Autoscaler:
         self.gpu_util: dict[uuid.UUID, dict[int, tuple[float, float]]] = {}   # allocation -> gpu -> (at, 0..1)
         self._sampling = asyncio.Lock()   # the sampling loop and the tick both sample: one at a time, in order
 
-    async def on_heartbeat(self, hb) -> None:
+    async def on_heartbeat(self, msg) -> None:
+        """A node-agent's heartbeat (a core NATS message, every replica's listener): its GPUs' utilisation by
+        allocation. One that does not parse is logged and dropped."""
+        try:
+            hb = Heartbeat.model_validate(Envelope.model_validate_json(msg.data).data)
+        except ValueError as exc:
+            log.warning("paas.heartbeat_unreadable", subject=getattr(msg, "subject", None), error=str(exc)[:300])
+            return
         now = self.clock()
         for g in hb.gpus:
             if g.allocation_id is not None:
