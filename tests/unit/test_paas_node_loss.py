@@ -117,3 +117,16 @@ async def test_ray_refuses_to_move_its_head(tmp_path):
     with pytest.raises(ClusterError) as refused:
         await RayRuntime(tmp_path).replace_node(spec, handle, node)
     assert refused.value.permanent and "head node r-0 was lost" in str(refused.value)
+
+
+def test_only_a_running_job_is_requeued_and_a_poll_never_takes_it_back():
+    from services.paas.domain.jobs import IllegalTransition, Lifecycle
+
+    requeued = Lifecycle("RUNNING").requeued("requeued: node hpc-1 lost (node_lost: heartbeat)")
+    assert (requeued.state, requeued.reason) == ("PENDING", "requeued: node hpc-1 lost (node_lost: heartbeat)")
+    for state in ("SUBMITTING", "PENDING", "CANCELLING", "SUCCEEDED", "FAILED", "REJECTED"):
+        with pytest.raises(IllegalTransition):
+            Lifecycle(state, "x" if state == "REJECTED" else "").requeued("lost")
+    with pytest.raises(IllegalTransition):
+        Lifecycle("RUNNING").to("PENDING")
+    assert Lifecycle("RUNNING").observed("PENDING").state == "RUNNING"   # a lagging read, not a requeue

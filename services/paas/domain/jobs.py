@@ -228,6 +228,14 @@ class Lifecycle:
             raise ValueError("a rejected job keeps why it was rejected")
         return Lifecycle(target, reason)
 
+    def requeued(self, reason: str) -> Lifecycle:
+        """A RUNNING job put back in its queue because a node it ran on was lost (Slurm's ``JobRequeue``, a
+        Kubernetes Job's pods made again): PENDING, saying why. The one move backwards, and only from RUNNING:
+        ``to`` and ``observed`` never take it (a poll reading PENDING after RUNNING is a lagging read)."""
+        if self.state != "RUNNING":
+            raise IllegalTransition(f"only a running job is requeued, not a {self.state} one")
+        return Lifecycle("PENDING", reason)
+
     def observed(self, seen: str, message: str = "") -> Lifecycle:
         """Take the scheduler's state read by a poll. A read behind what is known already (PENDING after
         RUNNING from a lagging read, RUNNING while a cancel is in flight) changes nothing; an end is taken."""

@@ -15,6 +15,7 @@ from shared.unit_of_work import UnitOfWork
 
 from ..adapters.repository import PgClusters, PgJobs
 from ..domain.clusters import Cluster, Member, lost_job
+from ..domain.jobs import Lifecycle
 from . import jobs as job_handlers
 from .clusters import publish
 
@@ -39,7 +40,10 @@ async def _jobs_on(ctx: UnitOfWork, cl: Cluster, m: Member, why: str) -> None:
         job = await jobs.get(jid, lock=True)
         if job is None or job["state"] != "RUNNING" or name not in job["nodes"]:
             continue
-        job["state"], job["reason"] = lost_job(cl.kind, name, why)
+        state, reason = lost_job(cl.kind, name, why)
+        life = Lifecycle(job["state"], job["reason"] or "")
+        life = life.requeued(reason) if state == "PENDING" else life.to(state, reason)
+        job["state"], job["reason"] = life.state, life.reason
         if job["state"] == "FAILED":
             job["ended_at"] = utcnow()
         await job_handlers.publish(ctx, job)
