@@ -102,21 +102,20 @@ async def slot_details(conn: asyncpg.Connection, node_id: uuid.UUID, slots: list
 
 
 async def release(conn: asyncpg.Connection, allocation_id: uuid.UUID) -> tuple[dict | None, dict | None]:
-    """Free what the allocation holds and refund its quota. Returns (the allocation row or None when it
-    held nothing, the node's capacity after the release: {"free_slots", "seq"}, or None). Idempotent. Locks
-    in the claim's order (quota rows, then slot rows, then the node's capacity row): the reverse order
-    deadlocked against a concurrent claim of the same tenant."""
-    row = await conn.fetchrow("DELETE FROM allocations WHERE allocation_id=$1 RETURNING *", allocation_id)
-    if row is None:
+    """Free what the allocation holds and refund its quota, in one round trip (the schema's ``release_held``).
+    Returns (the allocation row or None when it held nothing, the node's capacity after the release:
+    {"free_slots", "seq"}, or None). Idempotent. Locks in the claim's order (quota rows, then slot rows, then
+    the node's capacity row): the reverse order deadlocked against a concurrent claim of the same tenant.
+    The row comes back as JSON: its ids are made UUIDs again; ``placed_at`` stays an ISO text."""
+    out = await conn.fetchval("SELECT release_held($1)", allocation_id)
+    if out is None:
         return None, None
-    await conn.execute(
-        "UPDATE quotas SET used = greatest(used - $5, 0), version = version + 1 WHERE tenant_id=$1 AND gpu_model=$2 "
-        "AND pool=$3 AND user_id = ANY($4::uuid[])",
-        row["tenant_id"], row["gpu_model"], row["pool"], [NIL] + ([row["user_id"]] if row["user_id"] else []),
-        row["gpus"])
-    freed = await conn.fetchval("SELECT free_held($1, $2, $3::int[], $4)", allocation_id, row["node_id"], row["slots"],
-                                row["mig_profile"] is not None)
-    return dict(row), json.loads(freed)
+    out = json.loads(out)
+    row = out["held"]
+    for key in ("allocation_id", "tenant_id", "user_id", "node_id"):
+        if row[key] is not None:
+            row[key] = uuid.UUID(row[key])
+    return row, out["capacity"]
 
 
 async def shape_users(conn: asyncpg.Connection, name: str) -> tuple[int, int]:
