@@ -81,6 +81,7 @@ class ActiveScheduler:
         self.all_shapes: dict[str, Shape] = {}    # deleted ones too: running allocations keep theirs
         self.needs_reload = False
         self.seen_pending: set[uuid.UUID] = set()    # tenants with a pending gauge to reset when empty
+        self.unindexed: set[uuid.UUID] = set()       # allocations SQL holds or queues that the load could not index
         self.pool: asyncpg.Pool | None = None
         self._loaded = asyncio.Event()
         self._reload_lock = asyncio.Lock()
@@ -98,6 +99,7 @@ class ActiveScheduler:
                  pending=len(sched.queue), seconds=round(time.perf_counter() - started, 3))
 
     async def _build(self, store: SchedulerRepository) -> Scheduler:
+        self.unindexed = set()
         shape_rows = await store.shapes()
         self.all_shapes = {r["name"]: shape_of(dict(r)) for r in shape_rows}
         self.shapes = {r["name"]: self.all_shapes[r["name"]] for r in shape_rows if not r["deleted"]}
@@ -124,17 +126,20 @@ class ActiveScheduler:
         try:
             sched.adopt(req, Placement(a["node_id"], a["pool"], a["gpu_model"], tuple(a["slots"]), a["mig_profile"]))
         except (SlotTaken, KeyError) as exc:   # a slot retired by a newer map: the row still counts in SQL
+            self.unindexed.add(a["allocation_id"])
             log.warning("scheduler.holding_not_indexed", allocation_id=str(a["allocation_id"]), error=repr(exc))
 
     async def _load_queue(self, store: SchedulerRepository, sched: Scheduler) -> None:
         for p in await store.all_pending():
             shape = self.shapes.get(p["request"]["shape"])
             if shape is None:
+                self.unindexed.add(p["allocation_id"])
                 continue
             req = request_of(p["request"], shape, p["enqueued_at"].timestamp())
             try:
                 sched.queue.push(req)
             except QueueFull as exc:   # the bound was lowered meanwhile: it still waits in SQL
+                self.unindexed.add(req.allocation_id)
                 log.warning("scheduler.pending_not_indexed", allocation_id=str(req.allocation_id), error=repr(exc))
                 continue
             if p["nominated_node"] is not None and sched.inv.node(p["nominated_node"]) is not None:
@@ -184,6 +189,16 @@ class ActiveScheduler:
         if self.sched is not None and row["user_id"] == NIL:
             self.sched.quotas.set_limit(QuotaKey(row["tenant_id"], row["gpu_model"], row["pool"]), row["limit"],
                                         row["guaranteed"])
+
+    def may_stand_in_sql(self, allocation_id: uuid.UUID) -> bool:
+        """False only when the database surely neither holds nor queues the allocation, so a reserve need not
+        read it: with leader election this replica alone decides, one transaction at a time, and the index
+        follows each (a failed handler marks it for a reload before the next decision), so every holding and
+        queued request is in it, bar those the load could not index (``unindexed``). Without leader
+        election another replica may have placed it: always True."""
+        sched = self.sched
+        return (not self.settings.leader_election or allocation_id in self.unindexed
+                or sched.inv.holding(allocation_id) is not None or allocation_id in sched.queue)
 
     def forget(self, allocation_id: uuid.UUID) -> None:
         """Undo a placement the database refused (the domain's release would also re-run the queue)."""

@@ -63,7 +63,9 @@ async def reserve_slots(ctx: UnitOfWork, cmd: c.ReserveSlots, *, active: ActiveS
         await participant.answer(ctx, c.RESERVE_SLOTS, data, prior, tenant_id=cmd.tenant_id, compensated=_CANCELLED)
         return
     store = active.repository(ctx.conn)
-    queued, held = await store.standing(cmd.allocation_id)
+    # the index knows what SQL holds or queues (see may_stand_in_sql): read it only when it may be there
+    queued, held = await store.standing(cmd.allocation_id) if active.may_stand_in_sql(cmd.allocation_id) \
+        else (False, None)
     if queued:
         await _queued(ctx, active, data, "already waiting in the queue", again=True)
         return
