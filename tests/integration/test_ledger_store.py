@@ -5,6 +5,7 @@ tables (created by the service role, as shared.db.migrate does), so tampering ne
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import os
 import sys
@@ -16,9 +17,9 @@ import asyncpg
 import pytest
 
 from services.billing.adapters.ledger import PgLedger
-from shared.chain import GENESIS, row_hash
+from shared.chain import GENESIS, RowEncoder, canonical, merkle_root, row_hash
 from shared.db import migrate, role_name
-from shared.ledger_store import ChainError, append, checkpoint, verify
+from shared.ledger_store import ChainError, append, append_many, checkpoint, verify
 
 ROOT = Path(__file__).resolve().parents[2]
 MIGRATION = ROOT / "services/billing/schema/0002_ledger.sql"
@@ -113,6 +114,54 @@ async def test_a_value_postgres_would_not_return_as_written_is_refused_at_append
     with pytest.raises((ChainError, TypeError)):
         await append(ledger.conn, "ledger_entries", charge(entry={"rate": 0.1}))
     assert await ledger.conn.fetchval("SELECT count(*) FROM ledger_entries") == 0
+
+
+async def test_a_batch_is_one_run_of_the_chain_and_skips_what_is_already_there(ledger):
+    there = await append(ledger.conn, "ledger_entries", charge(), unique="source_event")
+    again = charge()
+    batch = [charge(1), {**charge(2), "source_event": (await ledger.conn.fetchval(
+        "SELECT source_event FROM ledger_entries"))}, again, charge(3, created_at=dt.datetime(2026, 1, 2, tzinfo=dt.UTC)),
+        {**again, "amount_minor": 9}]
+    async with ledger.conn.transaction():
+        got = await append_many(ledger.conn, "ledger_entries", batch, unique="source_event")
+    assert [a.seq for a in got] == [2, 1, 3, 4, 3] and got[1] == there and got[4] == got[2]
+    rows = await ledger.conn.fetch("SELECT * FROM ledger_entries ORDER BY seq")
+    assert [r["amount_minor"] for r in rows] == [1250, 1, 1250, 3]
+    assert rows[3]["created_at"] == dt.datetime(2026, 1, 2, tzinfo=dt.UTC)
+    assert [bytes(r["row_hash"]) for r in rows] == [there.row_hash, *(a.row_hash for a in got[:1] + got[2:4])]
+    assert (await verify(ledger.conn, "ledger_entries")).ok
+    assert await append_many(ledger.conn, "ledger_entries", []) == []
+
+
+async def test_a_batch_holding_a_value_postgres_would_not_return_as_written_writes_nothing(ledger):
+    with pytest.raises((ChainError, TypeError)):
+        await append_many(ledger.conn, "ledger_entries", [charge(), charge(entry={"rate": 0.1})])
+    assert await ledger.conn.fetchval("SELECT count(*) FROM ledger_entries") == 0
+    await ledger.conn.execute("CREATE TABLE padded (seq bigint PRIMARY KEY, code char(5), prev_hash bytea, "
+                              "row_hash bytea)")
+    with pytest.raises(ChainError, match="padded seq 2"):   # char(5) pads what it is given: stored ≠ hashed
+        await append_many(ledger.conn, "padded", [{"code": "ABCDE"}, {"code": "AB"}])
+    assert await ledger.conn.fetchval("SELECT count(*) FROM padded") == 0
+
+
+async def test_rows_as_postgres_returns_them_encode_to_their_canonical_bytes(ledger):
+    await append_many(ledger.conn, "ledger_entries", [charge(i, entry={
+        "note": text, "nested": {"z": [text, None, 2 ** 62], "a": True}}) for i, text in enumerate(
+        ["Zürich", '"q"\\', "ctl\x01\x1f", "nl\n", "🚀", ""])])
+    stmt = await ledger.conn.prepare("SELECT * FROM ledger_entries ORDER BY seq")
+    encoder = RowEncoder([(a.name, a.type.name) for a in stmt.get_attributes()])
+    for r in await stmt.fetch():
+        assert encoder.encode(r) == canonical({**dict(r.items()), "entry": json.loads(r["entry"])})
+
+
+async def test_a_checkpoint_over_a_later_range_is_judged_over_its_own_rows(ledger):
+    await fill(ledger, 6)
+    hashes = [bytes(r["row_hash"]) for r in await ledger.conn.fetch("SELECT row_hash FROM ledger_entries ORDER BY seq")]
+    await ledger.tamper("INSERT INTO ledger_entries_checkpoints (tree_size, first_seq, last_seq, root_hash) "
+                        "VALUES (3, 3, 5, $1), (2, 5, 6, $2)", merkle_root(hashes[2:5]), bytes(32))
+    result = await verify(ledger.conn, "ledger_entries")
+    assert result.bad_entry_count == 0 and result.checkpoints == 2
+    assert [(c.first_seq, c.last_seq) for c in result.bad_checkpoints] == [(5, 6)]
 
 
 async def test_concurrent_appends_from_many_connections_stay_one_linear_chain(ledger):

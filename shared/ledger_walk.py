@@ -1,0 +1,193 @@
+"""Verifying a hash-chained table (shared/ledger_store.py): one streaming pass over its rows in seq order
+that recomputes every row hash (shared.chain.RowEncoder: the canonical bytes straight from the driver's
+values), checks every link and seq, and grows the Merkle trees its checkpoints are compared with. Reads
+only; memory does not grow with the table."""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import asyncpg
+
+from shared.chain import GENESIS, RowEncoder, TreeBuilder
+
+MAX_FINDINGS = 100             # problems listed per verify (the first ones; counts are exact)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    id: int
+    tree_size: int
+    first_seq: int
+    last_seq: int
+    root_hash: bytes
+    created_at: dt.datetime
+
+
+@dataclass
+class EntryFinding:
+    seq: int
+    problems: list[str]
+
+
+@dataclass
+class CheckpointFinding:
+    id: int
+    first_seq: int
+    last_seq: int
+    problem: str
+
+
+@dataclass
+class VerifyResult:
+    """What ``verify`` found. ``bad_entries``/``bad_checkpoints`` list the first MAX_FINDINGS, in seq order;
+    the counts are exact."""
+    table: str
+    entries: int = 0
+    last_seq: int | None = None
+    head_hash: bytes | None = None
+    checkpoints: int = 0
+    bad_entry_count: int = 0
+    bad_checkpoint_count: int = 0
+    bad_entries: list[EntryFinding] = field(default_factory=list)
+    bad_checkpoints: list[CheckpointFinding] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.bad_entry_count == 0 and self.bad_checkpoint_count == 0
+
+    @property
+    def first_bad_entry(self) -> EntryFinding | None:
+        return self.bad_entries[0] if self.bad_entries else None
+
+    @property
+    def first_bad_checkpoint(self) -> CheckpointFinding | None:
+        return self.bad_checkpoints[0] if self.bad_checkpoints else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "table": self.table, "ok": self.ok, "entries": self.entries, "last_seq": self.last_seq,
+            "head_hash": self.head_hash.hex() if self.head_hash else None, "checkpoints": self.checkpoints,
+            "bad_entry_count": self.bad_entry_count, "bad_checkpoint_count": self.bad_checkpoint_count,
+            "first_bad_entry": asdict(self.first_bad_entry) if self.first_bad_entry else None,
+            "first_bad_checkpoint": asdict(self.first_bad_checkpoint) if self.first_bad_checkpoint else None,
+            "bad_entries": [f.seq for f in self.bad_entries],
+            "bad_checkpoints": [f.id for f in self.bad_checkpoints],
+        }
+
+
+CHUNK = 10_000   # rows fetched per round trip of the walk's cursor
+
+
+async def walk(conn: asyncpg.Connection, table: str, result: VerifyResult,
+               checkpoints: list[Checkpoint], whole: TreeBuilder | None = None) -> None:
+    """Stream the rows of ``table`` (its quoted name) in seq order (a server-side cursor, CHUNK rows a
+    fetch), recording problems in ``result``: a seq gap, a prev_hash not equal to the previous row's stored
+    row_hash, a row_hash not equal to the hash of the row's content. Each checkpoint is compared when the
+    walk passes its last_seq, over the recomputed hashes (the checkpoint vouches for the content, not for
+    the stored hash column)."""
+    stmt = await conn.prepare(f"SELECT * FROM {table} ORDER BY seq")
+    columns = [(a.name, a.type.name) for a in stmt.get_attributes()]
+    names = [name for name, _ in columns]
+    i_seq, i_prev, i_hash = names.index("seq"), names.index("prev_hash"), names.index("row_hash")
+    encode, sha256 = RowEncoder(columns).encode, hashlib.sha256
+    marks = _Marks(checkpoints, result, whole)
+    expected, prev_stored, stored = 1, GENESIS, None
+    cursor = await stmt.cursor()
+    while rows := await cursor.fetch(CHUNK):
+        for rec in rows:
+            seq, stored_prev, stored = rec[i_seq], rec[i_prev], rec[i_hash]
+            recomputed = sha256(stored_prev + encode(rec)).digest()
+            if seq != expected or stored_prev != prev_stored or recomputed != stored:
+                _bad_entry(result, seq, expected, stored_prev, prev_stored, stored, recomputed)
+            if seq >= marks.before_at:
+                marks.before(seq)
+            for tree in marks.trees:
+                tree.append(recomputed)
+            if seq >= marks.after_at:
+                marks.after(seq)
+            expected, prev_stored = seq + 1, stored
+        result.entries += len(rows)
+        result.last_seq = expected - 1
+    result.head_hash = stored
+    marks.end()
+
+
+def _bad_entry(result: VerifyResult, seq: int, expected: int, stored_prev: bytes, prev_stored: bytes,
+               stored: bytes, recomputed: bytes) -> None:
+    problems = []
+    if seq != expected:
+        problems.append(f"seq gap: expected {expected}, found {seq} ({seq - expected} row(s) missing)"
+                        if seq > expected else f"seq out of order: expected {expected}, found {seq}")
+    if stored_prev != prev_stored:
+        problems.append(f"prev_hash {stored_prev.hex()[:16]}… is not the previous row's row_hash "
+                        f"{prev_stored.hex()[:16]}…")
+    if recomputed != stored:
+        problems.append(f"row_hash {stored.hex()[:16]}… does not match the row's content "
+                        f"(recomputed {recomputed.hex()[:16]}…)")
+    result.bad_entry_count += 1
+    if len(result.bad_entries) < MAX_FINDINGS:
+        result.bad_entries.append(EntryFinding(seq, problems))
+
+
+class _Marks:
+    """The checkpoints a walk is to judge and the Merkle trees it grows for them. The walk calls ``before``
+    only when a row's seq reaches ``before_at`` (a checkpoint starts there, or one ended before it) and
+    ``after`` only when it reaches ``after_at`` (one ends there), so a row that starts or ends none costs two
+    comparisons; ``trees`` lists the trees each row's recomputed hash is appended to."""
+
+    def __init__(self, checkpoints: list[Checkpoint], result: VerifyResult, whole: TreeBuilder | None):
+        self.pending = sorted(checkpoints, key=lambda c: (c.last_seq, c.id))
+        self.result, self.by_start = result, {}
+        self.trees: list[TreeBuilder] = [whole] if whole is not None else []
+        self._starts = sorted({c.first_seq for c in self.pending})
+        self._aim()
+
+    def _aim(self) -> None:
+        end = self.pending[0].last_seq if self.pending else float("inf")
+        self.before_at = min(self._starts[0] if self._starts else float("inf"), end + 1)
+        self.after_at = end
+
+    def before(self, seq: int) -> None:
+        """Row ``seq`` is read: judge the checkpoints whose last row was never read, and start a tree for
+        each checkpoint starting by this row."""
+        while self.pending and self.pending[0].last_seq < seq:
+            _judge(self.result, self.pending.pop(0), self.by_start, missing_last=True)
+        while self._starts and self._starts[0] <= seq:
+            self.by_start[self._starts[0]] = tree = TreeBuilder()
+            self.trees.append(tree)
+            self._starts.pop(0)
+        self._aim()
+
+    def after(self, seq: int) -> None:
+        """Row ``seq``'s hash is in the trees: judge the checkpoints ending at it."""
+        while self.pending and self.pending[0].last_seq == seq:
+            _judge(self.result, self.pending.pop(0), self.by_start, missing_last=False)
+        self._aim()
+
+    def end(self) -> None:
+        last = self.result.last_seq
+        for c in self.pending:
+            _bad_checkpoint(self.result, c, f"covers seq {c.first_seq}..{c.last_seq} but the table ends at "
+                                            f"{last if last is not None else 'nothing'}")
+
+
+def _judge(result: VerifyResult, c: Checkpoint, trees: dict[int, TreeBuilder], *, missing_last: bool) -> None:
+    tree = trees.get(c.first_seq)
+    if missing_last or tree is None:
+        _bad_checkpoint(result, c, f"row {c.last_seq if missing_last else c.first_seq} it covers is missing")
+    elif tree.size != c.tree_size:
+        _bad_checkpoint(result, c, f"tree_size {c.tree_size} but {tree.size} rows in seq {c.first_seq}..{c.last_seq}")
+    elif tree.root() != c.root_hash:
+        _bad_checkpoint(result, c, f"root_hash {c.root_hash.hex()[:16]}… differs from the recomputed "
+                                   f"{tree.root().hex()[:16]}… over {tree.size} rows")
+
+
+def _bad_checkpoint(result: VerifyResult, c: Checkpoint, problem: str) -> None:
+    result.bad_checkpoint_count += 1
+    if len(result.bad_checkpoints) < MAX_FINDINGS:
+        result.bad_checkpoints.append(CheckpointFinding(c.id, c.first_seq, c.last_seq, problem))
+
+
