@@ -3,7 +3,12 @@ replica gains and loses leadership), and the fetch loop that hands each batch to
 handles it in one transaction with an idempotent inbox, bounded retries and a dead-letter stream.
 
 A consumer takes one message, waiting at most ``fetch_wait_s`` (a long poll), then without waiting as many as
-the server already holds for it, up to ``batch_size``; it runs ``max_workers`` batches at once.
+the server already holds for it, into a window of fetched messages (a few batches' worth); it runs
+``max_workers`` batches at once, each built from the window fairly between the tenants whose messages wait in
+it (``shared.fairness``: weighted deficit round robin, by the ``Tessera-Tenant`` header), so one tenant's burst
+does not queue ahead of another tenant's next message. A message waits in the window under the server's
+in-progress signal (never redelivered while it waits); on stop, what still waits there is given back to the
+server (nak), which delivers it again at once, here or to another replica.
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ from nats.js.errors import NotFoundError
 
 from .batches import Batches, Handler
 from .contract import Catalog, ContractViolation, durable_name
+from .fairness import FairQueue, line_of
 from .observability import CONSUMER_PENDING
 from .outbox import Outbox
 from .refusals import Refusal
@@ -29,6 +35,50 @@ from .settings import BusSettings
 from .steps import Step
 
 log = structlog.get_logger()
+MAX_ACK_PENDING = 1000   # per consumer: the window and the batches in flight stay well below it
+WINDOW_MIN, WINDOW_MAX = 64, 512
+
+
+class _Window:
+    """Messages fetched and not yet handed to a worker, one line per tenant; ``room`` is set while it may take
+    more, ``ready`` while something waits."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._queue: FairQueue[Msg] = FairQueue()
+        self.room, self.ready = asyncio.Event(), asyncio.Event()
+        self.room.set()
+
+    @property
+    def free(self) -> int:
+        return self.size - len(self._queue)
+
+    def put(self, raws: list[Msg]) -> None:
+        for raw in raws:
+            line, weight = line_of(raw.headers)
+            self._queue.put(line, raw, weight)
+        self._signal()
+
+    def take(self, n: int) -> list[Msg]:
+        """Up to ``n`` messages, fairly between the tenants waiting."""
+        taken = self._queue.take(n)
+        self._signal()
+        return taken
+
+    def waiting(self) -> list[Msg]:
+        return list(self._queue)
+
+    def drain(self) -> list[Msg]:
+        taken = self._queue.drain()
+        self._signal()
+        return taken
+
+    def _signal(self) -> None:
+        for event, on in ((self.room, self.free > 0), (self.ready, len(self._queue) > 0)):
+            if on:
+                event.set()
+            else:
+                event.clear()
 
 
 class _Subscription:
@@ -38,6 +88,10 @@ class _Subscription:
     def __init__(self, name: str, subject: str, stream: str, batches: Batches, *, batch: int, workers: int):
         self.name, self.subject, self.stream, self.batches = name, subject, stream, batches
         self.batch, self.workers = batch, workers
+        # a few batches beyond those in flight: enough to see other tenants behind a burst, few enough that a
+        # replica does not hold back from its peers more than it will soon handle
+        self.window = _Window(max(batch, min(max(2 * batch * workers, WINDOW_MIN), WINDOW_MAX,
+                                             MAX_ACK_PENDING - batch * workers)))
         self.pull: Any = None                       # the nats-py pull subscription while running
         self.pump: asyncio.Task | None = None
         self.inflight: set[asyncio.Task] = set()
@@ -138,7 +192,7 @@ class Consumers:
         return ConsumerConfig(
             ack_policy=JsAckPolicy.EXPLICIT, ack_wait=self.settings.ack_wait_s,
             max_deliver=self.settings.max_deliver + 1,  # the server's own cap sits above ours; we dead-letter
-            max_ack_pending=1000)
+            max_ack_pending=MAX_ACK_PENDING)
 
     async def _start_all(self, subs: list[_Subscription]) -> None:
         try:
@@ -179,39 +233,67 @@ class Consumers:
                 await sub.pump
         if sub.inflight:
             await asyncio.wait(list(sub.inflight), timeout=self.settings.ack_wait_s)
+        waiting = sub.window.drain()
+        if waiting:   # not handled here: the server delivers them again at once (a lost nak: after ack_wait)
+            with contextlib.suppress(Exception):
+                await asyncio.gather(*(raw.nak() for raw in waiting))
         if sub.pull is not None:
             with contextlib.suppress(Exception):
                 await sub.pull.unsubscribe()
         sub.pump, sub.pull = None, None
 
     async def _pump(self, sub: _Subscription) -> None:
-        """Fetch what is there (up to a batch; a long poll of ``fetch_wait_s`` when nothing is) whenever a
-        worker is free, and hand each batch to a worker. A message arriving during the poll is delivered at
-        once; the poll's length only sets how often an idle consumer asks."""
-        free = asyncio.Semaphore(sub.workers)
+        """Fetch into the subscription's window while it has room, and hand batches from it to free workers."""
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(self._fill(sub))
+            tasks.create_task(self._dispatch(sub))
+            tasks.create_task(self._keep_waiting(sub))
+
+    async def _fill(self, sub: _Subscription) -> None:
+        """Fetch what is there (a long poll of ``fetch_wait_s`` when nothing is) while the window has room. A
+        message arriving during the poll is delivered at once; the poll's length only sets how often an idle
+        consumer asks."""
+        window = sub.window
         while True:
-            await free.acquire()
-            handed = False
+            await window.room.wait()
             try:
-                batch = await self._fetch(sub)
-                task = asyncio.create_task(sub.batches.handle(batch))
-                sub.inflight.add(task)
-                task.add_done_callback(lambda t: (sub.inflight.discard(t), free.release()))
-                handed = True   # the task releases the worker when the batch is done
+                fetched = await self._fetch(sub, window.free)
             except TimeoutError:   # nothing arrived (nats-py raises its own subclass, or asyncio's)
                 continue
             except Exception as exc:   # reconnecting, server unavailable: the messages stay on the server
                 log.warning("consumer.fetch_failed", consumer=sub.name, error=repr(exc))
                 await asyncio.sleep(0.5)
-            finally:
-                if not handed:
-                    free.release()
+                continue
+            window.put(fetched)
 
-    async def _fetch(self, sub: _Subscription) -> list[Msg]:
-        """One message, waiting for it at most ``fetch_wait_s``; then, without waiting, up to a batch of those
+    async def _dispatch(self, sub: _Subscription) -> None:
+        """Whenever a worker is free and messages wait, hand it a batch the window picks fairly between tenants."""
+        free, window = asyncio.Semaphore(sub.workers), sub.window
+        while True:
+            await free.acquire()
+            await window.ready.wait()
+            batch = window.take(sub.batch)
+            task = asyncio.create_task(sub.batches.handle(batch))
+            sub.inflight.add(task)
+            task.add_done_callback(lambda t: (sub.inflight.discard(t), free.release()))
+
+    async def _keep_waiting(self, sub: _Subscription) -> None:
+        """Tell the server every third of ``ack_wait`` that the messages waiting in the window are being worked
+        on, so none is redelivered while it waits its turn (once handed to a worker, ``Batches`` does the same:
+        at most two thirds of ``ack_wait`` pass without a word)."""
+        interval = max(self.settings.ack_wait_s / 3, 0.5)
+        while True:
+            await asyncio.sleep(interval)
+            waiting = sub.window.waiting()
+            if waiting:
+                with contextlib.suppress(Exception):   # reconnecting: they are redelivered, the inbox dedups
+                    await asyncio.gather(*(raw.in_progress() for raw in waiting))
+
+    async def _fetch(self, sub: _Subscription, room: int) -> list[Msg]:
+        """One message, waiting for it at most ``fetch_wait_s``; then, without waiting, up to ``room`` of those
         the server already holds for this consumer (the message's ``num_pending`` says how many).
 
-        Not one ``fetch(batch)``: a pull request for a batch that finds fewer messages stays open on the server
+        Not one ``fetch(room)``: a pull request for a batch that finds fewer messages stays open on the server
         until it expires, and nats-py's fetch waits for the rest of the batch until then, so a lone message
         could wait the whole poll."""
         lag = CONSUMER_PENDING.labels(self.service, sub.name)
@@ -220,7 +302,7 @@ class Consumers:
         except TimeoutError:
             lag.set(0)   # nothing was there for the whole poll
             raise
-        more = min(sub.batch - len(first), first[-1].metadata.num_pending or 0) if first else 0
+        more = min(room - len(first), first[-1].metadata.num_pending or 0) if first else 0
         if more > 0:
             with contextlib.suppress(TimeoutError):   # another replica took them meanwhile
                 first += await sub.pull.fetch(more, timeout=0.05)

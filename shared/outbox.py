@@ -26,6 +26,7 @@ import structlog
 from nats.js import JetStreamContext
 from pydantic import BaseModel
 
+from . import fairness
 from .contract import Catalog, ContractViolation
 from .envelope import Envelope, utcnow
 from .observability import PUBLISHED, inject_trace
@@ -59,9 +60,14 @@ class Outbox:
         if not isinstance(data, msg.model):
             raise ContractViolation(f"{type_} carries {msg.model.__name__}, not {type(data).__name__}")
         trace = inject_trace()
+        caused_tenant = causation.tenant_id if causation else None
+        tenant = tenant_id if tenant_id is not None else caused_tenant
+        # the tenant's weight travels with its messages: inherited from the cause of the same tenant, else
+        # what this process knows of it (the gateway's table; nothing elsewhere: the default)
+        weight = causation.weight if causation and tenant == caused_tenant else fairness.weights.get(tenant)
         return Envelope(
             id=uuid.uuid4(), type=type_, schema_version=msg.version, occurred_at=utcnow(),
-            tenant_id=tenant_id if tenant_id is not None else (causation.tenant_id if causation else None),
+            tenant_id=tenant, weight=weight,
             correlation_id=str(correlation_id), causation_id=causation.id if causation else None,
             traceparent=trace.get("traceparent"), tracestate=trace.get("tracestate"),
             data=data.model_dump(mode="json"),

@@ -30,13 +30,13 @@ def _lag(consumer: str) -> float:
 
 async def test_the_lag_is_what_the_stream_holds_after_each_fetch_and_zero_after_an_empty_poll():
     consumers = SimpleNamespace(service="lagging", settings=SimpleNamespace(fetch_wait_s=0.01))
-    sub = SimpleNamespace(name="lagging-durable", batch=10, pull=FakePull(held=25))
-    assert len(await Consumers._fetch(consumers, sub)) == 10
+    sub = SimpleNamespace(name="lagging-durable", pull=FakePull(held=25))
+    assert len(await Consumers._fetch(consumers, sub, 10)) == 10
     assert _lag("lagging-durable") == 15
-    await Consumers._fetch(consumers, sub)
-    await Consumers._fetch(consumers, sub)
+    await Consumers._fetch(consumers, sub, 10)
+    await Consumers._fetch(consumers, sub, 10)
     assert _lag("lagging-durable") == 0 and sub.pull.held == 0
     CONSUMER_PENDING.labels("lagging", "lagging-durable").set(3)
     with pytest.raises(TimeoutError):
-        await Consumers._fetch(consumers, sub)
+        await Consumers._fetch(consumers, sub, 10)
     assert _lag("lagging-durable") == 0
