@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
+
+from services.scheduler.adapters import claims
 from tests.support.bus import caused_by
 from tests.support.bus import send_command as send
 from tests.support.scheduler import start
@@ -102,3 +105,29 @@ async def test_a_waiting_gang_can_be_cancelled_and_a_gang_over_quota_is_rejected
     assert again["type"] == "scheduler.gang_rejected" and again["data"]["code"] == "cancelled"
     for m in cmd["members"]:
         assert await env.held(m) == []
+
+
+async def test_claim_all_makes_every_claim_or_none_and_names_the_one_refused(run_service, nc, watch):
+    """A gang's members are claimed in one round trip: when one member's slots are taken, the members claimed
+    before it are undone too, and the refusal names that member's claim."""
+    env = await start(run_service, nc, watch)
+    tenant = uuid.uuid4()
+    await env.grant(tenant, 16)
+    node = await env.onboard()
+
+    def member(slots: tuple[int, ...]) -> claims.Claim:
+        return claims.Claim(uuid.uuid4(), tenant, None, node, slots, "vm.1gpu", "H100", env.pool, len(slots))
+
+    clash = [member((0,)), member((1,)), member((1,))]      # the third wants the second's slot
+    async with env.rt.pool.acquire() as conn:
+        tx = conn.transaction()      # rolled back at the end: the running scheduler's index never saw these claims
+        await tx.start()
+        with pytest.raises(claims.SlotTaken) as refused:
+            await claims.claim_all(conn, clash)
+        assert refused.value.claim is clash[2]
+        assert await conn.fetchval("SELECT count(*) FROM allocations WHERE node_id=$1", node) == 0
+        assert await conn.fetchval("SELECT used FROM quotas WHERE tenant_id=$1", tenant) == 0
+        capacity = await claims.claim_all(conn, clash[:2])
+        assert capacity[node]["free_slots"] == 6
+        assert await conn.fetchval("SELECT used FROM quotas WHERE tenant_id=$1", tenant) == 2
+        await tx.rollback()

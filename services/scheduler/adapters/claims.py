@@ -41,15 +41,37 @@ async def claim(conn: asyncpg.Connection, c: Claim, *, count: bool = True) -> tu
         "SELECT claim($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14)", c.allocation_id, c.tenant_id, c.user_id,
         c.node_id, list(c.slots), c.shape, c.gpu_model, c.pool, c.units, c.priority, c.spot, c.mig_profile,
         c.mig_per_gpu, count))
-    error = out.get("error")
-    if error == "taken":
-        raise SlotTaken(f"slots {list(c.slots)} of node {c.node_id} are not all free (or the node is not schedulable)")
-    if error == "quota":
-        raise QuotaExceeded(quota_name(c.tenant_id, c.gpu_model, c.pool, out["user"]), out["limit"], out["used"],
-                            c.units)
-    if error == "shape":
-        raise ShapeDeleted(f"shape {c.shape!r} was deleted")
+    if "error" in out:
+        raise _refusal(c, out)
     return out["details"], out.get("capacity")
+
+
+def _refusal(c: Claim, out: dict) -> Exception:
+    """The exception a refused claim's answer ({"error": ...}) stands for, naming the claim (``.claim``)."""
+    error = out["error"]
+    if error == "taken":
+        exc = SlotTaken(f"slots {list(c.slots)} of node {c.node_id} are not all free (or the node is not schedulable)")
+    elif error == "quota":
+        exc = QuotaExceeded(quota_name(c.tenant_id, c.gpu_model, c.pool, out["user"]), out["limit"], out["used"],
+                            c.units)
+    else:
+        exc = ShapeDeleted(f"shape {c.shape!r} was deleted")
+    exc.claim = c
+    return exc
+
+
+async def claim_all(conn: asyncpg.Connection, cs: list[Claim]) -> dict[uuid.UUID, dict]:
+    """Make every claim or none, in one round trip (the schema's ``claim_all``: each the ordinary claim, without
+    counting, then their nodes counted once, in node order). Returns node id -> {"free_slots", "seq"}. Raises
+    the first refused claim's QuotaExceeded, SlotTaken or ShapeDeleted (``.claim``: that claim), leaving nothing."""
+    doc = [{"allocation_id": str(c.allocation_id), "tenant_id": str(c.tenant_id),
+            "user_id": str(c.user_id) if c.user_id else None, "node_id": str(c.node_id), "slots": list(c.slots),
+            "shape": c.shape, "gpu_model": c.gpu_model, "pool": c.pool, "units": c.units, "priority": c.priority,
+            "spot": c.spot, "mig_profile": c.mig_profile, "mig_per_gpu": c.mig_per_gpu} for c in cs]
+    out = json.loads(await conn.fetchval("SELECT claim_all($1::jsonb)", json.dumps(doc)))
+    if "error" in out:
+        raise _refusal(cs[out["at"]], out)
+    return {uuid.UUID(k): v for k, v in out["capacity"].items()}
 
 
 async def capacity_changed(conn: asyncpg.Connection, node_ids) -> dict[uuid.UUID, dict]:

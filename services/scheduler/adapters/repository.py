@@ -83,6 +83,9 @@ class PgSchedulerRepository(SchedulerRepository):
     async def claim(self, claim: Claim, *, count: bool = True) -> tuple[list[Row], Row | None]:
         return await claims.claim(self.conn, claim, count=count)
 
+    async def claim_all(self, claims_: list[Claim]) -> dict[uuid.UUID, Row]:
+        return await claims.claim_all(self.conn, claims_)
+
     async def capacity_changed(self, node_ids: list[uuid.UUID]) -> dict[uuid.UUID, Row]:
         return await claims.capacity_changed(self.conn, node_ids)
 

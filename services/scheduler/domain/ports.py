@@ -15,7 +15,7 @@ from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Any
 
-from .claims import Claim
+from .claims import Claim, QuotaExceeded, ShapeDeleted, SlotTaken
 
 Row = dict[str, Any]
 
@@ -109,6 +109,20 @@ class SchedulerRepository(abc.ABC):
     async def claim(self, claim: Claim, *, count: bool = True) -> tuple[list[Row], Row | None]:
         """Charge quota, take the slots and record the holding, all or nothing: (slot details, the node's capacity
         after it, None unless ``count``). Raises QuotaExceeded, SlotTaken or ShapeDeleted, leaving nothing."""
+
+    async def claim_all(self, claims: list[Claim]) -> dict[uuid.UUID, Row]:
+        """Every claim or none (a gang's members), then their nodes' capacity counted once: node id ->
+        {"free_slots", "seq"}. Raises the first refused claim's QuotaExceeded, SlotTaken or ShapeDeleted with
+        ``.claim`` naming it, leaving nothing. This one claims in turn in a savepoint; a repository may do it in
+        one round trip."""
+        async with self.savepoint():
+            for c in claims:
+                try:
+                    await self.claim(c, count=False)
+                except (QuotaExceeded, SlotTaken, ShapeDeleted) as exc:
+                    exc.claim = c
+                    raise
+            return await self.capacity_changed([c.node_id for c in claims])
 
     @abc.abstractmethod
     async def capacity_changed(self, node_ids: list[uuid.UUID]) -> dict[uuid.UUID, Row]:

@@ -1,7 +1,8 @@
-"""Making a gang the index placed real: every member's claim in ONE savepoint, so SQL holds all or none.
+"""Making a gang the index placed real: every member's claim all or none (``claim_all``, one round trip), so SQL
+holds all or none.
 
 Each member is claimed through the ordinary ``claim`` path under its own allocation id (quota charged per member,
-slots taken conditionally); the first refusal rolls the savepoint back, so no member keeps a slot, and the index
+slots taken conditionally); the first refusal undoes the others, so no member keeps a slot, and the index
 undoes the whole gang. A member's own allocate saga later asks ``reserve_slots`` for its allocation id and is
 answered from that holding (handlers/reservations.py, the "held" path).
 """
@@ -28,30 +29,25 @@ log = structlog.get_logger()
 
 async def claim_gang(active: ActiveScheduler, store: SchedulerRepository, gp: GangPlacement,
                      cmd: dict[str, Any]) -> None:
-    """Claim every member (in a savepoint: all or none) and count the nodes' capacity once at the end. On
+    """Claim every member, all or none, and count the nodes' capacity once at the end (``claim_all``). On
     SlotTaken / QuotaExceeded / ShapeDeleted nothing was written, the index no longer holds the gang and
     knows what made the claim fail (node or quota re-read); the exception propagates."""
     user = cmd.get("user_id")
     user_id = uuid.UUID(str(user)) if user else None
-    failed_on = None
+    members = [claims.Claim(req.allocation_id, req.tenant_id, user_id, p.node_id, tuple(p.slots), req.shape.name,
+                            p.gpu_model, p.pool, req.shape.quota_units, req.priority, req.spot, p.mig_profile,
+                            req.shape.mig_per_gpu) for req, p in gp.members()]
     try:
-        async with store.savepoint():
-            for req, p in gp.members():
-                failed_on = (req, p)
-                await store.claim(claims.Claim(req.allocation_id, req.tenant_id, user_id, p.node_id, tuple(p.slots),
-                                               req.shape.name, p.gpu_model, p.pool, req.shape.quota_units,
-                                               req.priority, req.spot, p.mig_profile, req.shape.mig_per_gpu),
-                                  count=False)
-            await store.capacity_changed([p.node_id for p in gp.placements])
+        await store.claim_all(members)
     except claims.SlotTaken as exc:
         log.warning("scheduler.index_stale", gang_id=str(gp.gang.gang_id), error=str(exc))
         active.sched.unplace_gang(gp)
-        await active.resync_node(store, failed_on[1].node_id)
+        await active.resync_node(store, exc.claim.node_id)
         raise
-    except claims.QuotaExceeded:
+    except claims.QuotaExceeded as exc:
         active.sched.unplace_gang(gp)
-        req, p = failed_on
-        await active.resync_quota(store, QuotaKey(req.tenant_id, p.gpu_model, p.pool))
+        c = exc.claim
+        await active.resync_quota(store, QuotaKey(c.tenant_id, c.gpu_model, c.pool))
         raise
     except claims.ShapeDeleted:
         active.sched.unplace_gang(gp)
