@@ -180,7 +180,7 @@ class Batches:
                         item.outcome = "duplicate"    # handled before (or earlier in this batch)
                         continue
                     fresh.discard(item.env.id)
-                    uow = UnitOfWork(conn, self.outbox, name=self.consumer, causation=item.env)
+                    uow = UnitOfWork(conn, self.outbox, name=self.consumer, causation=item.env, defer=True)
                     try:
                         if isolated:
                             async with conn.transaction():     # a savepoint
@@ -198,6 +198,7 @@ class Batches:
                 if failed:
                     await conn.execute("DELETE FROM inbox WHERE consumer=$1 AND event_id = ANY($2::uuid[])",
                                        self.consumer, failed)
+                await UnitOfWork.insert_pending(done)   # the batch's outbox rows, one statement
             for item in items:
                 item.committed = True
         for uow in done:
@@ -244,8 +245,9 @@ class Batches:
                 "INSERT INTO inbox (consumer, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING 1",
                 self.consumer, env.id)
             if fresh:
-                uow = UnitOfWork(conn, self.outbox, name=self.consumer, causation=env)
+                uow = UnitOfWork(conn, self.outbox, name=self.consumer, causation=env, defer=True)
                 await work(uow)
+                await uow.flush()
         if fresh:
             await uow.run_after_commit()
         return bool(fresh)

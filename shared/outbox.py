@@ -84,10 +84,12 @@ class Outbox:
 
     async def add_many(self, conn: asyncpg.Connection, items: list[tuple[str, BaseModel, dict[str, str] | None]], *,
                        correlation_id: str, tenant_id: uuid.UUID | None = None,
-                       causation: Envelope | None = None, sink: list[Row] | None = None) -> list[Envelope]:
+                       causation: Envelope | None = None, sink: list[Row] | None = None,
+                       pending: list[tuple] | None = None) -> list[Envelope]:
         """Queue several messages (type, payload, subject params) in one statement, in order.
         Every one is checked against the contracts before anything is written. The rows are also appended
-        to ``sink`` (a unit of work hands them to its relay once committed)."""
+        to ``sink`` (a unit of work hands them to its relay once committed). With ``pending``, nothing is
+        written yet: the rows are appended to it, for one ``insert`` of a whole batch before its commit."""
         rows, envelopes = [], []
         for type_, data, params in items:
             subject = self.catalog.message(type_).render_subject(**(params or {}))
@@ -98,12 +100,20 @@ class Outbox:
             rows.append((env.id, subject, type_, json.dumps(headers), env.model_dump_json().encode()))
             if sink is not None:
                 sink.append(Row(env.id, subject, headers, rows[-1][4]))
+        if pending is not None:
+            pending.extend(rows)
+        else:
+            await self.insert(conn, rows)
+        return envelopes
+
+    @staticmethod
+    async def insert(conn: asyncpg.Connection, rows: list[tuple]) -> None:
+        """Write outbox rows (id, subject, type, headers JSON, body), in order, in one statement."""
         if rows:
             ids, subjects, types, headers, bodies = (list(c) for c in zip(*rows))
             await conn.execute("INSERT INTO outbox (id, subject, type, headers, body) "
                                "SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::bytea[])",
                                ids, subjects, types, headers, bodies)
-        return envelopes
 
 
 class OutboxRelay:
@@ -159,15 +169,14 @@ class OutboxRelay:
                 pass
 
     async def publish_handed(self, rows: list[Row]) -> None:
-        """Publish rows handed over after their commit, without reading them back: one statement marks
-        those still unpublished and locks them (a row a handler's savepoint rolled back does not exist, one
-        another replica's relay published is already marked: neither is sent), then the publishes and the
-        commit. A crash before the commit leaves them unmarked for the table pass."""
-        async with self.pool.acquire() as conn, conn.transaction():
-            ids = {r[0] for r in await conn.fetch(
-                "UPDATE outbox SET published_at = now() WHERE id = ANY($1::uuid[]) AND published_at IS NULL "
-                "RETURNING id", [r.id for r in rows])}
-            await self._publish([r for r in rows if r.id in ids])
+        """Publish rows handed over after their commit, without reading them back, then mark them in one
+        statement. Only committed rows are handed over (a unit of work drops the rows of a savepoint that
+        rolled back), so nothing needs checking first. Another replica's table pass may publish one of them
+        too before it is marked: the server drops the second copy (Nats-Msg-Id = the row's id, within the
+        streams' duplicate window). A crash before the mark leaves them for the table pass, the same way."""
+        await self._publish(rows)
+        await self.pool.execute("UPDATE outbox SET published_at = now() WHERE id = ANY($1::uuid[]) "
+                                "AND published_at IS NULL", [r.id for r in rows])
 
     async def drain(self) -> None:
         """Publish every unpublished row of the table, a batch at a time."""

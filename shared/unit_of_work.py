@@ -5,6 +5,11 @@ Every transaction a service opens is a ``UnitOfWork``: the consumer kit opens on
 (no causation: it names its own correlation id). State changes and outbox rows commit together or not at
 all; ``on_commit`` callbacks run only once the transaction has committed (for in-memory state that must
 not run ahead of the database).
+
+The outbox rows of a unit of work that ``defers`` them (the consumer kit's, ``begin``'s) are written in one
+statement just before the commit (``flush``; a batch's units of work together, ``insert_pending``) instead of
+one per ``emit``. A savepoint a handler opens on ``conn`` (``conn.transaction()``) that rolls back drops the
+rows emitted inside it, written or not, so nothing it emitted is ever published.
 """
 from __future__ import annotations
 
@@ -22,15 +27,55 @@ from .outbox import Outbox, Row
 log = structlog.get_logger()
 
 
+class _Savepoint:
+    """``conn.transaction()`` inside a unit of work: a savepoint that, when it rolls back, also forgets the
+    outbox rows emitted inside it."""
+
+    def __init__(self, uow: UnitOfWork, inner):
+        self._uow, self._inner = uow, inner
+        self._marks = (0, 0)
+
+    async def __aenter__(self):
+        self._marks = (len(self._uow._queued), len(self._uow._pending))
+        return await self._inner.__aenter__()
+
+    async def __aexit__(self, exc_type, exc, tb):
+        try:
+            return await self._inner.__aexit__(exc_type, exc, tb)
+        finally:
+            if exc_type is not None:   # rolled back
+                del self._uow._queued[self._marks[0]:]
+                del self._uow._pending[self._marks[1]:]
+
+
+class _Connection:
+    """The unit of work's connection: the asyncpg connection itself but for ``transaction()`` (see
+    ``_Savepoint``)."""
+
+    def __init__(self, raw: asyncpg.Connection, uow: UnitOfWork):
+        self.raw, self._uow = raw, uow
+
+    def transaction(self, **kwargs) -> _Savepoint:
+        return _Savepoint(self._uow, self.raw.transaction(**kwargs))
+
+    def __getattr__(self, name: str):
+        return getattr(self.raw, name)
+
+
 class UnitOfWork:
     """What a handler gets: the open transaction (``conn``), the message that caused the work (``causation``,
     None for work a loop or an HTTP request starts), and an emitter that writes to the outbox in that
     transaction."""
 
-    def __init__(self, conn: asyncpg.Connection, outbox: Outbox, *, name: str, causation: Envelope | None = None):
-        self.conn, self.outbox, self.name, self.causation = conn, outbox, name, causation
+    def __init__(self, conn: asyncpg.Connection, outbox: Outbox, *, name: str, causation: Envelope | None = None,
+                 defer: bool = False):
+        """``defer``: keep the outbox rows until ``flush`` (or the batch's ``insert_pending``), which the
+        owner of the transaction must call before it commits."""
+        self.conn = _Connection(conn, self) if conn is not None else conn
+        self.outbox, self.name, self.causation, self.defer = outbox, name, causation, defer
         self._after_commit: list[Callable[[], Awaitable[None]]] = []
         self._queued: list[Row] = []   # the outbox rows it wrote, handed to the relay once committed
+        self._pending: list[tuple] = []   # the rows not written yet (``defer``)
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -40,9 +85,23 @@ class UnitOfWork:
         then run the on-commit callbacks."""
         async with pool.acquire() as conn:
             async with conn.transaction():
-                uow = cls(conn, outbox, name=name, causation=causation)
+                uow = cls(conn, outbox, name=name, causation=causation, defer=True)
                 yield uow
+                await uow.flush()
             await uow.run_after_commit()
+
+    async def flush(self) -> None:
+        """Write the outbox rows kept so far (``defer``), in one statement."""
+        await self.insert_pending([self])
+
+    @staticmethod
+    async def insert_pending(units: list[UnitOfWork]) -> None:
+        """Write the kept outbox rows of ``units`` (all in one transaction) in one statement, in order."""
+        rows = [row for uow in units for row in uow._pending]
+        if rows:
+            await units[0].outbox.insert(units[0].conn.raw, rows)
+        for uow in units:
+            uow._pending = []
 
     def on_commit(self, callback: Callable[[], Awaitable[None]]) -> None:
         """Run ``callback`` once this transaction has committed (never if it rolls back). A failing callback
@@ -82,4 +141,5 @@ class UnitOfWork:
                         correlation_id: str | None = None, tenant_id: uuid.UUID | None = None) -> list[Envelope]:
         """Queue several messages (type, payload, subject params) in one round trip, in order."""
         return await self.outbox.add_many(self.conn, items, correlation_id=self._correlation(correlation_id),
-                                          tenant_id=tenant_id, causation=self.causation, sink=self._queued)
+                                          tenant_id=tenant_id, causation=self.causation, sink=self._queued,
+                                          **({"pending": self._pending} if self.defer else {}))
