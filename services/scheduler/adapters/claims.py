@@ -130,10 +130,22 @@ async def release(conn: asyncpg.Connection, allocation_id: uuid.UUID) -> tuple[d
     the node's capacity row): the reverse order deadlocked against a concurrent claim of the same tenant.
     The row comes back as JSON: its ids are made UUIDs again; ``placed_at`` stays an ISO text."""
     out = await conn.fetchval("SELECT release_held($1)", allocation_id)
-    if out is None:
-        return None, None
-    out = json.loads(out)
+    return _released(json.loads(out) if out is not None else {"held": None, "capacity": None})
+
+
+async def withdraw(conn: asyncpg.Connection, allocation_id: uuid.UUID) -> tuple[dict | None, dict | None, dict | None]:
+    """``release``, then take the allocation's request out of the queue should it wait there, in one round trip
+    (the schema's ``withdraw``): (the allocation row or None, the node's capacity or None, the pending row or
+    None). Idempotent."""
+    out = json.loads(await conn.fetchval("SELECT withdraw($1)", allocation_id))
+    row, capacity = _released(out)
+    return row, capacity, out["queued"]
+
+
+def _released(out: dict) -> tuple[dict | None, dict | None]:
     row = out["held"]
+    if row is None:
+        return None, None
     for key in ("allocation_id", "tenant_id", "user_id", "node_id"):
         if row[key] is not None:
             row[key] = uuid.UUID(row[key])

@@ -107,6 +107,9 @@ class PgSchedulerRepository(SchedulerRepository):
     async def release(self, allocation_id: uuid.UUID) -> tuple[Row | None, Row | None]:
         return await claims.release(self.conn, allocation_id)
 
+    async def withdraw(self, allocation_id: uuid.UUID) -> tuple[Row | None, Row | None, Row | None]:
+        return await claims.withdraw(self.conn, allocation_id)
+
     async def shape_users(self, name: str) -> tuple[int, int]:
         return await claims.shape_users(self.conn, name)
 

@@ -153,6 +153,13 @@ class SchedulerRepository(abc.ABC):
         """Free the holding and refund its quota: (its row or None when it held nothing, the node's capacity
         after it or None). Idempotent."""
 
+    async def withdraw(self, allocation_id: uuid.UUID) -> tuple[Row | None, Row | None, Row | None]:
+        """What a release command changes: ``release``, then ``dequeue``: (the holding's row or None, the node's
+        capacity after it or None, the queue entry or None). Idempotent. A repository may do it in one round
+        trip."""
+        row, capacity = await self.release(allocation_id)
+        return row, capacity, await self.dequeue(allocation_id)
+
     @abc.abstractmethod
     async def shape_users(self, name: str) -> tuple[int, int]:
         """Before deleting the shape: (allocations using it, placed or queued; other live shapes). Waits for the

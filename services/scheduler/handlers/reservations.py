@@ -190,13 +190,12 @@ async def _quarantine(ctx: UnitOfWork, store: SchedulerRepository, cmd: c.Releas
 async def _release(store: SchedulerRepository, cmd: c.ReleaseSlots, *, ctx: UnitOfWork,
                    active: ActiveScheduler) -> dict:
     quarantined_on = await _quarantine(ctx, store, cmd)
-    row, capacity = await store.release(cmd.allocation_id)    # quota use: published by a loop
+    row, capacity, queued = await store.withdraw(cmd.allocation_id)    # quota use: published by a loop
     if quarantined_on is not None:
         node_row = await store.node(quarantined_on)
         await emit_node(ctx, store, quarantined_on)
         # the index learns of the quarantine before it frees the allocation's slots
         ctx.on_commit(partial(_apply_node, active, node_row))
-    queued = await store.dequeue(cmd.allocation_id)
     if queued is not None and queued["idempotency_key"] != cmd.compensates:
         await conclude(ctx, queued["request"], "failed", {"reason": "released while waiting", "code": "cancelled"},
                        queued["correlation_id"])
