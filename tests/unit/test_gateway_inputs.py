@@ -17,7 +17,7 @@ from services.gateway.api.billing.budget_schemas import BudgetSet, SpendCapSet
 from services.gateway.api.billing.usage_schemas import PriceListPut
 from services.gateway.api.clusters.schemas import ClusterCreate, ClusterScale
 from services.gateway.api.identity.api_key_schemas import ApiKeyCreate, UserPatch
-from services.gateway.api.identity.schemas import TenantCreate, UserCreate
+from services.gateway.api.identity.schemas import TenantCreate, TenantPatch, UserCreate
 from services.gateway.api.identity.ssh_key_schemas import SshKeyCreate
 from services.gateway.api.inventory.bmc_schemas import BmcSet
 from services.gateway.api.inventory.health_schemas import DrainRequest, FaultRequest, HealthPolicySet
@@ -62,7 +62,8 @@ VALID = {
     ShapeDefinition: {"kind": "mig", "gpu_count": 1, "gpu_model": "H100", "mig_profile": "1g.10gb"},
     TenantQuotaSet: {"limit": 8, "guaranteed": 4},
     UserQuotaSet: {"limit": 4},
-    TenantCreate: {"name": "Acme Corp"},
+    TenantCreate: {"name": "Acme Corp", "weight": 2},
+    TenantPatch: {"weight": 3},
     UserCreate: {"name": "ada@acme", "role": "tenant_user"},
     ImageCreate: {"name": "ubuntu-24.04", "os": "Ubuntu 24.04", "format": "qcow2", "source": "/images/u.qcow2",
                   "sha256": "0" * 64, "min_disk_gb": 10, "visibility": "private", "tenant_id": str(uuid.uuid4()),

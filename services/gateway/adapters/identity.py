@@ -11,16 +11,29 @@ _USER_COLS = "id, tenant_id, name, role, created_at"
 BOOTSTRAP_ADMIN = "admin"
 
 
+_TENANT_COLS = "id, name, weight, created_at"
+
+
 async def create_tenant(conn: asyncpg.Connection, tenant_id: uuid.UUID, name: str,
-                        created_by: uuid.UUID) -> asyncpg.Record | None:
+                        created_by: uuid.UUID, weight: int = 1) -> asyncpg.Record | None:
     """The new tenant, or None when the name is taken."""
     return await conn.fetchrow(
-        "INSERT INTO tenants (id, name, created_by) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING "
-        "RETURNING id, name, created_at", tenant_id, name, created_by)
+        "INSERT INTO tenants (id, name, created_by, weight) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING "
+        f"RETURNING {_TENANT_COLS}", tenant_id, name, created_by, weight)
 
 
 async def list_tenants(conn: asyncpg.Connection) -> list[asyncpg.Record]:
-    return await conn.fetch("SELECT id, name, created_at FROM tenants ORDER BY created_at, id")
+    return await conn.fetch(f"SELECT {_TENANT_COLS} FROM tenants ORDER BY created_at, id")
+
+
+async def set_tenant_weight(conn: asyncpg.Connection, tenant_id: uuid.UUID, weight: int) -> asyncpg.Record | None:
+    """The tenant with its new weight (None: no such tenant)."""
+    return await conn.fetchrow(f"UPDATE tenants SET weight=$2 WHERE id=$1 RETURNING {_TENANT_COLS}", tenant_id, weight)
+
+
+async def tenant_weights(conn: asyncpg.Connection) -> dict[uuid.UUID, int]:
+    """Every tenant's weight that is not the default."""
+    return {r["id"]: r["weight"] for r in await conn.fetch("SELECT id, weight FROM tenants WHERE weight <> 1")}
 
 
 async def tenant_exists(conn: asyncpg.Connection, tenant_id: uuid.UUID) -> bool:

@@ -1,7 +1,8 @@
 """Periodic work (the kit's ``rt.every``): forget idempotency keys once their retention has passed; fail the
-power actions no node answered by their deadline plus a grace.
+power actions no node answered by their deadline plus a grace; read the tenants' weights, which the gateway
+stamps on the messages it sends (``shared.fairness``).
 
-Every replica runs both: each change is one idempotent statement (a key already purged, an action no longer
+Every replica runs all three: each change is one idempotent statement (a key already purged, an action no longer
 pending, is left alone), so no leader is needed."""
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ from functools import partial
 
 import structlog
 
+from shared import fairness
 from shared.envelope import utcnow
 from shared.runtime import Runtime
 from shared.unit_of_work import UnitOfWork
 
 from ..adapters import allocations as repo
+from ..adapters import identity
 from ..api.allocations import power_views as instances
 from ..api.allocations.projection import append_event, lock_events
 from ..contracts import PowerActionExpired
@@ -22,6 +25,7 @@ from ..settings import GatewaySettings
 log = structlog.get_logger()
 SWEEP_BATCH = 100
 PURGE_EVERY_S = 600.0   # a key outlives its retention by ten minutes at most
+WEIGHTS_REFRESH_S = 5.0   # a weight another replica changed is stamped here this much later at most
 
 
 def wire(rt: Runtime, config: GatewaySettings) -> None:
@@ -30,6 +34,14 @@ def wire(rt: Runtime, config: GatewaySettings) -> None:
     # every replica: each action is failed under its row lock, once (a replica second to it finds it done)
     rt.every(config.power_sweep_s, partial(expire_overdue_power_actions, rt, config.power_action_grace_s),
              at_once=True)
+    # every replica: one read of the weights that are not the default
+    rt.every(WEIGHTS_REFRESH_S, partial(refresh_tenant_weights, rt), at_once=True)
+
+
+async def refresh_tenant_weights(rt: Runtime) -> None:
+    """Replace the weights this process stamps with the table's."""
+    async with rt.pool.acquire() as conn:
+        fairness.weights.replace(await identity.tenant_weights(conn))
 
 
 async def purge_idempotency_keys(rt: Runtime, ttl_s: float) -> int:

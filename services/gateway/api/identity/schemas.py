@@ -7,8 +7,10 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
+from shared.fairness import MAX_WEIGHT
+
 from ...domain.model import Role
-from ...http.schema_base import Body, Out, text
+from ...http.schema_base import Body, Out, integer, omittable, text
 
 PersonName = text(63, min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._@+-]*$")
 TenantRole = Literal["tenant_admin", "tenant_user"]
@@ -16,9 +18,22 @@ TenantRole = Literal["tenant_admin", "tenant_user"]
 
 # --- requests ---------------------------------------------------------------------------------------
 
+Weight = integer(1, MAX_WEIGHT)
+_WEIGHT = ("The tenant's share of each service's work while its messages wait with other tenants' (its plan): a "
+           "tenant of weight 3 is served three messages for each one of a tenant of weight 1. Default 1.")
+
+
 class TenantCreate(Body):
     server_owned: ClassVar[frozenset[str]] = frozenset({"id", "created_at", "created_by"})
     name: PersonName
+    weight: Weight = omittable(description=_WEIGHT)
+
+
+class TenantPatch(Body):
+    """What a provider admin changes of a tenant."""
+
+    server_owned: ClassVar[frozenset[str]] = frozenset({"id", "name", "created_at", "created_by"})
+    weight: Weight = Field(description=_WEIGHT)
 
 
 class UserCreate(Body):
@@ -42,6 +57,7 @@ class TenantOut(Out):
 
     id: uuid.UUID
     name: str
+    weight: int = Field(description=_WEIGHT)
     created_at: datetime
 
 
