@@ -28,17 +28,28 @@ async def create(conn: asyncpg.Connection, saga: Saga) -> datetime | None:
         int(saga.input.get("attempt") or 0))
 
 
+_STEPS = ("coalesce((SELECT json_agg(json_build_object('step', step, 'phase', phase, 'status', status, 'attempt', "
+          "attempt, 'deadline', deadline, 'result', result, 'error', error, 'started_at', started_at, "
+          "'finished_at', finished_at)) FROM saga_steps WHERE saga_id=$1), '[]')")
+
+
 async def get(conn: asyncpg.Connection, saga_id: uuid.UUID) -> tuple[Saga, datetime] | None:
     """Load a saga with its steps, locked until the transaction ends (may block on its lock), and the
-    database's clock read once the lock is held: two round trips (the steps and the clock are read by a
-    statement of their own, after the lock, so they see what the previous holder committed)."""
-    row = await conn.fetchrow("SELECT * FROM sagas WHERE id=$1 FOR UPDATE", saga_id)
+    database's clock read once the lock is held.
+
+    One round trip when the saga did not change while this statement waited for its lock: the steps are
+    read in the statement's snapshot, which is the locked state when the row version the snapshot sees
+    is the one locked (every change of a saga's steps updates its row: ``save``). Otherwise (another
+    transaction committed a change meanwhile) a second statement reads the steps and the clock, after the
+    lock, so they see what the previous holder committed."""
+    row = await conn.fetchrow(
+        "SELECT s.*, s.xmin::text = (SELECT xmin::text FROM sagas WHERE id=$1) AS unchanged, "
+        f"clock_timestamp() AS now, {_STEPS} AS steps FROM sagas s WHERE s.id=$1 FOR UPDATE OF s", saga_id)
     if row is None:
         return None
-    now, steps = await conn.fetchrow(
-        "SELECT clock_timestamp(), coalesce((SELECT json_agg(json_build_object('step', step, 'phase', phase, "
-        "'status', status, 'attempt', attempt, 'deadline', deadline, 'result', result, 'error', error, "
-        "'started_at', started_at, 'finished_at', finished_at)) FROM saga_steps WHERE saga_id=$1), '[]')", saga_id)
+    now, steps = row["now"], row["steps"]
+    if not row["unchanged"]:
+        now, steps = await conn.fetchrow(f"SELECT clock_timestamp(), {_STEPS}", saga_id)
     saga = Saga(
         id=row["id"], kind=row["kind"], allocation_id=row["allocation_id"], tenant_id=row["tenant_id"],
         input=json.loads(row["input"]), status=row["status"], current_step=row["current_step"],
