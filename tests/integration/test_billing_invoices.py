@@ -334,3 +334,21 @@ async def test_a_line_written_while_its_invoice_is_being_finalized_waits_and_is_
             await write
         assert await finalizer.fetchval("SELECT sum(amount_minor) FROM invoice_lines WHERE invoice_id=$1",
                                         inv["id"]) == 360
+
+
+async def test_a_batch_of_many_tenants_and_months_is_one_append_and_bills_each_record_once(billing):
+    tenants, months = [uuid.uuid4() for _ in range(5)], [months_ahead(1), months_ahead(2)]
+    records = [(gpu if i % 3 else storage)(tenants[i % 5], months[i % 2].start + timedelta(hours=i)) for i in range(40)]
+    async with billing.pool.acquire() as conn:
+        head = await conn.fetchval("SELECT coalesce(max(seq), 0) FROM ledger_entries")
+    assert await rate(billing, records[:30] + records[:5]) == 30    # a key twice in one batch counts once
+    assert await rate(billing, records) == 10                        # those stored are skipped
+    async with billing.pool.acquire() as conn:
+        seqs = [r["ledger_seq"] for r in await conn.fetch(
+            "SELECT ledger_seq FROM usage_records WHERE event_id = ANY($1) ORDER BY ledger_seq",
+            [r.event_id for r in records])]
+        assert seqs == list(range(head + 1, head + 41))               # one run of the chain, in record order
+        assert await assert_balanced(conn, tenants) == 40
+        versions = await conn.fetch("SELECT i.version, count(e.*) AS n FROM invoices i JOIN invoice_entries e "
+                                    "ON e.invoice_id = i.id WHERE i.tenant_id = ANY($1) GROUP BY i.id", tenants)
+        assert len(versions) == 10 and all(v["version"] == 1 + v["n"] for v in versions)   # one version per entry

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 import asyncpg
 
@@ -17,54 +18,81 @@ COLUMNS = ("id, tenant_id, number, period_start, period_end, grace_until, status
            "content_hash, updated_at")
 
 
-async def billed_on(conn: asyncpg.Connection, ledger_seq: int) -> asyncpg.Record | None:
-    """The invoice and line an entry is already billed on (invoice_id, correction), if any."""
-    return await conn.fetchrow(
-        "SELECT e.invoice_id, l.correction FROM invoice_entries e JOIN invoice_lines l "
-        "ON l.invoice_id = e.invoice_id AND l.line_key = e.line_key WHERE e.ledger_seq = $1", ledger_seq)
+async def billed_on(conn: asyncpg.Connection, ledger_seqs: list[int]) -> dict[int, tuple[uuid.UUID, bool]]:
+    """The entries already billed, of these: ledger_seq → (invoice_id, correction)."""
+    rows = await conn.fetch(
+        "SELECT e.ledger_seq, e.invoice_id, l.correction FROM invoice_entries e JOIN invoice_lines l "
+        "ON l.invoice_id = e.invoice_id AND l.line_key = e.line_key WHERE e.ledger_seq = ANY($1::bigint[])",
+        ledger_seqs)
+    return {r["ledger_seq"]: (r["invoice_id"], r["correction"]) for r in rows}
 
 
-async def statuses(conn: asyncpg.Connection, tenant_id: uuid.UUID, since: datetime) -> dict[datetime, str]:
-    """The tenant's invoices from the month starting at ``since`` on: period start -> status."""
-    rows = await conn.fetch("SELECT period_start, status FROM invoices WHERE tenant_id = $1 AND period_start >= $2",
-                            tenant_id, since)
-    return {r["period_start"]: r["status"] for r in rows}
+async def statuses(conn: asyncpg.Connection, tenant_ids: list[uuid.UUID],
+                   since: datetime) -> dict[uuid.UUID, dict[datetime, str]]:
+    """These tenants' invoices from the month starting at ``since`` on: tenant → period start → status."""
+    rows = await conn.fetch("SELECT tenant_id, period_start, status FROM invoices "
+                            "WHERE tenant_id = ANY($1::uuid[]) AND period_start >= $2", tenant_ids, since)
+    out: dict[uuid.UUID, dict[datetime, str]] = {}
+    for r in rows:
+        out.setdefault(r["tenant_id"], {})[r["period_start"]] = r["status"]
+    return out
 
 
-async def lock_or_create(conn: asyncpg.Connection, tenant_id: uuid.UUID, period: Period,
-                         grace: timedelta) -> asyncpg.Record:
-    """The tenant's invoice of ``period``, locked FOR UPDATE until the transaction ends; created as an empty
-    draft when missing (a concurrent creator wins the race harmlessly: ON CONFLICT DO NOTHING, then the lock
-    waits for its commit)."""
-    lock = f"SELECT {COLUMNS} FROM invoices WHERE tenant_id = $1 AND period_start = $2 FOR UPDATE"
-    row = await conn.fetchrow(lock, tenant_id, period.start)
-    if row is None:
-        await conn.execute(
-            "INSERT INTO invoices (id, tenant_id, number, period_start, period_end, grace_until) "
-            "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (tenant_id, period_start) DO NOTHING",
-            uuid.uuid4(), tenant_id, invoice_number(tenant_id, period), period.start, period.end,
-            period.grace_until(grace))
-        row = await conn.fetchrow(lock, tenant_id, period.start)
-    return row
+async def lock_or_create(conn: asyncpg.Connection, wanted: list[tuple[uuid.UUID, Period]],
+                         grace: timedelta) -> dict[tuple[uuid.UUID, datetime], asyncpg.Record]:
+    """The invoices of these (tenant, period)s, locked FOR UPDATE until the transaction ends, in one order
+    (tenant, period) whoever asks; each missing one created first as an empty draft (a concurrent creator
+    wins the race harmlessly: ON CONFLICT DO NOTHING, then the lock waits for its commit). Keyed by
+    (tenant, period start)."""
+    wanted = sorted(set(wanted), key=lambda w: (w[0], w[1].start))
+    await conn.execute(
+        "INSERT INTO invoices (id, tenant_id, number, period_start, period_end, grace_until) "
+        "SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::timestamptz[], $5::timestamptz[], "
+        "$6::timestamptz[]) ON CONFLICT (tenant_id, period_start) DO NOTHING",
+        [uuid.uuid4() for _ in wanted], [t for t, _ in wanted], [invoice_number(t, p) for t, p in wanted],
+        [p.start for _, p in wanted], [p.end for _, p in wanted], [p.grace_until(grace) for _, p in wanted])
+    rows = await conn.fetch(
+        f"SELECT {COLUMNS} FROM invoices WHERE (tenant_id, period_start) IN "
+        "(SELECT * FROM unnest($1::uuid[], $2::timestamptz[])) ORDER BY tenant_id, period_start FOR UPDATE",
+        [t for t, _ in wanted], [p.start for _, p in wanted])
+    return {(r["tenant_id"], r["period_start"]): r for r in rows}
 
 
-async def add_entry(conn: asyncpg.Connection, invoice_id: uuid.UUID, line: LineSpec, quantity: str,
-                    amount_minor: int, ledger_seq: int) -> None:
-    """Add the ledger entry to its line (created on first use), bill it, and mark the invoice changed. The
-    invoice must be locked by this transaction."""
+class Billing(NamedTuple):
+    """One ledger entry to bill: its invoice (locked by this transaction), line and sums."""
+    invoice_id: uuid.UUID
+    line: LineSpec
+    quantity: str
+    amount_minor: int
+    ledger_seq: int
+
+
+async def add_entries(conn: asyncpg.Connection, entries: list[Billing]) -> None:
+    """Add the ledger entries to their lines (each created on first use), bill them, and mark their
+    invoices changed (the version grows by one per entry). Their invoices must be locked by this
+    transaction. Three statements however many entries."""
+    if not entries:
+        return
+    columns = list(zip(*((e.invoice_id, e.line.line_key, e.line.description, e.line.kind, e.line.correction,
+                          e.line.corrects_period, e.line.sku_price_id, e.line.price_list_version, e.line.unit,
+                          e.quantity, e.amount_minor, e.line.currency) for e in entries)))
     await conn.execute(
         "INSERT INTO invoice_lines (invoice_id, line_key, description, kind, correction, corrects_period, "
         "sku_price_id, price_list_version, unit, usage_quantity, amount_minor, currency, entries) "
-        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::numeric, $11, $12, 1) "
-        "ON CONFLICT (invoice_id, line_key) DO UPDATE SET "
+        "SELECT i, k, min(d), min(kd), bool_or(c), min(cp), min(s), min(v), min(u), sum(q), sum(a)::bigint, min(cur), "
+        "count(*) FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $6::text[], $7::text[], "
+        "$8::text[], $9::text[], $10::numeric[], $11::bigint[], $12::text[]) AS e(i, k, d, kd, c, cp, s, v, u, q, a, cur) "
+        "GROUP BY i, k ON CONFLICT (invoice_id, line_key) DO UPDATE SET "
         "usage_quantity = invoice_lines.usage_quantity + EXCLUDED.usage_quantity, "
-        "amount_minor = invoice_lines.amount_minor + EXCLUDED.amount_minor, entries = invoice_lines.entries + 1",
-        invoice_id, line.line_key, line.description, line.kind, line.correction, line.corrects_period,
-        line.sku_price_id, line.price_list_version, line.unit, quantity, amount_minor, line.currency)
-    await conn.execute("INSERT INTO invoice_entries (ledger_seq, invoice_id, line_key) VALUES ($1, $2, $3)",
-                       ledger_seq, invoice_id, line.line_key)
-    await conn.execute("UPDATE invoices SET version = version + 1, dirty = true, updated_at = now() WHERE id = $1",
-                       invoice_id)
+        "amount_minor = invoice_lines.amount_minor + EXCLUDED.amount_minor, "
+        "entries = invoice_lines.entries + EXCLUDED.entries", *map(list, columns))
+    await conn.execute("INSERT INTO invoice_entries (ledger_seq, invoice_id, line_key) "
+                       "SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[])",
+                       [e.ledger_seq for e in entries], [e.invoice_id for e in entries],
+                       [e.line.line_key for e in entries])
+    await conn.execute("UPDATE invoices i SET version = i.version + n.entries, dirty = true, updated_at = now() "
+                       "FROM (SELECT id, count(*) AS entries FROM unnest($1::uuid[]) AS id GROUP BY id) n "
+                       "WHERE i.id = n.id", [e.invoice_id for e in entries])
 
 
 async def get(conn: asyncpg.Connection, invoice_id: uuid.UUID) -> asyncpg.Record | None:

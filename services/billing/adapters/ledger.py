@@ -7,7 +7,7 @@ change to an old one (the table refuses UPDATE and DELETE)."""
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, NamedTuple
 
 import asyncpg
 
@@ -18,6 +18,16 @@ TABLE = "ledger_entries"
 KINDS = ("charge", "correction")
 
 
+class Charge(NamedTuple):
+    """One ledger entry to append (the columns the store does not set)."""
+    tenant_id: uuid.UUID
+    kind: str
+    source_event: str
+    amount_minor: int
+    currency: str
+    entry: dict[str, Any]
+
+
 class PgLedger:
     def __init__(self, conn: asyncpg.Connection):
         self.conn = conn
@@ -26,11 +36,17 @@ class PgLedger:
                      currency: str, entry: dict[str, Any]) -> Appended:
         """Append the entry rating ``source_event`` unless one is already there (then that one is returned).
         ``amount_minor`` is in integer minor units; ``entry`` holds no floats (shared/chain.py)."""
-        if kind not in KINDS:
-            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
-        return await ledger_store.append(self.conn, TABLE, {
-            "tenant_id": tenant_id, "kind": kind, "source_event": source_event, "amount_minor": amount_minor,
-            "currency": currency, "entry": entry}, unique="source_event")
+        [appended] = await self.record_many([Charge(tenant_id, kind, source_event, amount_minor, currency, entry)])
+        return appended
+
+    async def record_many(self, charges: list[Charge]) -> list[Appended]:
+        """``record`` for each charge, in order, as one append (one lock, one insert): the ledger's lock
+        serialises every rating transaction, so a batch pays for it once."""
+        for ch in charges:
+            if ch.kind not in KINDS:
+                raise ValueError(f"kind must be one of {KINDS}, got {ch.kind!r}")
+        return await ledger_store.append_many(self.conn, TABLE, [ch._asdict() for ch in charges],
+                                              unique="source_event")
 
     async def checkpoint(self) -> Checkpoint | None:
         return await ledger_store.checkpoint(self.conn, TABLE)

@@ -44,23 +44,38 @@ async def store_version(conn: asyncpg.Connection, doc: dict, effective_from: dat
         doc["version"], doc["currency"], effective_from, body, published_by)
 
 
-async def record_usage(conn: asyncpg.Connection, r: UsageRecord, rating: Rating, ledger_seq: int) -> bool:
-    """Insert the record unless (source, event_id) is already there; True when it was new."""
-    status = await conn.execute(
+async def record_usage(conn: asyncpg.Connection, rated: list[tuple[UsageRecord, Rating, int]]) -> None:
+    """Insert the records (each rated, with its ledger seq) in one statement; one already there (same source
+    and event_id) is left as it is."""
+    if not rated:
+        return
+    cols = list(zip(*((r.source, r.event_id, r.kind, r.tenant_id, r.user_id, r.allocation_id, r.volume_id, r.shape,
+                       r.gpu_model, r.pool, r.spot, r.gpu_count, r.storage_class, r.period_start, r.period_end,
+                       r.quantity_text, g.amount_minor, g.currency, g.rated, g.price_version, g.sku_price_id,
+                       g.reason, seq) for r, g, seq in rated)))
+    await conn.execute(
         "INSERT INTO usage_records (source, event_id, kind, tenant_id, user_id, allocation_id, volume_id, shape, "
         "gpu_model, pool, spot, gpu_count, storage_class, period_start, period_end, quantity, amount_minor, currency, "
-        "rated, price_version, sku_price_id, reason, ledger_seq) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,"
-        "$14,$15,$16::numeric,$17,$18,$19,$20,$21,$22,$23) ON CONFLICT (source, event_id) DO NOTHING",
-        r.source, r.event_id, r.kind, r.tenant_id, r.user_id, r.allocation_id, r.volume_id, r.shape, r.gpu_model,
-        r.pool, r.spot, r.gpu_count, r.storage_class, r.period_start, r.period_end, r.quantity_text,
-        rating.amount_minor, rating.currency, rating.rated, rating.price_version, rating.sku_price_id, rating.reason,
-        ledger_seq)
-    return status.endswith(" 1")
+        "rated, price_version, sku_price_id, reason, ledger_seq) SELECT * FROM unnest($1::text[], $2::text[], "
+        "$3::text[], $4::uuid[], $5::uuid[], $6::uuid[], $7::uuid[], $8::text[], $9::text[], $10::text[], $11::bool[], "
+        "$12::int[], $13::text[], $14::timestamptz[], $15::timestamptz[], $16::numeric[], $17::bigint[], $18::text[], "
+        "$19::bool[], $20::text[], $21::text[], $22::text[], $23::bigint[]) ON CONFLICT (source, event_id) DO NOTHING",
+        *map(list, cols))
 
 
-async def usage_exists(conn: asyncpg.Connection, r: UsageRecord) -> bool:
-    return bool(await conn.fetchval("SELECT true FROM usage_records WHERE source=$1 AND event_id=$2",
-                                    r.source, r.event_id))
+async def new_records(conn: asyncpg.Connection, records: list[UsageRecord]) -> list[UsageRecord]:
+    """The records not stored yet, in order, each key once (one query)."""
+    if not records:
+        return []
+    stored = {(r["source"], r["event_id"]) for r in await conn.fetch(
+        "SELECT source, event_id FROM usage_records WHERE (source, event_id) IN "
+        "(SELECT * FROM unnest($1::text[], $2::text[]))", [r.source for r in records], [r.event_id for r in records])}
+    out = []
+    for r in records:
+        if (r.source, r.event_id) not in stored:
+            stored.add((r.source, r.event_id))
+            out.append(r)
+    return out
 
 
 async def note_volume(conn: asyncpg.Connection, volume_id: uuid.UUID, tenant_id: uuid.UUID, user_id: uuid.UUID | None,

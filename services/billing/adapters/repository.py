@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from decimal import Decimal
 
 import asyncpg
@@ -73,14 +73,19 @@ class HourTotals:
     records: int = 0
 
 
-async def hour_totals(conn: asyncpg.Connection, tenant_id: uuid.UUID, hour: datetime) -> HourTotals:
-    """The tenant's usage records whose period starts in [hour, hour + 1 h), summed (index usage_records_tenant)."""
+async def hour_totals(conn: asyncpg.Connection,
+                      hours: list[tuple[uuid.UUID, datetime]]) -> dict[tuple[uuid.UUID, datetime], HourTotals]:
+    """Each (tenant, hour)'s usage records whose period starts in [hour, hour + 1 h), summed, in one query
+    (index usage_records_tenant); every pair asked for is in the answer (zeros when it has none)."""
     rows = await conn.fetch(
-        "SELECT kind, rated, currency, sum(quantity) AS quantity, sum(amount_minor) AS amount, count(*) AS n "
-        "FROM usage_records WHERE tenant_id=$1 AND period_start >= $2 AND period_start < $3 "
-        "GROUP BY kind, rated, currency", tenant_id, hour, hour + timedelta(hours=1))
-    totals = HourTotals()
+        "SELECT h.tenant_id, h.hour, u.kind, u.rated, u.currency, sum(u.quantity) AS quantity, "
+        "sum(u.amount_minor) AS amount, count(*) AS n FROM unnest($1::uuid[], $2::timestamptz[]) AS h(tenant_id, hour) "
+        "JOIN usage_records u ON u.tenant_id = h.tenant_id AND u.period_start >= h.hour "
+        "AND u.period_start < h.hour + interval '1 hour' GROUP BY h.tenant_id, h.hour, u.kind, u.rated, u.currency",
+        [t for t, _ in hours], [h for _, h in hours])
+    out = {key: HourTotals() for key in hours}
     for r in rows:
+        totals = out[(r["tenant_id"], r["hour"])]
         if r["kind"] == "gpu":
             totals.gpu_seconds += r["quantity"]
         else:
@@ -88,4 +93,4 @@ async def hour_totals(conn: asyncpg.Connection, tenant_id: uuid.UUID, hour: date
         if r["rated"]:
             totals.amounts[r["currency"]] = totals.amounts.get(r["currency"], 0) + int(r["amount"])
         totals.records += r["n"]
-    return totals
+    return out

@@ -51,26 +51,45 @@ DEFAULT_GRACE_S = BillingSettings.invoice_grace_s      # TESSERA_BILLING_INVOICE
 
 async def assign(ctx: UnitOfWork, record: UsageRecord, rating: Rating, ledger_seq: int, *,
                  now: datetime | None = None, grace_s: int | None = None) -> Billed:
-    """Bill the ledger entry ``ledger_seq`` (``record`` rated as ``rating``) on its invoice, in the caller's
-    transaction; returns the invoice and whether it is a correction of a finalized period. Idempotent: an
-    entry already billed returns its invoice. May wait for a finalizer holding the invoice."""
+    """``assign_many`` of one entry."""
+    [billed] = await assign_many(ctx, [(record, rating, ledger_seq)], now=now, grace_s=grace_s)
+    return billed
+
+
+async def assign_many(ctx: UnitOfWork, entries: list[tuple[UsageRecord, Rating, int]], *,
+                      now: datetime | None = None, grace_s: int | None = None) -> list[Billed]:
+    """Bill each ledger entry (``record`` rated as ``rating``, ledger seq) on its invoice, in the caller's
+    transaction; returns, in order, each one's invoice and whether it is a correction of a finalized period.
+    Idempotent: an entry already billed returns its invoice. May wait for a finalizer holding an invoice.
+    A few statements per batch, however many entries and invoices."""
     conn = ctx.conn
-    done = await repo.billed_on(conn, ledger_seq)
-    if done is not None:
-        return Billed(done["invoice_id"], done["correction"])
+    done = {seq: Billed(*hit) for seq, hit in (await repo.billed_on(conn, [s for _, _, s in entries])).items()}
+    todo = [(r, rating, seq) for r, rating, seq in entries if seq not in done]
     now = now or utcnow()
     grace = timedelta(seconds=DEFAULT_GRACE_S if grace_s is None else grace_s)
     for _ in range(ATTEMPTS):
-        known = await repo.statuses(conn, record.tenant_id, rules.period_of(record.period_start).start)
-        goal = rules.target(record.period_start, now, grace, known)
-        invoice = await repo.lock_or_create(conn, record.tenant_id, goal.period, grace)
-        if invoice["status"] != rules.DRAFT:
-            continue      # finalized after we looked: look again
-        line = rules.line_for(kind=record.kind, sku_price_id=rating.sku_price_id, currency=rating.currency,
-                              price_list_version=rating.price_version, corrects=goal.corrects)
-        await repo.add_entry(conn, invoice["id"], line, record.quantity_text, rating.amount_minor, ledger_seq)
-        return Billed(invoice["id"], goal.correction)
-    raise RuntimeError(f"ledger entry {ledger_seq}: no open invoice found in {ATTEMPTS} attempts")
+        if not todo:
+            break
+        since = min(rules.period_of(r.period_start).start for r, _, _ in todo)
+        known = await repo.statuses(conn, sorted({r.tenant_id for r, _, _ in todo}), since)
+        goals = [rules.target(r.period_start, now, grace, known.get(r.tenant_id, {})) for r, _, _ in todo]
+        invoices = await repo.lock_or_create(conn, [(r.tenant_id, g.period) for (r, _, _), g in zip(todo, goals)],
+                                             grace)
+        billing, retry = [], []
+        for (r, rating, seq), goal in zip(todo, goals):
+            invoice = invoices[(r.tenant_id, goal.period.start)]
+            if invoice["status"] != rules.DRAFT:
+                retry.append((r, rating, seq))      # finalized after we looked: look again
+                continue
+            line = rules.line_for(kind=r.kind, sku_price_id=rating.sku_price_id, currency=rating.currency,
+                                  price_list_version=rating.price_version, corrects=goal.corrects)
+            billing.append(repo.Billing(invoice["id"], line, r.quantity_text, rating.amount_minor, seq))
+            done[seq] = Billed(invoice["id"], goal.correction)
+        await repo.add_entries(conn, billing)
+        todo = retry
+    if todo:
+        raise RuntimeError(f"ledger entry {todo[0][2]}: no open invoice found in {ATTEMPTS} attempts")
+    return [done[seq] for _, _, seq in entries]
 
 
 async def document(conn: asyncpg.Connection, invoice: asyncpg.Record, *, status: str | None = None) -> c.InvoiceDoc:

@@ -2,12 +2,14 @@
 
 Every usage record is rated and appended to the ledger in the unit of work that records it: the record, its
 ledger entry (``source_event`` = the record's key) and the ``billing.usage_rated`` event commit together or
-not at all. A record already there (a redelivered stop, a replayed report) is skipped before anything is
-written, under the lock of what it was measured from (the meter's row, the volume's row), so it counts once
-in usage and once in the ledger. Rules: services/billing/domain/usage.py.
+not at all. The records of one call are a batch: one ledger append, one insert of each kind. A record
+already there (a redelivered stop, a replayed report) is skipped before anything is written, under the lock
+of what it was measured from (the meter's row, the volume's row), so it counts once in usage and once in the
+ledger. Rules: services/billing/domain/usage.py.
 """
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 
 import structlog
@@ -19,13 +21,13 @@ from shared.unit_of_work import UnitOfWork
 from .. import contracts as c
 from ..adapters import rating as repo
 from ..adapters import repository as meters_repo
-from ..adapters.ledger import PgLedger
+from ..adapters.ledger import Charge, PgLedger
 from ..adapters.metrics import CHARGED, USAGE_RATED
 from ..domain.model import Meter
 from ..domain.pricing import ImmutableVersionError, PricingError
 from ..domain.usage import Rating, UsageRecord, meter_records, rate, storage_record, version_from_doc
 from .budgets import usage_recorded as check_budgets
-from .invoices import assign as bill
+from .invoices import Billed, assign_many
 from .rollups import usage_recorded as roll_up
 
 log = structlog.get_logger()
@@ -37,46 +39,62 @@ def _iso(t: datetime) -> str:
 
 async def rate_and_record(ctx: UnitOfWork, records: list[UsageRecord], *, correlation_id: str | None = None,
                           grace_s: int | None = None) -> int:
-    """Rate each new record (its quoted price, or the price list in force: domain/usage.py), append it to the
-    ledger, store it and publish billing.usage_rated (correlated by ``correlation_id``, else a meter record by
-    its allocation, else by the causing message); records already stored are skipped. Then update the hourly
-    rollups and check the budgets of what changed. Returns how many were new."""
-    conn, new, rated = ctx.conn, [], []
-    prices = await repo.price_list(conn) if records else None
-    for r in records:
-        if await repo.usage_exists(conn, r):
-            continue
-        rating = rate(r, prices)
-        entry = {"usage_key": r.key, "kind": r.kind, "period_start": _iso(r.period_start),
-                 "period_end": _iso(r.period_end), "quantity": r.quantity_text, "rated": rating.rated,
-                 "price_list_version": rating.price_version, "sku_price_id": rating.sku_price_id,
-                 "reason": rating.reason, **rating.detail,
-                 **{k: str(v) for k, v in (("allocation_id", r.allocation_id), ("volume_id", r.volume_id),
-                                           ("user_id", r.user_id)) if v is not None},
-                 **{k: v for k, v in (("shape", r.shape), ("gpu_model", r.gpu_model), ("pool", r.pool),
-                                      ("storage_class", r.storage_class)) if v is not None},
-                 "spot": r.spot}
-        appended = await PgLedger(conn).record(tenant_id=r.tenant_id, kind="charge", source_event=r.key,
-                                               amount_minor=rating.amount_minor, currency=rating.currency, entry=entry)
-        await repo.record_usage(conn, r, rating, appended.seq)
-        billed = await bill(ctx, r, rating, appended.seq, grace_s=grace_s)
-        await ctx.emit("billing.usage_rated", c.UsageRated(
+    """Rate each new record (its quoted price, or the price list in force: domain/usage.py), append them to the
+    ledger, store them and publish billing.usage_rated for each (correlated by ``correlation_id``, else a meter
+    record by its allocation, else by the causing message); records already stored are skipped. Then update
+    the hourly rollups and check the budgets of what changed. Returns how many were new.
+
+    Set-based: one ledger append (one lock, one insert), one usage insert and a few invoice statements per
+    call, however many records; the ledger's lock, held from the append to the commit, is what serialises
+    every rating transaction, so the work done under it is a handful of statements, not a few per record."""
+    conn = ctx.conn
+    new = await repo.new_records(conn, records)
+    if not new:
+        return 0
+    prices = await repo.price_list(conn)
+    ratings = [rate(r, prices) for r in new]
+    appended = await PgLedger(conn).record_many([_charge(r, rating) for r, rating in zip(new, ratings)])
+    rated = [(r, rating, a.seq) for r, rating, a in zip(new, ratings, appended)]
+    await repo.record_usage(conn, rated)
+    billed = await assign_many(ctx, rated, grace_s=grace_s)
+    await _emit_rated(ctx, rated, billed, correlation_id)
+    ctx.on_commit(lambda: _count([(r.kind, rating) for r, rating in zip(new, ratings)]))
+    await roll_up(ctx, new)
+    await check_budgets(ctx, sorted({r.tenant_id for r in new}))
+    return len(new)
+
+
+def _charge(r: UsageRecord, rating: Rating) -> Charge:
+    entry = {"usage_key": r.key, "kind": r.kind, "period_start": _iso(r.period_start),
+             "period_end": _iso(r.period_end), "quantity": r.quantity_text, "rated": rating.rated,
+             "price_list_version": rating.price_version, "sku_price_id": rating.sku_price_id,
+             "reason": rating.reason, **rating.detail,
+             **{k: str(v) for k, v in (("allocation_id", r.allocation_id), ("volume_id", r.volume_id),
+                                       ("user_id", r.user_id)) if v is not None},
+             **{k: v for k, v in (("shape", r.shape), ("gpu_model", r.gpu_model), ("pool", r.pool),
+                                  ("storage_class", r.storage_class)) if v is not None},
+             "spot": r.spot}
+    return Charge(r.tenant_id, "charge", r.key, rating.amount_minor, rating.currency, entry)
+
+
+async def _emit_rated(ctx: UnitOfWork, rated: list[tuple[UsageRecord, Rating, int]], billed: list[Billed],
+                      correlation_id: str | None) -> None:
+    """billing.usage_rated for each record, in order within each (correlation, tenant): one outbox write
+    per pair (a meter's records are one pair; an envelope has one tenant and one correlation)."""
+    groups: dict[tuple[str | None, uuid.UUID], list] = {}
+    for (r, rating, seq), b in zip(rated, billed):
+        corr = correlation_id or (str(r.allocation_id) if r.allocation_id else None)
+        groups.setdefault((corr, r.tenant_id), []).append(("billing.usage_rated", c.UsageRated(
             usage_key=r.key, kind=r.kind, tenant_id=r.tenant_id, user_id=r.user_id, allocation_id=r.allocation_id,
             volume_id=r.volume_id, shape=r.shape, gpu_model=r.gpu_model, pool=r.pool, spot=r.spot,
             storage_class=r.storage_class, period_start=r.period_start, period_end=r.period_end,
             quantity=r.quantity_text, amount_minor=rating.amount_minor, currency=rating.currency,
             rated=rating.rated, price_list_version=rating.price_version, sku_price_id=rating.sku_price_id,
-            reason=rating.reason, ledger_seq=appended.seq, list_amount_minor=rating.list_amount_minor,
-            micros_per_unit_hour=rating.micros_per_unit_hour, invoice_id=billed.invoice_id,
-            correction=billed.correction), tenant_id=r.tenant_id,
-            correlation_id=correlation_id or (str(r.allocation_id) if r.allocation_id else None))
-        new.append(r)
-        rated.append((r.kind, rating))
-    if new:
-        ctx.on_commit(lambda: _count(rated))
-        await roll_up(ctx, new)
-        await check_budgets(ctx, sorted({r.tenant_id for r in new}))
-    return len(new)
+            reason=rating.reason, ledger_seq=seq, list_amount_minor=rating.list_amount_minor,
+            micros_per_unit_hour=rating.micros_per_unit_hour, invoice_id=b.invoice_id,
+            correction=b.correction), None))
+    for (corr, tenant_id), events in groups.items():
+        await ctx.emit_many(events, correlation_id=corr, tenant_id=tenant_id)
 
 
 async def _count(rated: list[tuple[str, Rating]]) -> None:

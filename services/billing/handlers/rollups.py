@@ -24,12 +24,16 @@ def _decimal(d) -> str:
 
 
 async def usage_recorded(ctx: UnitOfWork, records: list[UsageRecord]) -> None:
-    """Publish billing.usage_rolled_up for each (tenant, UTC hour) the new ``records`` changed."""
+    """Publish billing.usage_rolled_up for each (tenant, UTC hour) the new ``records`` changed (summed in one
+    query)."""
     touched: set[tuple[uuid.UUID, datetime]] = {(r.tenant_id, hour_of(r.period_start)) for r in records}
     at = utcnow()
-    for tenant_id, hour in sorted(touched):
-        t = await hour_totals(ctx.conn, tenant_id, hour)
-        await ctx.emit("billing.usage_rolled_up", c.UsageRolledUp(
+    sums = await hour_totals(ctx.conn, sorted(touched))
+    by_tenant: dict[uuid.UUID, list] = {}
+    for (tenant_id, hour), t in sums.items():
+        by_tenant.setdefault(tenant_id, []).append(("billing.usage_rolled_up", c.UsageRolledUp(
             tenant_id=tenant_id, hour=hour, gpu_seconds=_decimal(t.gpu_seconds), byte_seconds=_decimal(t.byte_seconds),
             amounts=[c.Amount(currency=k, amount_minor=v) for k, v in sorted(t.amounts.items())],
-            records=t.records, at=at), correlation_id=f"usage-rollup:{tenant_id}", tenant_id=tenant_id)
+            records=t.records, at=at), None))
+    for tenant_id, events in by_tenant.items():   # one outbox write per tenant: the tenant is the envelope's
+        await ctx.emit_many(events, correlation_id=f"usage-rollup:{tenant_id}", tenant_id=tenant_id)
