@@ -166,46 +166,63 @@ def _by_rack(inv: Inventory, reqs: list[Request], pair: Pair, keep: bool) -> lis
     """The fewest racks of ``pair``'s nodes that hold every member: one rack if any has room (the one with
     the least room that fits, as pack would), else the roomiest racks first. None when even every rack
     together does not (the greedy placement did, so rarely)."""
-    racks = sorted(_candidate_racks(inv, reqs[0], pair).values(), key=lambda r: r[0])
+    racks = _candidate_racks(inv, reqs[0], pair)
     for room, nodes in racks:
         if room >= len(reqs):
-            got = _fill(inv, reqs, nodes, keep)
+            got = _fill(inv, reqs, _in_order(nodes), keep)
             if got is not None:
                 return got
     chosen: list[uuid.UUID] = []
     total = 0
     for room, nodes in reversed(racks):
-        chosen += nodes
+        chosen += _in_order(nodes)
         total += room
         if total >= len(reqs):
             break
     return _fill(inv, reqs, chosen, keep)
 
 
-def _candidate_racks(inv: Inventory, req: Request, pair: Pair) -> dict[str, tuple[int, list[uuid.UUID]]]:
-    """Rack -> (members it has room for, its placeable nodes of ``pair`` with room for one, fewest free
-    slots first). Counted from the index's buckets without trying a placement: a VM member fits wherever
-    ``gpu_count`` slots are free (across groups on one node as a fallback), a bare-metal one on a whole
-    free node of exactly its size."""
+def _candidate_racks(inv: Inventory, req: Request, pair: Pair) -> list[tuple[int, list[tuple[int, int, uuid.UUID]]]]:
+    """Every rack with room for one member, least room first: (members it has room for, its placeable nodes of
+    ``pair`` with room for one as (free slots, id as int, id), unordered: ``_in_order`` orders them when the
+    rack is used). Racks of equal room come in the order of their first node (fewest free slots, then id).
+    Counted from the index's buckets without trying a placement: a VM member fits wherever ``gpu_count`` slots
+    are free (across groups on one node as a fallback), a bare-metal one on a whole free node of exactly its
+    size. Called once per gang that spans racks, over every node of the pair: no sort of them all."""
     k, bare = req.shape.gpu_count, req.shape.kind == "bare_metal"
-    found: list[tuple[int, int, str, uuid.UUID]] = []
+    by_free: dict[int, list[set[uuid.UUID]]] = {}
     for part in inv.eligible(req):
         if (part.pool, part.model) != pair:
             continue
         for (_, free), ids in part.buckets.items():
-            if free < k or (bare and free != k):
-                continue
+            if free >= k and (free == k or not bare) and ids:
+                by_free.setdefault(free, []).append(ids)
+    room: dict[str, int] = {}
+    first: dict[str, tuple[int, int]] = {}      # a rack's first node: (free slots, id as int)
+    nodes: dict[str, list[tuple[int, int, uuid.UUID]]] = {}
+    node_of = inv.node
+    for free in sorted(by_free):
+        each = free // k
+        for ids in by_free[free]:
             for n in ids:
-                node = inv.node(n)
-                room = (1 if node.size == k else 0) if bare else free // k
-                if room:
-                    found.append((free, room, node.state.rack, n))
-    racks: dict[str, tuple[int, list[uuid.UUID]]] = {}
-    for _, room, rack, nid in sorted(found, key=lambda f: (f[0], f[3].int)):
-        total, nodes = racks.get(rack, (0, []))
-        nodes.append(nid)
-        racks[rack] = (total + room, nodes)
-    return racks
+                node = node_of(n)
+                r = (node.size == k) if bare else each
+                if not r:
+                    continue
+                rack, key = node.state.rack, n.int
+                if rack in room:
+                    room[rack] += r
+                    nodes[rack].append((free, key, n))
+                    if first[rack][0] == free and key < first[rack][1]:
+                        first[rack] = (free, key)
+                else:
+                    room[rack], first[rack], nodes[rack] = int(r), (free, key), [(free, key, n)]
+    return [(room[rack], nodes[rack]) for rack in sorted(room, key=lambda rack: (room[rack], first[rack]))]
+
+
+def _in_order(nodes: list[tuple[int, int, uuid.UUID]]) -> list[uuid.UUID]:
+    """A rack's nodes as ``_fill`` takes them: fewest free slots first, then by id."""
+    return [n for _, _, n in sorted(nodes)]
 
 
 def _fill(inv: Inventory, reqs: list[Request], nodes: list[uuid.UUID], keep: bool) -> list[Placement] | None:
