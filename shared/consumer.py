@@ -227,19 +227,25 @@ class Consumers:
         log.warning("consumer.filter_updated", consumer=sub.name, was=info.config.filter_subject, now=sub.subject)
 
     async def _stop(self, sub: _Subscription) -> None:
+        """Stop fetching, give back what waits in the window, let the batches in flight finish.
+
+        The pull subscription goes first: a long poll still open on the server would otherwise take one of the
+        messages given back, and it would come again only after ``ack_wait``. The batches in flight ack on the
+        connection, not the subscription."""
         if sub.pump is not None:
             sub.pump.cancel()
             with contextlib.suppress(BaseException):
                 await sub.pump
-        if sub.inflight:
-            await asyncio.wait(list(sub.inflight), timeout=self.settings.ack_wait_s)
-        waiting = sub.window.drain()
-        if waiting:   # not handled here: the server delivers them again at once (a lost nak: after ack_wait)
-            with contextlib.suppress(Exception):
-                await asyncio.gather(*(raw.nak() for raw in waiting))
         if sub.pull is not None:
             with contextlib.suppress(Exception):
                 await sub.pull.unsubscribe()
+        waiting = sub.window.drain()
+        if waiting:   # not handled here: the server delivers them again at once, here or to another replica
+            with contextlib.suppress(Exception):
+                await asyncio.gather(*(raw.nak() for raw in waiting))
+                await self.broker.connection.flush()
+        if sub.inflight:
+            await asyncio.wait(list(sub.inflight), timeout=self.settings.ack_wait_s)
         sub.pump, sub.pull = None, None
 
     async def _pump(self, sub: _Subscription) -> None:

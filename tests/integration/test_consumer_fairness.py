@@ -117,3 +117,24 @@ async def test_a_message_waiting_its_turn_longer_than_ack_wait_is_not_redelivere
         await rt.stop()
     assert info.num_redelivered == 0
     assert sorted(n for _, n in recorder.served) == list(range(60))
+
+
+async def test_what_waits_in_the_window_at_a_stop_is_delivered_again_at_once(infra, stream, nc):
+    js, first = nc.jetstream(), Recorder(pause=0.05)
+    rt = start_probe(infra, stream, first, ack_wait_s=60)   # a redelivery by expiry would come a minute later
+    await rt.start()
+    try:
+        for n in range(30):
+            await ping(js, A, n)
+        await eventually(lambda: len(first.served) >= 5, timeout=30, interval=0.005)
+    finally:
+        await rt.stop()
+    second = Recorder(pause=0.0)
+    rt = start_probe(infra, stream, second, ack_wait_s=60)
+    await rt.start()
+    try:
+        await eventually(lambda: len(first.served) + len(second.served) == 30, timeout=20, interval=0.01,
+                         what="the rest of the burst, handled by the next consumer")
+    finally:
+        await rt.stop()
+    assert sorted(n for _, n in first.served + second.served) == list(range(30))   # each once
