@@ -79,6 +79,22 @@ async def _assert_no_double_booking_nor_overrun(conn: asyncpg.Connection, pool: 
         assert r["used"] == r["holds"] <= r["limit"], dict(r)
 
 
+async def test_a_quotas_use_is_published_once_coalesced_and_marked_sent(run_service, nc, watch):
+    """Reservations do not each send ``quota_changed``: the leader's loop sends the quota's use once it changed
+    and marks the version sent, so it is not sent again until it changes."""
+    env = await start(run_service, nc, watch)
+    tenant = uuid.uuid4()
+    await env.grant(tenant, 8)
+    await env.onboard()
+    for _ in range(2):
+        assert (await env.reserve(tenant, "vm.2gpu"))["type"] == "scheduler.slots_reserved"
+    *_, sent = await env.events.wait_for(lambda i: i[1]["type"] == "scheduler.quota_changed"
+                                         and i[1]["data"]["tenant_id"] == str(tenant) and i[1]["data"]["used"] == 4)
+    async with env.rt.pool.acquire() as conn:
+        row = await conn.fetchrow("SELECT version, published FROM quotas WHERE tenant_id=$1", tenant)
+    assert row["published"] == row["version"] == sent[1]["data"]["version"]
+
+
 async def test_two_hundred_concurrent_claims_from_separate_connections_never_share_a_slot_or_overrun(
         run_service, provision, nc, watch):
     env = await start(run_service, nc, watch)

@@ -70,12 +70,26 @@ async def set_quota(conn: asyncpg.Connection, tenant_id: uuid.UUID, gpu_model: s
 
 
 async def unpublished_quotas(conn: asyncpg.Connection, limit: int = 1000) -> list[dict[str, Any]]:
-    """Quotas whose use changed since their last ``quota_changed``, marked published now."""
-    rows = await conn.fetch(
-        "UPDATE quotas q SET published = q.version FROM (SELECT tenant_id, gpu_model, pool, user_id FROM quotas "
-        "WHERE published <> version LIMIT $1 FOR UPDATE SKIP LOCKED) d WHERE (q.tenant_id, q.gpu_model, q.pool, "
-        "q.user_id) = (d.tenant_id, d.gpu_model, d.pool, d.user_id) RETURNING q.*", limit)
-    return [dict(r) for r in rows]
+    """Quotas whose use changed since their last ``quota_changed``, read without locking them: the claims of
+    the scheduler's batches lock quota rows, and must not wait while their documents are built (``mark_published``
+    marks them afterwards)."""
+    return [dict(r) for r in await conn.fetch("SELECT * FROM quotas WHERE published <> version LIMIT $1", limit)]
+
+
+async def mark_published(conn: asyncpg.Connection, rows: list[dict[str, Any]]) -> None:
+    """Record that ``rows`` (as ``unpublished_quotas`` read them) were sent: each quota's published version rises
+    to the one sent. A row a batch holds locked is skipped, not waited for (its use is changing: it is sent
+    again next time, and a read model ignores a version it has)."""
+    if not rows:
+        return
+    await conn.execute(
+        "UPDATE quotas q SET published = greatest(q.published, d.version) FROM (SELECT l.tenant_id, l.gpu_model, "
+        "l.pool, l.user_id, s.version FROM quotas l JOIN unnest($1::uuid[], $2::text[], $3::text[], $4::uuid[], "
+        "$5::int[]) AS s(tenant_id, gpu_model, pool, user_id, version) USING (tenant_id, gpu_model, pool, user_id) "
+        "FOR UPDATE OF l SKIP LOCKED) d WHERE (q.tenant_id, q.gpu_model, q.pool, q.user_id) = "
+        "(d.tenant_id, d.gpu_model, d.pool, d.user_id)",
+        *(list(col) for col in zip(*((r["tenant_id"], r["gpu_model"], r["pool"], r["user_id"], r["version"])
+                                     for r in rows), strict=True)))
 
 
 async def all_quotas(conn: asyncpg.Connection) -> list[dict[str, Any]]:

@@ -127,12 +127,14 @@ async def publish_stats(rt: Runtime, active: ActiveScheduler) -> None:
 async def publish_quota_use(rt: Runtime) -> int:
     """Send ``quota_changed`` for every quota whose use changed since it was last sent. Reservations and
     releases do not send one each: at hundreds of decisions a second that doubled the events per decision;
-    coalesced, a quota's use is published at most once per period."""
+    coalesced, a quota's use is published at most once per period. Read first, marked last: the claims wait
+    for no quota row while the documents are built."""
     async with UnitOfWork.begin(rt.pool, rt.outbox, name="scheduler.quota_use") as uow:
         rows = await catalog.unpublished_quotas(uow.conn)
         if rows:
             await uow.emit_many([("scheduler.quota_changed", c.QuotaChanged(**catalog.quota_document(r)), None)
                                  for r in rows], correlation_id="scheduler-quota-use")
+            await catalog.mark_published(uow.conn, rows)   # the rows' locks only from here to the commit
     return len(rows)
 
 
