@@ -196,3 +196,25 @@ async def test_a_high_priority_request_queues_and_sends_a_preemption_notice_to_t
     notice = uow.emitted[0]
     assert notice.data["allocation_id"] == str(spot.allocation_id) and notice.tenant_id == spot_tenant
     assert spot.allocation_id in repo.preemptions
+
+
+async def test_a_reserve_reads_its_allocations_standing_only_when_the_index_may_not_know_it():
+    """With leader election the index knows every holding and queued request: a new allocation's standing is not
+    read; one the index holds is (a repeat under another key gets the same slots); without election, always."""
+    for election, reads_for_new in ((True, 0), (False, 1)):
+        active, repo, conn = await scheduler(leader_election=election)
+        await onboard(active, conn)
+        await quota(active, conn, 8)
+        reads = []
+        standing = repo.standing
+
+        async def counted(allocation_id, standing=standing, reads=reads):
+            reads.append(allocation_id)
+            return await standing(allocation_id)
+        repo.standing = counted
+        cmd = reserve_cmd()
+        first = (await reserve(active, conn, cmd)).only("scheduler.slots_reserved").data
+        assert len(reads) == reads_for_new
+        other_key = cmd.model_copy(update={"idempotency_key": step_key(uuid.uuid4(), "reserve_slots")})
+        again = (await reserve(active, conn, other_key)).only("scheduler.slots_reserved").data
+        assert reads[-1] == cmd.allocation_id and again["slots"] == first["slots"] and len(repo.allocations) == 1
