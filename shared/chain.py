@@ -31,7 +31,6 @@ import datetime as dt
 import decimal
 import hashlib
 import json
-import operator
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from json.encoder import c_make_encoder, encode_basestring
@@ -132,10 +131,6 @@ def _json_text(value: Any) -> str:
     return _dumps(tree)
 
 
-def _generic_text(value: Any) -> str:
-    return canonical_json(value)
-
-
 def _utc_text(value: Any) -> str:
     if type(value) is dt.datetime and value.tzinfo is dt.UTC and value.year >= 1000:   # asyncpg's timestamptz
         text = value.isoformat()    # …+00:00, without the fraction when it is zero
@@ -143,57 +138,47 @@ def _utc_text(value: Any) -> str:
     return canonical_json(value)
 
 
-def _typed(kind: type | tuple[type, ...], text: Callable[[Any], str]) -> Callable[[Any], str]:
-    """``text`` for values of exactly the column's Python type; anything else by the generic rule."""
-    return lambda v: text(v) if type(v) in kind else canonical_json(v)
-
-
-_INT = _typed((int,), int.__repr__)
-_STR = _typed((str,), encode_basestring)
-
-
-def _UUID(v: Any) -> str:   # noqa: N802 - a constant like its neighbours; isinstance: asyncpg's subclass too
-    return f'"{v}"' if isinstance(v, uuid.UUID) else canonical_json(v)
-
-
-_TEXT_BY_TYPE: dict[str, Callable[[Any], str]] = {
-    **dict.fromkeys(("int2", "int4", "int8", "smallint", "integer", "bigint"), _INT),
-    **dict.fromkeys(("text", "varchar", "bpchar", "character", "character varying", "name"), _STR),
-    **dict.fromkeys(("uuid",), _UUID),
-    **dict.fromkeys(("numeric",), _typed((decimal.Decimal,), lambda v: f'"{v}"')),
-    **dict.fromkeys(("bytea",), _typed((bytes,), lambda v: f'"{v.hex()}"')),
-    **dict.fromkeys(("bool", "boolean"), _typed((bool,), lambda v: "true" if v else "false")),
-    **dict.fromkeys(("timestamptz", "timestamp with time zone"), _utc_text),
-    **dict.fromkeys(("json", "jsonb"), _json_text),
+# Per column type, the expression (of the value ``@``, known not to be None) giving its canonical JSON text;
+# a value of another Python type than the driver's goes through the generic rule (``g``), so the result is
+# always what ``canonical`` gives. Unknown types: the generic rule.
+_EXPRESSIONS: dict[str, str] = {
+    **dict.fromkeys(("int2", "int4", "int8", "smallint", "integer", "bigint"),
+                    "(int_text(@) if type(@) is int else g(@))"),
+    **dict.fromkeys(("text", "varchar", "bpchar", "character", "character varying", "name"),
+                    "(string(@) if type(@) is str else g(@))"),
+    "uuid": "('\"' + str(@) + '\"' if isinstance(@, UUID) else g(@))",     # asyncpg's UUID subclasses it
+    "numeric": "('\"' + str(@) + '\"' if type(@) is Decimal else g(@))",
+    "bytea": "('\"' + @.hex() + '\"' if type(@) is bytes else g(@))",
+    **dict.fromkeys(("bool", "boolean"), "(('true' if @ else 'false') if type(@) is bool else g(@))"),
+    **dict.fromkeys(("timestamptz", "timestamp with time zone"), "utc(@)"),
+    **dict.fromkeys(("json", "jsonb"), "json_text(@)"),
 }
-
-
-def _nullable(text: Callable[[Any], str]) -> Callable[[Any], str]:
-    return lambda v: "null" if v is None else text(v)
+_NAMES = {"int_text": int.__repr__, "string": encode_basestring, "UUID": uuid.UUID, "Decimal": decimal.Decimal,
+          "utc": _utc_text, "json_text": _json_text}
 
 
 class RowEncoder:
     """``canonical`` for rows of one table, as a database driver returns them: the same bytes, several times
     faster (the verify of a long chain is mostly this). Built from the columns in row order (name, type
     name: PostgreSQL's ``int8`` or ``bigint`` spelling); a column of another type, or a value not of its
-    column's Python type, goes through the generic rule, so the output never differs from ``canonical``."""
+    column's Python type, goes through the generic rule, so the output never differs from ``canonical``.
+
+    ``encode`` is one expression compiled for the table (a loop over the columns cost as much as the
+    values' own conversions); only column positions and the fixed expressions above go into its source,
+    never a column name (the names' JSON text is passed in as constants)."""
 
     def __init__(self, columns: Sequence[tuple[str, str]]):
-        hashed = sorted((name, i, _TEXT_BY_TYPE.get(type_name, _generic_text))
-                        for i, (name, type_name) in enumerate(columns) if name not in EXCLUDED)
-        self._prefixes = [("{" if n == 0 else ",") + encode_basestring(name) + ":"
-                          for n, (name, _, _) in enumerate(hashed)]
-        self._texts = [_nullable(fn) for _, _, fn in hashed]
-        indexes = [i for _, i, _ in hashed]
-        self._values = (operator.itemgetter(*indexes) if len(indexes) > 1 else
-                        (lambda row: (row[indexes[0]],)) if indexes else (lambda row: ()))
-
-    def encode(self, row: Sequence[Any]) -> bytes:
-        """The canonical bytes of ``row`` (a tuple or record in column order)."""
-        if not self._texts:
-            return b"{}"
-        body = "".join([p + f(v) for p, f, v in zip(self._prefixes, self._texts, self._values(row))])
-        return (body + "}").encode("utf-8")
+        hashed = sorted((name, i, type_name) for i, (name, type_name) in enumerate(columns)
+                        if name not in EXCLUDED)
+        scope: dict[str, Any] = {**_NAMES, "g": canonical_json}
+        terms = []
+        for k, (name, i, type_name) in enumerate(hashed):
+            scope[f"key{k}"] = ("{" if k == 0 else ",") + encode_basestring(name) + ":"
+            expression = _EXPRESSIONS.get(type_name, "g(@)").replace("@", f"v{k}")
+            terms.append(f"key{k} + ('null' if (v{k} := row[{i}]) is None else {expression})")
+        body = " + ".join(terms) + " + '}'" if terms else "'{}'"
+        exec(compile(f"def encode(row):\n    return ({body}).encode('utf-8')\n", "<RowEncoder>", "exec"), scope)
+        self.encode: Callable[[Sequence[Any]], bytes] = scope["encode"]
 
     def row_hash(self, prev_hash: bytes, row: Sequence[Any]) -> bytes:
         return hashlib.sha256(prev_hash + self.encode(row)).digest()
