@@ -175,9 +175,9 @@ class RowEncoder:
         for k, (name, i, type_name) in enumerate(hashed):
             scope[f"key{k}"] = ("{" if k == 0 else ",") + encode_basestring(name) + ":"
             expression = _EXPRESSIONS.get(type_name, "g(@)").replace("@", f"v{k}")
-            terms.append(f"key{k} + ('null' if (v{k} := row[{i}]) is None else {expression})")
-        body = " + ".join(terms) + " + '}'" if terms else "'{}'"
-        exec(compile(f"def encode(row):\n    return ({body}).encode('utf-8')\n", "<RowEncoder>", "exec"), scope)
+            terms += [f"key{k}", f"('null' if (v{k} := row[{i}]) is None else {expression})"]
+        body = "''.join((" + ", ".join(terms) + ", '}'))" if terms else "'{}'"   # one join: no growing string
+        exec(compile(f"def encode(row):\n    return {body}.encode('utf-8')\n", "<RowEncoder>", "exec"), scope)
         self.encode: Callable[[Sequence[Any]], bytes] = scope["encode"]
 
     def row_hash(self, prev_hash: bytes, row: Sequence[Any]) -> bytes:

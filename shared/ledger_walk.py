@@ -4,8 +4,10 @@ values), checks every link and seq, and grows the Merkle trees its checkpoints a
 only; memory does not grow with the table."""
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import hashlib
+from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -78,7 +80,22 @@ class VerifyResult:
         }
 
 
-CHUNK = 10_000   # rows fetched per round trip of the walk's cursor
+CHUNK = 1_000    # rows a fetch of the walk's cursor: small enough to sit in the socket's buffers while hashed
+
+
+async def _chunks(cursor: asyncpg.cursor.Cursor) -> AsyncIterator[list[asyncpg.Record]]:
+    """The cursor's rows, CHUNK at a time, each next fetch sent before the caller gets the current chunk:
+    PostgreSQL reads and sends the next rows while this process hashes the current ones, instead of
+    each side waiting for the other (the connection still runs one command at a time)."""
+    ahead = asyncio.ensure_future(cursor.fetch(CHUNK))
+    try:
+        while rows := await ahead:
+            ahead = asyncio.ensure_future(cursor.fetch(CHUNK))
+            await asyncio.sleep(0)   # let the fetch go out before the caller's hashing holds the loop
+            yield rows
+    finally:
+        if not ahead.done():
+            ahead.cancel()
 
 
 async def walk(conn: asyncpg.Connection, table: str, result: VerifyResult,
@@ -95,8 +112,7 @@ async def walk(conn: asyncpg.Connection, table: str, result: VerifyResult,
     encode, sha256 = RowEncoder(columns).encode, hashlib.sha256
     marks = _Marks(checkpoints, result, whole)
     expected, prev_stored, stored = 1, GENESIS, None
-    cursor = await stmt.cursor()
-    while rows := await cursor.fetch(CHUNK):
+    async for rows in _chunks(await stmt.cursor()):
         for rec in rows:
             seq, stored_prev, stored = rec[i_seq], rec[i_prev], rec[i_hash]
             recomputed = sha256(stored_prev + encode(rec)).digest()
