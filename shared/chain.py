@@ -96,6 +96,14 @@ def canonical(fields: Mapping[str, Any]) -> bytes:
     return _dumps(_plain(body)).encode("utf-8")
 
 
+def canonical_with_documents(fields: Mapping[str, Any], documents: Iterable[str]) -> tuple[bytes, dict[str, str]]:
+    """``canonical(fields)`` and the canonical JSON text of each named field (a jsonb document) that is not
+    None, from one conversion of the values (a store writes the documents' text and hashes the row)."""
+    plain = _plain({k: v for k, v in fields.items() if k not in EXCLUDED})
+    texts = {k: _dumps(plain[k]) for k in documents if plain.get(k) is not None}
+    return _dumps(plain).encode("utf-8"), texts
+
+
 def canonical_json(value: Any) -> str:
     """A value (e.g. a jsonb document) as canonical JSON text: what the store writes, so that the text
     PostgreSQL parses is exactly the value that was hashed."""

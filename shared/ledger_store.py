@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 import asyncpg
 
-from shared.chain import GENESIS, RowEncoder, TreeBuilder, canonical, canonical_json
+from shared.chain import GENESIS, RowEncoder, TreeBuilder, canonical_with_documents
 from shared.ledger_walk import MAX_FINDINGS, Checkpoint, CheckpointFinding, EntryFinding, VerifyResult, walk
 
 __all__ = ["MAX_FINDINGS", "Appended", "ChainError", "Checkpoint", "CheckpointFinding", "EntryFinding",
@@ -93,6 +93,7 @@ async def append_many(conn: asyncpg.Connection, table: str, entries: list[dict[s
         head = await conn.fetchrow(f"SELECT seq, row_hash FROM {quoted(table)} ORDER BY seq DESC LIMIT 1")
         seq, prev = (head["seq"], bytes(head["row_hash"])) if head else (0, GENESIS)
         out, rows, now = [], [], dt.datetime.now(dt.UTC)
+        json_columns = shape.documents
         for entry in entries:
             key = entry[unique] if unique is not None else None
             if key is not None and key in known:
@@ -102,10 +103,10 @@ async def append_many(conn: asyncpg.Connection, table: str, entries: list[dict[s
             fields = {k: _normalised(shape.types.get(k), v) for k, v in dict(entry, seq=seq).items()}
             if "created_at" in shape.types and "created_at" not in fields:
                 fields["created_at"] = now
-            body = canonical(fields)
+            body, documents = canonical_with_documents(fields, json_columns)
             digest = hashlib.sha256(prev + body).digest()
             out.append(Appended(seq, digest))
-            rows.append(_Row(fields, body, prev, digest))
+            rows.append(_Row({**fields, **documents}, body, prev, digest))
             prev = digest
             if key is not None:
                 known[key] = out[-1]
@@ -125,7 +126,7 @@ async def _existing(conn: asyncpg.Connection, table: str, unique: str,
 
 
 class _Row(NamedTuple):
-    fields: dict[str, Any]
+    fields: dict[str, Any]   # as sent: json documents as the canonical text that was hashed
     body: bytes          # canonical(fields): what the hash covers
     prev_hash: bytes
     row_hash: bytes
@@ -139,7 +140,7 @@ async def _insert(conn: asyncpg.Connection, table: str, shape: _Shape, rows: lis
         groups.setdefault(tuple(row.fields), []).append(row)
     for names, group in groups.items():
         columns = [*names, "prev_hash", "row_hash"]
-        arrays = [[_stored(shape.types.get(n), r.fields[n]) for r in group] for n in names]
+        arrays = [[r.fields[n] for r in group] for n in names]
         arrays += [[r.prev_hash for r in group], [r.row_hash for r in group]]
         params = ", ".join(f"${i}::{shape.sql_types[n]}[]" for i, n in enumerate(columns, 1))
         stored = await conn.fetch(   # the connection's statement cache: parsed once per shape of batch
@@ -160,11 +161,6 @@ def _column(name: str) -> str:
     return f'"{name}"'
 
 
-def _stored(type_name: str | None, value: Any) -> Any:
-    """A value as sent to PostgreSQL: a json document as its canonical text (what was hashed)."""
-    return canonical_json(value) if type_name in _JSON and value is not None else value
-
-
 @dataclass
 class _Shape:
     """A chained table's columns, read once per process: a chained table's columns come from the service's
@@ -173,6 +169,11 @@ class _Shape:
     types: dict[str, str]         # name → type (format_type without modifier: what the hash rules key on)
     sql_types: dict[str, str]     # name → type with its modifier (character(3)): what values are cast to
     _encoders: dict[tuple[str, ...], RowEncoder] = field(default_factory=dict)
+
+    @property
+    def documents(self) -> set[str]:
+        """The json/jsonb columns."""
+        return {name for name, type_name in self.types.items() if type_name in _JSON}
 
     def encoder(self, names: tuple[str, ...]) -> RowEncoder:
         """The canonical encoder of rows with these columns, in this order."""

@@ -20,6 +20,7 @@ from shared.chain import (
     TreeBuilder,
     canonical,
     canonical_json,
+    canonical_with_documents,
     inclusion_proof,
     leaf_hash,
     merkle_root,
@@ -224,3 +225,9 @@ def test_the_row_encoder_of_json_text_with_whitespace_decodes_it_as_json_does():
     assert RowEncoder(cols).encode((' {"b": 1,  "a": [ ]} ',)) == canonical({"doc": {"a": [], "b": 1}})
     with pytest.raises(ValueError):
         RowEncoder(cols).encode(('{"a": 1} trailing',))
+
+
+def test_a_rows_documents_come_with_its_canonical_bytes_from_one_conversion():
+    fields = {"seq": 3, "entry": {"b": [1, "é"], "a": None}, "note": None, "prev_hash": b"x"}
+    body, texts = canonical_with_documents(fields, {"entry", "note", "absent"})
+    assert body == canonical(fields) and texts == {"entry": canonical_json(fields["entry"])}
