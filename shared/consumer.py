@@ -60,8 +60,9 @@ class _Window:
         self._signal()
 
     def take(self, n: int) -> list[Msg]:
-        """Up to ``n`` messages, fairly between the tenants waiting."""
-        taken = self._queue.take(n)
+        """Up to ``n`` messages, fairly between the tenants waiting, grouped by tenant in one order (batches
+        handled at once then take each tenant's row locks in that order)."""
+        taken = self._queue.take_batch(n)
         self._signal()
         return taken
 

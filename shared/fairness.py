@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import uuid
 from collections import deque
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Generic, TypeVar
 
 TENANT_HEADER = "Tessera-Tenant"
@@ -50,10 +50,10 @@ class FairQueue(Generic[T]):
     """Items waiting per line (a tenant), served by weighted deficit round robin; FIFO within a line."""
 
     def __init__(self) -> None:
-        self._lines: dict[Hashable, deque[T]] = {}
-        self._weight: dict[Hashable, int] = {}
-        self._deficit: dict[Hashable, int] = {}
-        self._turn: deque[Hashable] = deque()   # the lines with items waiting, the one being served first
+        self._lines: dict[str, deque[T]] = {}
+        self._weight: dict[str, int] = {}
+        self._deficit: dict[str, int] = {}
+        self._turn: deque[str] = deque()   # the lines with items waiting, the one being served first
         self._size = 0
 
     def __len__(self) -> int:
@@ -64,7 +64,7 @@ class FairQueue(Generic[T]):
         for line in self._lines.values():
             yield from line
 
-    def put(self, line: Hashable, item: T, weight: int = DEFAULT_WEIGHT) -> None:
+    def put(self, line: str, item: T, weight: int = DEFAULT_WEIGHT) -> None:
         """Queue ``item`` at the end of ``line``; the line's weight is the latest its items gave. A line that
         had nothing waiting joins the round at its end."""
         queued = self._lines.get(line)
@@ -77,16 +77,25 @@ class FairQueue(Generic[T]):
         self._size += 1
 
     def take(self, n: int) -> list[T]:
-        """Up to ``n`` items, by weighted deficit round robin; the round goes on where the last ``take`` left
-        it (a line cut short by ``n`` keeps its remaining credit and is served first next time)."""
-        out: list[T] = []
+        """Up to ``n`` items, by weighted deficit round robin, in the order served; the round goes on where the
+        last ``take`` left it (a line cut short by ``n`` keeps its remaining credit and is served first next
+        time)."""
+        return [item for _, item in self._serve(n)]
+
+    def take_batch(self, n: int) -> list[T]:
+        """The items ``take`` would give, grouped by line in the lines' sorted order (FIFO within each): batches
+        handled at once then lock each tenant's rows in one order, and never wait on each other in a circle."""
+        return [item for _, item in sorted(self._serve(n), key=lambda served: served[0])]
+
+    def _serve(self, n: int) -> list[tuple[str, T]]:
+        out: list[tuple[str, T]] = []
         while len(out) < n and self._turn:
             line = self._turn[0]
             queued = self._lines[line]
             if self._deficit[line] < 1:
                 self._deficit[line] += self._weight[line]
             served = min(self._deficit[line], n - len(out), len(queued))
-            out.extend(queued.popleft() for _ in range(served))
+            out.extend((line, queued.popleft()) for _ in range(served))
             self._deficit[line] -= served
             self._size -= served
             if not queued:
@@ -105,7 +114,7 @@ class FairQueue(Generic[T]):
         self._size = 0
         return items
 
-    def _forget(self, line: Hashable) -> None:
+    def _forget(self, line: str) -> None:
         """An emptied line leaves the round with no credit kept: idling earns nothing."""
         self._turn.popleft()
         del self._lines[line], self._weight[line], self._deficit[line]

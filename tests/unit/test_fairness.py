@@ -114,3 +114,10 @@ def test_a_message_inherits_its_causes_weight_and_the_process_stamps_a_new_tenan
     assert (caused.tenant_id, caused.weight) == (tenant, 6)
     elsewhere = outbox.envelope("fairprobe.ping", Ping(n=3), correlation_id="c", tenant_id=other, causation=stamped)
     assert (elsewhere.tenant_id, elsewhere.weight) == (other, None)
+
+
+def test_a_batch_holds_what_the_round_served_grouped_by_line_in_one_order():
+    q, same = queue_of(("b", 3, 1), ("a", 3, 1)), queue_of(("b", 3, 1), ("a", 3, 1))
+    assert same.take(4) == ["b0", "a0", "b1", "a1"]          # the order served
+    assert q.take_batch(4) == ["a0", "a1", "b0", "b1"]       # the same items, a's line first, each in order
+    assert q.take_batch(4) == ["a2", "b2"] and same.take(4) == ["b2", "a2"]
