@@ -33,6 +33,7 @@ from .observability import PUBLISHED, inject_trace
 
 log = structlog.get_logger()
 
+_DRAINED_KEPT = 10_000   # ids of rows the table pass published, remembered for their hand-over
 INBOX_RETENTION_DAYS = 8   # > the streams' max_age (shared.streams): no redelivery can be older
 
 
@@ -129,6 +130,9 @@ class OutboxRelay:
         self.scope = scope
         self._wake = asyncio.Event()
         self._handed: list[Row] = []
+        # rows the table pass published before their hand-over reached the relay (committed, not yet
+        # handed): their hand-over is skipped, not published twice
+        self._drained: dict[uuid.UUID, None] = {}
         self.published = 0
 
     def take(self, rows: list[Row]) -> None:
@@ -171,11 +175,14 @@ class OutboxRelay:
     async def publish_handed(self, rows: list[Row]) -> None:
         """Publish rows handed over after their commit, without reading them back, then mark them in one
         statement. Only committed rows are handed over (a unit of work drops the rows of a savepoint that
-        rolled back), so nothing needs checking first. Another replica's table pass may publish one of them
-        too before it is marked: the server drops the second copy (Nats-Msg-Id = the row's id, within the
+        rolled back), so nothing needs checking first; one this relay's table pass already published (it
+        committed before the hand-over arrived) is skipped. Another replica's table pass may publish one of
+        them too before it is marked: the server drops the second copy (Nats-Msg-Id = the row's id, within the
         streams' duplicate window). A crash before the mark leaves them for the table pass, the same way."""
-        await self._publish(rows)
-        await self.mark_published([r.id for r in rows])
+        rows = [r for r in rows if self._drained.pop(r.id, self) is self]
+        if rows:
+            await self._publish(rows)
+            await self.mark_published([r.id for r in rows])
 
     async def mark_published(self, ids: list[uuid.UUID]) -> None:
         """Mark rows published in one round trip, without waiting for the WAL flush: a mark lost in a crash
@@ -202,6 +209,9 @@ class OutboxRelay:
                 return 0
             await self._publish(rows)
             await conn.execute("UPDATE outbox SET published_at = now() WHERE id = ANY($1::uuid[])", [r.id for r in rows])
+        self._drained.update(dict.fromkeys(r.id for r in rows))
+        for stale in list(self._drained)[:max(0, len(self._drained) - _DRAINED_KEPT)]:
+            del self._drained[stale]   # rows never handed over (written outside a unit of work, by a crashed replica)
         return len(rows)
 
     async def _publish(self, rows: list[Row]) -> None:

@@ -18,6 +18,10 @@ import pytest
 from nats.js.api import StreamConfig
 from nats.js.errors import NotFoundError
 
+from shared.contract import Catalog
+from shared.db import create_pool, migrate
+from shared.outbox import Outbox, OutboxRelay
+from shared.unit_of_work import UnitOfWork
 from tests.support import batchprobe
 from tests.support.bus import make_envelope, publish_envelope
 from tests.support.polling import eventually
@@ -141,11 +145,35 @@ async def test_a_message_emitted_in_a_savepoint_the_handler_rolled_back_is_never
     await rt.start()
     try:
         await pinged.wait_for(lambda _i: len(pinged.items) >= 5, timeout=30)
-        async with rt.pool.acquire() as conn:   # every committed row is published; no other row exists
-            assert await conn.fetchval("SELECT count(*) FROM outbox WHERE published_at IS NULL") == 0
+        # every committed row is published, then marked (the mark follows the publish); no other row exists
+        await eventually(lambda: rt.pool.fetchval("SELECT count(*) FROM outbox WHERE published_at IS NULL"),
+                         until=lambda left: left == 0, timeout=10, what="every outbox row marked published")
         await rt.stop()
         rt = None
         assert sorted(i[1]["data"]["n"] for i in pinged.items) == [1, 2, 3, 4, 5]   # never a -n
     finally:
         if rt is not None:
             await rt.stop()
+
+
+async def test_a_row_the_table_pass_published_before_its_hand_over_arrived_is_not_published_again(
+        infra, probe_env, nc):
+    pool = await create_pool(probe_env, batchprobe.SERVICE, min_size=1, max_size=2)
+    try:
+        async with pool.acquire() as conn:
+            await migrate(conn, batchprobe.SERVICE, None)
+            await conn.execute("DELETE FROM outbox")
+        outbox = Outbox(batchprobe.SERVICE, Catalog([batchprobe.CONTRACT]))
+        handed: list = []
+        outbox.hand_over = handed.extend          # held back: the table pass gets there first
+        async with UnitOfWork.begin(pool, outbox, name="test") as uow:
+            env = await uow.emit(batchprobe.PINGED, batchprobe.Ping(n=7), correlation_id="late-hand-over")
+        assert [r.id for r in handed] == [env.id]
+        relay = OutboxRelay(pool, nc.jetstream(), batchprobe.SERVICE)
+        assert await relay.drain_once() == 1
+        await relay.publish_handed(handed)
+        assert relay.published == 1
+        async with pool.acquire() as conn:
+            assert await conn.fetchval("SELECT count(*) FROM outbox WHERE published_at IS NULL") == 0
+    finally:
+        await pool.close()
