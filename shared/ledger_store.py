@@ -95,6 +95,8 @@ async def append_many(conn: asyncpg.Connection, table: str, entries: list[dict[s
         out, rows, now = [], [], dt.datetime.now(dt.UTC)
         json_columns = shape.documents
         for entry in entries:
+            if unknown := entry.keys() - shape.types.keys():
+                raise ValueError(f"{table} has no column {', '.join(sorted(unknown))}")
             key = entry[unique] if unique is not None else None
             if key is not None and key in known:
                 out.append(known[key])

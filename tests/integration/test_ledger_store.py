@@ -131,6 +131,8 @@ async def test_a_batch_is_one_run_of_the_chain_and_skips_what_is_already_there(l
     assert [bytes(r["row_hash"]) for r in rows] == [there.row_hash, *(a.row_hash for a in got[:1] + got[2:4])]
     assert (await verify(ledger.conn, "ledger_entries")).ok
     assert await append_many(ledger.conn, "ledger_entries", []) == []
+    with pytest.raises(ValueError, match="no column nope"):
+        await append_many(ledger.conn, "ledger_entries", [charge(nope=1)])
 
 
 async def test_a_batch_holding_a_value_postgres_would_not_return_as_written_writes_nothing(ledger):
