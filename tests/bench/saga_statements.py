@@ -1,0 +1,71 @@
+"""`python -m tests.bench.saga_statements` — not a test. Counts the PostgreSQL statements one allocation costs,
+per process and per statement, on a platform of its own (one node of 16 GPUs: ``n`` + the warm-up's 4 must
+fit).
+
+PostgreSQL logs every statement (``log_statement = all``, with the connection's application name) while ``n``
+allocations are driven at concurrency ``c``; the log is then read back. A transaction's ``BEGIN`` and
+``COMMIT`` count as statements (each is a round trip). Background loops (deadlines, pollers) are counted too:
+with few allocations they weigh more than under load. The last line is one JSON object."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import re
+import tempfile
+from pathlib import Path
+
+import asyncpg
+
+from tests.bench.bench_saga import drive
+from tests.bench.common import report
+from tooling.platform import Platform
+
+_LINE = re.compile(r"@@(.*?)@@ LOG:  (?:execute [^:]*|statement): (.*)")
+
+
+async def main(n: int, concurrency: int, top: int) -> dict:
+    platform = Platform(Path(tempfile.mkdtemp(prefix="tessera-statements-")),
+                        env={"TESSERA_LOG_LEVEL": "WARNING", "TESSERA_SAGA_TENANT_INFLIGHT": "64"}, durable=True)
+    await platform.start()
+    try:
+        await platform.add_node("bench-000", "V100", 16, env={"TESSERA_SIM_TOPOLOGY": "dgx2-v100-16"})
+        async with platform.admin() as admin:
+            tenant = await admin.create_tenant("statements")
+            await admin.set_quota(tenant["id"], "shared", "V100", 200)
+            key = (await admin.create_user(tenant["id"], "bench", "tenant_user"))["api_key"]
+        await drive(platform, [key], 4, concurrency)   # warm-up: connections, prepared statements
+        admin_conn = await asyncpg.connect(platform.pg.admin_dsn)
+        log = platform.pg.data_dir / "postgres.log"
+        try:
+            await admin_conn.execute("ALTER SYSTEM SET log_statement = 'all'")
+            await admin_conn.execute("ALTER SYSTEM SET log_line_prefix = '@@%a@@ '")
+            await admin_conn.execute("SELECT pg_reload_conf()")
+            start = log.stat().st_size
+            await drive(platform, [key], n, concurrency)
+        finally:
+            await admin_conn.execute("ALTER SYSTEM RESET log_statement")
+            await admin_conn.execute("SELECT pg_reload_conf()")
+            await admin_conn.close()
+        text = log.read_bytes()[start:].decode(errors="replace")
+    finally:
+        await platform.stop()
+    per_process: collections.Counter = collections.Counter()
+    per_statement: collections.Counter = collections.Counter()
+    for line in text.splitlines():
+        if m := _LINE.match(line):
+            per_process[m.group(1)] += 1
+            per_statement[f"{m.group(1)}: {m.group(2)[:100]}"] += 1
+    return {"allocations": n, "concurrency": concurrency,
+            "statements_per_allocation": round(sum(per_process.values()) / n, 1),
+            "per_process": {k: round(v / n, 1) for k, v in per_process.most_common()},
+            "top_statements": {k: round(v / n, 2) for k, v in per_statement.most_common(top)}}
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("-n", type=int, default=10, help="allocations counted (at most 12: one node of 16 GPUs)")
+    ap.add_argument("-c", "--concurrency", type=int, default=4)
+    ap.add_argument("--top", type=int, default=30, help="statements listed")
+    args = ap.parse_args()
+    report(asyncio.run(main(min(args.n, 12), args.concurrency, args.top)), skip=("top_statements",))
