@@ -9,7 +9,7 @@ messages and one with a single message are served alternately, not one after the
 is served four messages for each one of a tenant of weight 1 while both have messages waiting. An idle tenant
 builds up no credit: its deficit is dropped when its line empties.
 
-The weights are the tenant's plan, set by a provider admin (``PUT /v1/tenants/{id}/weight``); the gateway
+The weights are the tenant's plan, set by a provider admin (``PATCH /v1/tenants/{id}``); the gateway
 knows them (``TenantWeights``, filled from its table) and stamps each message it sends with its tenant's
 weight; every message caused by one inherits it, as it inherits the tenant (``shared.outbox``).
 """

@@ -17,7 +17,7 @@ quota_app = typer.Typer(help="GPU quotas: show the tenant's (no sub-command), or
 price_app = typer.Typer(help="Price lists: the version in force, publish a new one.", no_args_is_help=True)
 rate_app = typer.Typer(help="A tenant's API rate limits (provider admin).", no_args_is_help=True)
 
-TENANTS = Columns((("id", "id"), ("name", "name"), ("created", "created_at")))
+TENANTS = Columns((("id", "id"), ("name", "name"), ("weight", "weight"), ("created", "created_at")))
 USERS = Columns((("id", "id"), ("name", "name"), ("role", "role")), (("tenant", "tenant_id"), ("created", "created_at")))
 QUOTAS = Columns((("pool", "pool"), ("gpu_model", "gpu_model"), ("limit", "limit"), ("guaranteed", "guaranteed"),
                   ("used", "used")), (("version", "version"),), key="pool")
@@ -46,11 +46,22 @@ def tenant_list(output: Output = "table", watch: Watch = False, interval: Interv
     show_list(lambda: c.items("/v1/tenants"), TENANTS, output, watch, interval)
 
 
-@tenant_app.command("create", epilog="Example: tessera tenant create acme")
-def tenant_create(name: str, output: Output = "table"):
+Weight = Annotated[int | None, typer.Option(min=1, max=100, help="Its share of each service's work while its "
+                                                                 "messages wait with other tenants' (1-100).")]
+
+
+@tenant_app.command("create", epilog="Example: tessera tenant create acme --weight 2")
+def tenant_create(name: str, weight: Weight = None, output: Output = "table"):
     """Create a tenant."""
-    t = client().request("POST", "/v1/tenants", {"name": name})
+    t = client().request("POST", "/v1/tenants", {"name": name} | ({"weight": weight} if weight else {}))
     changed(t, f"tenant {t['id']} created", output)
+
+
+@tenant_app.command("set-weight", epilog="Example: tessera tenant set-weight 1b7c… 3")
+def tenant_set_weight(tenant: str, weight: Annotated[int, typer.Argument(min=1, max=100)], output: Output = "table"):
+    """Change a tenant's weight: its messages are served `weight` to one against a tenant of weight 1."""
+    t = client().request("PATCH", f"/v1/tenants/{tenant}", {"weight": weight})
+    changed(t, f"tenant {t['id']} weight {t['weight']}", output)
 
 
 @user_app.command("create", epilog="Example: tessera user create alice --tenant 1b7c… --role tenant_admin")
