@@ -42,7 +42,8 @@ class RecordingOutbox(Outbox):
 
     async def add_many(self, conn: Any, items: list[tuple[str, BaseModel, dict[str, str] | None]], *,
                        correlation_id: str, tenant_id: uuid.UUID | None = None,
-                       causation: Envelope | None = None, sink: list | None = None) -> list[Envelope]:
+                       causation: Envelope | None = None, sink: list | None = None,
+                       pending: list | None = None) -> list[Envelope]:
         envelopes = []
         for type_, data, params in items:
             self.catalog.check_send(self.service, type_, self.catalog.message(type_).render_subject(**(params or {})))
