@@ -94,6 +94,11 @@ class GatewaySettings:
                                           "token again (at most 1 s) before answering the 429, so a client that "
                                           "ignores Retry-After waits anyway; past that many, the 429 is at once "
                                           "(0: never hold); see docs/rate-limits.md")
+    tenant_inflight: int = setting("TESSERA_GATEWAY_TENANT_INFLIGHT", 2, integer(0),
+                                   doc="requests of one tenant a gateway replica works on at once (times the tenant's "
+                                       "weight); the tenant's others wait for one of its own to end, so its many "
+                                       "clients never delay another tenant's request (0: no gate); event streams "
+                                       "and WebSockets are not counted; see docs/rate-limits.md")
     sse_per_tenant: int = setting("TESSERA_SSE_PER_TENANT", 100, integer(0),
                                   doc="event streams a tenant may hold open at once, all replicas together (0: no limit)")
     allow_public_subnets: bool = setting("TESSERA_NETWORKS_ALLOW_PUBLIC_SUBNETS", False, flag,

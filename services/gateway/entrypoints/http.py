@@ -36,6 +36,7 @@ from ..http.audit import audit_middleware
 from ..http.auth import auth_middleware
 from ..http.clients import client_address_middleware
 from ..http.endpoint import AuditState, add_routes
+from ..http.fairgate import fair_gate_middleware
 from ..http.lowlevel import answer_parser_errors_with_problems
 from ..http.openapi import with_openapi
 from ..http.policy import policy_middleware
@@ -96,10 +97,12 @@ def create_app(rt: Runtime, config: GatewaySettings, app: web.Application | None
     # span's trace id and the final status: outside problems, so 4xx problems and 401s are recorded too), every
     # error a problem document; then who is calling (auth), whether it is within its rate (rate limits) and whether
     # policy lets it (a denial is a problem, and audited)
-    # — after the client's address behind the provider's proxies (http/clients.py) and the shedder, which refuses a
-    # flooding tenant's requests before all that work (http/ratelimit.py)
+    # — after the client's address behind the provider's proxies (http/clients.py), the shedder, which refuses a
+    # flooding tenant's requests before all that work (http/ratelimit.py), and the fair gate, which bounds each
+    # tenant's requests in progress (http/fairgate.py)
     shed, limit = rate_limit_middlewares(gw)
-    app.middlewares.extend([client_address_middleware(config.trusted_proxies), shed, telemetry_middleware(rt.service),
+    app.middlewares.extend([client_address_middleware(config.trusted_proxies), shed,
+                            fair_gate_middleware(gw, config.tenant_inflight), telemetry_middleware(rt.service),
                             audit_middleware(STATE_READERS), problems_middleware, auth_middleware(gw.tokens), limit,
                             policy_middleware(gw, POLICY_SCHEMA)])
     add_routes(app, ENDPOINTS)
