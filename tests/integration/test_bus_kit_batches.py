@@ -15,8 +15,6 @@ from pathlib import Path
 
 import asyncpg
 import pytest
-from nats.js.api import StreamConfig
-from nats.js.errors import NotFoundError
 
 from shared.contract import Catalog
 from shared.db import create_pool, migrate
@@ -32,12 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture
 async def probe_env(infra, provision, nc):
     """A fresh stream and consumer, an effects table, and the probe's DSN."""
-    js = nc.jetstream()
-    try:
-        await js.delete_stream(batchprobe.STREAM)
-    except NotFoundError:
-        pass
-    await js.add_stream(StreamConfig(name=batchprobe.STREAM, subjects=["batchprobe.>"], duplicate_window=120))
+    await batchprobe.fresh_stream(nc.jetstream())
     dsn = await provision(batchprobe.SERVICE)
     conn = await asyncpg.connect(dsn)
     await conn.execute(batchprobe.EFFECTS)

@@ -11,8 +11,6 @@ import asyncio
 import uuid
 
 import pytest
-from nats.js.api import StreamConfig
-from nats.js.errors import NotFoundError
 
 from shared.envelope import Envelope
 from shared.unit_of_work import UnitOfWork
@@ -26,12 +24,7 @@ BURST = 60   # within the window of this consumer (64 messages): what the server
 
 @pytest.fixture
 async def stream(infra, provision, nc):
-    js = nc.jetstream()
-    try:
-        await js.delete_stream(batchprobe.STREAM)
-    except NotFoundError:
-        pass
-    await js.add_stream(StreamConfig(name=batchprobe.STREAM, subjects=["batchprobe.>"], duplicate_window=120))
+    await batchprobe.fresh_stream(nc.jetstream())
     return await provision(batchprobe.SERVICE)
 
 

@@ -11,9 +11,12 @@ savepoint of its own that it rolls back.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 
+from nats.js.api import StreamConfig
+from nats.js.errors import NotFoundError
 from pydantic import BaseModel, ConfigDict
 
 from shared.contract import Message, ServiceContract
@@ -23,6 +26,13 @@ from tests.support.bus import probe_runtime
 
 SERVICE = "batchprobe"
 STREAM = "TESSERA_BATCHPROBE"
+
+
+async def fresh_stream(js) -> None:
+    """The probe's stream, empty: deleted when there, then made again."""
+    with contextlib.suppress(NotFoundError):
+        await js.delete_stream(STREAM)
+    await js.add_stream(StreamConfig(name=STREAM, subjects=["batchprobe.>"], duplicate_window=120))
 PING, PINGED = "batchprobe.ping", "batchprobe.pinged"
 CONSUMER = f"{SERVICE}__batchprobe_ping"
 EFFECTS = "CREATE TABLE IF NOT EXISTS effects (n bigint NOT NULL, txid bigint NOT NULL, pid int NOT NULL)"
