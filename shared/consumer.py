@@ -49,6 +49,9 @@ class _Window:
         self.room, self.ready = asyncio.Event(), asyncio.Event()
         self.room.set()
 
+    def __len__(self) -> int:
+        return len(self._queue)
+
     @property
     def free(self) -> int:
         return self.size - len(self._queue)
@@ -303,16 +306,16 @@ class Consumers:
         Not one ``fetch(room)``: a pull request for a batch that finds fewer messages stays open on the server
         until it expires, and nats-py's fetch waits for the rest of the batch until then, so a lone message
         could wait the whole poll."""
-        lag = CONSUMER_PENDING.labels(self.service, sub.name)
+        lag = CONSUMER_PENDING.labels(self.service, sub.name)   # the stream's backlog plus the window's
         try:
             first = await sub.pull.fetch(1, timeout=self.settings.fetch_wait_s)
         except TimeoutError:
-            lag.set(0)   # nothing was there for the whole poll
+            lag.set(len(sub.window))   # nothing more was there for the whole poll
             raise
         more = min(room - len(first), first[-1].metadata.num_pending or 0) if first else 0
         if more > 0:
             with contextlib.suppress(TimeoutError):   # another replica took them meanwhile
                 first += await sub.pull.fetch(more, timeout=0.05)
         if first:
-            lag.set(first[-1].metadata.num_pending or 0)
+            lag.set((first[-1].metadata.num_pending or 0) + len(sub.window) + len(first))
         return first

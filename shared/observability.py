@@ -33,7 +33,8 @@ PUBLISHED = Counter("tessera_outbox_published_total", "Outbox rows published to 
 DEAD_LETTERS = Counter("tessera_dead_letters_total", "Messages moved to the dead-letter stream", ["service", "reason"])
 # a consumer's lag: what the server still holds for the durable, as of its last fetch (0 after a fetch found nothing)
 CONSUMER_PENDING = Gauge("tessera_consumer_pending_messages",
-                         "Messages the stream holds for a durable consumer, not yet delivered", ["service", "consumer"])
+                         "Messages waiting for a durable consumer: held by the stream, or fetched and not yet handed "
+                         "to a worker", ["service", "consumer"])
 
 
 def _add_trace_ids(_, __, event_dict):
