@@ -22,6 +22,7 @@ from .credentials import CredentialCache
 from .problems import ProblemError, forbidden
 
 PRINCIPAL = web.RequestKey("principal", Principal)
+KNOWN = web.RequestKey("known_principal", object)   # known_principal's answer, once per request
 # the id (fingerprint) of the API key presented to POST /v1/auth/token, for the audit record (never the key)
 API_KEY_ID = web.RequestKey("api_key_id", str)
 _ISSUER = "tessera-gateway"
@@ -184,3 +185,13 @@ def require_tenant_member(request: web.Request) -> Principal:
     if not p.may_use_allocations:
         raise forbidden("allocations belong to a tenant; sign in as a tenant admin or user")
     return p
+
+
+def known_principal(tokens: TokenIssuer, request: web.Request) -> Principal | None:
+    """The principal of the request's bearer token when this replica authenticated it before (``TokenIssuer.known``:
+    memory only, for refusing or ordering early, never for letting a request through); looked up once per request
+    (the shedder and the fair gate both ask)."""
+    if KNOWN not in request:
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        request[KNOWN] = tokens.known(token.strip()) if scheme.lower() == "bearer" else None
+    return request[KNOWN]

@@ -22,6 +22,7 @@ from aiohttp import web
 
 from shared import fairness
 
+from .auth import known_principal
 from .endpoint import EVENT_STREAM
 
 
@@ -96,8 +97,7 @@ def _tenant_of(gw, request: web.Request) -> uuid.UUID | None:
     if (not path.startswith("/v1/") or path.endswith("/events") or EVENT_STREAM in headers.get("Accept", "")
             or headers.get("Upgrade", "").lower() == "websocket"):
         return None
-    scheme, _, token = headers.get("Authorization", "").partition(" ")
-    principal = gw.tokens.known(token.strip()) if scheme.lower() == "bearer" else None
+    principal = known_principal(gw.tokens, request)
     if principal is None or principal.is_provider_admin:
         return None
     return principal.tenant_id

@@ -25,7 +25,7 @@ from aiohttp import web
 from ..adapters import rate_limits as repo
 from ..domain.model import Principal
 from ..domain.rate_limits import Decision, Limit, RateClass, class_of
-from .auth import PRINCIPAL, PUBLIC_PATHS
+from .auth import PRINCIPAL, PUBLIC_PATHS, known_principal
 from .problems import ProblemError, problem_response
 from .telemetry import REQUESTS, route_of
 
@@ -174,8 +174,7 @@ def rate_limit_middlewares(gw) -> tuple:
     async def shed(request: web.Request, handler) -> web.StreamResponse:
         path = request.path
         if path.startswith("/v1/") and path not in PUBLIC_PATHS:
-            scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-            principal = gw.tokens.known(token.strip()) if scheme.lower() == "bearer" else None
+            principal = known_principal(gw.tokens, request)
             subjects = _member(principal) if principal is not None else None
             if subjects is not None and (known := refusals.refused(subjects, class_of(request.method))) is not None:
                 shed_count.add(subjects["tenant"])
