@@ -16,6 +16,8 @@ from ...http.problems import printable, validation_problem
 from ...http.schema_base import FieldError
 from .schemas import AllocationCreate
 
+UNRESOLVED = object()   # guest_for's image when the caller has not resolved it
+
 
 async def _named_keys(conn: asyncpg.Connection, p: Principal, names: list[str] | None) -> list[str] | None:
     """The public keys of the caller's stored keys ``names`` names, in that order; a 422 naming each unknown one."""
@@ -30,12 +32,14 @@ async def _named_keys(conn: asyncpg.Connection, p: Principal, names: list[str] |
     return [found[n] for n in names]
 
 
-async def guest_for(conn: asyncpg.Connection, p: Principal, body: AllocationCreate,
-                    allocation_id: uuid.UUID) -> Guest | None:
+async def guest_for(conn: asyncpg.Connection, p: Principal, body: AllocationCreate, allocation_id: uuid.UUID, *,
+                    image: asyncpg.Record | None | object = UNRESOLVED) -> Guest | None:
     """The Guest to send with allocation.request: None when the request names no image and the catalog has no
     default (the keys are still checked). Raises a 422 for an image the caller may not see, an unknown key
-    name, or more keys than a guest takes."""
-    image = await resolve_image(conn, p, body.image)
+    name, or more keys than a guest takes. ``image``: the catalog row the request's image already resolved to
+    (None: no image), when the caller has it; resolved here otherwise."""
+    if image is UNRESOLVED:
+        image = await resolve_image(conn, p, body.image)
     named = await _named_keys(conn, p, body.key_names)
     stored = []
     if body.ssh_keys is None and body.key_names is None:

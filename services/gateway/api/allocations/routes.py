@@ -44,7 +44,7 @@ from ...http.problems import ProblemError, not_found
 from ...http.schema_base import FieldError, Problem, text
 from ...http.state import gateway_of
 from .events import ENDPOINTS as EVENT_ENDPOINTS
-from .guests import guest_for
+from .guests import UNRESOLVED, guest_for
 from .power_schemas import InstanceOut
 from .schemas import AllocationCreate, AllocationOut, AllocationPage
 from .volumes import charge_scratch, scratch_class, volume_refs
@@ -134,9 +134,10 @@ async def create_allocation(request: web.Request) -> web.Response:
         held = await repo.held_idempotency_key(conn, p.tenant_id, key) if key is not None else None
         if held is not None:
             return _replay(held, request_hash)
-        shape = await resolve_shape(conn, body.shape)
+        judged = request.get(_JUDGED)
+        shape = judged[0] if judged is not None else await resolve_shape(conn, body.shape)
         allocation_id = uuid.uuid4()
-        guest = await guest_for(conn, p, body, allocation_id)
+        guest = await guest_for(conn, p, body, allocation_id, image=judged[1] if judged is not None else UNRESOLVED)
         volumes = await volume_refs(conn, p, body)
         offer, scratch = await scratch_class(conn, body)
         alloc = _new_allocation(p, body, shape, allocation_id)
@@ -239,6 +240,11 @@ IDEMPOTENCY = Param(IDEMPOTENCY_HEADER, "header", "Retry-safe creation: the same
 _CREATED = {"Location": "The allocation (/v1/allocations/{id})."}
 _BODY_ERRORS = (400, 401, 403, 413, 415, 422)
 
+# the shape and image the policy judged, kept on the request: the handler creates what was judged, without reading
+# them again (under READ COMMITTED the handler's own read could have seen the same rows a moment earlier anyway)
+_JUDGED = "gateway.allocation_judged"
+
+
 async def allocation_resource(request: web.Request, data: dict, body) -> tuple[dict, dict] | None:
     """The policy resource of a POST /v1/allocations: its shape, pool, image and flags; its tags are its labels.
     None for an unknown shape or image (the handler answers those with their 422)."""
@@ -250,6 +256,7 @@ async def allocation_resource(request: web.Request, data: dict, body) -> tuple[d
             image = await resolve_image(conn, principal_of(request), body.image)
         except ProblemError:
             return None
+    request[_JUDGED] = (shape, image)
     attrs = {"name": body.name, "shape": shape.name, "gpu_count": shape.gpu_count, "pool": body.pool or DEFAULT_POOL,
              "image_approved": True, "spot": body.spot, "privileged": data.get("privileged") is True,
              "priority_class": body.priority_class}
