@@ -69,9 +69,12 @@ async def volume_refs(conn: asyncpg.Connection, p: Principal, body: AllocationCr
     return [VolumeRef(volume_id=r.volume_id, mode=r.mode) for r in body.volumes]
 
 
-async def scratch_class(conn: asyncpg.Connection, body: AllocationCreate) -> tuple[Offer, StorageClass | None]:
+async def scratch_class(conn: asyncpg.Connection, body: AllocationCreate) -> tuple[Offer | None, StorageClass | None]:
     """The class the scratch volume will be made in: the one named (a 422 when it is not offered), else the
-    default (None when no class is known yet: the storage service decides)."""
+    default (None when no class is known yet: the storage service decides). A request with neither a class nor a
+    scratch volume has nothing to check or charge: (None, None), and the offer is not read."""
+    if body.scratch_class is None and body.volume_gb == 0:
+        return None, None
     offer = await repo.offer(conn)
     if body.scratch_class is None:
         return offer, offer.find(None)
@@ -81,9 +84,9 @@ async def scratch_class(conn: asyncpg.Connection, body: AllocationCreate) -> tup
     return offer, found
 
 
-async def charge_scratch(conn: asyncpg.Connection, p: Principal, body: AllocationCreate, offer: Offer,
+async def charge_scratch(conn: asyncpg.Connection, p: Principal, body: AllocationCreate, offer: Offer | None,
                          cls: StorageClass | None) -> None:
     """403 quota-exceeded when the class's quota (as the view counts it) cannot take the scratch volume."""
-    if body.volume_gb > 0 and cls is not None:
+    if body.volume_gb > 0 and cls is not None and offer is not None:
         await charge(conn, p.tenant_id, p.user_id, cls.name, offer, requested_bytes=body.volume_gb * GB,
                      requested_volumes=1, lock=False)
