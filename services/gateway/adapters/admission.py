@@ -52,10 +52,9 @@ class QuotaExceeded(ProblemError):
 async def check_quota(conn: asyncpg.Connection, p: Principal, shape: ShapeInfo, pool: str | None) -> None:
     """Raise QuotaExceeded when the quota view proves the request cannot be admitted (see quota_breach)."""
     pool = pool or DEFAULT_POOL
-    rows = await inventory.quota_rows(conn, p.tenant_id, pool, p.user_id)
+    rows, models = await inventory.quota_rows(conn, p.tenant_id, pool, p.user_id, pool_models=not shape.gpu_model)
     if not rows:
         return
-    models = [] if shape.gpu_model else await inventory.pool_models(conn, pool)
     breach = quota_breach(rows, tenant_id=p.tenant_id, user_id=p.user_id, pool=pool, gpu_model=shape.gpu_model,
                           pool_models=models, requested=shape.gpu_count)
     if breach is not None:

@@ -50,12 +50,6 @@ async def get_node(conn: asyncpg.Connection, node_id: uuid.UUID, *, for_update: 
                                      f"WHERE n.id=$1{lock}", node_id))
 
 
-async def pool_models(conn: asyncpg.Connection, pool: str) -> list[str]:
-    """The GPU models of the nodes the scheduler placed in ``pool``."""
-    rows = await conn.fetch("SELECT DISTINCT gpu_model FROM nodes_view WHERE pool=$1 AND version > 0", pool)
-    return [r["gpu_model"] for r in rows]
-
-
 # --- shapes and pools ----------------------------------------------------------------------------
 
 async def shapes(conn: asyncpg.Connection) -> list[ShapeInfo]:
@@ -106,11 +100,17 @@ async def get_quota(conn: asyncpg.Connection, tenant_id: uuid.UUID, pool: str, g
     return dict(row) if row else None
 
 
-async def quota_rows(conn: asyncpg.Connection, tenant_id: uuid.UUID, pool: str, user_id: uuid.UUID) -> list[QuotaRow]:
-    """The tenant's own quotas in ``pool`` and the user's splits there (what one request is charged against)."""
-    rows = await conn.fetch('SELECT gpu_model, user_id, "limit", used FROM quotas_view WHERE tenant_id=$1 AND pool=$2 '
-                            "AND user_id = ANY($3::uuid[])", tenant_id, pool, [NIL, user_id])
-    return [QuotaRow(r["gpu_model"], r["user_id"], r["limit"], r["used"]) for r in rows]
+async def quota_rows(conn: asyncpg.Connection, tenant_id: uuid.UUID, pool: str, user_id: uuid.UUID, *,
+                     pool_models: bool) -> tuple[list[QuotaRow], list[str]]:
+    """The tenant's own quotas in ``pool`` and the user's splits there (what one request is charged against), and,
+    when ``pool_models`` and there is any such quota, the GPU models of the nodes the scheduler placed in the pool.
+    One round trip: the models are an uncorrelated subquery, read once and only when a quota row is found."""
+    rows = await conn.fetch(
+        'SELECT gpu_model, user_id, "limit", used, CASE WHEN $4 THEN ARRAY(SELECT DISTINCT gpu_model FROM nodes_view '
+        "WHERE pool=$2 AND version > 0) END AS pool_models FROM quotas_view WHERE tenant_id=$1 AND pool=$2 "
+        "AND user_id = ANY($3::uuid[])", tenant_id, pool, [NIL, user_id], pool_models)
+    models = list(rows[0]["pool_models"] or []) if rows else []
+    return [QuotaRow(r["gpu_model"], r["user_id"], r["limit"], r["used"]) for r in rows], models
 
 
 async def user_in_tenant(conn: asyncpg.Connection, user_id: uuid.UUID, tenant_id: uuid.UUID) -> bool:
