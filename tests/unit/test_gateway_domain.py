@@ -9,7 +9,7 @@ import pytest
 from services.gateway.api.ops.routes import subscription_plan
 from services.gateway.api.ops.rules import intersect, valid_filter
 from services.gateway.domain.keys import BadCursor, decode_cursor, encode_cursor, fingerprint, hash_api_key, new_api_key
-from services.gateway.domain.model import Principal, advances, interruption_moves
+from services.gateway.domain.model import Principal, advances, advancing_from, interruption_moves
 
 ORDER = ["REQUESTED", "PROVISIONING", "ACTIVE", "RELEASING", "RELEASED"]
 
@@ -28,6 +28,13 @@ def test_failed_wins_over_any_live_state_and_terminal_states_never_change():
         assert not advances("FAILED", s)
         assert not advances("RELEASED", s)
     assert not advances("ACTIVE", "PROVISIONING")
+
+
+def test_the_guard_a_move_is_written_with_is_advances():
+    every = ORDER + ["QUEUED", "INTERRUPTED", "FAILED"]
+    for new in every:
+        assert sorted(advancing_from(new)) == sorted(s for s in every if advances(s, new)), new
+    assert advancing_from("ACTIVE") == ["REQUESTED", "PROVISIONING", "QUEUED"]
 
 
 def test_an_interruption_moves_the_view_by_its_attempt_whatever_order_its_events_arrive_in():

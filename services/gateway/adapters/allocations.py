@@ -83,6 +83,28 @@ async def get(conn: asyncpg.Connection, allocation_id: uuid.UUID, tenant_id: uui
                                allocation_id, tenant_id)
 
 
+async def move(conn: asyncpg.Connection, allocation_id: uuid.UUID, state: str, from_states: list[str],
+               line_reason: str, **fields) -> bool:
+    """Move the row to ``state`` and set ``fields`` (names are the caller's constants) when its state is one of
+    ``from_states``, in one statement (the row's lock is taken and its state checked by the UPDATE itself); a row
+    waiting with queued_reason ``line_reason`` leaves that line (its queue fields cleared). False: not moved (no
+    such row, or not in ``from_states``)."""
+    names = list(fields)
+    sets = "".join(f"{n}=${i + 5}, " for i, n in enumerate(names))
+    return bool(await conn.fetchval(
+        f"UPDATE allocations_view SET {sets}state=$2, "
+        "queue_position=CASE WHEN queued_reason=$4 THEN NULL ELSE queue_position END, "
+        "queued_reason=CASE WHEN queued_reason=$4 THEN NULL ELSE queued_reason END, updated_at=now() "
+        "WHERE id=$1 AND state = ANY($3::text[]) RETURNING true",
+        allocation_id, state, from_states, line_reason, *[fields[n] for n in names]))
+
+
+async def lock_state(conn: asyncpg.Connection, allocation_id: uuid.UUID) -> asyncpg.Record | None:
+    """The row's state, placed and queued_reason (what a projection decides a move by), locked until commit."""
+    return await conn.fetchrow("SELECT state, placed, queued_reason FROM allocations_view WHERE id=$1 FOR UPDATE",
+                               allocation_id)
+
+
 async def page(conn: asyncpg.Connection, tenant_id: uuid.UUID, limit: int,
                after: tuple[datetime, uuid.UUID] | None) -> list[asyncpg.Record]:
     """Up to ``limit`` rows of the tenant, newest first, strictly older than the ``after`` position."""
@@ -115,7 +137,7 @@ def labels_of(row: asyncpg.Record) -> dict[str, str]:
 
 
 async def lock_events(conn: asyncpg.Connection, allocation_id: uuid.UUID) -> None:
-    """Serialise event appends per allocation until commit.
+    """Serialise event appends per allocation until commit (``append_event`` takes this lock itself).
 
     A stream reads events by ``seq``; without this, an append that took seq 9 but
     commits after seq 10 would be skipped by a reader already past 10.
@@ -124,11 +146,14 @@ async def lock_events(conn: asyncpg.Connection, allocation_id: uuid.UUID) -> Non
 
 
 async def append_event(conn: asyncpg.Connection, allocation_id: uuid.UUID, env: Envelope) -> bool:
-    """Record the event (once per event id) and wake the streams watching the allocation on commit."""
-    # one round trip: the NOTIFY runs only when the row was added (and is delivered on commit)
+    """Record the event (once per event id) under the allocation's ``lock_events`` lock (taken here, before the
+    row takes its seq, and held until commit) and wake the streams watching the allocation on commit."""
+    # one round trip: the lock (its CTE is the insert's only row source, so it is taken before the row's seq is
+    # drawn), the insert, and the NOTIFY only when the row was added (delivered on commit)
     added = await conn.fetchval(
-        "WITH added AS (INSERT INTO allocation_events (event_id, allocation_id, type, envelope) "
-        "VALUES ($1, $2, $3, $4::jsonb) ON CONFLICT (event_id) DO NOTHING RETURNING 1) "
+        "WITH locked AS MATERIALIZED (SELECT pg_advisory_xact_lock(hashtextextended($6, 7))), "
+        "added AS (INSERT INTO allocation_events (event_id, allocation_id, type, envelope) "
+        "SELECT $1::uuid, $2::uuid, $3::text, $4::jsonb FROM locked ON CONFLICT (event_id) DO NOTHING RETURNING 1) "
         "SELECT count(pg_notify($5, $6)) FROM added", env.id, allocation_id, env.type, env.model_dump_json(),
         EVENTS_CHANNEL, str(allocation_id))
     return bool(added)

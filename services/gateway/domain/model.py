@@ -33,6 +33,11 @@ def advances(current: str, new: str) -> bool:
     return _RANK[new] > _RANK[current]
 
 
+def advancing_from(new: str) -> list[str]:
+    """The states from which moving to ``new`` is forward (``advances``): a move's guard, checked by the write."""
+    return [current for current in _RANK if advances(current, new)]
+
+
 def stage(state: str, placed: bool = False) -> int:
     """Rank of a view state; ``placed``: the scheduler reserved the slots (PROVISIONING after QUEUED)."""
     return _PLACED if placed and state == "PROVISIONING" else _RANK[state]

@@ -17,8 +17,8 @@ from shared.unit_of_work import UnitOfWork
 
 from ..adapters import allocations as repo
 from ..adapters import identity
+from ..adapters.allocations import append_event, lock_events
 from ..api.allocations import power_views as instances
-from ..api.allocations.projection import append_event, lock_events
 from ..contracts import PowerActionExpired
 from ..settings import GatewaySettings
 

@@ -19,7 +19,7 @@ from services.allocation import contracts as ac
 from shared.unit_of_work import UnitOfWork
 
 from ...adapters import allocations as repo
-from ...adapters.allocations import append_event, lock_events
+from ...adapters.allocations import append_event
 from ...domain.model import interruption_moves
 
 log = structlog.get_logger()
@@ -33,7 +33,6 @@ async def _apply(ctx: UnitOfWork, allocation_id: uuid.UUID, attempt: int, resche
                  state: str, **fields) -> None:
     """Append the event; merge ``members`` into the interruption of ``attempt``; move the view to ``state`` (with
     ``fields``) when the event is the newest word on the allocation's node."""
-    await lock_events(ctx.conn, allocation_id)
     await append_event(ctx.conn, allocation_id, ctx.causation)
     row = await repo.get(ctx.conn, allocation_id, for_update=True)
     if row is None:

@@ -21,14 +21,13 @@ from services.network.contracts import PortMoved
 from services.node_agent.contracts import InstanceProblem, PowerChanged
 from shared.unit_of_work import UnitOfWork
 
-from ...adapters.allocations import append_event, lock_events
+from ...adapters.allocations import append_event
 from . import power_views as repo
 
 log = structlog.get_logger()
 
 
 async def on_power_changed(ctx: UnitOfWork, data: PowerChanged) -> None:
-    await lock_events(ctx.conn, data.allocation_id)
     await append_event(ctx.conn, data.allocation_id, ctx.causation)
     late = ("the node carried it out, answering after the gateway had given up on it" if data.ok else
             f"the node answered after the gateway had given up on it: {data.reason or 'failed'}")
@@ -50,14 +49,12 @@ async def on_instance_problem(ctx: UnitOfWork, data: InstanceProblem) -> None:
     """Shown in the allocation's event stream; a problem with no allocation (an orphan) is the operators'."""
     if data.allocation_id is None:
         return
-    await lock_events(ctx.conn, data.allocation_id)
     await append_event(ctx.conn, data.allocation_id, ctx.causation)
 
 
 async def on_port_moved(ctx: UnitOfWork, data: PortMoved) -> None:
     """A bare-metal server's port moved: its instance's network phase (tenant at hand-off, which the activation
     says too; cleaning once the release returned it to the provisioning network), in its event stream."""
-    await lock_events(ctx.conn, data.allocation_id)
     await append_event(ctx.conn, data.allocation_id, ctx.causation)
     if not await repo.set_network_phase(ctx.conn, data.allocation_id, data.phase, data.seconds):
         log.info("projection.port_moved_before_activation", allocation_id=str(data.allocation_id), phase=data.phase)

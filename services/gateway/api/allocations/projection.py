@@ -34,8 +34,8 @@ from shared.unit_of_work import UnitOfWork
 
 from ...adapters import allocations as repo
 from ...adapters import inventory
-from ...adapters.allocations import append_event, lock_events
-from ...domain.model import advances, advances_to
+from ...adapters.allocations import append_event
+from ...domain.model import advances_to, advancing_from
 
 log = structlog.get_logger()
 
@@ -45,25 +45,20 @@ TENANT_LINE = AllocationWaiting.model_fields["reason"].default
 
 async def _record(ctx: UnitOfWork, allocation_id: uuid.UUID, state: str | None = None, **fields) -> None:
     """Append the event; move the view to ``state`` (with ``fields``) if that is forward."""
-    await lock_events(ctx.conn, allocation_id)
     await append_event(ctx.conn, allocation_id, ctx.causation)
-    if state is None and not fields:
+    if state is None:
         return
-    row = await repo.get(ctx.conn, allocation_id, for_update=True)
+    changes = {k: v for k, v in fields.items() if v is not None}
+    # out of the tenant's line (started, or released from it) with any move
+    if await repo.move(ctx.conn, allocation_id, state, advancing_from(state), TENANT_LINE, **changes):
+        return
+    row = await repo.lock_state(ctx.conn, allocation_id)   # not moved: only to say why
     if row is None:
         # not created through this gateway (the POST writes the row before the command exists): nothing to move
         log.warning("projection.unknown_allocation", allocation_id=str(allocation_id), type=ctx.causation.type)
-        return
-    if state is not None and not advances(row["state"], state):
-        log.info("projection.stale_state_ignored", allocation_id=str(allocation_id), current=row["state"], event_state=state)
-        return
-    changes = {k: v for k, v in fields.items() if v is not None}
-    if state is not None:
-        changes["state"] = state
-        if row["queued_reason"] == TENANT_LINE:   # out of the tenant's line: started, or released from it
-            changes.update(queue_position=None, queued_reason=None)
-    if changes:
-        await repo.update(ctx.conn, allocation_id, **changes)
+    else:
+        log.info("projection.stale_state_ignored", allocation_id=str(allocation_id), current=row["state"],
+                 event_state=state)
 
 
 async def on_requested(ctx: UnitOfWork, data: ac.AllocationRequested) -> None:
@@ -118,7 +113,6 @@ async def on_saga_step_changed(ctx: UnitOfWork, data: SagaStepChanged) -> None:
 async def on_allocation_waiting(ctx: UnitOfWork, data: AllocationWaiting) -> None:
     """Its place in its tenant's line, shown while it is REQUESTED; a larger place than the one shown is an
     older message (places only go down)."""
-    await lock_events(ctx.conn, data.allocation_id)
     await append_event(ctx.conn, data.allocation_id, ctx.causation)
     await ctx.conn.execute(
         "UPDATE allocations_view SET queue_position=$2, queued_reason=$3, updated_at=now() WHERE id=$1 "
@@ -130,17 +124,19 @@ async def on_allocation_waiting(ctx: UnitOfWork, data: AllocationWaiting) -> Non
 # --- the scheduler's part: queue, placement, refusal, preemption --------------------------------------------
 
 async def _record_scheduling(ctx: UnitOfWork, allocation_id: uuid.UUID, state: str | None = None, *,
-                             placed: bool = False, always: dict | None = None, **fields) -> None:
-    """Append the event; set ``always``; move to ``state`` with ``fields`` (None values included) if forward."""
-    await lock_events(ctx.conn, allocation_id)
+                             placed: bool = False, always: dict | None = None, **fields) -> str | None:
+    """Append the event; set ``always``; move to ``state`` with ``fields`` (None values included) if forward.
+    Returns the view's state now (None: no such allocation), the row locked until commit."""
     await append_event(ctx.conn, allocation_id, ctx.causation)
-    row = await ctx.conn.fetchrow("SELECT state, placed FROM allocations_view WHERE id=$1 FOR UPDATE", allocation_id)
+    row = await repo.lock_state(ctx.conn, allocation_id)
     if row is None:
         log.warning("projection.unknown_allocation", allocation_id=str(allocation_id), type=ctx.causation.type)
-        return
+        return None
+    now = row["state"]
     changes = dict(always or {})
     if state is not None and advances_to(row["state"], row["placed"], state, placed):
         changes.update(fields, state=state)
+        now = state
         if placed:
             changes["placed"] = True
     elif state is not None:
@@ -148,26 +144,30 @@ async def _record_scheduling(ctx: UnitOfWork, allocation_id: uuid.UUID, state: s
                  event_state=state)
     if changes:
         await repo.update(ctx.conn, allocation_id, **changes)
+    return now
 
 
-async def _while_interrupted(ctx: UnitOfWork, allocation_id: uuid.UUID, position: int | None,
+async def _while_interrupted(ctx: UnitOfWork, state: str | None, allocation_id: uuid.UUID, position: int | None,
                              reason: str | None) -> None:
     """An INTERRUPTED allocation waiting to be placed again shows its place in the queue (its state stays
-    INTERRUPTED until it is ACTIVE again; the queue's events do not move it)."""
+    INTERRUPTED until it is ACTIVE again; the queue's events do not move it). ``state``: the view's, as
+    ``_record_scheduling`` left it (the row is locked): any other state has nothing to show."""
+    if state != "INTERRUPTED":
+        return
     await ctx.conn.execute("UPDATE allocations_view SET queue_position=$2, queued_reason=$3, updated_at=now() "
                            "WHERE id=$1 AND state='INTERRUPTED'", allocation_id, position, reason)
 
 
 async def on_reservation_queued(ctx: UnitOfWork, data: sc.ReservationQueued) -> None:
-    await _record_scheduling(ctx, data.allocation_id, "QUEUED", queue_position=data.position,
-                             queued_reason=data.reason)
-    await _while_interrupted(ctx, data.allocation_id, data.position, data.reason)
+    state = await _record_scheduling(ctx, data.allocation_id, "QUEUED", queue_position=data.position,
+                                     queued_reason=data.reason)
+    await _while_interrupted(ctx, state, data.allocation_id, data.position, data.reason)
 
 
 async def on_slots_reserved(ctx: UnitOfWork, data: sc.SlotsReserved) -> None:
-    await _record_scheduling(ctx, data.allocation_id, "PROVISIONING", placed=True, node_id=data.node_id,
-                             queue_position=None, queued_reason=None)
-    await _while_interrupted(ctx, data.allocation_id, None, None)
+    state = await _record_scheduling(ctx, data.allocation_id, "PROVISIONING", placed=True, node_id=data.node_id,
+                                     queue_position=None, queued_reason=None)
+    await _while_interrupted(ctx, state, data.allocation_id, None, None)
     await inventory.apply_capacity(ctx.conn, data.node_id, data.capacity)   # the node's free slots after it
 
 

@@ -13,7 +13,7 @@ import structlog
 from services.node_agent.contracts import SlotRewiped, SlotsWiped
 from shared.unit_of_work import UnitOfWork
 
-from ...adapters.allocations import append_event, lock_events
+from ...adapters.allocations import append_event
 from . import wipe_views as repo
 
 log = structlog.get_logger()
@@ -23,7 +23,6 @@ async def on_slots_wiped(ctx: UnitOfWork, data: SlotsWiped) -> None:
     quarantine = {q.slot: q.reason for q in data.quarantine}
     slots = [{"slot": e.slot, "ok": e.ok and e.slot not in quarantine, "reason": quarantine.get(e.slot) or e.reason,
               "evidence": e.model_dump(mode="json")} for e in data.evidence]
-    await lock_events(ctx.conn, data.allocation_id)
     await append_event(ctx.conn, data.allocation_id, ctx.causation)
     recorded = await repo.record_release(ctx.conn, data.allocation_id, data.node_id, ctx.causation.id,
                                          [q.model_dump(mode="json") for q in data.quarantine], slots)
