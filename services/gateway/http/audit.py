@@ -3,8 +3,9 @@ and so does each privileged read (domain.audit.AUDITED_READS: a console read, th
 
 Where it sits: inside the telemetry middleware (so the record carries the request's trace id) and outside the
 problems middleware (so it sees the final status and problem type of every refusal, the auth middleware's 401s
-included). The row is appended after the handler ran, in its own transaction (shared.ledger_store.append: the
-table's advisory lock, one INSERT), so a handler's own transaction never waits on the audit lock.
+included). The row is appended after the handler ran, in its own transaction (shared.ledger_store.append_many: the
+table's advisory lock, one INSERT; shared with the records of concurrent requests, http/audit_writer.py), so a
+handler's own transaction never waits on the audit lock.
 
 What is recorded for whom:
   * an authenticated caller: its user id, role, tenant and (when its token says) API key id;
@@ -46,8 +47,6 @@ from aiohttp import web
 from opentelemetry import trace
 from prometheus_client import Counter
 
-from shared import ledger_store
-
 from ..domain.audit import (
     AUDITED_METHODS,
     AUDITED_READS,
@@ -63,6 +62,7 @@ from ..domain.audit import (
     target_of,
     tenant_of,
 )
+from .audit_writer import AuditWriter
 from .auth import API_KEY_ID, PRINCIPAL, credentials
 from .endpoint import AuditState
 from .inputs import JSON_BODY
@@ -137,9 +137,12 @@ def build_entry(request: web.Request, resp: web.StreamResponse | None, status: i
 
 
 async def write(request: web.Request, entry: dict) -> None:
-    """Append ``entry`` to the chain in its own transaction. Raises whatever the database raises."""
-    async with gateway_of(request).pool.acquire() as conn, conn.transaction():
-        await ledger_store.append(conn, AUDIT_TABLE, entry)
+    """Append ``entry`` to the chain, group-committed with the records of concurrent requests (http/audit_writer.py);
+    returns once it is committed. Raises whatever the database raises."""
+    gw = gateway_of(request)
+    if gw.audit_writer is None:
+        gw.audit_writer = AuditWriter(lambda: gw.pool, AUDIT_TABLE)
+    await gw.audit_writer.append(entry)
 
 
 def _audited(request: web.Request) -> bool:

@@ -13,6 +13,7 @@ from shared.unit_of_work import UnitOfWork
 
 from ..adapters.allocations import EVENTS_CHANNEL
 from ..settings import GatewaySettings
+from .audit_writer import AuditWriter
 from .auth import TokenIssuer
 from .policy_cache import PolicyCache
 from .sse import AllocationEventHub, StreamRegistry
@@ -29,6 +30,8 @@ class Gateway:
     streams: StreamRegistry = field(default_factory=StreamRegistry)
     # the policies in force (http/policy.py), made with the policy middleware, which needs this object first
     policy_cache: PolicyCache | None = field(default=None, init=False)
+    # the audit chain's group-committing writer (http/audit.py), made with the first record
+    audit_writer: AuditWriter | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.tokens = TokenIssuer(self.config.token_secret, self.config.token_ttl_s)
