@@ -9,6 +9,7 @@ with that ``remote``. From any other peer the header is ignored: a client cannot
 """
 from __future__ import annotations
 
+import functools
 import ipaddress
 
 from aiohttp import web
@@ -16,6 +17,7 @@ from aiohttp import web
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
+@functools.lru_cache(maxsize=1024)   # pure; every request parses its peer's address (bounded: a header is the client's)
 def _address(text: str):
     try:
         return ipaddress.ip_address(text.strip().strip("[]"))
