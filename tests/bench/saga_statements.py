@@ -22,6 +22,8 @@ from tests.bench.common import report
 from tooling.platform import Platform
 
 _LINE = re.compile(r"@@(.*?)@@ LOG:  (?:execute [^:]*|statement): (.*)")
+# what differs between two runs of one statement: a savepoint's name, a literal array of ids
+_VARYING = (re.compile(r"__asyncpg_savepoint_[0-9a-f]+__"), re.compile(r"'\{[0-9a-f,-]+\}'"))
 
 
 async def main(n: int, concurrency: int, top: int) -> dict:
@@ -55,7 +57,10 @@ async def main(n: int, concurrency: int, top: int) -> dict:
     for line in text.splitlines():
         if m := _LINE.match(line):
             per_process[m.group(1)] += 1
-            per_statement[f"{m.group(1)}: {m.group(2)[:100]}"] += 1
+            statement = m.group(2)
+            for varying in _VARYING:
+                statement = varying.sub("…", statement)
+            per_statement[f"{m.group(1)}: {statement[:100]}"] += 1
     return {"allocations": n, "concurrency": concurrency,
             "statements_per_allocation": round(sum(per_process.values()) / n, 1),
             "per_process": {k: round(v / n, 1) for k, v in per_process.most_common()},
