@@ -56,7 +56,7 @@ from .outbox import Outbox
 from .refusals import PermanentError, Refusal, permanent, refusal_reason
 from .settings import BusSettings
 from .streams import DEAD_LETTER_PREFIX
-from .unit_of_work import UnitOfWork
+from .unit_of_work import UnitOfWork, Writes
 
 log = structlog.get_logger()
 _TRACER = trace.get_tracer("tessera")   # resolves to the provider the runtime sets at start
@@ -168,6 +168,7 @@ class Batches:
 
     async def _attempt(self, items: list[_Item], *, isolated: bool) -> None:
         done: list[UnitOfWork] = []
+        writes = Writes()   # the batch's outbox rows and step outcomes, written in one statement before its commit
         async with self._pool().acquire() as conn:
             async with conn.transaction():
                 fresh = {r[0] for r in await conn.fetch(
@@ -180,10 +181,11 @@ class Batches:
                         item.outcome = "duplicate"    # handled before (or earlier in this batch)
                         continue
                     fresh.discard(item.env.id)
-                    uow = UnitOfWork(conn, self.outbox, name=self.consumer, causation=item.env, defer=True)
+                    uow = UnitOfWork(conn, self.outbox, name=self.consumer, causation=item.env, defer=True,
+                                     writes=writes)
                     try:
                         if isolated:
-                            async with conn.transaction():     # a savepoint
+                            async with uow.conn.transaction():     # a savepoint that also drops what it kept
                                 await self._call(item, uow)
                         else:
                             await self._call(item, uow)
@@ -198,7 +200,7 @@ class Batches:
                 if failed:
                     await conn.execute("DELETE FROM inbox WHERE consumer=$1 AND event_id = ANY($2::uuid[])",
                                        self.consumer, failed)
-                await UnitOfWork.insert_pending(done)   # the batch's outbox rows, one statement
+                await writes.write(conn, self.outbox)   # the batch's outbox rows and outcomes, one statement
             for item in items:
                 item.committed = True
         for uow in done:

@@ -83,18 +83,20 @@ async def _lock_key(conn: asyncpg.Connection, key: str) -> None:
     await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", key)
 
 
-async def _record(conn: asyncpg.Connection, key: str, status: str, result: dict) -> None:
-    await conn.execute(
-        "INSERT INTO step_outcomes (idempotency_key, status, result) VALUES ($1, $2, $3::jsonb) "
-        "ON CONFLICT (idempotency_key) DO UPDATE SET status = EXCLUDED.status, result = EXCLUDED.result, updated_at = now()",
-        key, status, json.dumps(result, default=str))
+async def _record(ctx: UnitOfWork, key: str, status: str, result: dict) -> None:
+    """Record ``key``'s outcome in the unit of work's transaction (written with its outbox rows when it defers)."""
+    await ctx.record_outcome(key, status, json.dumps(result, default=str))
 
 
 # --- the pieces ------------------------------------------------------------------------------------------------
 async def recorded(ctx: UnitOfWork, key: str) -> Outcome | None:
-    """Lock ``key`` until the transaction ends and return its recorded outcome (None: never handled)."""
-    await _lock_key(ctx.conn, key)
-    row = await ctx.conn.fetchrow("SELECT status, result FROM step_outcomes WHERE idempotency_key=$1 FOR UPDATE", key)
+    """Lock ``key`` until the transaction ends and return its recorded outcome (None: never handled), in one
+    round trip (the kit's function ``step_outcome_locked``). An outcome this transaction recorded and has not
+    written yet (``UnitOfWork.record_outcome``) is answered from memory: the transaction holds the key's lock."""
+    kept = ctx.writes.outcome(key)
+    if kept is not None:
+        return Outcome(kept[0], json.loads(kept[1]))
+    row = await ctx.conn.fetchrow("SELECT status, result FROM step_outcome_locked($1)", key)
     return Outcome(row["status"], json.loads(row["result"])) if row else None
 
 
@@ -120,14 +122,14 @@ async def finish(ctx: UnitOfWork, step: Step, cmd: Command, status: Literal["don
                  **reply: Any) -> None:
     """Record the step's final outcome under the command's key and send its reply: at once, or later to
     complete a deferred step (``reply``: see ``answer``)."""
-    await _record(ctx.conn, _field(cmd, "idempotency_key"), status, result)
+    await _record(ctx, _field(cmd, "idempotency_key"), status, result)
     await answer(ctx, step, cmd, Outcome(status, result), **reply)
 
 
 async def defer(ctx: UnitOfWork, step: Step, cmd: Command, progress: dict, **reply: Any) -> None:
     """Record that the step is accepted and answered later, and send its progress reply. Until ``finish``
     the key's outcome stays deferred."""
-    await _record(ctx.conn, _field(cmd, "idempotency_key"), "deferred", progress)
+    await _record(ctx, _field(cmd, "idempotency_key"), "deferred", progress)
     await answer(ctx, step, cmd, Outcome("deferred", progress), **reply)
 
 
@@ -166,7 +168,7 @@ async def invoke(ctx: UnitOfWork, cmd: StepCommand, action: Callable[[asyncpg.Co
                 raise                            # may succeed on a retry
             log.warning("step.refused", step=cmd.step, idempotency_key=cmd.idempotency_key, error=repr(exc)[:300])
             outcome = Outcome("failed", {"reason": refusal_reason(exc)})
-        await _record(conn, cmd.idempotency_key, outcome.status, outcome.result)
+        await _record(ctx, cmd.idempotency_key, outcome.status, outcome.result)
     await answer(ctx, step, cmd, outcome, subject_params=subject_params)
 
 
@@ -179,5 +181,5 @@ async def undo(ctx: UnitOfWork, cmd: UndoCommand, action: Callable[[asyncpg.Conn
         await _lock_key(ctx.conn, cmd.compensates)
     extra = await action(ctx.conn, cmd)
     if cmd.compensates:
-        await _record(ctx.conn, cmd.compensates, "compensated", {})
+        await _record(ctx, cmd.compensates, "compensated", {})
     await ctx.emit(reply.type, reply.model(**_reply_fields(cmd), **extra), subject_params=subject_params)

@@ -6,10 +6,11 @@ Every transaction a service opens is a ``UnitOfWork``: the consumer kit opens on
 all; ``on_commit`` callbacks run only once the transaction has committed (for in-memory state that must
 not run ahead of the database).
 
-The outbox rows of a unit of work that ``defers`` them (the consumer kit's, ``begin``'s) are written in one
-statement just before the commit (``flush``; a batch's units of work together, ``insert_pending``) instead of
-one per ``emit``. A savepoint a handler opens on ``conn`` (``conn.transaction()``) that rolls back drops the
-rows emitted inside it, written or not, so nothing it emitted is ever published.
+A unit of work that ``defers`` its writes (the consumer kit's, ``begin``'s) keeps its outbox rows and the step
+outcomes its participant records (``shared.participant``) and writes them all in one statement just before the
+commit (``flush``; a batch's units of work share one ``Writes``, so a whole batch writes once) instead of one
+statement per ``emit`` and per outcome. A savepoint a handler opens on ``conn`` (``conn.transaction()``) that
+rolls back drops the rows and outcomes kept inside it, written or not, so nothing it emitted is ever published.
 """
 from __future__ import annotations
 
@@ -27,16 +28,60 @@ from .outbox import Outbox, Row
 log = structlog.get_logger()
 
 
+_RECORD = ("INSERT INTO step_outcomes (idempotency_key, status, result) "
+           "SELECT * FROM unnest({}::text[], {}::text[], {}::jsonb[]) ON CONFLICT (idempotency_key) "
+           "DO UPDATE SET status = EXCLUDED.status, result = EXCLUDED.result, updated_at = now()")
+_RECORD_ALONE = _RECORD.format("$1", "$2", "$3")
+_RECORD_ONE = ("INSERT INTO step_outcomes (idempotency_key, status, result) VALUES ($1, $2, $3::jsonb) "
+               "ON CONFLICT (idempotency_key) DO UPDATE SET status = EXCLUDED.status, result = EXCLUDED.result, "
+               "updated_at = now()")
+# the outcomes and the outbox rows of a batch in one statement (a data-modifying WITH runs to completion)
+_RECORD_AND_SEND = (f"WITH recorded AS ({_RECORD.format('$6', '$7', '$8')}) "
+                    "INSERT INTO outbox (id, subject, type, headers, body) "
+                    "SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::bytea[])")
+
+
+class Writes:
+    """What the units of work of one transaction keep to write just before it commits: outbox rows (id,
+    subject, type, headers JSON, body) and step outcomes (key, status, result JSON), each in order."""
+
+    def __init__(self) -> None:
+        self.outbox: list[tuple] = []
+        self.outcomes: list[tuple[str, str, str]] = []
+
+    def outcome(self, key: str) -> tuple[str, str] | None:
+        """The (status, result JSON) last kept for ``key`` and not written yet, if any."""
+        for kept, status, result in reversed(self.outcomes):
+            if kept == key:
+                return status, result
+        return None
+
+    async def write(self, conn: asyncpg.Connection, outbox: Outbox) -> None:
+        """Write everything kept, in one statement, and forget it."""
+        rows, latest = self.outbox, {key: (status, result) for key, status, result in self.outcomes}
+        self.outbox, self.outcomes = [], []
+        if not latest:
+            await outbox.insert(conn, rows)
+            return
+        # one row per key (an upsert may not touch a row twice): the last outcome kept for it
+        keys, statuses, results = list(latest), [v[0] for v in latest.values()], [v[1] for v in latest.values()]
+        if not rows:
+            await conn.execute(_RECORD_ALONE, keys, statuses, results)
+            return
+        await conn.execute(_RECORD_AND_SEND, *(list(c) for c in zip(*rows)), keys, statuses, results)
+
+
 class _Savepoint:
     """``conn.transaction()`` inside a unit of work: a savepoint that, when it rolls back, also forgets the
-    outbox rows emitted inside it."""
+    outbox rows emitted and the step outcomes recorded inside it."""
 
     def __init__(self, uow: UnitOfWork, inner):
         self._uow, self._inner = uow, inner
-        self._marks = (0, 0)
+        self._marks = (0, 0, 0)
 
     async def __aenter__(self):
-        self._marks = (len(self._uow._queued), len(self._uow._pending))
+        writes = self._uow.writes
+        self._marks = (len(self._uow._queued), len(writes.outbox), len(writes.outcomes))
         return await self._inner.__aenter__()
 
     async def __aexit__(self, exc_type, exc, tb):
@@ -44,8 +89,10 @@ class _Savepoint:
             return await self._inner.__aexit__(exc_type, exc, tb)
         finally:
             if exc_type is not None:   # rolled back
+                writes = self._uow.writes
                 del self._uow._queued[self._marks[0]:]
-                del self._uow._pending[self._marks[1]:]
+                del writes.outbox[self._marks[1]:]
+                del writes.outcomes[self._marks[2]:]
 
 
 class _Connection:
@@ -68,14 +115,15 @@ class UnitOfWork:
     transaction."""
 
     def __init__(self, conn: asyncpg.Connection, outbox: Outbox, *, name: str, causation: Envelope | None = None,
-                 defer: bool = False):
-        """``defer``: keep the outbox rows until ``flush`` (or the batch's ``insert_pending``), which the
+                 defer: bool = False, writes: Writes | None = None):
+        """``defer``: keep the outbox rows and step outcomes in ``writes`` (shared by the units of work of one
+        transaction; a new one when not given) until ``flush`` (or the batch's ``insert_pending``), which the
         owner of the transaction must call before it commits."""
         self.conn = _Connection(conn, self) if conn is not None else conn
         self.outbox, self.name, self.causation, self.defer = outbox, name, causation, defer
+        self.writes = writes if writes is not None else Writes()
         self._after_commit: list[Callable[[], Awaitable[None]]] = []
         self._queued: list[Row] = []   # the outbox rows it wrote, handed to the relay once committed
-        self._pending: list[tuple] = []   # the rows not written yet (``defer``)
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -91,17 +139,25 @@ class UnitOfWork:
             await uow.run_after_commit()
 
     async def flush(self) -> None:
-        """Write the outbox rows kept so far (``defer``), in one statement."""
+        """Write the outbox rows and step outcomes kept so far (``defer``), in one statement."""
         await self.insert_pending([self])
 
     @staticmethod
     async def insert_pending(units: list[UnitOfWork]) -> None:
-        """Write the kept outbox rows of ``units`` (all in one transaction) in one statement, in order."""
-        rows = [row for uow in units for row in uow._pending]
-        if rows:
-            await units[0].outbox.insert(units[0].conn.raw, rows)
+        """Write what ``units`` (all in one transaction) kept, in one statement per ``Writes`` they share."""
+        seen: set[int] = set()
         for uow in units:
-            uow._pending = []
+            if id(uow.writes) not in seen:
+                seen.add(id(uow.writes))
+                await uow.writes.write(uow.conn.raw, uow.outbox)
+
+    async def record_outcome(self, key: str, status: str, result_json: str) -> None:
+        """Record a saga step's outcome under its idempotency key in this transaction: kept with the outbox
+        rows when deferring (``Writes.outcome`` answers for it meanwhile), else written now."""
+        if self.defer:
+            self.writes.outcomes.append((key, status, result_json))
+        else:
+            await self.conn.execute(_RECORD_ONE, key, status, result_json)
 
     def on_commit(self, callback: Callable[[], Awaitable[None]]) -> None:
         """Run ``callback`` once this transaction has committed (never if it rolls back). A failing callback
@@ -142,4 +198,4 @@ class UnitOfWork:
         """Queue several messages (type, payload, subject params) in one round trip, in order."""
         return await self.outbox.add_many(self.conn, items, correlation_id=self._correlation(correlation_id),
                                           tenant_id=tenant_id, causation=self.causation, sink=self._queued,
-                                          **({"pending": self._pending} if self.defer else {}))
+                                          **({"pending": self.writes.outbox} if self.defer else {}))

@@ -56,13 +56,15 @@ class StepConnection(Snapshots):
         if sql.startswith("SELECT pg_advisory_xact_lock"):
             return "SELECT 1"
         if sql.startswith("INSERT INTO step_outcomes"):
-            key, status, result = args
-            self.outcomes[key] = (status, json.loads(result))
+            # one outcome, or a unit of work's kept outcomes at once (arrays: keys, statuses, results)
+            rows = zip(*args) if isinstance(args[0], list) else [args]
+            for key, status, result in rows:
+                self.outcomes[key] = (status, json.loads(result))
             return "INSERT 0 1"
         raise AssertionError(f"SQL outside the repository port: {sql}")
 
     async def fetchrow(self, sql: str, *args: Any) -> dict | None:
-        if sql.startswith("SELECT status, result FROM step_outcomes"):
+        if sql.startswith("SELECT status, result FROM step_outcome_locked"):
             found = self.outcomes.get(args[0])
             return None if found is None else {"status": found[0], "result": json.dumps(found[1])}
         raise AssertionError(f"SQL outside the repository port: {sql}")

@@ -1,11 +1,13 @@
-"""The unit of work keeps its outbox rows until its owner flushes them (one statement for a whole batch), and a
-savepoint opened on its connection that rolls back drops the rows emitted inside it (no database: a fake
-connection records the statements)."""
+"""The unit of work keeps its outbox rows and step outcomes until its owner flushes them (one statement for a
+whole batch), answers a key's kept outcome from memory, and a savepoint opened on its connection that rolls back
+drops the rows emitted and the outcomes recorded inside it (no database: a fake connection records the
+statements)."""
 from __future__ import annotations
 
+from shared import participant
 from shared.contract import Catalog
 from shared.outbox import Outbox
-from shared.unit_of_work import UnitOfWork
+from shared.unit_of_work import UnitOfWork, Writes
 from tests.support import batchprobe
 from tests.support.bus import make_envelope
 
@@ -35,10 +37,10 @@ class _Nothing:
         return False
 
 
-def _unit(conn: FakeConnection, *, defer: bool) -> UnitOfWork:
+def _unit(conn: FakeConnection, *, defer: bool, writes: Writes | None = None) -> UnitOfWork:
     outbox = Outbox(batchprobe.SERVICE, Catalog([batchprobe.CONTRACT]))
     cause = make_envelope(batchprobe.PING, {"n": 1}, correlation_id="c-1")
-    return UnitOfWork(conn, outbox, name="test", causation=cause, defer=defer)
+    return UnitOfWork(conn, outbox, name="test", causation=cause, defer=defer, writes=writes)
 
 
 def _inserted_ids(conn: FakeConnection) -> list:
@@ -47,14 +49,15 @@ def _inserted_ids(conn: FakeConnection) -> list:
 
 async def test_deferred_rows_of_several_units_are_written_in_one_statement_in_order():
     conn = FakeConnection()
-    first, second = _unit(conn, defer=True), _unit(conn, defer=True)
+    batch = Writes()        # as the consumer kit gives every unit of work of one batch
+    first, second = _unit(conn, defer=True, writes=batch), _unit(conn, defer=True, writes=batch)
     a = await first.emit(batchprobe.PINGED, batchprobe.Ping(n=1))
     b = await second.emit(batchprobe.PINGED, batchprobe.Ping(n=2))
     c = await first.emit(batchprobe.PINGED, batchprobe.Ping(n=3))
     assert conn.statements == []
     await UnitOfWork.insert_pending([first, second])
     assert len(conn.statements) == 1
-    assert _inserted_ids(conn) == [a.id, c.id, b.id]
+    assert _inserted_ids(conn) == [a.id, b.id, c.id]
     await UnitOfWork.insert_pending([first, second])   # nothing kept twice
     assert len(conn.statements) == 1
 
@@ -79,3 +82,45 @@ async def test_a_rolled_back_savepoint_drops_what_was_emitted_inside_it_written_
         assert [r.id for r in handed] == [kept.id, also.id]
         if defer:
             assert _inserted_ids(conn) == [kept.id, also.id]
+
+
+async def test_kept_outcomes_are_answered_from_memory_and_written_with_the_rows_in_one_statement():
+    conn = FakeConnection()
+    batch = Writes()
+    first, second = _unit(conn, defer=True, writes=batch), _unit(conn, defer=True, writes=batch)
+    await first.record_outcome("saga-1:reserve", "deferred", '{"position": 1}')
+    sent = await first.emit(batchprobe.PINGED, batchprobe.Ping(n=1))
+    await second.record_outcome("saga-1:reserve", "done", '{"node": "n1"}')
+    await second.record_outcome("saga-2:reserve", "failed", '{"reason": "no capacity"}')
+    # a later unit of the same transaction sees what an earlier one recorded, without a round trip
+    assert await participant.recorded(second, "saga-1:reserve") == participant.Outcome("done", {"node": "n1"})
+    assert conn.statements == []
+    await UnitOfWork.insert_pending([first, second])
+    [(sql, ids, *_, keys, statuses, results)] = conn.statements
+    assert sql.startswith("WITH recorded AS (INSERT INTO step_outcomes") and ids == [sent.id]
+    # one row per key (an upsert touches a row once): the last outcome recorded for it
+    assert (keys, statuses) == (["saga-1:reserve", "saga-2:reserve"], ["done", "failed"])
+    assert results == ['{"node": "n1"}', '{"reason": "no capacity"}']
+
+
+async def test_a_rolled_back_savepoint_drops_the_outcomes_recorded_inside_it():
+    conn = FakeConnection()
+    uow = _unit(conn, defer=True)
+    await uow.record_outcome("saga-1:reserve", "done", "{}")
+    try:
+        async with uow.conn.transaction():
+            await uow.record_outcome("saga-2:reserve", "done", "{}")
+            raise _Retracted
+    except _Retracted:
+        pass
+    assert uow.writes.outcome("saga-2:reserve") is None
+    await uow.flush()
+    [(sql, keys, statuses, results)] = conn.statements
+    assert sql.startswith("INSERT INTO step_outcomes") and keys == ["saga-1:reserve"]
+
+
+async def test_an_outcome_is_written_at_once_when_the_unit_of_work_does_not_defer():
+    conn = FakeConnection()
+    uow = _unit(conn, defer=False)
+    await uow.record_outcome("saga-1:reserve", "done", '{"n": 1}')
+    assert conn.statements[0][1:] == ("saga-1:reserve", "done", '{"n": 1}')
