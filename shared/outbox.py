@@ -121,13 +121,18 @@ class OutboxRelay:
     """Publishes committed outbox rows to JetStream: those handed over at once, the table every ``poll_s``."""
 
     def __init__(self, pool: asyncpg.Pool, js: JetStreamContext, service: str, *, batch: int = 256,
-                 poll_s: float = 1.0, retention_s: float = 3600.0, scope: tuple[str, str] | None = None):
+                 poll_s: float = 1.0, retention_s: float = 3600.0, scope: tuple[str, str] | None = None,
+                 mark_delay_s: float = 0.05):
         """``scope`` (``shared.bus_identity.publish_scope``): (prefix, suffix): of the rows whose subject starts
         with prefix, the table pass takes only those ending with suffix (a node-agent: its own node's; another
-        node's rows are its agent's to publish, the server refuses them from anyone else)."""
+        node's rows are its agent's to publish, the server refuses them from anyone else). ``mark_delay_s``: how
+        long handed-over rows, once published, may wait to be marked, so that the rows of many transactions are
+        marked in one statement (``flush_marks``)."""
         self.pool, self.js, self.service = pool, js, service
         self.batch, self.poll_s, self.retention_s = batch, poll_s, retention_s
-        self.scope = scope
+        self.scope, self.mark_delay_s = scope, mark_delay_s
+        self._unmarked: dict[uuid.UUID, None] = {}   # published, not marked yet
+        self._mark_at = 0.0
         self._wake = asyncio.Event()
         self._handed: list[Row] = []
         # rows the table pass published before their hand-over reached the relay (committed, not yet
@@ -152,6 +157,8 @@ class OutboxRelay:
             try:
                 if handed:
                     await self.publish_handed(handed)
+                if self._unmarked and (len(self._unmarked) >= self.batch or loop.time() >= self._mark_at):
+                    await self.flush_marks()
                 if loop.time() >= next_look:
                     await self.drain()
                     next_look = loop.time() + self.poll_s
@@ -166,8 +173,9 @@ class OutboxRelay:
                 next_purge = loop.time() + 600 * self.poll_s
             # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancellation that
             # arrives as a hand-over wakes us, and the relay (and Runtime.stop) would then run forever.
+            wake_at = min(next_look, self._mark_at) if self._unmarked else next_look
             try:
-                async with asyncio.timeout(max(0.0, next_look - loop.time())):
+                async with asyncio.timeout(max(0.0, wake_at - loop.time())):
                     await self._wake.wait()
             except TimeoutError:
                 pass
@@ -178,11 +186,23 @@ class OutboxRelay:
         rolled back), so nothing needs checking first; one this relay's table pass already published (it
         committed before the hand-over arrived) is skipped. Another replica's table pass may publish one of
         them too before it is marked: the server drops the second copy (Nats-Msg-Id = the row's id, within the
-        streams' duplicate window). A crash before the mark leaves them for the table pass, the same way."""
+        streams' duplicate window). A crash before the mark leaves them for the table pass, the same way.
+        The mark waits up to ``mark_delay_s`` (``run`` calls ``flush_marks``), to be one statement for the rows
+        of many transactions: each mark is a transaction of its own, as many as the batches otherwise."""
         rows = [r for r in rows if self._drained.pop(r.id, self) is self]
         if rows:
             await self._publish(rows)
-            await self.mark_published([r.id for r in rows])
+            if not self._unmarked:
+                self._mark_at = asyncio.get_running_loop().time() + self.mark_delay_s
+            self._unmarked.update(dict.fromkeys(r.id for r in rows))
+
+    async def flush_marks(self) -> None:
+        """Mark every row published and not marked yet, in one statement (kept for the next try if it fails)."""
+        if self._unmarked:
+            ids = list(self._unmarked)
+            await self.mark_published(ids)
+            for i in ids:
+                self._unmarked.pop(i, None)
 
     async def mark_published(self, ids: list[uuid.UUID]) -> None:
         """Mark rows published in one round trip, without waiting for the WAL flush: a mark lost in a crash
@@ -192,7 +212,9 @@ class OutboxRelay:
                                 f"WHERE id = ANY('{{{listed}}}'::uuid[]) AND published_at IS NULL")
 
     async def drain(self) -> None:
-        """Publish every unpublished row of the table, a batch at a time."""
+        """Publish every unpublished row of the table, a batch at a time (first marking what this relay
+        published, so that its table pass never finds those rows again)."""
+        await self.flush_marks()
         while await self.drain_once() == self.batch:
             pass   # a full batch: there may be more; a partial one drained the table
 
