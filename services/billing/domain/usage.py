@@ -151,16 +151,19 @@ def _rate_gpu(record: UsageRecord, prices: PriceList) -> Rating:
             price_for(prices, record.shape, record.gpu_model, record.pool, record.spot, start))
     before = _seconds(start, record.period_start) * (record.gpu_count or 1)   # GPU-seconds of this hour before
 
-    def cumulative(spot: bool | None) -> int:
-        return rate_gpu(before + record.quantity, 1, unit, spot) - rate_gpu(before, 1, unit, spot)
+    def cumulative(spot: bool | None) -> int:   # rate_gpu of nothing is 0: one call for a record from the hour's start
+        through = rate_gpu(before + record.quantity, 1, unit, spot)
+        return through - rate_gpu(before, 1, unit, spot) if before else through
     detail = {"micros_per_gpu_hour": unit.micros_per_gpu_hour,
               "spot_discount_bps": unit.spot_discount_bps if unit.spot else 0}
     if record.price is not None:
         detail["quoted_price"] = True
     if start != record.period_start:
         detail["rated_from"] = start.isoformat()
-    return Rating(cumulative(None), unit.currency, True, unit.version, unit.sku_price_id, detail=detail,
-                  list_amount_minor=cumulative(False), micros_per_unit_hour=unit.micros_per_gpu_hour)
+    amount = cumulative(None)
+    return Rating(amount, unit.currency, True, unit.version, unit.sku_price_id, detail=detail,   # list = amount off spot
+                  list_amount_minor=cumulative(False) if unit.spot else amount,
+                  micros_per_unit_hour=unit.micros_per_gpu_hour)
 
 
 def rate(record: UsageRecord, prices: PriceList) -> Rating:
