@@ -67,32 +67,35 @@ class Billing(NamedTuple):
     ledger_seq: int
 
 
-async def add_entries(conn: asyncpg.Connection, entries: list[Billing]) -> None:
-    """Add the ledger entries to their lines (each created on first use), bill them, and mark their
-    invoices changed (the version grows by one per entry). Their invoices must be locked by this
-    transaction. Three statements however many entries."""
+async def add_entries(conn: asyncpg.Connection, entries: list[Billing]) -> set[int]:
+    """Bill the ledger entries not billed yet on their lines (each created on first use) and mark their
+    invoices changed (the version grows by one per entry); returns the seqs billed now (an entry already
+    billed, on whatever invoice, is left as it is). Their invoices must be locked by this transaction. One
+    statement however many entries: the entries first (the primary key decides which are new), then the
+    lines and invoices of those."""
     if not entries:
-        return
-    columns = list(zip(*((e.invoice_id, e.line.line_key, e.line.description, e.line.kind, e.line.correction,
-                          e.line.corrects_period, e.line.sku_price_id, e.line.price_list_version, e.line.unit,
-                          e.quantity, e.amount_minor, e.line.currency) for e in entries)))
-    await conn.execute(
-        "INSERT INTO invoice_lines (invoice_id, line_key, description, kind, correction, corrects_period, "
+        return set()
+    columns = list(zip(*((e.ledger_seq, e.invoice_id, e.line.line_key, e.line.description, e.line.kind,
+                          e.line.correction, e.line.corrects_period, e.line.sku_price_id, e.line.price_list_version,
+                          e.line.unit, e.quantity, e.amount_minor, e.line.currency) for e in entries)))
+    rows = await conn.fetch(
+        "WITH e AS (INSERT INTO invoice_entries (ledger_seq, invoice_id, line_key) "
+        "SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[]) ON CONFLICT (ledger_seq) DO NOTHING "
+        "RETURNING ledger_seq), "
+        "x AS (SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::bool[], "
+        "$7::text[], $8::text[], $9::text[], $10::text[], $11::numeric[], $12::bigint[], $13::text[]) "
+        "AS x(seq, i, k, d, kd, c, cp, s, v, u, q, a, cur) WHERE seq IN (SELECT ledger_seq FROM e)), "
+        "l AS (INSERT INTO invoice_lines (invoice_id, line_key, description, kind, correction, corrects_period, "
         "sku_price_id, price_list_version, unit, usage_quantity, amount_minor, currency, entries) "
         "SELECT i, k, min(d), min(kd), bool_or(c), min(cp), min(s), min(v), min(u), sum(q), sum(a)::bigint, min(cur), "
-        "count(*) FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $6::text[], $7::text[], "
-        "$8::text[], $9::text[], $10::numeric[], $11::bigint[], $12::text[]) AS e(i, k, d, kd, c, cp, s, v, u, q, a, cur) "
-        "GROUP BY i, k ON CONFLICT (invoice_id, line_key) DO UPDATE SET "
+        "count(*) FROM x GROUP BY i, k ON CONFLICT (invoice_id, line_key) DO UPDATE SET "
         "usage_quantity = invoice_lines.usage_quantity + EXCLUDED.usage_quantity, "
         "amount_minor = invoice_lines.amount_minor + EXCLUDED.amount_minor, "
-        "entries = invoice_lines.entries + EXCLUDED.entries", *map(list, columns))
-    await conn.execute("INSERT INTO invoice_entries (ledger_seq, invoice_id, line_key) "
-                       "SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[])",
-                       [e.ledger_seq for e in entries], [e.invoice_id for e in entries],
-                       [e.line.line_key for e in entries])
-    await conn.execute("UPDATE invoices i SET version = i.version + n.entries, dirty = true, updated_at = now() "
-                       "FROM (SELECT id, count(*) AS entries FROM unnest($1::uuid[]) AS id GROUP BY id) n "
-                       "WHERE i.id = n.id", [e.invoice_id for e in entries])
+        "entries = invoice_lines.entries + EXCLUDED.entries), "
+        "n AS (UPDATE invoices i SET version = i.version + n.entries, dirty = true, updated_at = now() "
+        "FROM (SELECT x.i AS id, count(*) AS entries FROM x GROUP BY x.i) n WHERE i.id = n.id) "
+        "SELECT ledger_seq FROM e", *map(list, columns))
+    return {r["ledger_seq"] for r in rows}
 
 
 async def get(conn: asyncpg.Connection, invoice_id: uuid.UUID) -> asyncpg.Record | None:

@@ -60,12 +60,17 @@ async def delete_budget(ctx: UnitOfWork, cmd: c.DeleteBudget, *, clock=utcnow) -
         correlation_id=_correlation(cmd.tenant_id), tenant_id=cmd.tenant_id)
 
 
-async def usage_recorded(ctx: UnitOfWork, tenant_ids: list[uuid.UUID], *, now: datetime | None = None) -> None:
-    """After new usage of these tenants is rated (caller's transaction): check their budgets' thresholds."""
-    if not tenant_ids:
-        return
+async def budgeted(ctx: UnitOfWork, tenant_ids: list[uuid.UUID]) -> list[asyncpg.Record]:
+    """The budgets of these tenants (rating reads them before it takes the ledger's lock)."""
+    return await store.active_for(ctx.conn, list(tenant_ids)) if tenant_ids else []
+
+
+async def usage_recorded(ctx: UnitOfWork, tenant_ids: list[uuid.UUID], *, now: datetime | None = None,
+                         budgets: list[asyncpg.Record] | None = None) -> None:
+    """After new usage of these tenants is rated (caller's transaction): check their budgets' thresholds
+    (``budgets``: their rows as ``budgeted`` read them, else read now)."""
     now = now or utcnow()
-    for row in await store.active_for(ctx.conn, list(tenant_ids)):
+    for row in budgets if budgets is not None else await budgeted(ctx, tenant_ids):
         await _check(ctx, row, now)
 
 

@@ -61,35 +61,77 @@ async def assign_many(ctx: UnitOfWork, entries: list[tuple[UsageRecord, Rating, 
     """Bill each ledger entry (``record`` rated as ``rating``, ledger seq) on its invoice, in the caller's
     transaction; returns, in order, each one's invoice and whether it is a correction of a finalized period.
     Idempotent: an entry already billed returns its invoice. May wait for a finalizer holding an invoice.
-    A few statements per batch, however many entries and invoices."""
-    conn = ctx.conn
-    done = {seq: Billed(*hit) for seq, hit in (await repo.billed_on(conn, [s for _, _, s in entries])).items()}
+    ``open_invoices`` then ``bill``: a few statements per batch, however many entries and invoices."""
+    done = {seq: Billed(*hit) for seq, hit in (await repo.billed_on(ctx.conn, [s for _, _, s in entries])).items()}
     todo = [(r, rating, seq) for r, rating, seq in entries if seq not in done]
+    opened = await open_invoices(ctx, [(r, rating) for r, rating, _ in todo], now=now, grace_s=grace_s)
+    done.update(zip((seq for _, _, seq in todo), await bill(ctx, opened, [seq for _, _, seq in todo])))
+    return [done[seq] for _, _, seq in entries]
+
+
+@dataclass(frozen=True)
+class Opened:
+    """Where a rated record is to be billed: its invoice (a draft locked by this transaction) and line."""
+    invoice_id: uuid.UUID
+    line: rules.LineSpec
+    quantity: str
+    amount_minor: int
+    correction: bool
+
+
+async def open_invoices(ctx: UnitOfWork, rated: list[tuple[UsageRecord, Rating]], *,
+                        now: datetime | None = None, grace_s: int | None = None) -> list[Opened]:
+    """The draft invoice and line each rated record goes on, in order, each invoice created if missing and
+    locked (``FOR UPDATE``) until the caller's transaction ends, so none is finalized before ``bill`` adds
+    the entries. Needs no ledger seq: rating takes these locks before the ledger's, keeping the ledger's
+    lock (which serialises every rating transaction) for the statements that need it. May wait for a
+    finalizer holding an invoice."""
+    conn = ctx.conn
+    if not rated:
+        return []
     now = now or utcnow()
     grace = timedelta(seconds=DEFAULT_GRACE_S if grace_s is None else grace_s)
+    out: dict[int, Opened] = {}
+    todo = list(enumerate(rated))
     for _ in range(ATTEMPTS):
         if not todo:
             break
-        since = min(rules.period_of(r.period_start).start for r, _, _ in todo)
-        known = await repo.statuses(conn, sorted({r.tenant_id for r, _, _ in todo}), since)
-        goals = [rules.target(r.period_start, now, grace, known.get(r.tenant_id, {})) for r, _, _ in todo]
-        invoices = await repo.lock_or_create(conn, [(r.tenant_id, g.period) for (r, _, _), g in zip(todo, goals)],
+        since = min(rules.period_of(r.period_start).start for _, (r, _) in todo)
+        known = await repo.statuses(conn, sorted({r.tenant_id for _, (r, _) in todo}), since)
+        goals = [rules.target(r.period_start, now, grace, known.get(r.tenant_id, {})) for _, (r, _) in todo]
+        invoices = await repo.lock_or_create(conn, [(r.tenant_id, g.period) for (_, (r, _)), g in zip(todo, goals)],
                                              grace)
-        billing, retry = [], []
-        for (r, rating, seq), goal in zip(todo, goals):
+        retry = []
+        for (i, (r, rating)), goal in zip(todo, goals):
             invoice = invoices[(r.tenant_id, goal.period.start)]
             if invoice["status"] != rules.DRAFT:
-                retry.append((r, rating, seq))      # finalized after we looked: look again
+                retry.append((i, (r, rating)))      # finalized after we looked: look again
                 continue
             line = rules.line_for(kind=r.kind, sku_price_id=rating.sku_price_id, currency=rating.currency,
                                   price_list_version=rating.price_version, corrects=goal.corrects)
-            billing.append(repo.Billing(invoice["id"], line, r.quantity_text, rating.amount_minor, seq))
-            done[seq] = Billed(invoice["id"], goal.correction)
-        await repo.add_entries(conn, billing)
+            out[i] = Opened(invoice["id"], line, r.quantity_text, rating.amount_minor, goal.correction)
         todo = retry
     if todo:
-        raise RuntimeError(f"ledger entry {todo[0][2]}: no open invoice found in {ATTEMPTS} attempts")
-    return [done[seq] for _, _, seq in entries]
+        raise RuntimeError(f"usage {todo[0][1][0].key}: no open invoice found in {ATTEMPTS} attempts")
+    return [out[i] for i in range(len(rated))]
+
+
+async def bill(ctx: UnitOfWork, opened: list[Opened], ledger_seqs: list[int]) -> list[Billed]:
+    """Bill each ledger entry on the invoice ``open_invoices`` chose for it (locked by this transaction);
+    returns, in order, each one's invoice. An entry already billed keeps (and returns) its invoice. One
+    statement, and one more only when an entry was billed before."""
+    if not opened:
+        return []
+    done: dict[int, Billed] = {}
+    billing = []
+    for o, seq in zip(opened, ledger_seqs):
+        if seq not in done:
+            billing.append(repo.Billing(o.invoice_id, o.line, o.quantity, o.amount_minor, seq))
+            done[seq] = Billed(o.invoice_id, o.correction)
+    billed_now = await repo.add_entries(ctx.conn, billing)
+    if before := [seq for seq in done if seq not in billed_now]:
+        done.update({seq: Billed(*hit) for seq, hit in (await repo.billed_on(ctx.conn, before)).items()})
+    return [done[seq] for seq in ledger_seqs]
 
 
 async def document(conn: asyncpg.Connection, invoice: asyncpg.Record, *, status: str | None = None) -> c.InvoiceDoc:

@@ -26,8 +26,9 @@ from ..adapters.metrics import CHARGED, USAGE_RATED
 from ..domain.model import Meter
 from ..domain.pricing import ImmutableVersionError, PricingError
 from ..domain.usage import Rating, UsageRecord, meter_records, rate, storage_record, version_from_doc
+from .budgets import budgeted
 from .budgets import usage_recorded as check_budgets
-from .invoices import Billed, assign_many
+from .invoices import Billed, bill, open_invoices
 from .rollups import usage_recorded as roll_up
 
 log = structlog.get_logger()
@@ -46,21 +47,27 @@ async def rate_and_record(ctx: UnitOfWork, records: list[UsageRecord], *, correl
 
     Set-based: one ledger append (one lock, one insert), one usage insert and a few invoice statements per
     call, however many records; the ledger's lock, held from the append to the commit, is what serialises
-    every rating transaction, so the work done under it is a handful of statements, not a few per record."""
+    every rating transaction, so the work done under it is a handful of statements, not a few per record.
+    The rating, the tenants' budgets and the invoices' locks (invoices.open_invoices: always taken before
+    the ledger's, so two rating transactions cannot wait on each other) come before it."""
     conn = ctx.conn
     new = await repo.new_records(conn, records)
     if not new:
         return 0
     prices = await repo.price_list(conn)
     ratings = [rate(r, prices) for r in new]
-    appended = await PgLedger(conn).record_many([_charge(r, rating) for r, rating in zip(new, ratings)])
+    charges = [_charge(r, rating) for r, rating in zip(new, ratings)]
+    tenants = sorted({r.tenant_id for r in new})
+    budgets = await budgeted(ctx, tenants)                                            # before the ledger's lock
+    opened = await open_invoices(ctx, list(zip(new, ratings)), grace_s=grace_s)       # (see above)
+    appended = await PgLedger(conn).record_many(charges)
     rated = [(r, rating, a.seq) for r, rating, a in zip(new, ratings, appended)]
     await repo.record_usage(conn, rated)
-    billed = await assign_many(ctx, rated, grace_s=grace_s)
+    billed = await bill(ctx, opened, [a.seq for a in appended])
     await _emit_rated(ctx, rated, billed, correlation_id)
     ctx.on_commit(lambda: _count([(r.kind, rating) for r, rating in zip(new, ratings)]))
     await roll_up(ctx, new)
-    await check_budgets(ctx, sorted({r.tenant_id for r in new}))
+    await check_budgets(ctx, tenants, budgets=budgets)
     return len(new)
 
 
