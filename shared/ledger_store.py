@@ -89,9 +89,8 @@ async def append_many(conn: asyncpg.Connection, table: str, entries: list[dict[s
     async with conn.transaction():
         await _lock(conn, table)
         shape = await _shape(conn, table)
-        known = await _existing(conn, table, unique, entries) if unique is not None else {}
-        head = await conn.fetchrow(f"SELECT seq, row_hash FROM {quoted(table)} ORDER BY seq DESC LIMIT 1")
-        seq, prev = (head["seq"], bytes(head["row_hash"])) if head else (0, GENESIS)
+        known, head = await _head(conn, table, unique, entries)
+        seq, prev = head
         out, rows, now = [], [], dt.datetime.now(dt.UTC)
         json_columns = shape.documents
         for entry in entries:
@@ -116,15 +115,17 @@ async def append_many(conn: asyncpg.Connection, table: str, entries: list[dict[s
         return out
 
 
-async def _existing(conn: asyncpg.Connection, table: str, unique: str,
-                    entries: list[dict[str, Any]]) -> dict[Any, Appended]:
-    """The rows already there whose ``unique`` column holds one of the entries' values."""
-    values = list({e[unique] for e in entries if e.get(unique) is not None})
-    if not values:
-        return {}
-    found = await conn.fetch(f'SELECT "{unique}" AS key, seq, row_hash FROM {quoted(table)} '
-                             f'WHERE "{unique}" = ANY($1)', values)
-    return {r["key"]: Appended(r["seq"], bytes(r["row_hash"])) for r in found}
+async def _head(conn: asyncpg.Connection, table: str, unique: str | None,
+                entries: list[dict[str, Any]]) -> tuple[dict[Any, Appended], tuple[int, bytes]]:
+    """The rows already there whose ``unique`` column holds one of the entries' values, and the chain's
+    head (seq, row_hash; 0 and GENESIS when empty): one statement, read after the lock is taken."""
+    values = list({e[unique] for e in entries if e.get(unique) is not None}) if unique is not None else []
+    sql = f"(SELECT true AS head, NULL AS key, seq, row_hash FROM {quoted(table)} ORDER BY seq DESC LIMIT 1)"
+    if values:
+        sql += f' UNION ALL SELECT false, "{unique}", seq, row_hash FROM {quoted(table)} WHERE "{unique}" = ANY($1)'
+    rows = await conn.fetch(sql, *([values] if values else []))
+    known = {r["key"]: Appended(r["seq"], bytes(r["row_hash"])) for r in rows if not r["head"]}
+    return known, next(((r["seq"], bytes(r["row_hash"])) for r in rows if r["head"]), (0, GENESIS))
 
 
 class _Row(NamedTuple):
