@@ -28,6 +28,11 @@ other machines, and here the generator would otherwise take a core of the two th
 one of A's while both wait, shared.fairness). Besides the ratios of B's whole create → ACTIVE, the JSON has those
 of its two parts: the POST's answer (the gateway) and 202 → ACTIVE (the services, whose consumers serve the
 tenants fairly); ``target`` and ``meets_target`` are the work item's figure, B's p99 ratio.
+
+Where B's 202 → ACTIVE went (``b_tail``, read from the services' outboxes and inboxes and the streams once both
+phases ran: ``common.tail_of``): per part and service, the mean ms per allocation alone, under the flood and
+over the flood's five slowest (``publish@saga``: from the coordinator's handler writing a command to the
+stream storing it), and those five with the three segments furthest above their quiet p50.
 """
 from __future__ import annotations
 
@@ -48,7 +53,7 @@ import asyncpg
 import nats
 
 from tests.bench.bench_saga import cpu_seconds
-from tests.bench.common import log_problems, pct, report
+from tests.bench.common import log_problems, pct, report, tail_of
 from tooling.client import ApiError, TesseraClient
 from tooling.platform import Platform
 
@@ -180,6 +185,7 @@ async def steady(client: TesseraClient, seen: Activations, rate: float, seconds:
     at the 202 (the gateway's part; the rest is the saga's and its participants'), then released once the
     gateway shows it ACTIVE."""
     n = max(1, int(rate * seconds))
+    wall = time.time() - time.perf_counter()   # the services' clock (epoch s) of a perf_counter instant
 
     async def release(allocation_id: str) -> None:
         """Released after it was timed, again a second later while B's own rate limit refuses (a machine busy
@@ -192,7 +198,7 @@ async def steady(client: TesseraClient, seen: Activations, rate: float, seconds:
                     raise
             await asyncio.sleep(1)
 
-    async def one() -> tuple[float, float, bool]:
+    async def one() -> tuple[float, float, bool, tuple]:
         t0 = time.perf_counter()
         a = await client.create_allocation(f"steady-{uuid.uuid4().hex[:6]}", shape="vm.1gpu", pool="quiet")
         posted = time.perf_counter() - t0
@@ -200,7 +206,7 @@ async def steady(client: TesseraClient, seen: Activations, rate: float, seconds:
         if kind == "allocation.activated":
             await client.wait_state(a["id"], "ACTIVE", timeout=60)
             await release(a["id"])
-        return at - t0, posted, kind != "allocation.activated"
+        return at - t0, posted, kind != "allocation.activated", (a["id"], wall + t0 + posted, wall + at)
 
     tasks = []
     t0 = time.perf_counter()
@@ -216,7 +222,8 @@ async def steady(client: TesseraClient, seen: Activations, rate: float, seconds:
     return {"n": n, "failed": sum(r[2] for r in results), "p50_ms": ms(latencies, 0.5), "p99_ms": ms(latencies, 0.99),
             "post_p50_ms": ms(posts, 0.5), "post_p99_ms": ms(posts, 0.99),
             "accepted_to_active_p50_ms": ms([lat - post for lat, post in zip(latencies, posts)], 0.5),
-            "accepted_to_active_p99_ms": ms([lat - post for lat, post in zip(latencies, posts)], 0.99)}
+            "accepted_to_active_p99_ms": ms([lat - post for lat, post in zip(latencies, posts)], 0.99),
+            "samples": [r[3] for r in results if not r[2]]}   # (id, 202 and ACTIVE seen, epoch s): see ``common.tail_of``
 
 
 class LineWatch:
@@ -307,6 +314,7 @@ async def main(args) -> dict:
                     await watching
             c3 = cpu_seconds(platform)
         await seen.close()
+        where = await tail_of(platform, alone.pop("samples"), flooded.pop("samples"), "allocation.activated")
     finally:
         await platform.stop()
     statuses = counted["statuses"]
@@ -331,6 +339,7 @@ async def main(args) -> dict:
         "a_allocations_accepted": statuses["create"].get("202", 0),
         "a_sagas_in_flight_max": line.max_in_flight, "a_waiting_in_saga_line_max": line.max_waiting,
         "a_waiting_in_saga_line_at_end": line.waiting,
+        "b_tail": where,
         "cpu_s_alone": spent(c0, c1), "cpu_s_flood": spent(c2, c3),
         "service_log_lines": log_problems(list((work / "logs").glob("*.log"))),
     })

@@ -10,11 +10,12 @@ import secrets
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import nats
 import psutil
-from nats.js.api import StorageType, StreamConfig
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 
 from shared.db import provision_service, service_dsn
 from tooling.embedded import EmbeddedPostgres
@@ -151,3 +152,149 @@ def report(result: dict, skip: tuple[str, ...] = ()) -> None:
     for k, v in shown.items():
         print(f"{k:{width}s} {v}")
     print(json.dumps(result), flush=True)
+
+
+# --- where an allocation's time went: its messages' trail through the services' outboxes and inboxes ---------
+
+_TRAIL = ("SELECT o.id, o.type, o.published_at, e->>'correlation_id' AS allocation_id, "
+          "(e->>'occurred_at')::timestamptz AS occurred_at, (e->>'causation_id')::uuid AS cause "
+          "FROM {schema}.outbox o, LATERAL (SELECT convert_from(o.body, 'UTF8')::jsonb AS e) b "
+          "WHERE e->>'correlation_id' = ANY($1::text[])")
+
+
+async def message_trails(dsn: str, allocation_ids: list[str]) -> dict[str, dict[uuid.UUID, dict]]:
+    """Every message of the allocations (by correlation id) in every service's outbox: its type, the service
+    that wrote it, when (``occurred_at``: the envelope's, the writer's clock as its handler wrote it), when its
+    relay marked it published (``published_at``: after the stream acknowledged it), its cause, and when each
+    service's transaction that handled it began (``handled``: the inbox's ``processed_at``, per schema). Read
+    after the run (the outboxes keep published rows an hour), with the admin DSN."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        schemas = [r[0] for r in await conn.fetch(
+            "SELECT table_schema FROM information_schema.tables WHERE table_name = 'outbox' INTERSECT "
+            "SELECT table_schema FROM information_schema.tables WHERE table_name = 'inbox'")]
+        msgs: dict[uuid.UUID, dict] = {}
+        for schema in schemas:
+            for r in await conn.fetch(_TRAIL.format(schema=f'"{schema}"'), allocation_ids):
+                msgs[r["id"]] = {**dict(r), "service": schema, "handled": {}}
+        for schema in schemas:
+            for r in await conn.fetch(f'SELECT event_id, min(processed_at) AS at FROM "{schema}".inbox '
+                                      "WHERE event_id = ANY($1::uuid[]) GROUP BY event_id", list(msgs)):
+                msgs[r["event_id"]]["handled"][schema] = r["at"]
+    finally:
+        await conn.close()
+    trails: dict[str, dict[uuid.UUID, dict]] = collections.defaultdict(dict)
+    for mid, m in msgs.items():
+        trails[m["allocation_id"]][mid] = m
+    return trails
+
+
+async def stored_at(url: str, ids: set[str], **connect) -> dict[str, float]:
+    """When JetStream stored each message of ``ids`` (its Nats-Msg-Id; epoch s, the server's clock), read back
+    from every stream by a consumer of its own, removed after."""
+    nc = await nats.connect(url, **connect)
+    js, out = nc.jetstream(), {}
+    try:
+        for info in await js.streams_info():
+            name, left = f"trail_{uuid.uuid4().hex[:8]}", info.state.messages
+            if not left:
+                continue
+            await js.add_consumer(info.config.name, ConsumerConfig(durable_name=name, ack_policy=AckPolicy.NONE,
+                                                                   deliver_policy=DeliverPolicy.ALL))
+            sub = await js.pull_subscribe_bind(durable=name, stream=info.config.name)
+            try:
+                while left > 0:
+                    batch = await sub.fetch(min(left, 1000), timeout=5)
+                    left -= len(batch)
+                    for m in batch:
+                        if (mid := (m.headers or {}).get("Nats-Msg-Id")) in ids:
+                            out[mid] = m.metadata.timestamp.timestamp()
+            except TimeoutError:
+                pass   # fewer than the stream counted (a message expired meanwhile)
+            finally:
+                await sub.unsubscribe()
+                await js.delete_consumer(info.config.name, name)
+    finally:
+        await nc.close()
+    return out
+
+
+def critical_path(trail: dict[uuid.UUID, dict], last_type: str) -> list[dict]:
+    """The chain of causes that ends in the allocation's ``last_type`` message, first message first."""
+    end = next((m for m in trail.values() if m["type"] == last_type), None)
+    chain = []
+    while end is not None:
+        chain.append(end)
+        end = trail.get(end["cause"]) if end["cause"] else None
+    return chain[::-1]
+
+
+def segments(chain: list[dict], accepted: float, seen: float,
+             stored: dict[str, float] | None = None) -> list[tuple[str, float]]:
+    """From the 202 (``accepted``, epoch s) to the last message seen by a subscriber (``seen``), consecutive
+    (name, ms) that sum to the whole, each named ``<type>:<part>@<service where the time went>``: for each
+    message ``write`` (from the previous point to its handler writing it: the writer's batch and its waits in
+    that transaction, e.g. a row lock), ``publish`` (to the stream storing it, ``stored``: the rest of the
+    transaction, its commit, the relay's turn and publish; without it, to the relay's mark after the stream's
+    ack), both the writer's, and ``deliver`` (to the transaction of the next writer that handled it: its
+    consumer's fetch, fair window, a free worker and connection), the reader's."""
+    stored = stored or {}
+    out, at = [], accepted
+    for i, m in enumerate(chain):
+        nxt = chain[i + 1]["service"] if i + 1 < len(chain) else None
+        handled = m["handled"].get(nxt).timestamp() if nxt in m["handled"] else None
+        points = [("write", m["occurred_at"].timestamp()),
+                  ("publish", stored.get(str(m["id"])) or (m["published_at"].timestamp() if m["published_at"] else None)),
+                  ("deliver", handled if nxt else seen)]
+        for part, t in points:
+            if t is not None:
+                where = m["service"] if part != "deliver" else nxt or "subscriber"
+                out.append((f"{m['type']}:{part}@{where}", round((t - at) * 1000, 1)))
+                at = t
+    return out
+
+
+def tail_report(rows: list[tuple[float, list[tuple[str, float]]]], base: dict[str, float] | None = None,
+                top: int = 5) -> dict:
+    """``rows``: (total ms, ``segments``) per allocation. Each segment's p50 over the rows; the mean ms per row
+    of each part and service (``write@saga``: the segments' names after the colon), over all rows and over the
+    ``top`` slowest; and for those their total and the three segments furthest above ``base`` (a quiet run's p50
+    per segment; without it, the three largest): where the tail went."""
+    names = list(dict.fromkeys(n for _, segs in rows for n, _ in segs))
+    per = {n: [ms for _, segs in rows for name, ms in segs if name == n] for n in names}
+    base = base or {}
+
+    def by_where(some):
+        spent: collections.Counter = collections.Counter()
+        for _, segs in some:
+            for n, ms in segs:
+                spent[n.partition(":")[2]] += ms
+        return {k: round(v / max(1, len(some)), 1) for k, v in spent.items()}
+    slowest = []
+    for total, segs in sorted(rows, key=lambda r: -r[0])[:top]:
+        over = sorted(((n, round(ms - base.get(n, 0.0), 1)) for n, ms in segs), key=lambda s: -s[1])[:3]
+        slowest.append({"ms": round(total, 1), "above_quiet_p50_ms" if base else "largest_ms": dict(over)})
+    return {"n": len(rows), "p50_ms": {n: round(pct(v, 0.5), 1) for n, v in per.items()}, "mean_ms": by_where(rows),
+            "slowest_mean_ms": by_where(sorted(rows, key=lambda r: -r[0])[:top]), "slowest": slowest}
+
+
+async def tail_of(platform: Any, quiet: list[tuple], loud: list[tuple], last_type: str) -> dict:
+    """Where allocations' time from their 202 to their ``last_type`` message went, hop by hop along each one's
+    chain of messages (``segments``), for ``quiet`` and ``loud`` samples (allocation id, 202 and ``last_type``
+    seen, epoch s) of a running ``platform``: per part and service (``deliver@saga``: from the stream to the
+    coordinator's transaction) the mean ms per allocation quiet, loud and over the 5 slowest loud ones; and
+    those slowest with the three segments furthest above their quiet p50."""
+    trails = await message_trails(platform.database_url, [s[0] for s in quiet + loud])
+    stored = await stored_at(platform.nats_url, {str(i) for t in trails.values() for i in t},
+                             **platform.connect_options("admin"))
+
+    def rows(samples):
+        return [((seen - accepted) * 1000, segments(critical_path(trails.get(aid, {}), last_type), accepted, seen,
+                                                    stored)) for aid, accepted, seen in samples]
+    calm = tail_report(rows(quiet))
+    busy = tail_report(rows(loud), base=calm["p50_ms"])
+    spent = sorted(busy["slowest_mean_ms"], key=lambda k: -busy["slowest_mean_ms"][k])
+    return {"n": [calm["n"], busy["n"]],
+            "mean_ms_quiet_loud_slowest": {k: [calm["mean_ms"].get(k), busy["mean_ms"].get(k),
+                                               busy["slowest_mean_ms"][k]] for k in spent},
+            "slowest_loud": busy["slowest"]}
