@@ -32,7 +32,9 @@ tenants fairly); ``target`` and ``meets_target`` are the work item's figure, B's
 Where B's 202 → ACTIVE went (``b_tail``, read from the services' outboxes and inboxes and the streams once both
 phases ran: ``common.tail_of``): per part and service, the mean ms per allocation alone, under the flood and
 over the flood's five slowest (``publish@saga``: from the coordinator's handler writing a command to the
-stream storing it), and those five with the three segments furthest above their quiet p50.
+stream storing it), and those five with the three segments furthest above their quiet p50. Beside the CPU
+seconds, ``runqueue_s_*`` says how long each process waited for a core while it could run: when that grows
+with the flood, the tail is the machine's two cores shared, not a queue of A's messages ahead of B's.
 """
 from __future__ import annotations
 
@@ -53,7 +55,7 @@ import asyncpg
 import nats
 
 from tests.bench.bench_saga import cpu_seconds
-from tests.bench.common import log_problems, pct, report, tail_of
+from tests.bench.common import family_runqueue_s, log_problems, pct, report, tail_of
 from tooling.client import ApiError, TesseraClient
 from tooling.platform import Platform
 
@@ -251,6 +253,16 @@ class LineWatch:
             await conn.close()
 
 
+def runqueue_seconds(platform: Platform) -> dict[str, float]:
+    """``common.family_runqueue_s`` of every process, as ``cpu_seconds`` names them (node-agents summed)."""
+    procs = [(name.partition(":")[0], p.proc.pid) for name, p in platform.procs.items() if p.proc]
+    procs += [(name, s.proc.pid) for name, s in (("nats-server", platform.nats), ("postgres", platform.pg)) if s and s.proc]
+    out: dict[str, float] = collections.Counter()
+    for name, pid in procs:
+        out[name] += family_runqueue_s(pid) or 0.0
+    return out
+
+
 def spent(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     return {k: round(after[k] - before.get(k, 0.0), 1) for k in sorted(after)}
 
@@ -297,22 +309,23 @@ async def main(args) -> dict:
         seen = await Activations().start(platform.nats_url, **platform.connect_options("ops"))   # read-only
         async with TesseraClient(platform.gateway_url, keys["b"]) as b:
             await steady(b, seen, rate=4, seconds=1)                   # warm-up: connections, consumers, caches
-            c0 = cpu_seconds(platform)
+            c0, w0 = cpu_seconds(platform), runqueue_seconds(platform)
             alone = await steady(b, seen, args.rate, args.seconds)
-            c1 = cpu_seconds(platform)
+            c1, w1, load = cpu_seconds(platform), runqueue_seconds(platform), [os.getloadavg()[0]]
             a = Flood(platform.gateway_url, keys["a"], args.flood_procs, args.flood_c, args.flood_nice)
             line = LineWatch(platform, tenants["a"])
             watching = asyncio.create_task(line.run())
             try:
                 await a.start()
-                c2 = cpu_seconds(platform)
+                c2, w2 = cpu_seconds(platform), runqueue_seconds(platform)
                 flooded = await steady(b, seen, args.rate, args.seconds)
             finally:
                 counted = await a.stop()
                 watching.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await watching
-            c3 = cpu_seconds(platform)
+            c3, w3 = cpu_seconds(platform), runqueue_seconds(platform)
+            load.append(os.getloadavg()[0])
         await seen.close()
         where = await tail_of(platform, alone.pop("samples"), flooded.pop("samples"), "allocation.activated")
     finally:
@@ -341,6 +354,9 @@ async def main(args) -> dict:
         "a_waiting_in_saga_line_at_end": line.waiting,
         "b_tail": where,
         "cpu_s_alone": spent(c0, c1), "cpu_s_flood": spent(c2, c3),
+        # seconds each waited for a core while runnable: grows with the machine's load, not the process's work
+        "runqueue_s_alone": spent(w0, w1), "runqueue_s_flood": spent(w2, w3),
+        "load_avg_1m_end_alone_flood": [round(x, 2) for x in load],   # others' work on the machine shows here
         "service_log_lines": log_problems(list((work / "logs").glob("*.log"))),
     })
     result["met"] = {k: result[k] is not None and result[k] <= TARGET_RATIO for k in ("ratio_p50", "ratio_p99")}

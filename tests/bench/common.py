@@ -73,6 +73,25 @@ def family_cpu_s(pid: int) -> float | None:
         return None
 
 
+def family_runqueue_s(pid: int) -> float | None:
+    """Seconds the threads of a process and all its children waited for a CPU while runnable (the kernel's
+    schedstat: time on a run queue, not running); None once it is gone. Rising under load with the same work:
+    the machine's cores, not the process, held it back."""
+    try:
+        procs = [psutil.Process(pid)]
+        procs += procs[0].children(recursive=True)
+    except psutil.NoSuchProcess:
+        return None
+    waited = 0
+    for proc in procs:
+        for stat in Path(f"/proc/{proc.pid}/task").glob("*/schedstat"):
+            try:
+                waited += int(stat.read_text().split()[1])
+            except (OSError, IndexError, ValueError):
+                pass   # a thread or process that ended meanwhile
+    return waited / 1e9
+
+
 def cpu_of(pids: dict[str, int]) -> dict[str, float]:
     """CPU seconds per process (with its children), and of this load generator alone."""
     out = {name: spent for name, pid in pids.items() if (spent := family_cpu_s(pid)) is not None}
