@@ -91,9 +91,13 @@ class Batches:
 
     def __init__(self, service: str, consumer: str, msg: Message, handler: Handler, on_refused: Refusal | None, *,
                  outbox: Outbox, settings: BusSettings, pool: Callable[[], asyncpg.Pool],
-                 js: Callable[[], JetStreamContext], lock: asyncio.Lock | None = None):
+                 js: Callable[[], JetStreamContext], lock: asyncio.Lock | None = None,
+                 step_key: Callable[[Any], str | None] | None = None):
+        """``step_key``: for a saga participant's commands, the idempotency key a message's handler locks
+        (``shared.participant``): a batch of several locks and reads them all in one round trip first."""
         self.service, self.consumer, self.msg, self.handler, self.on_refused = service, consumer, msg, handler, on_refused
         self.outbox, self.settings, self._pool, self._js, self.lock = outbox, settings, pool, js, lock
+        self.step_key = step_key
         # the subject token that names the sending node, for an event that also names it in its payload
         # (what a node-agent sends: its events, and its commands to others, e.g. scheduler.report_topology; the
         # commands *to* a node-agent come from the gateway and the saga, and the agent refuses another node's)
@@ -174,6 +178,7 @@ class Batches:
                 fresh = {r[0] for r in await conn.fetch(
                     "INSERT INTO inbox (consumer, event_id) SELECT $1, unnest($2::uuid[]) "
                     "ON CONFLICT DO NOTHING RETURNING event_id", self.consumer, [i.env.id for i in items])}
+                await self._read_ahead(conn, writes, [i for i in items if i.env.id in fresh])
                 failed = []
                 for item in items:
                     item.outcome = None
@@ -205,6 +210,13 @@ class Batches:
                 item.committed = True
         for uow in done:
             await uow.run_after_commit()
+
+    async def _read_ahead(self, conn: asyncpg.Connection, writes: Writes, items: list[_Item]) -> None:
+        """A participant's batch of several step commands: lock their keys and read their outcomes at once."""
+        if self.step_key is not None and len(items) > 1:
+            keys = sorted({key for item in items if (key := self.step_key(item.data))})
+            if len(keys) > 1:
+                await writes.read_ahead(conn, keys)
 
     async def _call(self, item: _Item, uow: UnitOfWork) -> None:
         """The handler, in the message's trace and log context."""

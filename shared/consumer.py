@@ -127,7 +127,8 @@ class Consumers:
 
     def subscribe(self, type_: str, handler: Handler, *, subject_params: dict[str, str] | None = None,
                   durable: str | None = None, max_workers: int | None = None, batch_size: int | None = None,
-                  leader_only: bool = False, on_refused: Refusal | None = None, exclusive: bool = False) -> str:
+                  leader_only: bool = False, on_refused: Refusal | None = None, exclusive: bool = False,
+                  step_key: Callable[[Any], str | None] | None = None) -> str:
         """Consume ``type_`` with ``handler``. ``on_refused(ctx, data, reason)`` publishes the service's refusal
         when the handler fails for a reason no retry can fix (``permanent``): it runs in a new unit of work
         (the handler's rolled back) that also records the inbox row, then the message is acknowledged.
@@ -140,7 +141,7 @@ class Consumers:
         name = durable or durable_name(self.service, type_)
         batches = Batches(self.service, name, msg, handler, on_refused, outbox=self.outbox, settings=self.settings,
                           pool=self._pool, js=lambda: self.broker.connection.jetstream(),
-                          lock=self.exclusive if exclusive else None)
+                          lock=self.exclusive if exclusive else None, step_key=step_key)
         sub = _Subscription(name, subject, self.catalog.owner(type_).stream, batches,
                             batch=batch_size or self.settings.batch_size,
                             workers=max_workers or self.settings.max_workers)
@@ -157,10 +158,13 @@ class Consumers:
         (``<durable>__<command name>``)."""
         if (undo is None) != (step.undo is None):
             raise ContractViolation(f"{step.command.type}: an undo handler goes with an undo command, and only then")
+        # the key each command's handler locks (shared.participant): a batch locks and reads them all at once
+        keys = (lambda cmd: cmd.idempotency_key, lambda cmd: cmd.compensates)
         return [self.subscribe(msg.type, handler, subject_params=subject_params, max_workers=max_workers,
                                batch_size=batch_size, durable=durable and f"{durable}__{msg.name}",
-                               leader_only=leader_only, exclusive=exclusive)
-                for msg, handler in ((step.command, invoke), (step.undo, undo)) if msg is not None]
+                               leader_only=leader_only, exclusive=exclusive, step_key=key)
+                for msg, handler, key in ((step.command, invoke, keys[0]), (step.undo, undo, keys[1]))
+                if msg is not None]
 
     @property
     def streams(self) -> set[str]:

@@ -92,8 +92,14 @@ async def _record(ctx: UnitOfWork, key: str, status: str, result: dict) -> None:
 async def recorded(ctx: UnitOfWork, key: str) -> Outcome | None:
     """Lock ``key`` until the transaction ends and return its recorded outcome (None: never handled), in one
     round trip (the kit's function ``step_outcome_locked``). An outcome this transaction recorded and has not
-    written yet (``UnitOfWork.record_outcome``) is answered from memory: the transaction holds the key's lock."""
-    kept = ctx.writes.outcome(key)
+    written yet (``UnitOfWork.record_outcome``), or one its batch read ahead (``Writes.read_ahead``), is answered
+    from memory: the transaction holds the key's lock."""
+    writes = ctx.writes
+    kept = writes.outcome(key)
+    if kept is None and key in writes.known:   # its batch locked and read it already
+        kept = writes.known[key]
+        if kept is None:
+            return None
     if kept is not None:
         return Outcome(kept[0], json.loads(kept[1]))
     row = await ctx.conn.fetchrow("SELECT status, result FROM step_outcome_locked($1)", key)
@@ -177,7 +183,7 @@ async def undo(ctx: UnitOfWork, cmd: UndoCommand, action: Callable[[asyncpg.Conn
     """Run an idempotent undo (safe when the step never happened); leave the tombstone of the compensated
     key. Replies ``step``'s undone with the action's fields."""
     reply = step.undone
-    if cmd.compensates:
+    if cmd.compensates and cmd.compensates not in ctx.writes.known:   # else its batch locked it already
         await _lock_key(ctx.conn, cmd.compensates)
     extra = await action(ctx.conn, cmd)
     if cmd.compensates:

@@ -48,6 +48,9 @@ class Writes:
     def __init__(self) -> None:
         self.outbox: list[tuple] = []
         self.outcomes: list[tuple[str, str, str]] = []
+        # step keys this transaction locked and read ahead (a batch of step commands): key -> the
+        # (status, result JSON) recorded before it, None when none was
+        self.known: dict[str, tuple[str, str] | None] = {}
 
     def outcome(self, key: str) -> tuple[str, str] | None:
         """The (status, result JSON) last kept for ``key`` and not written yet, if any."""
@@ -55,6 +58,13 @@ class Writes:
             if kept == key:
                 return status, result
         return None
+
+    async def read_ahead(self, conn: asyncpg.Connection, keys: list[str]) -> None:
+        """Lock ``keys`` (sorted) until the transaction ends and read their recorded outcomes, in one round trip
+        (the kit's function ``step_outcomes_locked``), for ``shared.participant.recorded`` to answer from."""
+        self.known.update(dict.fromkeys(keys))
+        for row in await conn.fetch("SELECT key, status, result FROM step_outcomes_locked($1::text[])", keys):
+            self.known[row["key"]] = (row["status"], row["result"])
 
     async def write(self, conn: asyncpg.Connection, outbox: Outbox) -> None:
         """Write everything kept, in one statement, and forget it."""

@@ -67,3 +67,22 @@ async def test_a_key_never_handled_reads_as_none_and_is_locked_until_the_transac
     finally:
         await conn.close()
         await other.close()
+
+
+async def test_a_batch_reads_its_keys_ahead_locked_and_its_handlers_are_answered_from_them(infra, provision):
+    conn, other = await _conn(provision), await _conn(provision)
+    try:
+        await conn.execute("INSERT INTO step_outcomes (idempotency_key, status, result) VALUES ($1, 'done', $2)",
+                           "saga-b:step", '{"node": "n2"}')
+        async with conn.transaction():
+            uow = _unit(conn, defer=True)
+            await uow.writes.read_ahead(conn, ["saga-a:step", "saga-b:step", "saga-c:step"])
+            assert await participant.recorded(uow, "saga-b:step") == participant.Outcome("done", {"node": "n2"})
+            assert await participant.recorded(uow, "saga-c:step") is None
+            for key in ("saga-a:step", "saga-c:step"):      # every key is locked, read or not
+                assert await other.fetchval("SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))", key) is False
+            await uow.record_outcome("saga-c:step", "done", "{}")   # what it recorded since answers first
+            assert await participant.recorded(uow, "saga-c:step") == participant.Outcome("done", {})
+    finally:
+        await conn.close()
+        await other.close()
