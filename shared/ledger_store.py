@@ -14,6 +14,7 @@ then makes the insert fail rather than fork the chain.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import re
@@ -74,19 +75,20 @@ async def append_many(conn: asyncpg.Connection, table: str, entries: list[dict[s
     however many entries: the lock is what serialises writers, so its cost is paid once per batch.
 
     Idempotent when ``unique`` names a column (e.g. ``source_event``): an entry whose value is already
-    there (or earlier in ``entries``) gets that row's seq and hash and nothing is written for it. Runs in a
-    transaction (a savepoint inside the caller's); the lock it takes is held until the caller's transaction
-    ends, so commit soon. jsonb values are dicts or lists (written as canonical JSON). The rows are read
-    back as stored and compared with what was hashed before the transaction can commit: a value PostgreSQL
-    would not return byte for byte (a float in jsonb, an unpadded char(n)) raises ChainError instead of
-    leaving a row verify would flag."""
+    there (or earlier in ``entries``) gets that row's seq and hash and nothing is written for it. Runs in
+    the caller's transaction, or its own when there is none (no savepoint: its release would be one more
+    round trip under the lock); the lock it takes is held until that transaction ends, so commit soon.
+    jsonb values are dicts or lists (written as canonical JSON). The rows are read back as stored and
+    compared with what was hashed before the transaction can commit: a value PostgreSQL would not return
+    byte for byte (a float in jsonb, an unpadded char(n)) raises ChainError instead of leaving a row verify
+    would flag, and leaves the transaction failed (it can only roll back)."""
     if any({"seq", "prev_hash", "row_hash"} & e.keys() for e in entries):
         raise ValueError("seq, prev_hash and row_hash are the store's to set")
     if unique is not None and not _NAME.match(unique):
         raise ValueError(f"not a plain column name: {unique!r}")
     if not entries:
         return []
-    async with conn.transaction():
+    async with contextlib.nullcontext() if conn.is_in_transaction() else conn.transaction():
         await _lock(conn, table)
         shape = await _shape(conn, table)
         known, head = await _head(conn, table, unique, entries)
@@ -153,9 +155,19 @@ async def _insert(conn: asyncpg.Connection, table: str, shape: _Shape, rows: lis
         by_seq = {r["seq"]: r for r in stored}
         for row in group:
             if encoder.encode(by_seq[row.fields["seq"]]) != row.body:
+                await _fail_transaction(conn)
                 raise ChainError(f"{table} seq {row.fields['seq']}: the row as stored does not hash to what was "
                                  "written (a value PostgreSQL normalises, e.g. a float in jsonb or an unpadded "
                                  "char(n))")
+
+
+async def _fail_transaction(conn: asyncpg.Connection) -> None:
+    """Put the transaction in PostgreSQL's failed state: it can only roll back, so rows inserted in it are
+    never committed, whatever the caller does with the error that follows."""
+    try:
+        await conn.execute("DO $$ BEGIN RAISE EXCEPTION 'a chained row does not hash to what was written'; END $$")
+    except asyncpg.PostgresError:
+        pass
 
 
 def _column(name: str) -> str:

@@ -146,6 +146,25 @@ async def test_a_batch_holding_a_value_postgres_would_not_return_as_written_writ
     assert await ledger.conn.fetchval("SELECT count(*) FROM padded") == 0
 
 
+async def test_a_batch_refused_inside_the_callers_transaction_can_only_be_rolled_back(ledger):
+    """No savepoint of its own: a refused batch leaves the caller's transaction failed, so its rows are not
+    committed even when the caller carries on past the error."""
+    await ledger.conn.execute("CREATE TABLE padded (seq bigint PRIMARY KEY, code char(5), prev_hash bytea, "
+                              "row_hash bytea)")
+    tx = ledger.conn.transaction()
+    await tx.start()
+    with pytest.raises(ChainError, match="padded seq 2"):
+        await append_many(ledger.conn, "padded", [{"code": "ABCDE"}, {"code": "AB"}])
+    with pytest.raises(asyncpg.InFailedSQLTransactionError):
+        await ledger.conn.execute("SELECT 1")
+    await tx.rollback()
+    assert await ledger.conn.fetchval("SELECT count(*) FROM padded") == 0
+    async with ledger.conn.transaction():    # and a batch that is not refused runs in the caller's transaction
+        await append_many(ledger.conn, "padded", [{"code": "ABCDE"}])
+        assert await ledger.conn.fetchval("SELECT count(*) FROM padded") == 1
+        assert ledger.conn.is_in_transaction()
+
+
 async def test_rows_as_postgres_returns_them_encode_to_their_canonical_bytes(ledger):
     await append_many(ledger.conn, "ledger_entries", [charge(i, entry={
         "note": text, "nested": {"z": [text, None, 2 ** 62], "a": True}}) for i, text in enumerate(
