@@ -163,7 +163,9 @@ class Batches:
         of several is run again with each handler under a savepoint: a failing one rolls back only itself
         (its inbox row is removed), its neighbours' work commits. (A handler must therefore keep state
         outside the database to its after-commit callbacks, or be able to find it stale: it may run twice
-        before anything commits.)"""
+        before anything commits.) In that first run the handlers may also leave work of one kind to be done
+        once for them all just before the batch writes (``Writes.later``, e.g. the scheduler's claims); when it
+        fails, the batch is run again the same way."""
         try:
             await self._attempt(items, isolated=False)
         except _HandlerFailed:
@@ -179,6 +181,7 @@ class Batches:
                     "INSERT INTO inbox (consumer, event_id) SELECT $1, unnest($2::uuid[]) "
                     "ON CONFLICT DO NOTHING RETURNING event_id", self.consumer, [i.env.id for i in items])}
                 await self._read_ahead(conn, writes, [i for i in items if i.env.id in fresh])
+                writes.batched = not isolated and len(fresh) > 1
                 failed = []
                 for item in items:
                     item.outcome = None
@@ -205,7 +208,15 @@ class Batches:
                 if failed:
                     await conn.execute("DELETE FROM inbox WHERE consumer=$1 AND event_id = ANY($2::uuid[])",
                                        self.consumer, failed)
-                await writes.write(conn, self.outbox)   # the batch's outbox rows and outcomes, one statement
+                try:
+                    await writes.write(conn, self.outbox)   # the batch's outbox rows and outcomes, one statement
+                except Exception as exc:
+                    if not writes.batched:
+                        raise
+                    for item in items:          # the work left for later failed: each handler alone, again
+                        if item.outcome == "ok":
+                            item.outcome = exc
+                    raise _HandlerFailed from exc
             for item in items:
                 item.committed = True
         for uow in done:

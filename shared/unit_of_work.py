@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Protocol
 
 import asyncpg
 import structlog
@@ -41,6 +42,12 @@ _RECORD_AND_SEND = (f"WITH recorded AS ({_RECORD.format('$6', '$7', '$8')}) "
                     "SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::bytea[])")
 
 
+class Later(Protocol):
+    """Work several handlers of one batch left to be done at once before the batch writes (``Writes.later``)."""
+
+    async def flush(self) -> None: ...
+
+
 class Writes:
     """What the units of work of one transaction keep to write just before it commits: outbox rows (id,
     subject, type, headers JSON, body) and step outcomes (key, status, result JSON), each in order."""
@@ -51,6 +58,10 @@ class Writes:
         # step keys this transaction locked and read ahead (a batch of step commands): key -> the
         # (status, result JSON) recorded before it, None when none was
         self.known: dict[str, tuple[str, str] | None] = {}
+        # a batch of several messages run without savepoints (the consumer kit's first attempt): its handlers
+        # may leave work of the same kind to be done once for all of them, just before the write (``later``)
+        self.batched = False
+        self.later: dict[str, Later] = {}
 
     def outcome(self, key: str) -> tuple[str, str] | None:
         """The (status, result JSON) last kept for ``key`` and not written yet, if any."""
@@ -67,7 +78,11 @@ class Writes:
             self.known[row["key"]] = (row["status"], row["result"])
 
     async def write(self, conn: asyncpg.Connection, outbox: Outbox) -> None:
-        """Write everything kept, in one statement, and forget it."""
+        """Do the work the handlers left for later (``later``, in the order it was first left; it may keep
+        more rows and outcomes), then write everything kept, in one statement, and forget it."""
+        while self.later:
+            name = next(iter(self.later))
+            await self.later.pop(name).flush()
         rows, latest = self.outbox, {key: (status, result) for key, status, result in self.outcomes}
         self.outbox, self.outcomes = [], []
         if not latest:
