@@ -64,14 +64,27 @@ async def claim_all(conn: asyncpg.Connection, cs: list[Claim]) -> dict[uuid.UUID
     """Make every claim or none, in one round trip (the schema's ``claim_all``: each the ordinary claim, without
     counting, then their nodes counted once, in node order). Returns node id -> {"free_slots", "seq"}. Raises
     the first refused claim's QuotaExceeded, SlotTaken or ShapeDeleted (``.claim``: that claim), leaving nothing."""
-    doc = [{"allocation_id": str(c.allocation_id), "tenant_id": str(c.tenant_id),
-            "user_id": str(c.user_id) if c.user_id else None, "node_id": str(c.node_id), "slots": list(c.slots),
-            "shape": c.shape, "gpu_model": c.gpu_model, "pool": c.pool, "units": c.units, "priority": c.priority,
-            "spot": c.spot, "mig_profile": c.mig_profile, "mig_per_gpu": c.mig_per_gpu} for c in cs]
-    out = json.loads(await conn.fetchval("SELECT claim_all($1::jsonb)", json.dumps(doc)))
+    out = json.loads(await conn.fetchval("SELECT claim_all($1::jsonb)", _document(cs)))
     if "error" in out:
         raise _refusal(cs[out["at"]], out)
     return {uuid.UUID(k): v for k, v in out["capacity"].items()}
+
+
+async def claim_each(conn: asyncpg.Connection, cs: list[Claim]) -> list[tuple[list[dict], dict] | Exception]:
+    """Make each claim on its own (a refused one leaves nothing, the others stand), counting its node, in one
+    round trip (the schema's ``claim_each``): per claim, in order, (slot details, the node's capacity after it)
+    or the QuotaExceeded, SlotTaken or ShapeDeleted that refused it."""
+    out = json.loads(await conn.fetchval("SELECT claim_each($1::jsonb)", _document(cs)))
+    return [_refusal(c, o) if "error" in o else (o["details"], o["capacity"]) for c, o in zip(cs, out, strict=True)]
+
+
+def _document(cs: list[Claim]) -> str:
+    """Claims as the schema's functions read them (a JSON array)."""
+    return json.dumps([{
+        "allocation_id": str(c.allocation_id), "tenant_id": str(c.tenant_id),
+        "user_id": str(c.user_id) if c.user_id else None, "node_id": str(c.node_id), "slots": list(c.slots),
+        "shape": c.shape, "gpu_model": c.gpu_model, "pool": c.pool, "units": c.units, "priority": c.priority,
+        "spot": c.spot, "mig_profile": c.mig_profile, "mig_per_gpu": c.mig_per_gpu} for c in cs])
 
 
 async def capacity_changed(conn: asyncpg.Connection, node_ids) -> dict[uuid.UUID, dict]:

@@ -86,6 +86,9 @@ class PgSchedulerRepository(SchedulerRepository):
     async def claim_all(self, claims_: list[Claim]) -> dict[uuid.UUID, Row]:
         return await claims.claim_all(self.conn, claims_)
 
+    async def claim_each(self, claims_: list[Claim]) -> list[tuple[list[Row], Row] | Exception]:
+        return await claims.claim_each(self.conn, claims_)
+
     async def capacity_changed(self, node_ids: list[uuid.UUID]) -> dict[uuid.UUID, Row]:
         return await claims.capacity_changed(self.conn, node_ids)
 

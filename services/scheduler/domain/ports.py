@@ -124,6 +124,19 @@ class SchedulerRepository(abc.ABC):
                     raise
             return await self.capacity_changed([c.node_id for c in claims])
 
+    async def claim_each(self, claims: list[Claim]) -> list[tuple[list[Row], Row] | Exception]:
+        """Each claim on its own, counting its node, in order: per claim (slot details, the node's capacity
+        after it) or the QuotaExceeded, SlotTaken or ShapeDeleted that refused it (leaving nothing of it). This
+        one claims in turn; a repository may do it in one round trip."""
+        out: list[tuple[list[Row], Row] | Exception] = []
+        for c in claims:
+            try:
+                details, capacity = await self.claim(c)
+                out.append((details, capacity))
+            except (QuotaExceeded, SlotTaken, ShapeDeleted) as exc:
+                out.append(exc)
+        return out
+
     @abc.abstractmethod
     async def capacity_changed(self, node_ids: list[uuid.UUID]) -> dict[uuid.UUID, Row]:
         """Raise each node's capacity sequence and count its free slots: node id -> {"free_slots", "seq"}."""

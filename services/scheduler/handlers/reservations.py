@@ -5,7 +5,8 @@ answers any repeat; a request already waiting answers ``reservation_queued`` aga
 entry or placement). Otherwise: resolve the shape (unknown: failed ``unknown-shape``), let the index
 decide, then make it real in SQL:
 - placed: claim (quota charged and slots taken conditionally, atomically) → ``slots_reserved``, with the
-  node's free slots after the claim and its capacity sequence (adapters/claims.py);
+  node's free slots after the claim and its capacity sequence (adapters/claims.py); in a batch of several,
+  the claims are made together just before the batch writes (claim_batch.py);
 - the shape deleted meanwhile (a deletion committed before the claim): failed ``unknown-shape``;
 - over quota: failed ``quota-exceeded`` naming quota, limit, use and request;
 - nothing fits: fail fast → failed ``no-capacity``; else queued (bound reached → failed ``queue-full``)
@@ -34,6 +35,7 @@ from ..domain.inventory import Placement
 from ..domain.ports import SchedulerRepository
 from ..domain.scheduler import Decision
 from .active import ActiveScheduler, request_of
+from .claim_batch import BatchClaims, made_before
 from .common import Rejected, admin, emit_node
 from .placing import (
     commit,
@@ -57,6 +59,7 @@ async def reserve_slots(ctx: UnitOfWork, cmd: c.ReserveSlots, *, active: ActiveS
     """Saga step: reserve slots for the allocation (see module docstring). Idempotent per key."""
     started = time.perf_counter()
     await active.ensure_loaded()
+    await made_before(ctx, cmd.allocation_id)     # the same allocation's claim left earlier in the batch
     data = cmd.model_dump(mode="json")
     prior = await participant.recorded(ctx, cmd.idempotency_key)
     if prior is not None and prior.status != "deferred":
@@ -105,6 +108,10 @@ async def _decide(ctx: UnitOfWork, active: ActiveScheduler, store: SchedulerRepo
             if d.reason == "already placed":      # the index holds what SQL does not: drop it, decide again
                 active.forget(req.allocation_id)
                 continue
+            batch = BatchClaims.of(ctx, active)
+            if batch is not None:                 # claimed with the batch's others, and answered then
+                batch.leave(ctx, req, d.placement, data)
+                return "placed"
             try:
                 details, capacity = await commit(ctx, active, store, req, d.placement, data)
             except claims.SlotTaken:
