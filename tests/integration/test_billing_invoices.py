@@ -352,3 +352,29 @@ async def test_a_batch_of_many_tenants_and_months_is_one_append_and_bills_each_r
         versions = await conn.fetch("SELECT i.version, count(e.*) AS n FROM invoices i JOIN invoice_entries e "
                                     "ON e.invoice_id = i.id WHERE i.tenant_id = ANY($1) GROUP BY i.id", tenants)
         assert len(versions) == 10 and all(v["version"] == 1 + v["n"] for v in versions)   # one version per entry
+
+
+async def test_a_transaction_rating_twice_and_one_rating_its_second_tenant_do_not_wait_on_each_other(billing):
+    """A consumer's batch may rate several times in one transaction, the ledger's lock held from the first: the
+    invoices of the next are locked after it. Another transaction rating one of those tenants waits for the
+    ledger's lock holding no invoice, instead of holding the invoice the first one is about to lock."""
+    a, b, month = uuid.uuid4(), uuid.uuid4(), months_ahead(0)
+    async with billing.pool.acquire() as observer, billing.pool.acquire() as other_conn:
+        pid = other_conn.get_server_pid()
+
+        async def other() -> int:
+            async with other_conn.transaction():
+                uow = UnitOfWork(other_conn, billing.outbox, name="test.rate-other")
+                return await rating.rate_and_record(uow, [gpu(b, month.start)], correlation_id="test-invoices")
+
+        async with UnitOfWork.begin(billing.pool, billing.outbox, name="test.rate-twice") as uow:
+            assert await rating.rate_and_record(uow, [gpu(a, month.start)], correlation_id="test-invoices") == 1
+            waiting = asyncio.create_task(other())
+            await eventually(lambda: observer.fetchval("SELECT wait_event_type FROM pg_stat_activity WHERE pid = $1",
+                                                       pid),
+                             until=lambda w: w == "Lock", timeout=10, what="the other rating to wait for a lock")
+            assert await rating.rate_and_record(uow, [gpu(b, month.start + timedelta(hours=1))],
+                                                correlation_id="test-invoices") == 1
+        assert await waiting == 1
+        assert await assert_balanced(observer, [a, b]) == 3
+        assert (await invoice_of(observer, b, month))["version"] >= 2

@@ -79,13 +79,26 @@ class Opened:
     correction: bool
 
 
+async def invoice_statuses(ctx: UnitOfWork, records: list[UsageRecord]) -> dict[uuid.UUID, dict[datetime, str]]:
+    """The statuses of the invoices these records may go on (tenant → period start → status), read without
+    a lock: rating reads them before the ledger's lock and hands them to ``open_invoices``, which looks again
+    at any that changed meanwhile."""
+    if not records:
+        return {}
+    since = min(rules.period_of(r.period_start).start for r in records)
+    return await repo.statuses(ctx.conn, sorted({r.tenant_id for r in records}), since)
+
+
 async def open_invoices(ctx: UnitOfWork, rated: list[tuple[UsageRecord, Rating]], *,
-                        now: datetime | None = None, grace_s: int | None = None) -> list[Opened]:
+                        now: datetime | None = None, grace_s: int | None = None,
+                        known: dict[uuid.UUID, dict[datetime, str]] | None = None) -> list[Opened]:
     """The draft invoice and line each rated record goes on, in order, each invoice created if missing and
-    locked (``FOR UPDATE``) until the caller's transaction ends, so none is finalized before ``bill`` adds
-    the entries. Needs no ledger seq: rating takes these locks before the ledger's, keeping the ledger's
-    lock (which serialises every rating transaction) for the statements that need it. May wait for a
-    finalizer holding an invoice."""
+    locked (``FOR UPDATE``, in one order) until the caller's transaction ends, so none is finalized before
+    ``bill`` adds the entries. ``known``: the statuses ``invoice_statuses`` read (else read here); an
+    invoice finalized since is found locked and not a draft, and its records look again. Rating calls this
+    under the ledger's lock, like every writer of invoice rows that appends to the ledger: one lock order
+    (ledger, then invoices) even when one transaction rates several times. May wait for a finalizer
+    holding an invoice."""
     conn = ctx.conn
     if not rated:
         return []
@@ -96,11 +109,12 @@ async def open_invoices(ctx: UnitOfWork, rated: list[tuple[UsageRecord, Rating]]
     for _ in range(ATTEMPTS):
         if not todo:
             break
-        since = min(rules.period_of(r.period_start).start for _, (r, _) in todo)
-        known = await repo.statuses(conn, sorted({r.tenant_id for _, (r, _) in todo}), since)
+        if known is None:
+            known = await invoice_statuses(ctx, [r for _, (r, _) in todo])
         goals = [rules.target(r.period_start, now, grace, known.get(r.tenant_id, {})) for _, (r, _) in todo]
         invoices = await repo.lock_or_create(conn, [(r.tenant_id, g.period) for (_, (r, _)), g in zip(todo, goals)],
                                              grace)
+        known = None
         retry = []
         for (i, (r, rating)), goal in zip(todo, goals):
             invoice = invoices[(r.tenant_id, goal.period.start)]

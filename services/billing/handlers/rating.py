@@ -28,7 +28,7 @@ from ..domain.pricing import ImmutableVersionError, PricingError
 from ..domain.usage import Rating, UsageRecord, meter_records, rate, storage_record, version_from_doc
 from .budgets import budgeted
 from .budgets import usage_recorded as check_budgets
-from .invoices import Billed, bill, open_invoices
+from .invoices import Billed, bill, invoice_statuses, open_invoices
 from .rollups import usage_recorded as roll_up
 
 log = structlog.get_logger()
@@ -48,8 +48,10 @@ async def rate_and_record(ctx: UnitOfWork, records: list[UsageRecord], *, correl
     Set-based: one ledger append (one lock, one insert), one usage insert and a few invoice statements per
     call, however many records; the ledger's lock, held from the append to the commit, is what serialises
     every rating transaction, so the work done under it is a handful of statements, not a few per record.
-    The rating, the tenants' budgets and the invoices' locks (invoices.open_invoices: always taken before
-    the ledger's, so two rating transactions cannot wait on each other) come before it."""
+    What needs no lock comes before it: the rating, the tenants' budgets and their invoices' statuses. The
+    invoices are locked after it (invoices.open_invoices): a transaction may rate several times (a consumer's
+    batch), so taking them first in one call would follow the ledger's lock in the next, and two such
+    transactions could wait on each other."""
     conn = ctx.conn
     new = await repo.new_records(conn, records)
     if not new:
@@ -58,9 +60,10 @@ async def rate_and_record(ctx: UnitOfWork, records: list[UsageRecord], *, correl
     ratings = [rate(r, prices) for r in new]
     charges = [_charge(r, rating) for r, rating in zip(new, ratings)]
     tenants = sorted({r.tenant_id for r in new})
-    budgets = await budgeted(ctx, tenants)                                            # before the ledger's lock
-    opened = await open_invoices(ctx, list(zip(new, ratings)), grace_s=grace_s)       # (see above)
+    budgets = await budgeted(ctx, tenants)                 # reads without a lock: before the ledger's (see above)
+    statuses = await invoice_statuses(ctx, new)
     appended = await PgLedger(conn).record_many(charges)
+    opened = await open_invoices(ctx, list(zip(new, ratings)), grace_s=grace_s, known=statuses)
     rated = [(r, rating, a.seq) for r, rating, a in zip(new, ratings, appended)]
     await repo.record_usage(conn, rated)
     billed = await bill(ctx, opened, [a.seq for a in appended])
