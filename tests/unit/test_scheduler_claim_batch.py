@@ -4,6 +4,8 @@ the index for a reload; a second reserve of an allocation whose claim waits find
 Over the in-memory repository, with the participant kit's outcomes on a fake connection."""
 from __future__ import annotations
 
+import uuid
+
 from services.scheduler import handlers as h
 from services.scheduler.handlers.claim_batch import ClaimsRefused
 from shared.unit_of_work import Writes
@@ -65,3 +67,17 @@ async def test_a_second_reserve_of_an_allocation_whose_claim_waits_finds_it_held
     await writes.write(conn, one.outbox)
     a, b = one.only("scheduler.slots_reserved").data, two.only("scheduler.slots_reserved").data
     assert (a["node_id"], a["slots"]) == (b["node_id"], b["slots"]) and len(repo.allocations) == 1
+
+
+async def test_a_holder_placed_earlier_in_the_batch_is_claimed_before_it_is_preempted_and_gets_its_notice():
+    active, repo, conn = await scheduler()
+    await onboard(active, conn)
+    spot_tenant = uuid.uuid4()
+    await quota(active, conn, 8)
+    await quota(active, conn, 8, tenant=spot_tenant)
+    spot = reserve_cmd(tenant=spot_tenant, spot=True)
+    writes, (holder, preemptor) = await _batch(active, conn, [spot, reserve_cmd(priority=100)])
+    assert preemptor.types() == ["scheduler.preemption_notice", "scheduler.reservation_queued"]
+    assert preemptor.emitted[0].data["allocation_id"] == str(spot.allocation_id)
+    assert holder.only("scheduler.slots_reserved") and spot.allocation_id in repo.preemptions
+    await writes.write(conn, holder.outbox)

@@ -154,6 +154,8 @@ async def _enqueue(ctx: UnitOfWork, active: ActiveScheduler, store: SchedulerRep
         return await _fail(ctx, data, f"shape {req.shape.name!r} was deleted", "unknown-shape")
     await store.enqueue(data, ctx.causation.correlation_id)
     if d.victims:
+        for victim in d.victims:      # a victim placed earlier in this batch: its claim made first, to be found
+            await made_before(ctx, victim)
         await notify_preemption(ctx, active, store, req, d.victims)
     await _queued(ctx, active, data, d.reason)
     refresh_pending_gauge(active)
