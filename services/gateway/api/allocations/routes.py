@@ -242,7 +242,7 @@ _BODY_ERRORS = (400, 401, 403, 413, 415, 422)
 
 # the shape and image the policy judged, kept on the request: the handler creates what was judged, without reading
 # them again (under READ COMMITTED the handler's own read could have seen the same rows a moment earlier anyway)
-_JUDGED = "gateway.allocation_judged"
+_JUDGED = web.RequestKey("allocation_judged", tuple)
 
 
 async def allocation_resource(request: web.Request, data: dict, body) -> tuple[dict, dict] | None:
