@@ -24,6 +24,8 @@ MAX_BODY_BYTES = 64 * 1024
 JSON_BODY = web.RequestKey("json_body", dict)
 # why the body could not be read, once it was tried (the policy middleware reads it before the handler does)
 BODY_ERROR = web.RequestKey("body_error", ProblemError)
+# the body validated as its route's model, when the policy middleware did it (the handler's read_body reuses it)
+VALID_BODY = web.RequestKey("valid_body", tuple)
 MAX_JSON_DEPTH = 32
 B = TypeVar("B", bound=Body)
 
@@ -104,8 +106,11 @@ async def _read_json_object(request: web.Request) -> dict:
 async def read_body(request: web.Request, model: type[B]) -> B:
     """Parse and validate a request body as ``model``; raises ProblemError (400/413/415/422)."""
     data = await read_json_object(request)
+    owned = model.server_owned & data.keys()
+    if not owned and (valid := request.get(VALID_BODY)) is not None and valid[0] is model:
+        return valid[1]   # validated already (the same dict, the same model): validating again changes nothing
     errors = [FieldError(field=k, message="server-owned field: Tessera sets it, a client cannot", code="server_owned")
-              for k in sorted(model.server_owned & data.keys())]
+              for k in sorted(owned)]
     try:
         parsed = model.model_validate({k: v for k, v in data.items() if k not in model.server_owned})
     except ValidationError as exc:

@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field, ValidationError
 from ..domain.policy import OPERATION_RESOURCE, Caller, Decision, Resource
 from .auth import PRINCIPAL, PUBLIC_PATHS
 from .endpoint import Endpoint
-from .inputs import read_json_object
+from .inputs import VALID_BODY, read_json_object
 from .policy_cache import MUTATING, PolicyCache, PolicySchema
 from .problems import ProblemError
 from .schema_base import Problem
@@ -82,6 +82,7 @@ async def body_of(request: web.Request, endpoint: Endpoint) -> tuple[dict, BaseM
         model = endpoint.body.model_validate({k: v for k, v in data.items() if k not in endpoint.body.server_owned})
     except (ValueError, ValidationError):
         return None
+    request[VALID_BODY] = (endpoint.body, model)
     return data, model
 
 
