@@ -59,6 +59,9 @@ def _dumps(tree: Any) -> str:
     return "".join(_C_ENCODE(tree, 0))
 
 
+_NATIVE = frozenset({str, int, bool})   # exactly these types are their own canonical value (not subclasses)
+
+
 def _plain(value: Any) -> Any:
     """``value`` as JSON-native types under the canonical rule (see the module docstring)."""
     if value is None or isinstance(value, (bool, int, str)):
@@ -82,10 +85,10 @@ def _plain(value: Any) -> Any:
         for k, v in value.items():
             if not isinstance(k, str):
                 raise TypeError(f"object keys must be strings, got {k!r}")
-            out[k] = _plain(v)
+            out[k] = v if v is None or type(v) in _NATIVE else _plain(v)   # most values: no call
         return out
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [v if v is None or type(v) in _NATIVE else _plain(v) for v in value]
     raise TypeError(f"{type(value).__name__} has no canonical form")
 
 

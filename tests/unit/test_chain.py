@@ -231,3 +231,20 @@ def test_a_rows_documents_come_with_its_canonical_bytes_from_one_conversion():
     fields = {"seq": 3, "entry": {"b": [1, "é"], "a": None}, "note": None, "prev_hash": b"x"}
     body, texts = canonical_with_documents(fields, {"entry", "note", "absent"})
     assert body == canonical(fields) and texts == {"entry": canonical_json(fields["entry"])}
+
+
+@pytest.mark.parametrize("value", [0.5, [1, 0.5], {"a": {"b": [0.5]}}, dt.datetime(2026, 1, 1), [dt.datetime(2026, 1, 1)]])
+def test_a_value_without_canonical_form_is_refused_however_deep(value):
+    with pytest.raises(TypeError):
+        canonical({"entry": {"x": value}})
+
+
+def test_subclasses_of_native_types_and_nested_scalars_encode_as_their_plain_values():
+    class Code(str):
+        pass
+
+    class Count(int):
+        pass
+
+    assert canonical({"a": {"c": Code("x"), "n": Count(3), "t": True, "z": None, "l": [Code("y"), 1, False]}}) == \
+        b'{"a":{"c":"x","l":["y",1,false],"n":3,"t":true,"z":null}}'
