@@ -4,9 +4,11 @@ out, problem documents raised as ApiError, and server-sent event streams read li
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import json
 import queue
+import socket
 import threading
 import time
 import uuid
@@ -166,7 +168,18 @@ def _events(resp, conn, idle_s: float) -> Iterator[tuple[str | None, str | None,
     try:
         yield from _parse_sse(lines, idle_s)
     finally:
+        _wake_reader(resp)
         conn.close()
+
+
+def _wake_reader(resp) -> None:
+    """Shut the stream's socket down, so the reader thread's blocked read returns at once: closing the response
+    waits for that read to let go of its buffer, which would otherwise be the server's next byte (a keepalive,
+    seconds away), and Ctrl-C on a watch would hang until then."""
+    sock = getattr(getattr(resp.fp, "raw", None), "_sock", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
 
 
 def _as_text(raw: object) -> str:
