@@ -175,9 +175,11 @@ async def test_operator_nouns(admin_env, tenant):
 async def test_alloc_list_watch_into_a_file_keeps_streaming(user_env, tenant, tmp_path):
     out_path = tmp_path / "watch.jsonl"
     with out_path.open("w") as sink:
+        # Ctrl-C as a terminal delivers it, whatever the suite inherited: a shell's background job ignores
+        # SIGINT, its children too, and Python then installs no KeyboardInterrupt
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "cli", "alloc", "list", "--watch", "-o", "json", "--interval", "0.5",
-            env=user_env, cwd=REPO, stdout=sink, stderr=asyncio.subprocess.PIPE)
+            env=user_env, cwd=REPO, stdout=sink, stderr=asyncio.subprocess.PIPE, preexec_fn=_interruptible)
     try:   # the feed is open and the list read: what is created from here on comes as ADDED, then MODIFIED
         ready = await asyncio.wait_for(proc.stderr.readline(), 30)
         assert b"watching allocations" in ready, ready
@@ -218,6 +220,11 @@ async def test_ops_events_follow_filtered_on_the_envelope(admin_env, tenant, tmp
     finally:
         proc.terminate()
         await proc.wait()
+
+
+def _interruptible() -> None:
+    """In the child, before it runs: SIGINT back to its default (see the watch test)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _live_script(platform, tenant, tmp_path, *args: str) -> Path:
