@@ -56,6 +56,7 @@ import nats
 
 from tests.bench.bench_saga import cpu_seconds
 from tests.bench.common import family_runqueue_s, log_problems, pct, report, tail_of
+from tests.support.polling import eventually
 from tooling.client import ApiError, TesseraClient
 from tooling.platform import Platform
 
@@ -190,15 +191,17 @@ async def steady(client: TesseraClient, seen: Activations, rate: float, seconds:
     wall = time.time() - time.perf_counter()   # the services' clock (epoch s) of a perf_counter instant
 
     async def release(allocation_id: str) -> None:
-        """Released after it was timed, again a second later while B's own rate limit refuses (a machine busy
+        """Released after it was timed, asked again each second while B's own rate limit refuses (a machine busy
         with other work bunches B's releases): a refusal there is no figure of the benchmark's."""
-        while True:
+        async def released() -> bool:
             try:
-                return await client.release(allocation_id)
+                await client.release(allocation_id)
+                return True
             except ApiError as exc:
                 if exc.status != 429:
                     raise
-            await asyncio.sleep(1)
+                return False
+        await eventually(released, timeout=120, interval=1.0, what=f"the release of {allocation_id} to be accepted")
 
     async def one() -> tuple[float, float, bool, tuple]:
         t0 = time.perf_counter()
