@@ -149,33 +149,10 @@ async def test_a_message_emitted_in_a_savepoint_the_handler_rolled_back_is_never
             await rt.stop()
 
 
-async def test_a_row_the_table_pass_published_before_its_hand_over_arrived_is_not_published_again(
-        infra, probe_env, nc):
-    pool = await create_pool(probe_env, batchprobe.SERVICE, min_size=1, max_size=2)
-    try:
-        async with pool.acquire() as conn:
-            await migrate(conn, batchprobe.SERVICE, None)
-            await conn.execute("DELETE FROM outbox")
-        outbox = Outbox(batchprobe.SERVICE, Catalog([batchprobe.CONTRACT]))
-        handed: list = []
-        outbox.hand_over = handed.extend          # held back: the table pass gets there first
-        async with UnitOfWork.begin(pool, outbox, name="test") as uow:
-            env = await uow.emit(batchprobe.PINGED, batchprobe.Ping(n=7), correlation_id="late-hand-over")
-        assert [r.id for r in handed] == [env.id]
-        relay = OutboxRelay(pool, nc.jetstream(), batchprobe.SERVICE)
-        assert await relay.drain_once() == 1
-        await relay.publish_handed(handed)
-        assert relay.published == 1
-        async with pool.acquire() as conn:
-            assert await conn.fetchval("SELECT count(*) FROM outbox WHERE published_at IS NULL") == 0
-    finally:
-        await pool.close()
-
-
-async def test_the_rows_of_several_hand_overs_are_marked_in_one_statement_and_never_published_twice(
-        infra, probe_env, nc):
-    """Published rows wait to be marked (``mark_delay_s``) so that many transactions' rows are marked at once; the
-    relay's own table pass marks them first and does not publish them again."""
+@pytest.fixture
+async def held_back(infra, probe_env):
+    """(pool, outbox, handed): the probe's empty outbox table, and an outbox whose hand-overs are kept in
+    ``handed`` instead of reaching a relay (the test hands them over itself)."""
     pool = await create_pool(probe_env, batchprobe.SERVICE, min_size=1, max_size=2)
     try:
         async with pool.acquire() as conn:
@@ -184,19 +161,39 @@ async def test_the_rows_of_several_hand_overs_are_marked_in_one_statement_and_ne
         outbox = Outbox(batchprobe.SERVICE, Catalog([batchprobe.CONTRACT]))
         handed: list = []
         outbox.hand_over = handed.extend
-        sent = []
-        for n in range(3):
-            async with UnitOfWork.begin(pool, outbox, name="test") as uow:
-                sent.append((await uow.emit(batchprobe.PINGED, batchprobe.Ping(n=n), correlation_id=f"m-{n}")).id)
-        relay = OutboxRelay(pool, nc.jetstream(), batchprobe.SERVICE, mark_delay_s=3600)
-        for row in handed:                       # three hand-overs, as three commits would make
-            await relay.publish_handed([row])
-        assert relay.published == 3
-        unmarked = "SELECT id FROM outbox WHERE published_at IS NULL ORDER BY seq"
-        assert [r["id"] for r in await pool.fetch(unmarked)] == sent      # published, not marked yet
-        await relay.drain()                      # the table pass: marks them, publishes nothing again
-        assert relay.published == 3 and await pool.fetch(unmarked) == []
-        marked_at = {r["published_at"] for r in await pool.fetch("SELECT published_at FROM outbox")}
-        assert len(marked_at) == 1               # one statement marked the three
+        yield pool, outbox, handed
     finally:
         await pool.close()
+
+
+async def test_a_row_the_table_pass_published_before_its_hand_over_arrived_is_not_published_again(held_back, nc):
+    pool, outbox, handed = held_back          # held back: the table pass gets there first
+    async with UnitOfWork.begin(pool, outbox, name="test") as uow:
+        env = await uow.emit(batchprobe.PINGED, batchprobe.Ping(n=7), correlation_id="late-hand-over")
+    assert [r.id for r in handed] == [env.id]
+    relay = OutboxRelay(pool, nc.jetstream(), batchprobe.SERVICE)
+    assert await relay.drain_once() == 1
+    await relay.publish_handed(handed)
+    assert relay.published == 1
+    async with pool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM outbox WHERE published_at IS NULL") == 0
+
+
+async def test_the_rows_of_several_hand_overs_are_marked_in_one_statement_and_never_published_twice(held_back, nc):
+    """Published rows wait to be marked (``mark_delay_s``) so that many transactions' rows are marked at once; the
+    relay's own table pass marks them first and does not publish them again."""
+    pool, outbox, handed = held_back
+    sent = []
+    for n in range(3):
+        async with UnitOfWork.begin(pool, outbox, name="test") as uow:
+            sent.append((await uow.emit(batchprobe.PINGED, batchprobe.Ping(n=n), correlation_id=f"m-{n}")).id)
+    relay = OutboxRelay(pool, nc.jetstream(), batchprobe.SERVICE, mark_delay_s=3600)
+    for row in handed:                       # three hand-overs, as three commits would make
+        await relay.publish_handed([row])
+    assert relay.published == 3
+    unmarked = "SELECT id FROM outbox WHERE published_at IS NULL ORDER BY seq"
+    assert [r["id"] for r in await pool.fetch(unmarked)] == sent      # published, not marked yet
+    await relay.drain()                      # the table pass: marks them, publishes nothing again
+    assert relay.published == 3 and await pool.fetch(unmarked) == []
+    marked_at = {r["published_at"] for r in await pool.fetch("SELECT published_at FROM outbox")}
+    assert len(marked_at) == 1               # one statement marked the three

@@ -4,14 +4,12 @@ the index for a reload; a second reserve of an allocation whose claim waits find
 Over the in-memory repository, with the participant kit's outcomes on a fake connection."""
 from __future__ import annotations
 
-import uuid
-
 from services.scheduler import handlers as h
 from services.scheduler.handlers.claim_batch import ClaimsRefused
 from shared.unit_of_work import Writes
 from shared.wire import step_key
 from tests.support.fakes import FakeUnitOfWork
-from tests.unit.test_scheduler_handlers import TENANT, onboard, quota, reserve_cmd, scheduler
+from tests.unit.test_scheduler_handlers import TENANT, onboard, quota, reserve_cmd, scheduler, with_spot_tenant
 
 
 async def _batch(active, conn, cmds) -> tuple[Writes, list[FakeUnitOfWork]]:
@@ -70,11 +68,7 @@ async def test_a_second_reserve_of_an_allocation_whose_claim_waits_finds_it_held
 
 
 async def test_a_holder_placed_earlier_in_the_batch_is_claimed_before_it_is_preempted_and_gets_its_notice():
-    active, repo, conn = await scheduler()
-    await onboard(active, conn)
-    spot_tenant = uuid.uuid4()
-    await quota(active, conn, 8)
-    await quota(active, conn, 8, tenant=spot_tenant)
+    active, repo, conn, spot_tenant = await with_spot_tenant()
     spot = reserve_cmd(tenant=spot_tenant, spot=True)
     writes, (holder, preemptor) = await _batch(active, conn, [spot, reserve_cmd(priority=100)])
     assert preemptor.types() == ["scheduler.preemption_notice", "scheduler.reservation_queued"]

@@ -183,12 +183,18 @@ async def test_a_cordoned_node_takes_no_new_placement_and_says_so_in_its_documen
     assert failed.only("scheduler.slot_reservation_failed").data["code"] == "no-capacity"
 
 
-async def test_a_high_priority_request_queues_and_sends_a_preemption_notice_to_the_spot_holder():
+async def with_spot_tenant() -> tuple[ActiveScheduler, FakeSchedulerRepository, StepConnection, uuid.UUID]:
+    """One node, quota for TENANT and for a spot tenant (returned last)."""
     active, repo, conn = await scheduler()
     await onboard(active, conn)
     spot_tenant = uuid.uuid4()
     await quota(active, conn, 8)
     await quota(active, conn, 8, tenant=spot_tenant)
+    return active, repo, conn, spot_tenant
+
+
+async def test_a_high_priority_request_queues_and_sends_a_preemption_notice_to_the_spot_holder():
+    active, repo, conn, spot_tenant = await with_spot_tenant()
     spot = reserve_cmd(tenant=spot_tenant, spot=True)
     await reserve(active, conn, spot)
     uow = await reserve(active, conn, reserve_cmd(priority=100))
