@@ -26,7 +26,7 @@ from nats.js.api import ConsumerConfig
 from nats.js.errors import NotFoundError
 
 from .batches import Batches, Handler
-from .contract import Catalog, ContractViolation, durable_name
+from .contract import Catalog, ContractViolation, Message, durable_name
 from .fairness import FairQueue, line_of
 from .observability import CONSUMER_PENDING
 from .outbox import Outbox
@@ -101,6 +101,14 @@ class _Subscription:
         self.inflight: set[asyncio.Task] = set()
 
 
+def _key_of(msg: Message, field: str) -> Callable[[Any], str | None] | None:
+    """The key a participant's handler of ``msg`` locks (shared.participant), which a batch of several locks and
+    reads at once: its ``field``; None for a notice, whose payload has no key (nothing to lock ahead)."""
+    if field not in msg.model.model_fields:
+        return None
+    return lambda cmd: getattr(cmd, field)
+
+
 class Consumers:
     """Contract-checked durable pull consumers, each fetching batches and handling each batch in one transaction.
 
@@ -158,12 +166,10 @@ class Consumers:
         (``<durable>__<command name>``)."""
         if (undo is None) != (step.undo is None):
             raise ContractViolation(f"{step.command.type}: an undo handler goes with an undo command, and only then")
-        # the key each command's handler locks (shared.participant): a batch locks and reads them all at once
-        keys = (lambda cmd: cmd.idempotency_key, lambda cmd: cmd.compensates)
         return [self.subscribe(msg.type, handler, subject_params=subject_params, max_workers=max_workers,
                                batch_size=batch_size, durable=durable and f"{durable}__{msg.name}",
-                               leader_only=leader_only, exclusive=exclusive, step_key=key)
-                for msg, handler, key in ((step.command, invoke, keys[0]), (step.undo, undo, keys[1]))
+                               leader_only=leader_only, exclusive=exclusive, step_key=_key_of(msg, field))
+                for msg, handler, field in ((step.command, invoke, "idempotency_key"), (step.undo, undo, "compensates"))
                 if msg is not None]
 
     @property

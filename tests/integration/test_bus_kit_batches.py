@@ -130,6 +130,21 @@ async def test_a_poison_message_in_a_batch_is_retried_and_dead_lettered_alone_wh
         await rt.stop()
 
 
+async def test_a_batch_of_saga_notices_is_handled_in_one_transaction_at_its_first_delivery(infra, probe_env, nc):
+    """A notice (a step command with no idempotency key) has no key to lock and read ahead: a batch of several
+    is handled like any other, in one transaction, not failed and retried."""
+    await publish_pings(nc.jetstream(), [{"n": n} for n in range(4)])
+    rt = batchprobe.build(infra.nats_url, probe_env, nkey_file=infra.nkey_file("admin"), notice=True)
+    await rt.start()
+    try:
+        done = await eventually(lambda: effects(probe_env), until=lambda rows: len(rows) >= 4, timeout=30,
+                                what="the four notices' effects")
+        assert [r["n"] for r in done] == [0, 1, 2, 3]
+        assert len({r["txid"] for r in done}) == 1
+    finally:
+        await rt.stop()
+
+
 async def test_a_message_emitted_in_a_savepoint_the_handler_rolled_back_is_never_published(infra, probe_env, nc, watch):
     js = nc.jetstream()
     pinged = await watch("batchprobe.evt.pinged")

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict
 
 from shared.contract import Message, ServiceContract
 from shared.runtime import Runtime
+from shared.steps import Step
 from shared.unit_of_work import UnitOfWork
 from tests.support.bus import probe_runtime
 
@@ -77,10 +78,15 @@ async def on_ping(ctx: UnitOfWork, ping: Ping) -> None:
 
 
 def build(nats_url: str, db_dsn: str, *, nkey_file: str | None = None, ack_wait_s: float = 2.0, batch_size: int = 64,
-          max_workers: int = 1) -> Runtime:
+          max_workers: int = 1, notice: bool = False) -> Runtime:
+    """The probe; with ``notice`` its ping is consumed as a saga's notice (a step command with no reply and no
+    idempotency key, like ``allocation.mark_provisioning``) through ``participate``."""
     rt = probe_runtime(CONTRACT, nats_url, db_dsn, nkey_file=nkey_file, ack_wait_s=ack_wait_s, max_workers=max_workers,
                        batch_size=batch_size)
-    rt.consumers.subscribe(PING, on_ping)
+    if notice:
+        rt.consumers.participate(Step(CONTRACT.messages[0]), invoke=on_ping)
+    else:
+        rt.consumers.subscribe(PING, on_ping)
     return rt
 
 
