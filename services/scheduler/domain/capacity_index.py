@@ -13,6 +13,9 @@ Inside a partition a placeable node (approved, not cordoned, not reserved) sits 
   with room left / with a whole-free MIG-capable GPU.
 - ``preempt[cls]``: nodes holding an allocation of preemption class ``("p", priority)`` or
   ``("spot",)``: the only nodes preemption has to look at.
+- ``racks[rack][(size, free)]``: placeable nodes with a free slot, by rack, then by node size and
+  whole-free slots. A rack's room for a gang's members (``rack_room``) is counted from these few
+  entries, never from its nodes: a gang that spans racks finds its candidate racks in O(racks).
 
 Every set holds node ids; an update on hold/free moves one node between O(1) sets.
 """
@@ -35,6 +38,7 @@ class Partition:
         "model",
         "pool",
         "preempt",
+        "racks",
         "seq",
         "taints",
         "whole",
@@ -47,6 +51,7 @@ class Partition:
         self.mig_partial: dict[str, set[uuid.UUID]] = {}
         self.mig_free: dict[int, set[uuid.UUID]] = {}
         self.preempt: dict[tuple, set[uuid.UUID]] = {}
+        self.racks: dict[str, dict[tuple[int, int], set[uuid.UUID]]] = {}
         self.members: set[uuid.UUID] = set()      # approved, uncordoned nodes (reserved ones too)
         self.max_size = 0
 
@@ -65,20 +70,26 @@ class Partition:
             keys.extend(("mp", p) for p in node.mig_partial())
             if node.mig_free():
                 keys.append(("mf", ft))
+            if ft:
+                keys.append(("rk", (node.state.rack, (node.size, ft))))
         keys.extend(("pr", c) for c, n in node.prio.items() if n > 0)
         for kind, key in keys:
-            self._table(kind).setdefault(key, set()).add(nid)
+            if kind == "rk":
+                self.racks.setdefault(key[0], {}).setdefault(key[1], set()).add(nid)
+            else:
+                self._table(kind).setdefault(key, set()).add(nid)
         node.ikeys = tuple(keys)
 
     def remove(self, node: NodeSlots) -> None:
         nid = node.state.id
         for kind, key in node.ikeys:
-            table = self._table(kind)
-            s = table.get(key)
-            if s is not None:
-                s.discard(nid)
-                if not s:
-                    del table[key]
+            if kind == "rk":
+                rack, key = key
+                _discard(self.racks.get(rack, {}), key, nid)
+                if not self.racks.get(rack, True):
+                    del self.racks[rack]
+            else:
+                _discard(self._table(kind), key, nid)
         node.ikeys = ()
         self.members.discard(nid)
 
@@ -115,3 +126,38 @@ class Partition:
         """Placeable node sets, most free slots first (for reservations)."""
         for key in sorted(self.buckets, key=lambda bk: (-bk[1], -bk[0])):
             yield self.buckets[key]
+
+    def rack_room(self, k: int, bare: bool) -> Iterator[tuple[str, int, int]]:
+        """(rack, members of ``k`` GPUs it has room for, the fewest free slots of its nodes with room) for each
+        rack with room: a VM member fits wherever ``k`` slots are free (across groups as a fallback), a bare-metal
+        one on an entirely free node of exactly ``k`` slots."""
+        for rack, counts in self.racks.items():
+            room, low = 0, 0
+            for (size, free), ids in counts.items():
+                r = (free // k) * len(ids) if not bare else len(ids) if free == size == k else 0
+                if r:
+                    room += r
+                    low = free if not low else min(low, free)
+            if room:
+                yield rack, room, low
+
+    def rack_nodes(self, rack: str, k: int, bare: bool) -> Iterator[tuple[int, int, uuid.UUID]]:
+        """The rack's placeable nodes with room for one member of ``k`` GPUs, as (free slots, id as int, id)."""
+        for (size, free), ids in self.racks.get(rack, {}).items():
+            if free >= k and (not bare or free == size == k):
+                yield from ((free, n.int, n) for n in ids)
+
+    def rack_nodes_at(self, rack: str, free: int, k: int, bare: bool) -> Iterator[uuid.UUID]:
+        """The rack's placeable nodes with exactly ``free`` free slots and room for one member of ``k`` GPUs."""
+        for (size, f), ids in self.racks.get(rack, {}).items():
+            if f == free and f >= k and (not bare or f == size == k):
+                yield from ids
+
+
+def _discard(table: dict, key, nid: uuid.UUID) -> None:
+    s = table.get(key)
+    if s is not None:
+        s.discard(nid)
+        if not s:
+            del table[key]
+

@@ -9,9 +9,9 @@ Preference, best first: the fewest racks, then the fewest NVLink domains (a doma
 NVLink group: a gang of 1/2/4-GPU slices may share one). The ordinary placement (the pool's pack or
 spread, member after member) is tried first; pack puts small members on one node, so that is often
 one rack already. Only when it spans racks are the racks scanned: each rack's own capacity for the
-gang is measured and the fullest racks are taken first, which needs the fewest of them. The scan
-costs O(placeable nodes of the gang's partitions with room for one member); it runs only for gangs
-that span racks.
+gang is counted from the index's per-rack counts (capacity_index.py) and the fullest racks are taken
+first, which needs the fewest of them. The count costs O(racks of the gang's partitions), whatever the
+node count; only the racks used are then visited node by node.
 
 Waiting (scheduler.py): a gang that does not fit waits as ONE queue entry holding nothing, in fair
 order like any request; every later pass tries it whole. Smaller requests behind it are placed when
@@ -21,10 +21,12 @@ everything forever.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
+from itertools import groupby
 from typing import Literal
 
+from .capacity_index import Partition
 from .inventory import Inventory, Placement, Request
 from .quota import QuotaVerdict
 
@@ -166,63 +168,58 @@ def _by_rack(inv: Inventory, reqs: list[Request], pair: Pair, keep: bool) -> lis
     """The fewest racks of ``pair``'s nodes that hold every member: one rack if any has room (the one with
     the least room that fits, as pack would), else the roomiest racks first. None when even every rack
     together does not (the greedy placement did, so rarely)."""
-    racks = _candidate_racks(inv, reqs[0], pair)
-    for room, nodes in racks:
-        if room >= len(reqs):
-            got = _fill(inv, reqs, _in_order(nodes), keep)
-            if got is not None:
-                return got
+    k, bare = reqs[0].shape.gpu_count, reqs[0].shape.kind == "bare_metal"
+    parts = [p for p in inv.eligible(reqs[0]) if (p.pool, p.model) == pair]
+    racks = _candidate_racks(parts, k, bare)
+    for _, rack in _in_turn(racks, parts, k, bare, least=len(reqs)):
+        got = _fill(inv, reqs, _rack_nodes(parts, rack, k, bare), keep)
+        if got is not None:
+            return got
     chosen: list[uuid.UUID] = []
     total = 0
-    for room, nodes in reversed(racks):
-        chosen += _in_order(nodes)
+    for room, rack in _in_turn(racks, parts, k, bare, roomiest=True):
+        chosen += _rack_nodes(parts, rack, k, bare)
         total += room
         if total >= len(reqs):
             break
     return _fill(inv, reqs, chosen, keep)
 
 
-def _candidate_racks(inv: Inventory, req: Request, pair: Pair) -> list[tuple[int, list[tuple[int, int, uuid.UUID]]]]:
-    """Every rack with room for one member, least room first: (members it has room for, its placeable nodes of
-    ``pair`` with room for one as (free slots, id as int, id), unordered: ``_in_order`` orders them when the
-    rack is used). Racks of equal room come in the order of their first node (fewest free slots, then id).
-    Counted from the index's buckets without trying a placement: a VM member fits wherever ``gpu_count`` slots
-    are free (across groups on one node as a fallback), a bare-metal one on a whole free node of exactly its
-    size. Called once per gang that spans racks, over every node of the pair: no sort of them all."""
-    k, bare = req.shape.gpu_count, req.shape.kind == "bare_metal"
-    by_free: dict[int, list[set[uuid.UUID]]] = {}
-    for part in inv.eligible(req):
-        if (part.pool, part.model) != pair:
+def _candidate_racks(parts: list[Partition], k: int, bare: bool) -> list[tuple[int, int, str]]:
+    """Every rack with room for one member as (members it has room for, the fewest free slots of its nodes
+    with room, rack), least room first. Counted from the index's per-rack counts (``Partition.rack_room``),
+    never from the nodes."""
+    room: dict[str, list[int]] = {}
+    for part in parts:
+        for rack, r, low in part.rack_room(k, bare):
+            have = room.get(rack)
+            if have is None:
+                room[rack] = [r, low]
+            else:
+                have[0] += r
+                have[1] = min(have[1], low)
+    return sorted((r, low, rack) for rack, (r, low) in room.items())
+
+
+def _in_turn(racks: list[tuple[int, int, str]], parts: list[Partition], k: int, bare: bool, *, least: int = 0,
+             roomiest: bool = False) -> Iterator[tuple[int, str]]:
+    """(room, rack) in the order racks are tried: least room first (``roomiest``: most first), then the rack
+    whose first node (fewest free slots, then lowest id) comes first; racks with room under ``least`` skipped.
+    The nodes' ids are read only to order racks of equal room and fewest free slots, when they are reached."""
+    for (room, low), same in groupby(reversed(racks) if roomiest else racks, key=lambda t: t[:2]):
+        if room < least:
             continue
-        for (_, free), ids in part.buckets.items():
-            if free >= k and (free == k or not bare) and ids:
-                by_free.setdefault(free, []).append(ids)
-    room: dict[str, int] = {}
-    first: dict[str, tuple[int, int]] = {}      # a rack's first node: (free slots, id as int)
-    nodes: dict[str, list[tuple[int, int, uuid.UUID]]] = {}
-    node_of = inv.node
-    for free in sorted(by_free):
-        each = free // k
-        for ids in by_free[free]:
-            for n in ids:
-                node = node_of(n)
-                r = (node.size == k) if bare else each
-                if not r:
-                    continue
-                rack, key = node.state.rack, n.int
-                if rack in room:
-                    room[rack] += r
-                    nodes[rack].append((free, key, n))
-                    if first[rack][0] == free and key < first[rack][1]:
-                        first[rack] = (free, key)
-                else:
-                    room[rack], first[rack], nodes[rack] = int(r), (free, key), [(free, key, n)]
-    return [(room[rack], nodes[rack]) for rack in sorted(room, key=lambda rack: (room[rack], first[rack]))]
+        names = [rack for _, _, rack in same]
+        if len(names) > 1:
+            names.sort(key=lambda rack: min(n.int for part in parts for n in part.rack_nodes_at(rack, low, k, bare)),
+                       reverse=roomiest)
+        for rack in names:
+            yield room, rack
 
 
-def _in_order(nodes: list[tuple[int, int, uuid.UUID]]) -> list[uuid.UUID]:
-    """A rack's nodes as ``_fill`` takes them: fewest free slots first, then by id."""
-    return [n for _, _, n in sorted(nodes)]
+def _rack_nodes(parts: list[Partition], rack: str, k: int, bare: bool) -> list[uuid.UUID]:
+    """A rack's nodes with room for one member, as ``_fill`` takes them: fewest free slots first, then by id."""
+    return [n for _, _, n in sorted(t for part in parts for t in part.rack_nodes(rack, k, bare))]
 
 
 def _fill(inv: Inventory, reqs: list[Request], nodes: list[uuid.UUID], keep: bool) -> list[Placement] | None:
