@@ -1,7 +1,11 @@
 """Verifying a hash-chained table (shared/ledger_store.py): one streaming pass over its rows in seq order
-that recomputes every row hash (shared.chain.RowEncoder: the canonical bytes straight from the driver's
-values), checks every link and seq, and grows the Merkle trees its checkpoints are compared with. Reads
-only; memory does not grow with the table."""
+that recomputes every row hash, checks every link and seq, and grows the Merkle trees its checkpoints are
+compared with. Reads only; memory does not grow with the table.
+
+Two ways, with the same findings in the same order: the rows as COPY text, hashed in slices by worker
+processes (shared/ledger_copy.py, shared/chain_text.py) when every column's type is one chain_text decodes;
+otherwise, or when a value is outside what it decodes, the rows as driver records through a cursor
+(shared.chain.RowEncoder: the canonical bytes straight from the driver's values)."""
 from __future__ import annotations
 
 import asyncio
@@ -14,6 +18,8 @@ from typing import Any
 import asyncpg
 
 from shared.chain import GENESIS, RowEncoder, TreeBuilder
+from shared.chain_text import Checked, supported
+from shared.ledger_copy import walk_copy
 
 MAX_FINDINGS = 100             # problems listed per verify (the first ones; counts are exact)
 
@@ -104,9 +110,12 @@ async def walk(conn: asyncpg.Connection, table: str, result: VerifyResult,
     fetch), recording problems in ``result``: a seq gap, a prev_hash not equal to the previous row's stored
     row_hash, a row_hash not equal to the hash of the row's content. Each checkpoint is compared when the
     walk passes its last_seq, over the recomputed hashes (the checkpoint vouches for the content, not for
-    the stored hash column)."""
+    the stored hash column). The COPY text way first (see the module docstring), the records' if it steps
+    aside."""
     stmt = await conn.prepare(f"SELECT * FROM {table} ORDER BY seq")
-    columns = [(a.name, a.type.name) for a in stmt.get_attributes()]
+    columns = tuple((a.name, a.type.name) for a in stmt.get_attributes())
+    if supported(columns) and await _walk_copy(conn, table, columns, result, checkpoints, whole):
+        return
     names = [name for name, _ in columns]
     i_seq, i_prev, i_hash = names.index("seq"), names.index("prev_hash"), names.index("row_hash")
     encode, sha256 = RowEncoder(columns).encode, hashlib.sha256
@@ -118,17 +127,48 @@ async def walk(conn: asyncpg.Connection, table: str, result: VerifyResult,
             recomputed = sha256(stored_prev + encode(rec)).digest()
             if seq != expected or stored_prev != prev_stored or recomputed != stored:
                 _bad_entry(result, seq, expected, stored_prev, prev_stored, stored, recomputed)
-            if seq >= marks.before_at:
-                marks.before(seq)
-            for tree in marks.trees:
-                tree.append(recomputed)
-            if seq >= marks.after_at:
-                marks.after(seq)
+            marks.add(seq, recomputed)
             expected, prev_stored = seq + 1, stored
         result.entries += len(rows)
         result.last_seq = expected - 1
     result.head_hash = stored
     marks.end()
+
+
+async def _walk_copy(conn: asyncpg.Connection, table: str, columns: tuple[tuple[str, str], ...],
+                     result: VerifyResult, checkpoints: list[Checkpoint], whole: TreeBuilder | None) -> bool:
+    """``walk`` over COPY text, the rows hashed in slices (shared/ledger_copy.py); here each slice's first row
+    is judged against the previous slice's last, its own findings are recorded after it, and its recomputed
+    hashes grow the checkpoints' trees. Into a fresh result and tree, copied to ``result``/``whole`` only when
+    the whole table was read this way; False (nothing changed) when it could not be."""
+    trial, tree = VerifyResult(result.table, checkpoints=result.checkpoints), TreeBuilder()
+    marks = _Marks(checkpoints, trial, tree if whole is not None else None)
+    link = [1, GENESIS]   # the next slice's expected first seq and prev_hash
+
+    def judge(checked: Checked) -> None:
+        if checked.first is None:
+            return
+        (seq, stored_prev, stored, recomputed), (expected, prev_stored) = checked.first, link
+        if seq != expected or stored_prev != prev_stored or recomputed != stored:
+            _bad_entry(trial, seq, expected, stored_prev, prev_stored, stored, recomputed)
+        for finding in checked.findings:
+            _bad_entry(trial, *finding)
+        trial.bad_entry_count += checked.bad - len(checked.findings)
+        if checked.seqs is not None:
+            for seq, recomputed in zip(checked.seqs, checked.hashes):
+                marks.add(seq, recomputed)
+        trial.entries += checked.rows
+        trial.last_seq, trial.head_hash = checked.last_seq, checked.last_hash
+        link[:] = [checked.last_seq + 1, checked.last_hash]
+
+    keep = bool(checkpoints) or whole is not None
+    if not await walk_copy(conn, table, columns, judge, keep, MAX_FINDINGS):
+        return False
+    marks.end()
+    vars(result).update(vars(trial))
+    if whole is not None:
+        vars(whole).update(vars(tree))
+    return True
 
 
 def _bad_entry(result: VerifyResult, seq: int, expected: int, stored_prev: bytes, prev_stored: bytes,
@@ -149,7 +189,7 @@ def _bad_entry(result: VerifyResult, seq: int, expected: int, stored_prev: bytes
 
 
 class _Marks:
-    """The checkpoints a walk is to judge and the Merkle trees it grows for them. The walk calls ``before``
+    """The checkpoints a walk is to judge and the Merkle trees it grows for them. ``add`` calls ``before``
     only when a row's seq reaches ``before_at`` (a checkpoint starts there, or one ended before it) and
     ``after`` only when it reaches ``after_at`` (one ends there), so a row that starts or ends none costs two
     comparisons; ``trees`` lists the trees each row's recomputed hash is appended to."""
@@ -165,6 +205,15 @@ class _Marks:
         end = self.pending[0].last_seq if self.pending else float("inf")
         self.before_at = min(self._starts[0] if self._starts else float("inf"), end + 1)
         self.after_at = end
+
+    def add(self, seq: int, recomputed: bytes) -> None:
+        """Row ``seq``, whose content hashes to ``recomputed``, is read (rows in the order read)."""
+        if seq >= self.before_at:
+            self.before(seq)
+        for tree in self.trees:
+            tree.append(recomputed)
+        if seq >= self.after_at:
+            self.after(seq)
 
     def before(self, seq: int) -> None:
         """Row ``seq`` is read: judge the checkpoints whose last row was never read, and start a tree for
