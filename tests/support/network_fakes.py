@@ -113,12 +113,10 @@ class FakeNetworkRepository(Snapshots, NetworkRepository):
     def _of_tenant(self, tenant_id: uuid.UUID) -> list[Attachment]:
         return [a for a in self.attachments.values() if self.networks[a.network_id].tenant_id == tenant_id]
 
-    async def on_leaf(self, leaf: str, tenant_id: uuid.UUID, network_id: uuid.UUID) -> tuple[int, int]:
-        here = [a for a in self._of_tenant(tenant_id) if a.leaf == leaf]
-        return sum(a.network_id == network_id for a in here), len(here)
-
-    async def tenant_attachment_count(self, tenant_id: uuid.UUID) -> int:
-        return len(self._of_tenant(tenant_id))
+    async def on_leaf(self, leaf: str, tenant_id: uuid.UUID, network_id: uuid.UUID) -> tuple[int, int, int]:
+        everywhere = self._of_tenant(tenant_id)
+        here = [a for a in everywhere if a.leaf == leaf]
+        return sum(a.network_id == network_id for a in here), len(here), len(everywhere)
 
     async def binding_for(self, allocation_id: uuid.UUID) -> PortBinding | None:
         return self.bindings.get(allocation_id)

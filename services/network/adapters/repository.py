@@ -6,9 +6,10 @@ vlan:<leaf>), then network rows. Taking them in one order everywhere rules out d
 """
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import uuid
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator
 
 import asyncpg
 
@@ -43,11 +44,27 @@ def _attachment(row: asyncpg.Record) -> Attachment:
 
 
 class PgNetworkRepository(NetworkRepository):
+    """One handler's repository (built per message or step, on its transaction's connection). What it read of a
+    tenant's row and networks it keeps until it writes them, so the several parts of one step (the network to
+    use, the fabric's view, the reply's snapshot) read each once; a savepoint that rolls back forgets it all."""
+
     def __init__(self, conn: asyncpg.Connection):
         self.conn = conn
+        self._tenants: dict[uuid.UUID, TenantResources] = {}
+        self._networks: dict[uuid.UUID, list[TenantNetwork]] = {}
 
-    def savepoint(self) -> AbstractAsyncContextManager[None]:
-        return self.conn.transaction()
+    def _forget(self) -> None:
+        self._tenants.clear()
+        self._networks.clear()
+
+    @contextlib.asynccontextmanager
+    async def savepoint(self) -> AsyncIterator[None]:
+        try:
+            async with self.conn.transaction():
+                yield
+        except BaseException:
+            self._forget()   # what was read inside may have been written inside, and is undone now
+            raise
 
     async def _xact_lock(self, key: str) -> None:
         await self.conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", key)
@@ -84,30 +101,39 @@ class PgNetworkRepository(NetworkRepository):
 
     # --- tenants -------------------------------------------------------------------------------------------------
     async def tenant(self, tenant_id: uuid.UUID) -> TenantResources:
+        if (known := self._tenants.get(tenant_id)) is not None:
+            return known
         row = await self.conn.fetchrow("INSERT INTO tenants (tenant_id) VALUES ($1) ON CONFLICT (tenant_id) DO UPDATE "
                                        "SET tenant_id = EXCLUDED.tenant_id RETURNING *", tenant_id)
-        return _resources(row)
+        self._tenants[tenant_id] = res = _resources(row)
+        return res
 
     async def set_tenant_resources(self, tenant_id: uuid.UUID, vrf_table: int | None, pkey: int | None,
                                    l3_vni: int | None) -> None:
+        self._tenants.pop(tenant_id, None)
         await self.conn.execute("UPDATE tenants SET vrf_table=$2, pkey=$3, l3_vni=$4 WHERE tenant_id=$1",
                                 tenant_id, vrf_table, pkey, l3_vni)
 
     async def bump_version(self, tenant_id: uuid.UUID) -> TenantResources:
+        self._tenants.pop(tenant_id, None)
         row = await self.conn.fetchrow("UPDATE tenants SET version = version + 1 WHERE tenant_id=$1 RETURNING *",
                                        tenant_id)
-        return _resources(row)
+        self._tenants[tenant_id] = res = _resources(row)
+        return res
 
     # --- networks ------------------------------------------------------------------------------------------------
     async def networks_of(self, tenant_id: uuid.UUID) -> list[TenantNetwork]:
-        rows = await self.conn.fetch(f"SELECT {_NET_COLS} FROM tenant_networks WHERE tenant_id=$1 "
-                                     "ORDER BY created_at, id", tenant_id)
-        return [_network(r) for r in rows]
+        if (known := self._networks.get(tenant_id)) is None:
+            rows = await self.conn.fetch(f"SELECT {_NET_COLS} FROM tenant_networks WHERE tenant_id=$1 "
+                                         "ORDER BY created_at, id", tenant_id)
+            self._networks[tenant_id] = known = [_network(r) for r in rows]
+        return list(known)
 
     async def network_exists(self, network_id: uuid.UUID) -> bool:
         return bool(await self.conn.fetchval("SELECT 1 FROM tenant_networks WHERE id=$1", network_id))
 
     async def add_network(self, net: TenantNetwork, *, is_default: bool = False) -> None:
+        self._networks.pop(net.tenant_id, None)
         await self.conn.execute(
             "INSERT INTO tenant_networks (id, tenant_id, vni, cidr, name, nat_address, is_default) "
             "VALUES ($1, $2, $3, $4, $5, $6::text::inet, $7)",
@@ -115,6 +141,7 @@ class PgNetworkRepository(NetworkRepository):
             is_default)
 
     async def delete_network(self, network_id: uuid.UUID) -> None:
+        self._networks.clear()   # whose it was is not known here
         await self.conn.execute("DELETE FROM tenant_networks WHERE id=$1", network_id)   # rules: cascade
         await self.release(network_id)
 
@@ -162,16 +189,13 @@ class PgNetworkRepository(NetworkRepository):
     async def count_attachments(self, network_id: uuid.UUID) -> int:
         return await self.conn.fetchval("SELECT count(*) FROM attachments WHERE network_id=$1", network_id)
 
-    async def on_leaf(self, leaf: str, tenant_id: uuid.UUID, network_id: uuid.UUID) -> tuple[int, int]:
+    async def on_leaf(self, leaf: str, tenant_id: uuid.UUID, network_id: uuid.UUID) -> tuple[int, int, int]:
         row = await self.conn.fetchrow(
-            "SELECT count(*) FILTER (WHERE a.network_id=$3) AS network, count(*) AS tenant FROM attachments a "
-            "JOIN tenant_networks n ON n.id = a.network_id WHERE a.leaf=$1 AND n.tenant_id=$2",
+            "SELECT count(*) FILTER (WHERE a.leaf=$1 AND a.network_id=$3) AS network, "
+            "count(*) FILTER (WHERE a.leaf=$1) AS on_leaf, count(*) AS tenant FROM attachments a "
+            "JOIN tenant_networks n ON n.id = a.network_id WHERE n.tenant_id=$2",
             leaf, tenant_id, network_id)
-        return row["network"], row["tenant"]
-
-    async def tenant_attachment_count(self, tenant_id: uuid.UUID) -> int:
-        return await self.conn.fetchval("SELECT count(*) FROM attachments a JOIN tenant_networks n "
-                                        "ON n.id = a.network_id WHERE n.tenant_id=$1", tenant_id)
+        return row["network"], row["on_leaf"], row["tenant"]
 
     # --- bare-metal port bindings --------------------------------------------------------------------------------
     async def binding_for(self, allocation_id: uuid.UUID) -> PortBinding | None:

@@ -119,12 +119,9 @@ class NetworkRepository(abc.ABC):
         """How many attachments the network has."""
 
     @abc.abstractmethod
-    async def on_leaf(self, leaf: str, tenant_id: uuid.UUID, network_id: uuid.UUID) -> tuple[int, int]:
-        """(attachments of the network on the leaf, attachments of any network of the tenant on the leaf)."""
-
-    @abc.abstractmethod
-    async def tenant_attachment_count(self, tenant_id: uuid.UUID) -> int:
-        """How many attachments the tenant's networks have, all together."""
+    async def on_leaf(self, leaf: str, tenant_id: uuid.UUID, network_id: uuid.UUID) -> tuple[int, int, int]:
+        """(attachments of the network on the leaf, attachments of any network of the tenant on the leaf,
+        attachments of the tenant's networks anywhere)."""
 
     # --- bare-metal port bindings --------------------------------------------------------------------------------
     @abc.abstractmethod

@@ -80,12 +80,9 @@ async def attach_step(networks: NetworkRepository, cmd: c.AttachNetwork, *, ctx:
                       fabric: list[FabricDriver]) -> dict:
     """The attach step's effect (see the module docstring); returns the reply's fields. Raises StepRejected
     (``invoke``'s savepoint undoes what it wrote) when the network is unknown or something is exhausted."""
-    existing = await networks.attachment_for(cmd.allocation_id)
-    if existing is not None:  # attached before under another key: the same answer, no second address
-        return await _existing(networks, cmd, *existing)
     await networks.lock_tenant(cmd.tenant_id)
-    existing = await networks.attachment_for(cmd.allocation_id)   # a concurrent attach may have won the lock
-    if existing is not None:
+    existing = await networks.attachment_for(cmd.allocation_id)
+    if existing is not None:  # attached before (under another key, or by a concurrent attach that had the lock)
         return await _existing(networks, cmd, *existing)
     try:
         net = await _network(ctx, networks, cmd, plan)

@@ -15,8 +15,7 @@ from ..domain.ports import NetworkRepository
 
 async def fabric_change(networks: NetworkRepository, a: Attachment, tenant_id: uuid.UUID, vlan: int) -> FabricChange:
     """The fabric's view of ``a``; call it while ``a`` is not in the table (before the insert, after the delete)."""
-    on_network, on_tenant = await networks.on_leaf(a.leaf, tenant_id, a.network_id)
-    total = await networks.tenant_attachment_count(tenant_id)
+    on_network, on_tenant, total = await networks.on_leaf(a.leaf, tenant_id, a.network_id)
     res = await networks.tenant(tenant_id)
     net = next(n for n in await networks.networks_of(tenant_id) if n.id == a.network_id)
     return FabricChange(tenant_id=tenant_id, network_id=net.id, vni=net.vni, cidr=net.cidr, gateway_ip=net.gateway,
