@@ -3,6 +3,7 @@ SQL, a member's own reserve answered from the gang's hold, a gang too big waitin
 the index and placed by a release, cancelling, quota for the whole gang, and repeats answered with the recorded outcome."""
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
@@ -131,3 +132,24 @@ async def test_claim_all_makes_every_claim_or_none_and_names_the_one_refused(run
         assert capacity[node]["free_slots"] == 6
         assert await conn.fetchval("SELECT used FROM quotas WHERE tenant_id=$1", tenant) == 2
         await tx.rollback()
+
+
+async def test_gangs_sent_together_are_each_placed_whole_on_slots_no_other_holds(run_service, nc, watch):
+    """Gangs arriving together may be decided in one batch, their members' claims made together: each gang is
+    still placed whole, SQL holds every member where its answer says, and no node is given twice."""
+    env = await start(run_service, nc, watch)
+    tenant = uuid.uuid4()
+    await env.grant(tenant, 64)
+    for _ in range(6):
+        await env.onboard()
+    cmds = [gang_cmd(env, tenant, 2) for _ in range(3)]
+    answers = await asyncio.gather(*(ask(env, cmd) for cmd in cmds))
+    assert [a["type"] for a in answers] == ["scheduler.gang_placed"] * 3
+    nodes = [m["node_id"] for a in answers for m in a["data"]["members"]]
+    assert len(set(nodes)) == 6
+    for a in answers:
+        for m in a["data"]["members"]:
+            held = await env.held(uuid.UUID(m["allocation_id"]))
+            assert held == [(uuid.UUID(m["node_id"]), s) for s in sorted(m["slots"])] and len(held) == 8
+    async with env.rt.pool.acquire() as conn:
+        assert await conn.fetchval("SELECT used FROM quotas WHERE tenant_id=$1 AND pool=$2", tenant, env.pool) == 48

@@ -1,9 +1,15 @@
 """A batch of reservations run without savepoints (``Writes.batched``) leaves its claims for one ``claim_each``
 just before the batch writes, then answers each as a lone reserve would; a refused claim fails the run and marks
 the index for a reload; a second reserve of an allocation whose claim waits finds it held (no second claim).
-Over the in-memory repository, with the participant kit's outcomes on a fake connection."""
+A batch of gangs leaves its members' claims the same way. Over the in-memory repository, with the participant
+kit's outcomes on a fake connection."""
 from __future__ import annotations
 
+import uuid
+
+import pytest
+
+from services.scheduler import contracts as c
 from services.scheduler import handlers as h
 from services.scheduler.handlers.claim_batch import ClaimsRefused
 from shared.unit_of_work import Writes
@@ -12,15 +18,16 @@ from tests.support.fakes import FakeUnitOfWork
 from tests.unit.test_scheduler_handlers import TENANT, onboard, quota, reserve_cmd, scheduler, with_spot_tenant
 
 
-async def _batch(active, conn, cmds) -> tuple[Writes, list[FakeUnitOfWork]]:
-    """Run ``cmds``' reserves as one batched run (nothing written yet)."""
+async def _batch(active, conn, cmds, handler=h.reserve_slots, type_="scheduler.reserve_slots"
+                 ) -> tuple[Writes, list[FakeUnitOfWork]]:
+    """Run ``cmds``' handlers (reserves by default) as one batched run (nothing written yet)."""
     writes = Writes()
     writes.batched = True
     units = []
     for cmd in cmds:
-        uow = FakeUnitOfWork("scheduler", "scheduler.reserve_slots", cmd)
+        uow = FakeUnitOfWork("scheduler", type_, cmd)
         uow.conn, uow.writes = conn, writes
-        await h.reserve_slots(uow, cmd, active=active)
+        await handler(uow, cmd, active=active)
         units.append(uow)
     return writes, units
 
@@ -46,12 +53,14 @@ async def test_a_refused_claim_fails_the_batched_run_and_marks_the_index_for_a_r
     await onboard(active, conn)
     await quota(active, conn, 8)
     writes, units = await _batch(active, conn, [reserve_cmd("vm.1gpu", 1) for _ in range(2)])
-    repo.quotas_[next(iter(repo.quotas_))]["limit"] = 1     # lowered under the index: the second claim is refused
-    try:
+    await _refused_when_written(active, repo, conn, writes, units, limit=1)     # the second claim is refused
+
+
+async def _refused_when_written(active, repo, conn, writes: Writes, units: list[FakeUnitOfWork], *, limit: int) -> None:
+    """The quota lowered under the index to ``limit``: writing the batch fails and marks the index for a reload."""
+    repo.quotas_[next(iter(repo.quotas_))]["limit"] = limit
+    with pytest.raises(ClaimsRefused):
         await writes.write(conn, units[0].outbox)
-        raise AssertionError("the batched run should have failed")
-    except ClaimsRefused:
-        pass
     assert active.needs_reload is True
 
 
@@ -75,3 +84,38 @@ async def test_a_holder_placed_earlier_in_the_batch_is_claimed_before_it_is_pree
     assert preemptor.emitted[0].data["allocation_id"] == str(spot.allocation_id)
     assert holder.only("scheduler.slots_reserved") and spot.allocation_id in repo.preemptions
     await writes.write(conn, holder.outbox)
+
+
+def gang_cmd(members: int) -> c.ReserveGang:
+    return c.ReserveGang(gang_id=uuid.uuid4(), tenant_id=TENANT, shape="vm.1gpu", gpu_count=1,
+                         members=[uuid.uuid4() for _ in range(members)], requested_by="bench")
+
+
+async def _gang_batch(active, conn, cmds) -> tuple[Writes, list[FakeUnitOfWork]]:
+    return await _batch(active, conn, cmds, h.reserve_gang, "scheduler.reserve_gang")
+
+
+async def test_a_batchs_gangs_leave_their_members_claims_for_one_round_trip_before_it_writes():
+    active, repo, conn = await scheduler()
+    await onboard(active, conn)
+    await quota(active, conn, 8)
+    cmds = [gang_cmd(2), gang_cmd(2)]
+    writes, units = await _gang_batch(active, conn, cmds)
+    assert repo.allocations == {}                                   # left for the batch
+    placed = [u.only("scheduler.gang_placed").data for u in units]
+    await writes.write(conn, units[0].outbox)
+    assert set(repo.allocations) == {m for cmd in cmds for m in cmd.members}
+    for answer in placed:
+        for m in answer["members"]:
+            held = repo.allocations[uuid.UUID(m["allocation_id"])]
+            assert (str(held["node_id"]), list(held["slots"])) == (m["node_id"], m["slots"])
+    assert await repo.quota_used(TENANT, "L40S", "shared") == 4
+    assert {repo.gangs[cmd.gang_id]["state"] for cmd in cmds} == {"placed"}
+
+
+async def test_a_refused_member_fails_the_batch_of_gangs_and_marks_the_index_for_a_reload():
+    active, repo, conn = await scheduler()
+    await onboard(active, conn)
+    await quota(active, conn, 8)
+    writes, units = await _gang_batch(active, conn, [gang_cmd(2), gang_cmd(2)])
+    await _refused_when_written(active, repo, conn, writes, units, limit=3)     # the last member is refused

@@ -3,7 +3,8 @@
 ``reserve_gang``, once per gang id (the gangs table records every decision): a repeat is answered with the
 recorded outcome (placed: the same members and slots; queued: its place now; rejected: the same rejection).
 Otherwise: resolve the shape (unknown: ``unknown-shape``), let the index decide the whole gang, then:
-- placed: every member claimed in one savepoint (gang_claims.py) → ``gang_placed``;
+- placed: every member claimed in one savepoint (gang_claims.py) → ``gang_placed``; in a batch of several gangs,
+  the members' claims are made with the batch's others just before it writes (claim_batch.py);
 - over quota for N x units → ``gang_rejected`` ``quota-exceeded`` naming the quota; fail fast and nothing fits →
   ``no-capacity``; the tenant's queue bound reached → ``queue-full``;
 - otherwise the gang waits whole, holding nothing → ``gang_queued``; a later pass that places it claims it and
@@ -26,6 +27,7 @@ from ..domain import claims
 from ..domain.gang import Gang
 from ..domain.ports import SchedulerRepository
 from .active import ActiveScheduler, gang_of
+from .claim_batch import BatchClaims
 from .gang_claims import answer, claim_gang, placed_answer, quota_rejection, rejection
 from .placing import refresh_pending_gauge, settle
 
@@ -69,8 +71,12 @@ async def _decide(ctx: UnitOfWork, active: ActiveScheduler, store: SchedulerRepo
             if d.reason == "already placed":     # the index holds what SQL does not: drop it, decide again
                 active.sched.unplace_gang(d.placement)
                 continue
+            batch = BatchClaims.of(ctx, active)
             try:
-                await claim_gang(active, store, d.placement, data)
+                if batch is not None:       # claimed with the batch's other gangs, before it writes
+                    batch.leave_gang(ctx, d.placement, data)
+                else:
+                    await claim_gang(active, store, d.placement, data)
             except claims.SlotTaken:
                 continue
             except claims.QuotaExceeded as exc:
