@@ -4,13 +4,17 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import UTC, datetime, timedelta
+from fractions import Fraction
 
 import pytest
 
 from services.billing.adapters.ledger import PgLedger
 from services.billing.adapters.metrics import CHARGED, USAGE_RATED
+from services.billing.adapters.repository import HOUR_TOTALS, hour_totals
 from services.billing.bootstrap import build
+from services.billing.domain.usage import UsageRecord
 from services.billing.handlers import rating
+from shared.unit_of_work import UnitOfWork
 from shared.wire import step_key
 from tests.support.bus import make_envelope, publish_envelope, send_command
 from tests.support.polling import eventually
@@ -173,3 +177,47 @@ async def test_each_rated_record_counts_once_with_its_amount(billing, nc):
     expected = (before[0] + len(rows), before[1] + sum(r["amount_minor"] for r in rows))
     await eventually(_counted, until=lambda c: c == expected, timeout=5)   # counted after the commit
     assert len(rows) >= 2
+
+
+# --- plans that do not grow with the tables ----------------------------------------------------------------------
+async def test_a_rating_transaction_plans_the_ledger_lookup_for_its_keys_each_time(billing):
+    """A connection that rated a few batches while the ledger was small keeps no plan made for it then: the
+    ledger's idempotency read is planned for its keys in every rating transaction."""
+    now = datetime.now(UTC)
+    async with billing.pool.acquire() as conn:
+        await _version(conn, "it-plans", _hour(now) - timedelta(days=1), 3_600_000, gpu_model="H100")
+        tenant = uuid.uuid4()
+        for batch in range(8):   # more than the five runs after which PostgreSQL may keep a generic plan
+            records = [UsageRecord("meter", f"plans-{uuid.uuid4()}@{batch}", "gpu", tenant, now - timedelta(hours=2),
+                                   now - timedelta(hours=1), Fraction(3600), allocation_id=uuid.uuid4(),
+                                   shape="vm.1gpu", gpu_model="H100", pool="shared", gpu_count=1) for _ in range(20)]
+            async with conn.transaction():
+                uow = UnitOfWork(conn, billing.outbox, name="test.plans", defer=True)
+                assert await rating.rate_and_record(uow, records, correlation_id="test-plans") == 20
+                await uow.flush()
+        plans = await conn.fetchrow("SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+                                    "WHERE statement LIKE '(SELECT true AS head%ledger_entries%'")
+    assert plans["custom_plans"] >= 8 and plans["generic_plans"] == 0, dict(plans)
+
+
+async def test_hour_totals_read_usage_through_its_index_before_any_statistics(billing):
+    """The rollups' sums are planned as index lookups per (tenant, hour) on a table with no statistics (a
+    temporary copy: never analyzed), where a join of the pairs with the table is a scan of all of it."""
+    async with billing.pool.acquire() as conn, conn.transaction():
+        await conn.execute("CREATE TEMP TABLE usage_records (LIKE billing.usage_records INCLUDING ALL) ON COMMIT DROP")
+        await conn.execute(
+            "INSERT INTO pg_temp.usage_records (source, event_id, kind, tenant_id, period_start, period_end, quantity, "
+            "amount_minor, currency, rated, ledger_seq) SELECT 'meter', 'e' || i, 'gpu', gen_random_uuid(), "
+            "now() - i * interval '1 minute', now(), 3600, 1, 'USD', true, i FROM generate_series(1, 30000) i")
+        pairs = await conn.fetch("SELECT tenant_id, date_trunc('hour', period_start) AS hour FROM pg_temp.usage_records "
+                                 "ORDER BY event_id LIMIT 60")
+        [plan] = json.loads(await conn.fetchval("EXPLAIN (FORMAT JSON) " + HOUR_TOTALS, [p["tenant_id"] for p in pairs],
+                                                [p["hour"] for p in pairs]))
+        totals = await hour_totals(conn, [(p["tenant_id"], p["hour"]) for p in pairs])
+
+    def scans(node):
+        yield node["Node Type"], node.get("Relation Name")
+        for child in node.get("Plans", []):
+            yield from scans(child)
+    assert ("Seq Scan", "usage_records") not in set(scans(plan["Plan"])), plan
+    assert len(totals) == 60 and all(t.records == 1 and t.gpu_seconds == 3600 for t in totals.values())
