@@ -52,9 +52,9 @@ async def walk_copy(conn: asyncpg.Connection, table: str, columns: tuple[tuple[s
         stream = _Stream(columns, judge, keep, limit, pool)
         await conn.copy_from_query(f"SELECT * FROM {table} ORDER BY seq", output=stream.take)
         await stream.finish()
+        await _set(conn, dict(old))   # (on an error the transaction or savepoint rolls back, settings too)
         return stream.failed is None
     finally:
-        await _set(conn, dict(old))
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
 
@@ -73,7 +73,8 @@ class _Stream:
 
     def __init__(self, columns, judge, keep: bool, limit: int, pool):
         self.columns, self.judge, self.keep, self.limit, self.pool = columns, judge, keep, limit, pool
-        self.buffer = bytearray()
+        self.parts: list[bytes] = []    # the output since the last slice (it ends within the last part)
+        self.size = 0
         self.pending: collections.deque[asyncio.Future] = collections.deque()
         self.ahead = 2 * workers()
         self.failed: BaseException | None = None
@@ -81,17 +82,19 @@ class _Stream:
     async def take(self, data: bytes) -> None:
         if self.failed is not None:
             return
-        self.buffer += data
-        if len(self.buffer) >= SLICE_BYTES:
-            end = self.buffer.rfind(b"\n") + 1
-            if end:
-                piece = bytes(self.buffer[:end])
-                del self.buffer[:end]
-                await self._submit(piece)
+        self.parts.append(data)
+        self.size += len(data)
+        if self.size >= SLICE_BYTES and (end := data.rfind(b"\n") + 1):
+            # one copy into the slice: the parts before, and this one up to its last line end
+            self.parts[-1] = data[:end]
+            piece = b"".join(self.parts)
+            self.parts = [data[end:]] if end < len(data) else []
+            self.size = len(data) - end
+            await self._submit(piece)
 
     async def finish(self) -> None:
-        if self.failed is None and self.buffer:
-            await self._submit(bytes(self.buffer))
+        if self.failed is None and self.parts:
+            await self._submit(b"".join(self.parts))
         while self.pending and self.failed is None:
             await self._judge_oldest()
         for future in self.pending:
@@ -108,7 +111,7 @@ class _Stream:
             return
         loop = asyncio.get_running_loop()
         self.pending.append(loop.run_in_executor(self.pool, check, self.columns, piece, self.limit, self.keep))
-        while self.failed is None and (len(self.pending) > self.ahead or self.pending[0].done()):
+        while self.failed is None and self.pending and (len(self.pending) > self.ahead or self.pending[0].done()):
             await self._judge_oldest()
 
     async def _judge_oldest(self) -> None:
