@@ -286,11 +286,26 @@ def test_the_named_volumes_go_to_storage_and_their_exports_to_the_node():
     assert node.data["volumes"] == exports and node.data["volume_id"] == VOLUME
 
 
-def test_without_volumes_the_node_is_told_of_none():
+def test_without_volumes_storage_is_not_asked_and_the_node_is_told_of_none():
+    """No scratch and no named volume: provision_volume has nothing to do, so it is skipped (recorded, not
+    published: the common case of a VM slice) and has nothing to undo."""
     s = SagaScenario.allocate(volume_gb=0)
     s.expect_command("allocation.mark_provisioning")
-    for st in ALLOCATE.steps[:3]:
-        s.succeed(s.expect_command(st.invoke, step=st.name), **{**OK_DATA[st.name], **(
-            {"volume_id": None, "size_gb": 0} if st.name == "provision_volume" else {})})
+    for st in ALLOCATE.steps[:2]:
+        s.succeed(s.expect_command(st.invoke, step=st.name), **OK_DATA[st.name])
     node = s.expect_command("node_agent.provision", step="provision_node")
     assert "volumes" not in node.data and node.data.get("volume_id") is None
+    assert s.saga.record("provision_volume").status == "succeeded"
+    assert [c.detail for c in s.changes if c.step == "provision_volume"] == ["skipped: no volumes"]
+    assert s.saga.record("provision_volume", "compensate") is None
+    assert s.published_step_changes() == []
+    s.fail(node, "no such image")          # a failure later undoes the steps that ran, and only those
+    expect_compensations(s, ["attach_network", "reserve_slots"])
+
+
+def test_named_volumes_without_scratch_still_go_to_storage():
+    s = SagaScenario.allocate(volume_gb=0, volumes=[{"volume_id": str(uuid.uuid4()), "mode": "ro"}])
+    s.expect_command("allocation.mark_provisioning")
+    for st in ALLOCATE.steps[:2]:
+        s.succeed(s.expect_command(st.invoke, step=st.name), **OK_DATA[st.name])
+    assert s.expect_command("storage.provision_volume", step="provision_volume", size_gb=0).data["volumes"]

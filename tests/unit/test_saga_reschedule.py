@@ -19,6 +19,15 @@ def _through_reserve(s: SagaScenario):
     return s.expect_command("scheduler.reserve_slots", step="reserve_slots", shape="vm.2gpu", gpu_count=2)
 
 
+def test_a_move_of_an_allocation_created_without_volumes_still_asks_storage():
+    """Volumes may have been attached since the allocation was created: they must let its new address in."""
+    s = SagaScenario.reschedule(volume_gb=0)
+    s.succeed(_through_reserve(s), node_id=NEW_NODE, slots=[0, 1], gpu_model="H100", pool="shared")
+    s.succeed(s.expect_command("network.attach_network"), ip_address="10.0.0.7", mac_address="52:54:00:00:00:07",
+              attachment={}, tenant_networks={})
+    s.expect_command("storage.provision_volume", step="provision_volume", size_gb=0, ip_address="10.0.0.7")
+
+
 def test_a_move_fences_the_old_placement_before_it_places_the_allocation_again():
     s = SagaScenario.reschedule()
     reserve = _through_reserve(s)

@@ -19,7 +19,7 @@ outbox).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from services.allocation.contracts import ACTIVATE, FAIL_ALLOCATION, MARK_PROVISIONING, MARK_RELEASED
@@ -104,6 +104,21 @@ def _activate(ctx: Context) -> dict:
 
 
 @dataclass(frozen=True)
+class Needs:
+    """What a step needs in the saga's context to have anything to do, when no single value says it: ``test``
+    true; ``what`` names it in the skip's detail ("skipped: no <what>")."""
+
+    what: str
+    test: Callable[[Context], bool]
+
+
+def _wants_storage(ctx: Context) -> bool:
+    """A scratch volume or named volumes were asked for (a volume attached later is the storage service's own
+    business: the release saga's delete_volume always runs)."""
+    return bool(ctx.get("volume_gb")) or bool(ctx.get("volumes"))
+
+
+@dataclass(frozen=True)
 class SagaStep:
     name: str
     contract: Step                       # the participant's declared step: its commands and replies
@@ -113,10 +128,24 @@ class SagaStep:
     subject: tuple[str, ...] = ()
     # reply fields later steps need; "a.b": the field b of the reply's field a, as "b"
     yields: tuple[str, ...] = ()
-    requires: str | None = None          # context value without which the step has nothing to do (skipped)
+    # context value without which the step has nothing to do (skipped), or a test of the context (``Needs``)
+    requires: str | Needs | None = None
     # the skip for want of ``requires`` is the common case (a VM slice has no switch port): recorded, not published
     quiet_skip: bool = False
     skip_if: str | None = None           # context value with which the step has nothing to do (skipped)
+
+    def has_work(self, ctx: Context) -> bool:
+        """Whether the context has what ``requires`` names (always, when it names nothing)."""
+        r = self.requires
+        if r is None:
+            return True
+        return r.test(ctx) if isinstance(r, Needs) else ctx.get(r) is not None
+
+    @property
+    def needed(self) -> str:
+        """What the step's skip for want of ``requires`` says is missing."""
+        r = self.requires
+        return r.what if isinstance(r, Needs) else str(r)
 
     # the message types, from the declaration
     @property
@@ -200,7 +229,9 @@ ALLOCATE = SagaDefinition(
                  fields=_some("shape", "gpu_count", "user_id", "priority", "spot", "pool", "tolerations", "fail_fast")),
         SagaStep("attach_network", ATTACH_NETWORK, fields=_some("node_id", "network_id"),
                  yields=("ip_address", "mac_address", "attachment", "tenant_networks")),
-        SagaStep("provision_volume", PROVISION_VOLUME, fields=_volume, yields=("volume_id", "exports")),
+        # an allocation that asks for no storage skips the step (quietly: the common case for a VM slice)
+        SagaStep("provision_volume", PROVISION_VOLUME, fields=_volume, yields=("volume_id", "exports"),
+                 requires=Needs("volumes", _wants_storage), quiet_skip=True),
         SagaStep("provision_node", PROVISION_NODE,
                  fields=_node, undo_fields=_pick("node_id"), subject=("node_id",),
                  yields=("instance", "instance.switch_port", "instance.hca_guids")),
@@ -286,7 +317,10 @@ RESCHEDULE = SagaDefinition(
         _MOVE["reserve_slots"],
         SagaStep("attach_network", ATTACH_NETWORK, fields=_keep_address,
                  yields=("ip_address", "mac_address", "attachment", "tenant_networks")),
-        _MOVE["provision_volume"], _MOVE["provision_node"], _MOVE["bind_port"], _MOVE["start_meter"],
+        # always: the allocation may have had volumes attached since it was created, and they must let its new
+        # address in
+        replace(_MOVE["provision_volume"], requires=None, quiet_skip=False),
+        _MOVE["provision_node"], _MOVE["bind_port"], _MOVE["start_meter"],
         _MOVE["activate"],
     ),
     on_failure=_FAILED,

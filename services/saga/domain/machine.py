@@ -133,8 +133,8 @@ class _Transition:
 
     def _invoke(self, step: SagaStep, attempt: int) -> None:
         ctx = context(self.saga, self.definition)
-        if step.requires and ctx.get(step.requires) is None:
-            self._set(step.name, INVOKE, "succeeded", attempt=0, detail=f"skipped: no {step.requires}",
+        if not step.has_work(ctx):
+            self._set(step.name, INVOKE, "succeeded", attempt=0, detail=f"skipped: no {step.needed}",
                       quiet=step.quiet_skip)
             return self._advance(step)
         if step.skip_if and ctx.get(step.skip_if):
