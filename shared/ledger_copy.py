@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import gc
 import multiprocessing
 import os
 from typing import Any
@@ -33,10 +34,12 @@ def workers() -> int:
 
 def _pool() -> concurrent.futures.ProcessPoolExecutor:
     # fork: a worker needs nothing but shared.chain_text, already imported here; spawn/forkserver would import
-    # the caller's __main__ again in each worker, longer than many a verify
+    # the caller's __main__ again in each worker, longer than many a verify. A forked worker freezes what it
+    # inherits (gc.freeze): the collector never finalizes the parent's objects (its connections) there, and a
+    # worker leaves by os._exit, without running the parent's exit handlers.
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else None)
-    return concurrent.futures.ProcessPoolExecutor(workers(), mp_context=context)
+    return concurrent.futures.ProcessPoolExecutor(workers(), mp_context=context, initializer=gc.freeze)
 
 
 async def walk_copy(conn: asyncpg.Connection, table: str, columns: tuple[tuple[str, str], ...],
