@@ -239,12 +239,18 @@ class TreeBuilder:
         self._stack: list[tuple[int, bytes]] = []   # (subtree size, subtree hash), sizes strictly decreasing
 
     def append(self, data: bytes) -> None:
-        size, h = 1, leaf_hash(data)
-        while self._stack and self._stack[-1][0] == size:
-            left_size, left = self._stack.pop()
-            size, h = size + left_size, node_hash(left, h)
-        self._stack.append((size, h))
-        self.size += 1
+        self.extend_leaves((leaf_hash(data),))
+
+    def extend_leaves(self, leaves: Sequence[bytes]) -> None:
+        """Append items given as their leaf hashes (``leaf_hash(item)``, e.g. computed elsewhere), in order."""
+        stack, sha256 = self._stack, hashlib.sha256
+        for h in leaves:
+            size = 1
+            while stack and stack[-1][0] == size:
+                left_size, left = stack.pop()
+                size, h = size + left_size, sha256(b"\x01" + left + h).digest()
+            stack.append((size, h))
+        self.size += len(leaves)
 
     def root(self) -> bytes:
         """The root of the items appended so far; does not change the builder."""

@@ -152,14 +152,14 @@ class Checked(NamedTuple):
     max_seq: int
     bad: int
     findings: list[tuple[int, int, bytes, bytes, bytes, bytes]]
-    seqs: list[int] | None          # every row's seq and recomputed hash, when asked for (checkpoints)
-    hashes: list[bytes] | None
+    seqs: list[int] | None          # every row's seq and the Merkle leaf hash of its recomputed hash (RFC 6962's
+    leaves: list[bytes] | None      # sha256(0x00 || hash)), when asked for (checkpoints)
 
 
 def check(columns: tuple[tuple[str, str], ...], data: bytes, limit: int, keep: bool) -> Checked:
     """Recompute the hash of each row of ``data`` (whole lines of COPY text) and check each row after the
     first against the one before it: seq one more, prev_hash equal to its row_hash, row_hash equal to the
-    recomputed hash. ``keep``: return every seq and recomputed hash too."""
+    recomputed hash. ``keep``: return every seq and the leaf hash of every recomputed hash too."""
     encode, i_seq, i_prev, i_hash = _table(columns)
     sha256, fromhex = hashlib.sha256, bytes.fromhex
     lines = data.decode("utf-8").split("\n")
@@ -167,7 +167,7 @@ def check(columns: tuple[tuple[str, str], ...], data: bytes, limit: int, keep: b
         lines.pop()
     findings: list[tuple[int, int, bytes, bytes, bytes, bytes]] = []
     seqs: list[int] | None = [] if keep else None
-    hashes: list[bytes] | None = [] if keep else None
+    leaves: list[bytes] | None = [] if keep else None
     first, bad, expected, prev_stored, stored, max_seq, seq, stored_text = None, 0, 0, b"", None, 0, 0, None
     for line in lines:
         row = line.split("\t")
@@ -186,6 +186,6 @@ def check(columns: tuple[tuple[str, str], ...], data: bytes, limit: int, keep: b
             max_seq = seq
         if keep:
             seqs.append(seq)
-            hashes.append(recomputed)
+            leaves.append(sha256(b"\x00" + recomputed).digest())
         expected, prev_stored = seq + 1, stored
-    return Checked(len(lines), first, seq, stored, max_seq, bad, findings, seqs, hashes)
+    return Checked(len(lines), first, seq, stored, max_seq, bad, findings, seqs, leaves)

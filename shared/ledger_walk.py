@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import hashlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import asyncpg
 
-from shared.chain import GENESIS, RowEncoder, TreeBuilder
+from shared.chain import GENESIS, RowEncoder, TreeBuilder, leaf_hash
 from shared.chain_text import Checked, supported
 from shared.ledger_copy import walk_copy
 
@@ -155,8 +155,7 @@ async def _walk_copy(conn: asyncpg.Connection, table: str, columns: tuple[tuple[
             _bad_entry(trial, *finding)
         trial.bad_entry_count += checked.bad - len(checked.findings)
         if checked.seqs is not None:
-            for seq, recomputed in zip(checked.seqs, checked.hashes):
-                marks.add(seq, recomputed)
+            marks.add_run(checked.seqs, checked.leaves, checked.max_seq)
         trial.entries += checked.rows
         trial.last_seq, trial.head_hash = checked.last_seq, checked.last_hash
         link[:] = [checked.last_seq + 1, checked.last_hash]
@@ -208,12 +207,25 @@ class _Marks:
 
     def add(self, seq: int, recomputed: bytes) -> None:
         """Row ``seq``, whose content hashes to ``recomputed``, is read (rows in the order read)."""
-        if seq >= self.before_at:
-            self.before(seq)
-        for tree in self.trees:
-            tree.append(recomputed)
-        if seq >= self.after_at:
+        if self.trees or seq >= self.before_at:
+            self.add_run((seq,), (leaf_hash(recomputed),), seq)
+        elif seq >= self.after_at:
             self.after(seq)
+
+    def add_run(self, seqs: Sequence[int], leaves: Sequence[bytes], last: int) -> None:
+        """Rows read in this order, with these seqs (``last`` the highest) and their recomputed hashes' leaf
+        hashes. A run that starts and ends no checkpoint goes into each tree in one call."""
+        if last < self.before_at and last < self.after_at:
+            for tree in self.trees:
+                tree.extend_leaves(leaves)
+            return
+        for seq, leaf in zip(seqs, leaves):
+            if seq >= self.before_at:
+                self.before(seq)
+            for tree in self.trees:
+                tree.extend_leaves((leaf,))
+            if seq >= self.after_at:
+                self.after(seq)
 
     def before(self, seq: int) -> None:
         """Row ``seq`` is read: judge the checkpoints whose last row was never read, and start a tree for

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from shared.chain import GENESIS, canonical, row_hash
+from shared.chain import GENESIS, canonical, leaf_hash, row_hash
 from shared.chain_text import Unsupported, check, supported, text_encoder, unescape
 
 COLUMNS = (("seq", "int8"), ("note", "text"), ("at", "timestamptz"), ("prev_hash", "bytea"),
@@ -90,7 +90,7 @@ def test_a_run_of_intact_rows_has_no_findings_and_gives_its_ends():
     assert (checked.rows, checked.bad, checked.findings) == (5, 0, [])
     assert checked.first == (1, GENESIS, hashes[0], hashes[0])
     assert (checked.last_seq, checked.last_hash, checked.max_seq) == (5, hashes[4], 5)
-    assert checked.seqs == [1, 2, 3, 4, 5] and checked.hashes == hashes
+    assert checked.seqs == [1, 2, 3, 4, 5] and checked.leaves == [leaf_hash(h) for h in hashes]
     assert check(COLUMNS, data, 100, False).seqs is None
 
 
