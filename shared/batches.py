@@ -62,6 +62,9 @@ log = structlog.get_logger()
 _TRACER = trace.get_tracer("tessera")   # resolves to the provider the runtime sets at start
 
 Handler = Callable[[UnitOfWork, Any], Awaitable[None]]
+# which of a batch's payloads the subscriber follows, read in one statement outside any transaction (the rest are
+# acknowledged untouched: no transaction, no inbox row)
+Interest = Callable[[asyncpg.Connection, list[Any]], Awaitable[list[bool]]]
 
 
 def _header_safe(text: str, limit: int = 1000) -> str:
@@ -92,12 +95,16 @@ class Batches:
     def __init__(self, service: str, consumer: str, msg: Message, handler: Handler, on_refused: Refusal | None, *,
                  outbox: Outbox, settings: BusSettings, pool: Callable[[], asyncpg.Pool],
                  js: Callable[[], JetStreamContext], lock: asyncio.Lock | None = None,
-                 step_key: Callable[[Any], str | None] | None = None):
+                 step_key: Callable[[Any], str | None] | None = None, interest: Interest | None = None):
         """``step_key``: for a saga participant's commands, the idempotency key a message's handler locks
-        (``shared.participant``): a batch of several locks and reads them all in one round trip first."""
+        (``shared.participant``): a batch of several locks and reads them all in one round trip first.
+        ``interest``: for a subscriber that follows a few of the messages on its subject (the paas, the
+        allocations that are its clusters' nodes), which of a batch it follows; the others are acknowledged
+        without a transaction. It must read only what was committed before any message it follows was sent,
+        so that what it ignores is what its handler would have found nothing to do for."""
         self.service, self.consumer, self.msg, self.handler, self.on_refused = service, consumer, msg, handler, on_refused
         self.outbox, self.settings, self._pool, self._js, self.lock = outbox, settings, pool, js, lock
-        self.step_key = step_key
+        self.step_key, self.interest = step_key, interest
         # the subject token that names the sending node, for an event that also names it in its payload
         # (what a node-agent sends: its events, and its commands to others, e.g. scheduler.report_topology; the
         # commands *to* a node-agent come from the gateway and the saga, and the agent refuses another node's)
@@ -110,6 +117,8 @@ class Batches:
         """Handle one fetched batch (never raises: what fails is retried, refused or dead-lettered)."""
         try:
             items = [item for raw in raws if (item := await self._parse(raw)) is not None]
+            if self.interest is not None and items:
+                items = await self._followed(items)
             if not items:
                 return
             heartbeat = asyncio.create_task(self._heartbeat([i.raw for i in items]))
@@ -126,6 +135,21 @@ class Batches:
             await self._settle(items)
         except Exception as exc:   # noqa: BLE001 - never let a batch kill the pump; the server redelivers
             log.error("consumer.batch_crashed", consumer=self.consumer, error=repr(exc))
+
+    async def _followed(self, items: list[_Item]) -> list[_Item]:
+        """The items the subscriber follows (``interest``); the others are acknowledged at once. When the check
+        fails, every item is handled as usual."""
+        try:
+            async with self._pool().acquire() as conn:
+                follows = await self.interest(conn, [i.data for i in items])
+        except Exception as exc:   # noqa: BLE001 - the handlers decide, as without a check
+            log.warning("consumer.interest_failed", consumer=self.consumer, error=repr(exc))
+            return items
+        ignored = [i for i, f in zip(items, follows, strict=True) if not f]
+        await asyncio.gather(*(i.raw.ack() for i in ignored))
+        for _ in ignored:
+            MESSAGES.labels(self.service, self.msg.type, "ignored").inc()
+        return [i for i, f in zip(items, follows, strict=True) if f]
 
     async def _parse(self, raw: Msg) -> _Item | None:
         """The message's envelope and payload, checked against the contract; a malformed message is

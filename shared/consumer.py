@@ -25,7 +25,7 @@ from nats.js.api import AckPolicy as JsAckPolicy
 from nats.js.api import ConsumerConfig
 from nats.js.errors import NotFoundError
 
-from .batches import Batches, Handler
+from .batches import Batches, Handler, Interest
 from .contract import Catalog, ContractViolation, Message, durable_name
 from .fairness import FairQueue, line_of
 from .observability import CONSUMER_PENDING
@@ -136,20 +136,22 @@ class Consumers:
     def subscribe(self, type_: str, handler: Handler, *, subject_params: dict[str, str] | None = None,
                   durable: str | None = None, max_workers: int | None = None, batch_size: int | None = None,
                   leader_only: bool = False, on_refused: Refusal | None = None, exclusive: bool = False,
-                  step_key: Callable[[Any], str | None] | None = None) -> str:
+                  step_key: Callable[[Any], str | None] | None = None, interest: Interest | None = None) -> str:
         """Consume ``type_`` with ``handler``. ``on_refused(ctx, data, reason)`` publishes the service's refusal
         when the handler fails for a reason no retry can fix (``permanent``): it runs in a new unit of work
         (the handler's rolled back) that also records the inbox row, then the message is acknowledged.
         Without it such a message is dead-lettered at once.
 
         ``batch_size`` messages at most are handled in one transaction (1 for a handler that does slow
-        work outside the database, e.g. a driver call), ``max_workers`` such transactions at once."""
+        work outside the database, e.g. a driver call), ``max_workers`` such transactions at once. ``interest``
+        (``Batches``): which messages of a batch the handler follows, the others acknowledged without a
+        transaction."""
         msg = self.catalog.check_receive(self.service, type_)
         subject = msg.render_subject(**subject_params) if subject_params else msg.wildcard()
         name = durable or durable_name(self.service, type_)
         batches = Batches(self.service, name, msg, handler, on_refused, outbox=self.outbox, settings=self.settings,
                           pool=self._pool, js=lambda: self.broker.connection.jetstream(),
-                          lock=self.exclusive if exclusive else None, step_key=step_key)
+                          lock=self.exclusive if exclusive else None, step_key=step_key, interest=interest)
         sub = _Subscription(name, subject, self.catalog.owner(type_).stream, batches,
                             batch=batch_size or self.settings.batch_size,
                             workers=max_workers or self.settings.max_workers)

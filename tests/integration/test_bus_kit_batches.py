@@ -145,6 +145,30 @@ async def test_a_batch_of_saga_notices_is_handled_in_one_transaction_at_its_firs
         await rt.stop()
 
 
+async def test_messages_the_subscriber_does_not_follow_are_acknowledged_without_a_transaction(infra, probe_env, nc):
+    """An ``interest`` that follows even pings: the odd ones have no effect, no inbox row, and are not redelivered;
+    the even ones are handled in one transaction as usual."""
+    envs = await publish_pings(nc.jetstream(), [{"n": n} for n in range(6)])
+    rt = batchprobe.build(infra.nats_url, probe_env, nkey_file=infra.nkey_file("admin"), even_only=True)
+    await rt.start()
+    try:
+        done = await eventually(lambda: effects(probe_env), until=lambda rows: len(rows) >= 3, timeout=30,
+                                what="the even pings' effects")
+        assert [r["n"] for r in done] == [0, 2, 4] and len({r["txid"] for r in done}) == 1
+        info = await eventually(lambda: nc.jetstream().consumer_info(batchprobe.STREAM, batchprobe.CONSUMER),
+                                until=lambda i: i.num_ack_pending == 0 and i.num_pending == 0, timeout=30,
+                                what="every ping acknowledged")
+        assert info.delivered.consumer_seq == 6          # each delivered once: none was redelivered
+        async with rt.pool.acquire() as conn:
+            inbox = {r["event_id"] for r in await conn.fetch(
+                "SELECT event_id FROM inbox WHERE consumer=$1 AND event_id = ANY($2::uuid[])",
+                batchprobe.CONSUMER, [e.id for e in envs])}
+        assert inbox == {envs[n].id for n in (0, 2, 4)}
+        assert [r["n"] for r in await effects(probe_env)] == [0, 2, 4]
+    finally:
+        await rt.stop()
+
+
 async def test_a_message_emitted_in_a_savepoint_the_handler_rolled_back_is_never_published(infra, probe_env, nc, watch):
     js = nc.jetstream()
     pinged = await watch("batchprobe.evt.pinged")

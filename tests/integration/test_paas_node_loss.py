@@ -9,6 +9,7 @@ import pytest
 
 from services.paas.bootstrap import build
 from services.paas.settings import PaasSettings
+from shared.contract import durable_name, stream_name
 from tests.support.bus import publish_event, send_command
 from tests.support.paas import (
     RecordingRuntime,
@@ -160,3 +161,35 @@ async def test_a_node_the_driver_cannot_move_fails_the_cluster_saying_why(paas):
         await released(js, cmd["tenant_id"], a)
     gone = await state_of(events, cmd["cluster_id"], "failed")
     assert gone["reason"] == "node head-0 was lost and could not be brought back: a Ray cluster keeps its head"
+
+
+async def test_the_events_of_allocations_that_are_no_paas_node_are_acknowledged_untouched(run_service, nc, watch,
+                                                                                            tmp_path):
+    """Every allocation's events reach the paas. Those of an allocation that is no cluster's (or spot offering's)
+    node are acknowledged without a transaction, leaving no inbox row; a node's are handled as before."""
+    runtime = RecordingRuntime()
+    rt = await run_service("paas", partial(build, paas=PaasSettings(state_dir=str(tmp_path), reconcile_s=0.05),
+                                           runtimes={"slurm": runtime, "ray": runtime}))
+    paas = (runtime, nc.jetstream(), await watch("paas.evt.>"), await watch("scheduler.cmd.>"),
+            await watch("allocation.cmd.>"))
+    js, events = paas[1], paas[2]
+    cmd, members, _ = await ready_cluster(paas, n=2, name="mixed")
+
+    def release(alloc):
+        return publish_event(js, "allocation.released", {
+            "allocation_id": alloc, "tenant_id": cmd["tenant_id"], "state": "RELEASED", "at": AT,
+            "saga_id": str(uuid.uuid4()), "step": "mark_released", "idempotency_key": "x"}, tenant_id=cmd["tenant_id"])
+    plain = await release(str(uuid.uuid4()))          # another allocation of the same tenant
+    mine = await release(members[1])
+    gone = await eventually(lambda: [e[1]["data"] for e in events.items if e[1]["type"] == "paas.cluster_changed"
+                                     and node_states(e[1]["data"]).get("mixed-1") == "released"],
+                            timeout=20, what="the node's release handled")
+    assert node_states(gone[0])["mixed-0"] == "ready"
+    consumer = durable_name("paas", "allocation.released")
+    await eventually(lambda: js.consumer_info(stream_name("allocation"), consumer),
+                     until=lambda i: i.num_ack_pending == 0 and i.num_pending == 0, timeout=20,
+                     what="both releases acknowledged")
+    async with rt.pool.acquire() as conn:
+        handled = {r["event_id"] for r in await conn.fetch(
+            "SELECT event_id FROM inbox WHERE consumer=$1 AND event_id = ANY($2::uuid[])", consumer, [plain.id, mine.id])}
+    assert handled == {mine.id}

@@ -24,6 +24,15 @@ def _cluster(row: asyncpg.Record, members: list[asyncpg.Record]) -> Cluster:
     return Cluster(**fields, members=[Member(**{k: m[k] for k in _MEMBER}) for m in members])
 
 
+async def followed(conn: asyncpg.Connection, allocation_ids: list[uuid.UUID]) -> set[uuid.UUID]:
+    """Which of the allocations are, or were, a cluster's node or a spot offering's: those whose events the paas
+    follows (every allocation's events reach it). One statement, on the caller's connection."""
+    rows = await conn.fetch(
+        "SELECT a FROM unnest($1::uuid[]) a WHERE EXISTS (SELECT 1 FROM members m WHERE m.allocation_id = a) "
+        "OR EXISTS (SELECT 1 FROM spot_nodes s WHERE s.allocation_id = a)", allocation_ids)
+    return {r["a"] for r in rows}
+
+
 class PgClusters:
     def __init__(self, conn: asyncpg.Connection):
         self.conn = conn

@@ -13,11 +13,13 @@ ignored (every allocation's events reach this consumer).
 """
 from __future__ import annotations
 
+import asyncpg
+
 from services.allocation import contracts as ac
 from services.network import contracts as nc
 from shared.unit_of_work import UnitOfWork
 
-from ..adapters.repository import PgClusters
+from ..adapters.repository import PgClusters, followed
 from ..domain.clusters import AWAY, Cluster, Member
 from . import spot
 from .clusters import publish
@@ -81,6 +83,15 @@ async def gang_rejected(ctx: UnitOfWork, evt) -> None:
     else:
         cl.state, cl.reason = "failed", f"{evt.code}: {evt.reason}"
     await publish(ctx, cl)
+
+
+async def follows(conn: asyncpg.Connection, events: list) -> list[bool]:
+    """Which of a batch of events about allocations (their ``allocation_id``) the paas follows: those of a cluster's
+    nodes and of spot nodes. Every allocation's events reach it; the others are acknowledged without a transaction
+    (the ``interest`` of their subscriptions). A node's row is written before its allocation is requested, so no
+    event the handlers would act on is ever ignored."""
+    ours = await followed(conn, [e.allocation_id for e in events])
+    return [e.allocation_id in ours for e in events]
 
 
 async def network_attached(ctx: UnitOfWork, evt: nc.NetworkAttached) -> None:
