@@ -10,6 +10,7 @@ import asyncpg
 
 from ..domain.pricing import PriceList
 from ..domain.usage import Rating, UsageRecord, version_from_doc
+from .repository import HOUR_SUMS, HourTotals, hour_totals, totals_by_hour
 
 PROVIDER = "tessera"
 PRICE_LIST_LOCK = "billing.price_lists"
@@ -57,23 +58,36 @@ async def store_version(conn: asyncpg.Connection, doc: dict, effective_from: dat
         doc["version"], doc["currency"], effective_from, body, published_by)
 
 
-async def record_usage(conn: asyncpg.Connection, rated: list[tuple[UsageRecord, Rating, int]]) -> None:
-    """Insert the records (each rated, with its ledger seq) in one statement; one already there (same source
-    and event_id) is left as it is."""
-    if not rated:
-        return
+async def record_usage(conn: asyncpg.Connection, rated: list[tuple[UsageRecord, Rating, int]],
+                       hours: list[tuple[uuid.UUID, datetime]]) -> dict[tuple[uuid.UUID, datetime], HourTotals]:
+    """Insert the records (each rated, with its ledger seq) and return the totals of ``hours`` (tenant, UTC hour)
+    with them, in one statement; a record already there (same source and event_id) is left as it is.
+
+    The sums are the rows there before the statement (its snapshot: repository.HOUR_SUMS) plus those it
+    inserted (RETURNING): one round trip under the ledger's lock instead of an insert and a read."""
     cols = list(zip(*((r.source, r.event_id, r.kind, r.tenant_id, r.user_id, r.allocation_id, r.volume_id, r.shape,
                        r.gpu_model, r.pool, r.spot, r.gpu_count, r.storage_class, r.period_start, r.period_end,
                        r.quantity_text, g.amount_minor, g.currency, g.rated, g.price_version, g.sku_price_id,
                        g.reason, seq) for r, g, seq in rated)))
-    await conn.execute(
-        "INSERT INTO usage_records (source, event_id, kind, tenant_id, user_id, allocation_id, volume_id, shape, "
-        "gpu_model, pool, spot, gpu_count, storage_class, period_start, period_end, quantity, amount_minor, currency, "
-        "rated, price_version, sku_price_id, reason, ledger_seq) SELECT * FROM unnest($1::text[], $2::text[], "
-        "$3::text[], $4::uuid[], $5::uuid[], $6::uuid[], $7::uuid[], $8::text[], $9::text[], $10::text[], $11::bool[], "
-        "$12::int[], $13::text[], $14::timestamptz[], $15::timestamptz[], $16::numeric[], $17::bigint[], $18::text[], "
-        "$19::bool[], $20::text[], $21::text[], $22::text[], $23::bigint[]) ON CONFLICT (source, event_id) DO NOTHING",
-        *map(list, cols))
+    if not cols:
+        return await hour_totals(conn, hours) if hours else {}
+    rows = await conn.fetch(
+        "WITH ins AS (INSERT INTO usage_records (source, event_id, kind, tenant_id, user_id, allocation_id, volume_id, "
+        "shape, gpu_model, pool, spot, gpu_count, storage_class, period_start, period_end, quantity, amount_minor, "
+        "currency, rated, price_version, sku_price_id, reason, ledger_seq) SELECT * FROM unnest($1::text[], "
+        "$2::text[], $3::text[], $4::uuid[], $5::uuid[], $6::uuid[], $7::uuid[], $8::text[], $9::text[], $10::text[], "
+        "$11::bool[], $12::int[], $13::text[], $14::timestamptz[], $15::timestamptz[], $16::numeric[], $17::bigint[], "
+        "$18::text[], $19::bool[], $20::text[], $21::text[], $22::text[], $23::bigint[]) "
+        "ON CONFLICT (source, event_id) DO NOTHING "
+        "RETURNING tenant_id, period_start, kind, rated, currency, quantity, amount_minor), "
+        "h AS (SELECT * FROM unnest($24::uuid[], $25::timestamptz[]) AS h(tenant_id, hour)), "
+        f"x AS ({HOUR_SUMS.format(pairs='h')} UNION ALL SELECT h.tenant_id, h.hour, i.kind, i.rated, i.currency, "
+        "i.quantity, i.amount_minor, 1 FROM h JOIN ins i ON i.tenant_id = h.tenant_id AND i.period_start >= h.hour "
+        "AND i.period_start < h.hour + interval '1 hour') "
+        "SELECT tenant_id, hour, kind, rated, currency, sum(quantity) AS quantity, sum(amount) AS amount, "
+        "sum(n)::bigint AS n FROM x GROUP BY tenant_id, hour, kind, rated, currency",
+        *map(list, cols), [t for t, _ in hours], [h for _, h in hours])
+    return totals_by_hour(rows, hours)
 
 
 async def new_records(conn: asyncpg.Connection, records: list[UsageRecord]) -> list[UsageRecord]:

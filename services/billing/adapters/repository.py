@@ -73,23 +73,28 @@ class HourTotals:
     records: int = 0
 
 
-HOUR_TOTALS = (
-    "SELECT h.tenant_id, h.hour, u.kind, u.rated, u.currency, u.quantity, u.amount, u.n "
-    "FROM unnest($1::uuid[], $2::timestamptz[]) AS h(tenant_id, hour) CROSS JOIN LATERAL ("
-    "SELECT kind, rated, currency, sum(quantity) AS quantity, sum(amount_minor) AS amount, count(*) AS n "
-    "FROM usage_records WHERE tenant_id = h.tenant_id AND period_start >= h.hour "
-    "AND period_start < h.hour + interval '1 hour' GROUP BY kind, rated, currency) AS u")
+# each (tenant, hour) of h(tenant_id, hour) summed in a subquery of its own (LATERAL), so the table is only ever
+# read through the index, whatever its statistics say: a join of the pairs with the table was planned, while
+# the table had no statistics yet (a new or fast-growing one), as a hash join over all of it
+HOUR_SUMS = ("SELECT h.tenant_id, h.hour, u.kind, u.rated, u.currency, u.quantity, u.amount, u.n FROM {pairs} "
+             "CROSS JOIN LATERAL (SELECT kind, rated, currency, sum(quantity) AS quantity, "
+             "sum(amount_minor) AS amount, count(*) AS n FROM usage_records WHERE tenant_id = h.tenant_id "
+             "AND period_start >= h.hour AND period_start < h.hour + interval '1 hour' "
+             "GROUP BY kind, rated, currency) AS u")
+HOUR_TOTALS = HOUR_SUMS.format(pairs="unnest($1::uuid[], $2::timestamptz[]) AS h(tenant_id, hour)")
 
 
 async def hour_totals(conn: asyncpg.Connection,
                       hours: list[tuple[uuid.UUID, datetime]]) -> dict[tuple[uuid.UUID, datetime], HourTotals]:
     """Each (tenant, hour)'s usage records whose period starts in [hour, hour + 1 h), summed, in one query
-    (index usage_records_tenant); every pair asked for is in the answer (zeros when it has none).
+    (index usage_records_tenant, see HOUR_SUMS); every pair asked for is in the answer (zeros when it has
+    none)."""
+    return totals_by_hour(await conn.fetch(HOUR_TOTALS, [t for t, _ in hours], [h for _, h in hours]), hours)
 
-    Each pair is summed in a subquery of its own (LATERAL), so the table is only ever read through the index,
-    whatever its statistics say: a join of the pairs with the table was planned, while the table had no
-    statistics yet (a new or fast-growing one), as a hash join over all of it, and its time grew with it."""
-    rows = await conn.fetch(HOUR_TOTALS, [t for t, _ in hours], [h for _, h in hours])
+
+def totals_by_hour(rows: list[asyncpg.Record],
+                   hours: list[tuple[uuid.UUID, datetime]]) -> dict[tuple[uuid.UUID, datetime], HourTotals]:
+    """Rows of sums (tenant_id, hour, kind, rated, currency, quantity, amount, n) as each pair's totals."""
     out = {key: HourTotals() for key in hours}
     for r in rows:
         totals = out[(r["tenant_id"], r["hour"])]

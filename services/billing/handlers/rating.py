@@ -29,6 +29,7 @@ from ..domain.usage import Rating, UsageRecord, meter_records, rate, storage_rec
 from .budgets import budgeted
 from .budgets import usage_recorded as check_budgets
 from .invoices import Billed, bill, invoice_statuses, open_invoices
+from .rollups import touched
 from .rollups import usage_recorded as roll_up
 
 log = structlog.get_logger()
@@ -66,11 +67,11 @@ async def rate_and_record(ctx: UnitOfWork, records: list[UsageRecord], *, correl
     appended = await PgLedger(conn).record_many(charges)
     opened = await open_invoices(ctx, list(zip(new, ratings)), grace_s=grace_s, known=statuses)
     rated = [(r, rating, a.seq) for r, rating, a in zip(new, ratings, appended)]
-    await repo.record_usage(conn, rated)
+    sums = await repo.record_usage(conn, rated, touched(new))   # the rollups' sums, with the new records
     billed = await bill(ctx, opened, [a.seq for a in appended])
     await _emit_rated(ctx, rated, billed, correlation_id)
     ctx.on_commit(lambda: _count([(r.kind, rating) for r, rating in zip(new, ratings)]))
-    await roll_up(ctx, new)
+    await roll_up(ctx, new, sums=sums)
     await check_budgets(ctx, tenants, budgets=budgets)
     return len(new)
 

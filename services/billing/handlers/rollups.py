@@ -2,7 +2,8 @@
 
 After new usage records are stored (rating.rate_and_record, in its transaction), each (tenant, UTC hour of a
 record's period_start) they touched is summed again from ``usage_records`` (GPU-seconds, byte-seconds, rated
-amounts per currency, records) and published as ``billing.usage_rolled_up``: the latest event per (tenant,
+amounts per currency, records; rating has the statement that stores the records return them: ``touched`` and
+adapters.rating.record_usage) and published as ``billing.usage_rolled_up``: the latest event per (tenant,
 hour) is current. The sums cannot miss a concurrent writer's records: every transaction that stores usage
 appends to the ledger, whose append lock it holds until it commits, so they run one after the other.
 """
@@ -15,7 +16,7 @@ from shared.envelope import utcnow
 from shared.unit_of_work import UnitOfWork
 
 from .. import contracts as c
-from ..adapters.repository import hour_totals
+from ..adapters.repository import HourTotals, hour_totals
 from ..domain.usage import UsageRecord, hour_of
 
 
@@ -23,12 +24,18 @@ def _decimal(d) -> str:
     return format(d, "f")
 
 
-async def usage_recorded(ctx: UnitOfWork, records: list[UsageRecord]) -> None:
-    """Publish billing.usage_rolled_up for each (tenant, UTC hour) the new ``records`` changed (summed in one
-    query)."""
-    touched: set[tuple[uuid.UUID, datetime]] = {(r.tenant_id, hour_of(r.period_start)) for r in records}
+def touched(records: list[UsageRecord]) -> list[tuple[uuid.UUID, datetime]]:
+    """The (tenant, UTC hour) pairs the ``records`` count in, each once, in order."""
+    return sorted({(r.tenant_id, hour_of(r.period_start)) for r in records})
+
+
+async def usage_recorded(ctx: UnitOfWork, records: list[UsageRecord], *,
+                         sums: dict[tuple[uuid.UUID, datetime], HourTotals] | None = None) -> None:
+    """Publish billing.usage_rolled_up for each (tenant, UTC hour) the new ``records`` changed: ``sums``, the
+    totals of ``touched(records)`` read once the records were stored, else summed now in one query."""
     at = utcnow()
-    sums = await hour_totals(ctx.conn, sorted(touched))
+    if sums is None:
+        sums = await hour_totals(ctx.conn, touched(records))
     by_tenant: dict[uuid.UUID, list] = {}
     for (tenant_id, hour), t in sums.items():
         by_tenant.setdefault(tenant_id, []).append(("billing.usage_rolled_up", c.UsageRolledUp(
