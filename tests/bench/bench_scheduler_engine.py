@@ -291,7 +291,10 @@ def main(argv: list[str] | None = None) -> dict:
                     help="node counts, comma- or space-separated (100,000: --nodes 1000,10000,100000)")
     ap.add_argument("--ops", type=int, default=60_000)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--rack-count", action="store_true", help="only: CPU time of one gang's rack count and fill")
     args = ap.parse_args(argv)
+    if args.rack_count:
+        return rack_count(args.seed)
     started = time.perf_counter()
     baseline = dict_baseline()
     sizes = {}
@@ -324,6 +327,33 @@ def main(argv: list[str] | None = None) -> dict:
           f"dict-update baseline {baseline:,.0f}/s; {result['wall_s']} s", file=sys.stderr)
     print(json.dumps(result))
     return result
+
+
+def rack_count(seed: int, calls: int = 200) -> dict:
+    """CPU time of ``gang._by_rack`` (the racks' room counted, the chosen racks filled, nothing kept) at 10,000
+    nodes of 8 GPUs, 32 per rack, half of them in the measured (pool, model), with ~60 % of its GPUs held."""
+    from services.scheduler.domain import gang
+    rng, inv = random.Random(seed), Inventory()
+    slot_map = derive_slot_map(sim_topology("bench", "hgx-h100-8"))[0]
+    for i in range(10_000):
+        inv.upsert_node(NodeState(uuid.UUID(int=i + 1), f"n{i}", ("shared", "spot")[i % 2], "H100", "r", "s",
+                                  f"rack-{i // 32}", {}, {}, False, slot_map, True))
+    tenant = uuid.uuid4()
+    for _ in range(9_000):
+        r = Request(uuid.uuid4(), tenant, STANDARD_SHAPES[rng.choice(["vm.1gpu", "vm.2gpu", "vm.4gpu"])], pool="shared")
+        p = inv.place(r)
+        if p is not None:
+            inv.hold(r.allocation_id, r, p)
+    out = {}
+    for shape, n in (("vm.1gpu", 8), ("vm.2gpu", 6), ("vm.4gpu", 4), ("vm.8gpu", 4), ("bm.8gpu", 3)):
+        reqs = [Request(uuid.uuid4(), tenant, STANDARD_SHAPES[shape], pool="shared") for _ in range(n)]
+        t0 = time.process_time()
+        for _ in range(calls):
+            gang._by_rack(inv, reqs, ("shared", "H100"), False)
+        out[f"{shape}x{n}"] = round(1000 * (time.process_time() - t0) / calls, 3)
+    print(f"gang rack count and fill, CPU ms per call at 10,000 nodes: {out}", file=sys.stderr)
+    print(json.dumps({"bench": "scheduler_rack_count", "cpu_ms_per_call": out}))
+    return out
 
 
 if __name__ == "__main__":
