@@ -3,7 +3,7 @@
 checked by shared.chain_text.check — in a pool of worker processes (one per CPU) for a chain of at least
 POOL_MIN_ROWS rows, in this process for a shorter one (a pool costs more than it saves there). This process
 checks what no slice can: the link and seq between one slice's last row and the next one's first, and the
-checkpoints (their Merkle trees, from the recomputed hashes the slices return when there are checkpoints).
+checkpoints (their Merkle trees, from the leaf hashes the slices return when there are checkpoints).
 Slices are judged in order, so findings are those of the record walk, in the same order.
 
 ``walk_copy`` returns False, having left ``result`` and the trees as they were, when a value is outside what
@@ -29,6 +29,9 @@ _SETTINGS = {"TimeZone": "UTC", "DateStyle": "ISO, MDY", "bytea_output": "hex"}
 
 
 def workers() -> int:
+    """The CPUs this process may run on (its affinity, where the system has one), at least 1."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
     return max(1, os.cpu_count() or 1)
 
 
@@ -45,7 +48,7 @@ def _pool() -> concurrent.futures.ProcessPoolExecutor:
 async def walk_copy(conn: asyncpg.Connection, table: str, columns: tuple[tuple[str, str], ...],
                     judge: Any, keep: bool, limit: int) -> bool:
     """Stream ``table`` (quoted) in seq order as COPY text and hand each slice's ``Checked`` to ``judge``
-    (``judge(checked)``, in row order). ``keep``: the slices return every seq and recomputed hash. Must run
+    (``judge(checked)``, in row order). ``keep``: the slices return every seq and leaf hash. Must run
     inside a transaction (the settings the text relies on are set for it, and put back after)."""
     last = await conn.fetchval(f"SELECT max(seq) FROM {table}")
     pool = _pool() if last is not None and last >= POOL_MIN_ROWS and workers() > 1 else None
