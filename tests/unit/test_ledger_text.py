@@ -4,6 +4,7 @@ outside what is decoded are refused (the walk then reads records), and a run of 
 links and seqs, its first row left to the caller."""
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import hashlib
 import uuid
@@ -115,3 +116,39 @@ def test_a_null_hash_is_refused():
     data, _ = lines(2, lambda seq, line: line.update(prev_hash="\\N") if seq == 2 else None)
     with pytest.raises(Unsupported):
         check(COLUMNS, data, 10, False)
+
+
+async def test_slices_checked_while_the_stream_waited_are_judged_in_order_without_a_backlog(monkeypatch):
+    """The stream over an executor (threads here): three slices wait behind a gate while the stream, one slice
+    past its backlog, waits for the first; once they are all checked, each is judged once, in order."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from shared import ledger_copy
+    from tests.support.polling import eventually
+
+    gate, started = threading.Event(), []
+
+    def gated(*args):
+        started.append(args)
+        gate.wait(10)
+        return check(*args)
+    monkeypatch.setattr(ledger_copy, "SLICE_BYTES", 1)
+    monkeypatch.setattr(ledger_copy, "workers", lambda: 1)      # a backlog of 2 slices
+    monkeypatch.setattr(ledger_copy, "check", gated)
+    data, hashes = lines(6)
+    judged = []
+    with ThreadPoolExecutor(6) as pool:
+        stream = ledger_copy._Stream(COLUMNS, judged.append, True, 10, pool)
+
+        async def feed():
+            for line in data.splitlines(keepends=True):
+                await stream.take(line)
+        feeder = asyncio.create_task(feed())
+        await eventually(lambda: len(started), until=lambda n: n == 3, timeout=10)   # the feeder waits for the 1st
+        gate.set()
+        await feeder
+        await stream.finish()
+    assert stream.failed is None
+    assert [c.first[0] for c in judged] == [1, 2, 3, 4, 5, 6]
+    assert [c.first[2] for c in judged] == hashes
