@@ -56,7 +56,7 @@ from .outbox import Outbox
 from .refusals import PermanentError, Refusal, permanent, refusal_reason
 from .settings import BusSettings
 from .streams import DEAD_LETTER_PREFIX
-from .unit_of_work import UnitOfWork, Writes
+from .unit_of_work import RunUnderSavepoint, UnitOfWork, Writes
 
 log = structlog.get_logger()
 _TRACER = trace.get_tracer("tessera")   # resolves to the provider the runtime sets at start
@@ -189,11 +189,13 @@ class Batches:
         outside the database to its after-commit callbacks, or be able to find it stale: it may run twice
         before anything commits.) In that first run the handlers may also leave work of one kind to be done
         once for them all just before the batch writes (``Writes.later``, e.g. the scheduler's claims); when it
-        fails, the batch is run again the same way."""
+        fails, the batch is run again the same way. A handler that raises ``RunUnderSavepoint`` in the first run
+        (a saga step refused, whose own writes must be undone alone: ``UnitOfWork.optimistic``) has the batch run
+        again that way even when it is alone in it."""
         try:
             await self._attempt(items, isolated=False)
-        except _HandlerFailed:
-            if len(items) > 1:
+        except _HandlerFailed as failed:
+            if len(items) > 1 or isinstance(failed.__cause__, RunUnderSavepoint):
                 await self._attempt(items, isolated=True)
 
     async def _attempt(self, items: list[_Item], *, isolated: bool) -> None:
@@ -215,6 +217,7 @@ class Batches:
                     fresh.discard(item.env.id)
                     uow = UnitOfWork(conn, self.outbox, name=self.consumer, causation=item.env, defer=True,
                                      writes=writes)
+                    uow.optimistic = not isolated
                     try:
                         if isolated:
                             async with uow.conn.transaction():     # a savepoint that also drops what it kept

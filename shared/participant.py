@@ -33,7 +33,7 @@ import structlog
 
 from .refusals import permanent, refusal_reason, text_safe
 from .steps import Step
-from .unit_of_work import UnitOfWork
+from .unit_of_work import RunUnderSavepoint, UnitOfWork
 from .wire import StepCommand, UndoCommand
 
 log = structlog.get_logger()
@@ -150,11 +150,17 @@ def over(repository: Callable[[asyncpg.Connection], Any],
 
 
 async def invoke(ctx: UnitOfWork, cmd: StepCommand, action: Callable[[asyncpg.Connection, StepCommand], Awaitable[dict]],
-                 *, step: Step, sim_faults: bool = False, subject_params: dict[str, str] | None = None) -> None:
+                 *, step: Step, sim_faults: bool = False, subject_params: dict[str, str] | None = None,
+                 optimistic: bool = False) -> None:
     """Run ``action`` (returns the reply's extra fields, or raises StepRejected) once per idempotency key;
     a repeat gets the recorded reply (``step``'s ok or failed). An error no retry can fix raised by the
     action (``shared.refusals.permanent``: invalid data, an unknown reference, PermanentError) is the step's
-    failure too, with its reason: the saga compensates at once instead of waiting out its deadline."""
+    failure too, with its reason: the saga compensates at once instead of waiting out its deadline.
+
+    The action runs under a savepoint, so that a rejected step leaves nothing behind; ``optimistic`` (an action
+    whose work is all in the database) saves that savepoint's two round trips in the consumer kit's first run of
+    a batch (``UnitOfWork.optimistic``): a rejection there rolls the batch back (``RunUnderSavepoint``) and the kit
+    runs it again at once, each handler under a savepoint, where the action runs under its own as always."""
     conn = ctx.conn
     outcome = await recorded(ctx, cmd.idempotency_key)
     if outcome is None:
@@ -165,8 +171,11 @@ async def invoke(ctx: UnitOfWork, cmd: StepCommand, action: Callable[[asyncpg.Co
         try:
             if fault == "fail":
                 raise StepRejected(f"injected fault at {cmd.step}")
-            async with conn.transaction():   # a savepoint: a rejected step leaves nothing behind
-                outcome = Outcome("done", await action(conn, cmd))
+            if optimistic and ctx.optimistic:
+                outcome = await _without_savepoint(conn, cmd, action)
+            else:
+                async with conn.transaction():   # a savepoint: a rejected step leaves nothing behind
+                    outcome = Outcome("done", await action(conn, cmd))
         except StepRejected as rej:
             outcome = Outcome("failed", {"reason": text_safe(rej.reason, 4000)})   # storable even if it quotes a NUL
         except Exception as exc:
@@ -176,6 +185,17 @@ async def invoke(ctx: UnitOfWork, cmd: StepCommand, action: Callable[[asyncpg.Co
             outcome = Outcome("failed", {"reason": refusal_reason(exc)})
         await _record(ctx, cmd.idempotency_key, outcome.status, outcome.result)
     await answer(ctx, step, cmd, outcome, subject_params=subject_params)
+
+
+async def _without_savepoint(conn: asyncpg.Connection, cmd: StepCommand,
+                             action: Callable[[asyncpg.Connection, StepCommand], Awaitable[dict]]) -> Outcome:
+    """The action, in a transaction the kit rolls back whole and runs again should it be rejected."""
+    try:
+        return Outcome("done", await action(conn, cmd))
+    except Exception as exc:
+        if isinstance(exc, StepRejected) or permanent(exc):
+            raise RunUnderSavepoint(f"{cmd.step} was refused: what it wrote must be undone alone") from exc
+        raise
 
 
 async def undo(ctx: UnitOfWork, cmd: UndoCommand, action: Callable[[asyncpg.Connection, UndoCommand], Awaitable[dict]],

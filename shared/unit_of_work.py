@@ -42,6 +42,11 @@ _RECORD_AND_SEND = (f"WITH recorded AS ({_RECORD.format('$6', '$7', '$8')}) "
                     "SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::bytea[])")
 
 
+class RunUnderSavepoint(Exception):
+    """Raised by a handler of an ``optimistic`` unit of work whose work failed in part and must be undone alone:
+    the consumer kit rolls the batch back and runs it again at once, each handler under a savepoint."""
+
+
 class Later(Protocol):
     """Work several handlers of one batch left to be done at once before the batch writes (``Writes.later``)."""
 
@@ -147,6 +152,9 @@ class UnitOfWork:
         self.conn = _Connection(conn, self) if conn is not None else conn
         self.outbox, self.name, self.causation, self.defer = outbox, name, causation, defer
         self.writes = writes if writes is not None else Writes()
+        # the consumer kit's first run of a batch: no savepoint around the handler, and the whole batch is run
+        # again, each handler under a savepoint, when one raises RunUnderSavepoint (shared.participant.invoke)
+        self.optimistic = False
         self._after_commit: list[Callable[[], Awaitable[None]]] = []
         self._queued: list[Row] = []   # the outbox rows it wrote, handed to the relay once committed
 

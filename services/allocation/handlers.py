@@ -245,11 +245,12 @@ async def activate(ctx: UnitOfWork, cmd: c.ActivateAllocation, *, sim_faults: bo
     INTERRUPTED allocation's activation (the reschedule saga's last step) also emits allocation.rescheduled."""
     async def step(allocations: AllocationRepository, command: c.ActivateAllocation) -> dict:
         return await activate_step(allocations, command, publish=lambda ev: _emit(ctx, ev))
-    await invoke(ctx, cmd, over(repository, step), step=c.ACTIVATE, sim_faults=sim_faults)
+    await invoke(ctx, cmd, over(repository, step), step=c.ACTIVATE, sim_faults=sim_faults, optimistic=True)
 
 
 async def mark_released(ctx: UnitOfWork, cmd: c.MarkReleased, *, sim_faults: bool = False,
                         repository: RepositoryFactory = PgAllocationRepository) -> None:
     """Saga step: RELEASING → RELEASED, replies released; from any other state it changes nothing and
     replies release_failed (a PermanentError, which no retry fixes)."""
-    await invoke(ctx, cmd, over(repository, mark_released_step), step=c.MARK_RELEASED, sim_faults=sim_faults)
+    await invoke(ctx, cmd, over(repository, mark_released_step), step=c.MARK_RELEASED, sim_faults=sim_faults,
+                 optimistic=True)

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from shared import participant
 from shared.contract import Message, ServiceContract
 from shared.envelope import Envelope
+from shared.participant import StepRejected
 from shared.refusals import PermanentError
 from shared.steps import Step
 from shared.wire import StepCommand, StepFailure, StepReply, step_key
@@ -57,6 +58,9 @@ class StepDone(StepReply):
 
 STEP = Step.declare("kitprobe", command=("do_step", DoStep, "Saga step: store a label."),
                     ok=("step_done", StepDone, "Stored."), failed=("step_failed", StepFailure, "Not stored."))
+# the same, run optimistically (participant.invoke(optimistic=True)): no savepoint in the kit's first run
+QUICK = Step.declare("kitprobe", command=("do_quickly", DoStep, "Saga step: store a label, no savepoint first."),
+                     ok=("done_quickly", StepDone, "Stored."), failed=("refused_quickly", StepFailure, "Not stored."))
 
 KITPROBE = ServiceContract(
     service="kitprobe", title="kitprobe", description="test-only service",
@@ -65,7 +69,7 @@ KITPROBE = ServiceContract(
               Message("kitprobe.stored", "kitprobe.evt.stored", Stored, "event", "stored"),
               Message("kitprobe.refused", "kitprobe.evt.refused", Refused, "event", "refused")],
     receives=["kitprobe.store", "kitprobe.store_quietly"],
-    steps=[STEP],
+    steps=[STEP, QUICK],
 )
 
 # mode -> (the statement the handler runs, its arguments): each fails with what its mode names
@@ -122,6 +126,18 @@ async def kitprobe(infra, provision, nc):
         await participant.invoke(ctx, cmd, store_label, step=STEP)
 
     rt.consumers.participate(STEP, invoke=do_step)
+
+    async def store_or_refuse(conn, cmd: DoStep) -> dict:
+        attempts[cmd.label] = attempts.get(cmd.label, 0) + 1
+        item = await conn.fetchval("INSERT INTO kit_items (label) VALUES ($1) RETURNING id", cmd.label)
+        if cmd.label.startswith("refuse"):
+            raise StepRejected("refused after writing")      # what it wrote must not stay
+        return {"item": item}
+
+    async def do_quickly(ctx, cmd: DoStep):
+        await participant.invoke(ctx, cmd, store_or_refuse, step=QUICK, optimistic=True)
+
+    rt.consumers.participate(QUICK, invoke=do_quickly)
     await rt.start()
     async with rt.pool.acquire() as conn:
         await conn.execute("CREATE TABLE IF NOT EXISTS kit_items (id bigserial PRIMARY KEY, label varchar(32) NOT NULL);"
@@ -248,3 +264,25 @@ async def test_a_transient_error_inside_a_steps_action_is_retried_not_answered(k
     cmd, _ = await send_command(nc.jetstream(), "kitprobe.do_step", step_cmd("flaky"))
     [hit] = await replies.wait_for(caused_by(cmd))
     assert hit[1]["type"] == "kitprobe.step_done" and kitprobe.attempts["flaky"] == 2
+
+
+@pytest.mark.parametrize("label, reply, runs, stored", [
+    ("done", "kitprobe.done_quickly", 1, 1),            # the usual case: one run, no savepoint
+    ("refuse", "kitprobe.refused_quickly", 2, 0),       # refused: run again under savepoints, nothing stays
+])
+async def test_an_optimistic_step_alone_in_its_batch_is_answered_once_and_a_refusal_leaves_nothing(
+        kitprobe, nc, watch, label, reply, runs, stored):
+    js = nc.jetstream()
+    replies = await watch("kitprobe.evt.>")
+    label = f"{label}-{uuid.uuid4().hex[:6]}"
+    cmd, seq = await send_command(js, "kitprobe.do_quickly", step_cmd(label))
+    [hit] = await replies.wait_for(caused_by(cmd))
+    assert hit[1]["type"] == reply
+    await wait_acked(js, STREAM, "kitprobe__kitprobe_do_quickly", seq)
+    info = await js.consumer_info(STREAM, "kitprobe__kitprobe_do_quickly")
+    assert info.num_redelivered == 0                     # run again at once, not retried later
+    assert kitprobe.attempts[label] == runs
+    async with kitprobe.pool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM kit_items WHERE label=$1", label) == stored
+        assert await conn.fetchval("SELECT status FROM step_outcomes WHERE idempotency_key=$1",
+                                   cmd.data["idempotency_key"]) == ("done" if stored else "failed")

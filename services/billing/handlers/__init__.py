@@ -68,7 +68,8 @@ async def stop_step(meters: MeterRepository, cmd: c.StopMeter, *, clock: Clock =
 
 async def start_meter(ctx: UnitOfWork, cmd: c.StartMeter, *, sim_faults: bool = False,
                       repository: RepositoryFactory = PgMeterRepository) -> None:
-    await invoke(ctx, cmd, over(repository, start_step), step=c.START_METER, sim_faults=sim_faults)
+    await invoke(ctx, cmd, over(repository, start_step), step=c.START_METER, sim_faults=sim_faults,
+                 optimistic=True)
 
 
 async def stop_meter(ctx: UnitOfWork, cmd: c.StopMeter, *, repository: RepositoryFactory = PgMeterRepository,

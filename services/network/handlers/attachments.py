@@ -138,7 +138,7 @@ async def attach_network(ctx: UnitOfWork, cmd: c.AttachNetwork, *, plan: Network
                          repository: RepositoryFactory = PgNetworkRepository) -> None:
     """Saga step: attach the allocation once per key; exhaustion or an unknown network → failure."""
     step = partial(attach_step, ctx=ctx, plan=plan, fabric=list(fabric))
-    await invoke(ctx, cmd, over(repository, step), step=c.ATTACH_NETWORK, sim_faults=sim_faults)
+    await invoke(ctx, cmd, over(repository, step), step=c.ATTACH_NETWORK, sim_faults=sim_faults, optimistic=True)
 
 
 DEFAULT_PLAN = NetworkPlan()   # a detach needs the plan only for the provisioning VLAN a server's port returns to
