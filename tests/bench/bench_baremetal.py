@@ -27,14 +27,13 @@ import asyncio
 import json
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from datetime import datetime
 from pathlib import Path
 
 from services.node_agent.adapters.dataplane.lab import Lab
-from tests.bench.common import pct
+from tests.bench.common import pct, work_dir
 from tests.support import vm
 from tests.support.disks import fill_pattern
 from tests.support.platform import E2E_ENV
@@ -105,7 +104,7 @@ async def main(n: int, disk_mib: int, leaf: bool = True) -> dict:
     image = await asyncio.to_thread(vm.host_ready)
     underlay = Lab(0, dataplanes=False)   # the fabric the server's leaf is on
     lab = BmcLab(disks=8, disk_mib=disk_mib, fabric=(underlay.fabric, "ul") if leaf else None)
-    work = tempfile.mkdtemp(prefix="tessera-bench-bm-")
+    work = str(work_dir("tessera-bench-bm-"))
     p = None
     runs = []
     try:

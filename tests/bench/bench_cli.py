@@ -19,11 +19,10 @@ import os
 import resource
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from tests.bench.common import pct, report
+from tests.bench.common import pct, report, work_dir
 from tooling.platform import Platform
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,7 +76,7 @@ def cold_help(runs: int) -> dict:
 
 
 async def alloc_list(runs: int, allocations: int) -> dict:
-    work = Path(tempfile.mkdtemp(prefix="tessera-bench-cli-"))
+    work = work_dir("tessera-bench-cli-")
     print(f"work dir (service logs: logs/): {work}", file=sys.stderr)
     platform = Platform(work, env={"TESSERA_LOG_LEVEL": "WARNING"}, durable=False)
     await platform.start()

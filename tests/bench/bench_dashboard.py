@@ -29,7 +29,6 @@ import json
 import math
 import os
 import sys
-import tempfile
 import time
 import uuid
 from datetime import datetime
@@ -38,7 +37,7 @@ from pathlib import Path
 import aiohttp
 import asyncpg
 
-from tests.bench.common import log_problems, pct, report
+from tests.bench.common import log_problems, pct, report, work_dir
 from tooling.client import TesseraClient
 from tooling.platform import Platform
 
@@ -255,7 +254,7 @@ def verdict(r: dict) -> dict:
 
 async def bench(n: int, interval: float, burst: int) -> dict:
     from playwright.async_api import async_playwright
-    work = Path(tempfile.mkdtemp(prefix="tessera-bench-dashboard-"))
+    work = work_dir("tessera-bench-dashboard-")
     print(f"work dir (service logs: logs/): {work}", file=sys.stderr)
     platform = Platform(work, env={"TESSERA_LOG_LEVEL": "WARNING"}, durable=False)
     await platform.start()

@@ -27,7 +27,6 @@ import asyncio
 import json
 import random
 import sys
-import tempfile
 import time
 import uuid
 from datetime import UTC, datetime
@@ -39,7 +38,7 @@ from services.allocation.domain.policy import RESCHEDULE_LIMITS
 from services.node_agent.settings import NodeAgentSettings
 from services.scheduler.settings import SchedulerSettings
 from shared.settings import load
-from tests.bench.common import log_problems, pct, report
+from tests.bench.common import log_problems, pct, report, work_dir
 from tests.support.bus import StreamWatcher, publish_from_node
 from tests.support.polling import eventually
 from tooling.client import TesseraClient
@@ -199,7 +198,7 @@ def spread(values: list[float], *qs: float) -> dict[str, float | None]:
 
 async def main(nodes: int, rounds: int, per_node: int, baseline: int, seed: int) -> dict:
     random.seed(seed)
-    work = Path(tempfile.mkdtemp(prefix="tessera-bench-failover-"))
+    work = work_dir("tessera-bench-failover-")
     print(f"work dir (service logs: logs/): {work}", file=sys.stderr)
     platform = Platform(work, env=ENV, durable=True)
     phases: dict[str, float] = {}

@@ -33,7 +33,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -45,7 +44,7 @@ from pydantic import BaseModel, ConfigDict
 from shared.contract import Catalog, Message, ServiceContract, load_catalog
 from shared.envelope import Envelope, utcnow
 from shared.settings import BusSettings, ServiceSettings
-from tests.bench.common import cpu_of, js_publish_rate, log_problems, provisioned_dsn, report, xacts
+from tests.bench.common import cpu_of, js_publish_rate, log_problems, provisioned_dsn, report, work_dir, xacts
 from tooling.embedded import EmbeddedNats, EmbeddedPostgres
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -191,7 +190,7 @@ async def stream_messages(js) -> int:
 
 
 async def main(args) -> dict:
-    work = Path(tempfile.mkdtemp(prefix="tessera-bench-kit-"))
+    work = work_dir("tessera-bench-kit-")
     print(f"work dir (service log: kit.log): {work}", file=sys.stderr)
     nats_srv = EmbeddedNats(work / "nats").start()          # sync_interval: always
     pg = EmbeddedPostgres(work / "pg", durable=True).start()

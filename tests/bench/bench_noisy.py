@@ -46,7 +46,6 @@ import json
 import os
 import signal
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -55,7 +54,7 @@ import asyncpg
 import nats
 
 from tests.bench.bench_saga import cpu_seconds
-from tests.bench.common import family_runqueue_s, log_problems, pct, report, tail_of
+from tests.bench.common import family_runqueue_s, log_problems, pct, report, tail_of, work_dir
 from tests.support.polling import eventually
 from tooling.client import ApiError, TesseraClient
 from tooling.platform import Platform
@@ -271,7 +270,7 @@ def spent(before: dict[str, float], after: dict[str, float]) -> dict[str, float]
 
 
 async def main(args) -> dict:
-    work = Path(tempfile.mkdtemp(prefix="tessera-bench-noisy-"))
+    work = work_dir("tessera-bench-noisy-")
     print(f"work dir (service logs: logs/): {work}", file=sys.stderr)
     env = {"TESSERA_LOG_LEVEL": "WARNING"}
     if args.write_per_s:       # the rate limits a provider sizes to its control plane (both tenants alike)

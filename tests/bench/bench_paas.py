@@ -20,10 +20,8 @@ import asyncio
 import json
 import os
 import sys
-import tempfile
 import time
 import uuid
-from pathlib import Path
 
 import asyncpg
 import nats
@@ -32,7 +30,7 @@ from services.node_agent.adapters.dataplane.lab import UNDERLAY_DEV, Lab
 from services.paas.bootstrap import drivers
 from services.paas.domain.runtime import ClusterHandle, JobSpec
 from services.paas.settings import PaasSettings
-from tests.bench.common import pct, report
+from tests.bench.common import pct, report, work_dir
 from tests.support.platform import E2E_ENV
 from tests.support.polling import eventually
 from tooling import paas_state
@@ -139,7 +137,7 @@ def summary(tessera: list[float], direct: list[float]) -> dict:
 
 
 async def main(args) -> dict:
-    work = Path(tempfile.mkdtemp(prefix="tessera-bench-paas-"))
+    work = work_dir("tessera-bench-paas-")
     say(f"work dir (service logs: logs/): {work}")
     platform = Platform(work, env={**E2E_ENV, "TESSERA_LOG_LEVEL": "WARNING"}, durable=False)
     lab = Lab(2, dataplanes=False)

@@ -29,7 +29,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -38,7 +37,7 @@ import asyncpg
 import nats
 
 from tests.bench import saga_effects
-from tests.bench.common import family_cpu_s, js_publish_rate, log_problems, pct, pg_txn_rate, report, summarise_profile
+from tests.bench.common import family_cpu_s, js_publish_rate, log_problems, pct, pg_txn_rate, report, summarise_profile, work_dir
 from tooling.client import TesseraClient
 from tooling.embedded import EmbeddedNats
 from tooling.platform import Platform
@@ -198,7 +197,7 @@ async def handled_by(platform: Platform, names: list[str]) -> dict[str, float]:
 
 
 async def main(n: int, concurrency: int, nodes: int, profile: str, n1: int, n_half: int, replicas: int = 1) -> dict:
-    work = Path(tempfile.mkdtemp(prefix="tessera-bench-"))
+    work = work_dir("tessera-bench-")
     print(f"work dir (service logs: logs/): {work}", file=sys.stderr)
     platform = Platform(work, env={"TESSERA_LOG_LEVEL": "WARNING", "TESSERA_SAGA_TENANT_INFLIGHT": "64"}, durable=True)
     phases: dict[str, float] = {}

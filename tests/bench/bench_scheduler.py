@@ -23,7 +23,6 @@ import random
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -36,7 +35,7 @@ from services.node_agent.adapters.discovery.sim import sim_topology
 from services.scheduler.domain.topology import derive_slot_map
 from shared.db import migrate
 from shared.envelope import Envelope, utcnow
-from tests.bench.common import cpu_of, js_publish_rate, pct, pg_txn_rate, provisioned_dsn, summarise_profile, xacts
+from tests.bench.common import cpu_of, js_publish_rate, pct, pg_txn_rate, provisioned_dsn, summarise_profile, work_dir, xacts
 from tests.support.polling import eventually
 from tooling.embedded import EmbeddedNats, EmbeddedPostgres
 
@@ -207,7 +206,7 @@ async def measure(args, work: Path, nats_srv: EmbeddedNats, pg: EmbeddedPostgres
 
 
 async def service_run(args) -> dict:
-    work = Path(tempfile.mkdtemp(prefix="tessera-bench-sched-"))
+    work = work_dir("tessera-bench-sched-")
     print(f"work dir (service log: scheduler.log): {work}", file=sys.stderr)
     nats_srv = EmbeddedNats(work / "nats").start()
     pg = EmbeddedPostgres(work / "pg", durable=True).start()

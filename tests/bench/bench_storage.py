@@ -20,13 +20,12 @@ import json
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
 
 from tests.bench.bench_vm import new_platform, remove_domains, start_platform
-from tests.bench.common import log_problems, pct
+from tests.bench.common import log_problems, pct, work_dir
 from tests.support import vm
 from tests.support.guest import GuestShell
 from tooling.client import ApiError, TesseraClient
@@ -135,7 +134,7 @@ async def guest_write(p, client: TesseraClient, mib: int) -> tuple[float, float]
 
 async def main(n: int, mib: int) -> dict:
     image = await asyncio.to_thread(vm.host_ready)
-    work = Path(tempfile.mkdtemp(prefix="tessera-bench-storage-"))
+    work = work_dir("tessera-bench-storage-")
     say(f"work dir (service logs: logs/): {work}")
     p = new_platform(work, 1)
     try:

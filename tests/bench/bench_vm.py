@@ -32,7 +32,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 import xml.etree.ElementTree as ET
@@ -43,7 +42,7 @@ from services.node_agent.adapters.dataplane.lab import UNDERLAY_DEV, Lab, is_roo
 from services.node_agent.domain.vm.cloudinit import parse_failed_line, parse_ready_line
 from services.node_agent.domain.vm.domain_xml import domain_name
 from tests.bench.bench_saga import cpu_seconds
-from tests.bench.common import log_problems, pct
+from tests.bench.common import log_problems, pct, work_dir
 from tests.support import vm
 from tests.support.platform import E2E_ENV
 from tooling.client import TesseraClient
@@ -273,7 +272,7 @@ def remove_domains(work: Path, node_ids) -> list[str]:
 # -- the run ----------------------------------------------------------------------------------------------
 async def main(n: int, concurrency: int, nodes: int, warmup: int, n_base: int, n_base1: int) -> tuple[list[dict], dict]:
     image = await asyncio.to_thread(vm.host_ready)
-    work = Path(tempfile.mkdtemp(prefix="tessera-bench-"))
+    work = work_dir("tessera-bench-")
     say(f"work dir (service logs: logs/): {work}")
     keep = {"dir": work / "baseline" / "source"}
     p = new_platform(work, nodes)

@@ -4,9 +4,13 @@ transaction counts, percentiles, the services' log lines and a py-spy profile's 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import collections
 import json
+import os
 import secrets
+import shutil
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -163,9 +167,31 @@ def summarise_profile(path: Path, top: int = 12) -> dict:
     return {"samples": total, "self_pct": pct_of(self_t), "inclusive_pct_project_code": pct_of(incl)}
 
 
+_WORK_DIRS: list[Path] = []
+_REPORTED: list[bool] = []
+
+
+def work_dir(prefix: str) -> Path:
+    """A new directory for a benchmark's platform (its databases, streams, logs): removed when the process ends
+    after ``report`` (a run that completed), kept when it fails, for its logs, or when ``TESSERA_BENCH_KEEP`` is
+    set. A run's PostgreSQL and JetStream data take up to 2 GB."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    if not _WORK_DIRS:
+        atexit.register(_remove_work_dirs)
+    _WORK_DIRS.append(path)
+    return path
+
+
+def _remove_work_dirs() -> None:
+    if _REPORTED and not os.environ.get("TESSERA_BENCH_KEEP"):
+        for path in _WORK_DIRS:
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def report(result: dict, skip: tuple[str, ...] = ()) -> None:
     """A benchmark's figures, one per line for a reader, then the whole as one JSON object, the last line (the
-    line tools read); keys in ``skip`` only in the JSON."""
+    line tools read); keys in ``skip`` only in the JSON. Its work directories go when the process ends."""
+    _REPORTED.append(True)
     shown = {k: v for k, v in result.items() if k not in skip}
     width = max(map(len, shown), default=0) + 2
     for k, v in shown.items():

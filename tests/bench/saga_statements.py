@@ -12,13 +12,11 @@ import argparse
 import asyncio
 import collections
 import re
-import tempfile
-from pathlib import Path
 
 import asyncpg
 
 from tests.bench.bench_saga import drive
-from tests.bench.common import report
+from tests.bench.common import report, work_dir
 from tooling.platform import Platform
 
 _LINE = re.compile(r"@@(.*?)@@ LOG:  (?:execute [^:]*|statement): (.*)")
@@ -27,7 +25,7 @@ _VARYING = (re.compile(r"__asyncpg_savepoint_[0-9a-f]+__"), re.compile(r"'\{[0-9
 
 
 async def main(n: int, concurrency: int, top: int) -> dict:
-    platform = Platform(Path(tempfile.mkdtemp(prefix="tessera-statements-")),
+    platform = Platform(work_dir("tessera-statements-"),
                         env={"TESSERA_LOG_LEVEL": "WARNING", "TESSERA_SAGA_TENANT_INFLIGHT": "64"}, durable=True)
     await platform.start()
     try:
