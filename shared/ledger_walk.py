@@ -138,8 +138,8 @@ async def walk(conn: asyncpg.Connection, table: str, result: VerifyResult,
 async def _walk_copy(conn: asyncpg.Connection, table: str, columns: tuple[tuple[str, str], ...],
                      result: VerifyResult, checkpoints: list[Checkpoint], whole: TreeBuilder | None) -> bool:
     """``walk`` over COPY text, the rows hashed in slices (shared/ledger_copy.py); here each slice's first row
-    is judged against the previous slice's last, its own findings are recorded after it, and its recomputed
-    hashes grow the checkpoints' trees. Into a fresh result and tree, copied to ``result``/``whole`` only when
+    is judged against the previous slice's last, its own findings are recorded after it, and the leaf hashes
+    of its recomputed hashes grow the checkpoints' trees. Into a fresh result and tree, copied to ``result``/``whole`` only when
     the whole table was read this way; False (nothing changed) when it could not be."""
     trial, tree = VerifyResult(result.table, checkpoints=result.checkpoints), TreeBuilder()
     marks = _Marks(checkpoints, trial, tree if whole is not None else None)
