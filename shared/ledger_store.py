@@ -53,9 +53,13 @@ def quoted(table: str) -> str:
 
 
 async def _lock(conn: asyncpg.Connection, table: str) -> None:
+    """Take the chain's lock, and have the rest of the transaction's statements planned for their arguments each
+    time (``plan_cache_mode``, transaction-local): a connection otherwise keeps the plan it made for the head's
+    and keys' read (``_head``) from its sixth run, until the table's statistics change, and a plan made while
+    the table was a few rows scans it whole as it grows, under this lock."""
     found = await conn.fetchval(
-        "SELECT true FROM to_regclass($2) c, pg_advisory_xact_lock(hashtext($1), hashtext(c::oid::text)) "
-        "WHERE c IS NOT NULL", LOCK_CLASS, table)
+        "SELECT true FROM set_config('plan_cache_mode', 'force_custom_plan', true), to_regclass($2) c, "
+        "pg_advisory_xact_lock(hashtext($1), hashtext(c::oid::text)) WHERE c IS NOT NULL", LOCK_CLASS, table)
     if not found:
         raise ChainError(f"no table {table!r} (search_path: {await conn.fetchval('SHOW search_path')})")
 

@@ -135,6 +135,18 @@ async def test_a_batch_is_one_run_of_the_chain_and_skips_what_is_already_there(l
         await append_many(ledger.conn, "ledger_entries", [charge(nope=1)])
 
 
+async def test_the_head_and_keys_read_is_planned_for_its_keys_in_every_append(ledger):
+    """A connection that appended while the table was a few rows keeps no plan made for it then (a scan of the
+    whole table as it grows, under the chain's lock): the read is planned for its keys each time."""
+    for _ in range(8):   # more than the five runs after which PostgreSQL may keep a generic plan
+        async with ledger.conn.transaction():
+            await append_many(ledger.conn, "ledger_entries", [charge(), charge()], unique="source_event")
+    plans = await ledger.conn.fetchrow("SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+                                      "WHERE statement LIKE '(SELECT true AS head%ledger_entries%'")
+    assert plans["generic_plans"] == 0 and plans["custom_plans"] >= 8
+    assert await ledger.conn.fetchval("SHOW plan_cache_mode") == "auto"   # transaction-local: gone after it
+
+
 async def test_a_batch_holding_a_value_postgres_would_not_return_as_written_writes_nothing(ledger):
     with pytest.raises((ChainError, TypeError)):
         await append_many(ledger.conn, "ledger_entries", [charge(), charge(entry={"rate": 0.1})])
