@@ -155,6 +155,8 @@ async def test_a_node_the_driver_cannot_move_fails_the_cluster_saying_why(paas):
     runtime.refuse_replace = "a Ray cluster keeps its head"
     cmd, members, _ = await ready_cluster(paas, name="head")
     await interrupted(js, cmd, members[0], uuid.uuid4())
+    # lost before it comes back (its activation, on another consumer, would otherwise overtake the loss)
+    await state_of(events, cmd["cluster_id"], "scaling")
     await attach_and_activate(js, cmd, members[0], uuid.uuid4(), "10.9.0.77")
     await allocs.wait_for(lambda i: i[1]["type"] == "allocation.release" and i[1]["data"]["allocation_id"] in members)
     for a in members:
