@@ -51,7 +51,8 @@ class Effects:
 
     async def check(self, database_url: str, handled: dict[str, float]) -> dict:
         """Each allocation seen: every ``ONCE`` effect exactly once, and no event twice under two ids; one allocate
-        saga each; ``handled`` (messages each process handled in the run) shows every replica took part."""
+        saga each; ``handled`` (messages each process handled in the run) shows every replica of each service on
+        the allocations' path took part."""
         ids = sorted(self.allocations())
         wrong = {}
         for a in ids:
@@ -71,11 +72,18 @@ class Effects:
         finally:
             await conn.close()
         one_saga = sum(1 for r in sagas if r["n"] == 1)
-        idle = sorted(name for name, n in handled.items() if n <= 0)
+        # a service none of whose replicas handled anything is not on these allocations' path (storage, for an
+        # allocation without volumes); one with a replica idle beside a busy one did not share its consumers
+        replicas: dict[str, dict[str, float]] = {}
+        for name, n in handled.items():
+            replicas.setdefault(name.split(":")[0], {})[name] = n
+        idle = sorted(name for reps in replicas.values() if any(n > 0 for n in reps.values())
+                      for name, n in reps.items() if n <= 0)
+        unused = sorted(svc for svc, reps in replicas.items() if all(n <= 0 for n in reps.values()))
         return {"allocations_checked": len(ids), "allocations_with_an_effect_not_once": len(wrong),
                 "not_once_examples": dict(list(wrong.items())[:3]), "allocate_sagas": one_saga, "active": active,
                 "steps_retried": sum(1 for r in sagas if (r["attempts"] or 0) > 1),
-                "replicas_that_handled_nothing": idle,
+                "replicas_that_handled_nothing": idle, "services_not_on_the_path": unused,
                 "exactly_once": bool(ids) and not wrong and one_saga == len(ids) == active and not idle}
 
 
