@@ -243,12 +243,12 @@ class TreeBuilder:
 
     def extend_leaves(self, leaves: Sequence[bytes]) -> None:
         """Append items given as their leaf hashes (``leaf_hash(item)``, e.g. computed elsewhere), in order."""
-        stack, sha256 = self._stack, hashlib.sha256
+        stack = self._stack
         for h in leaves:
             size = 1
             while stack and stack[-1][0] == size:
                 left_size, left = stack.pop()
-                size, h = size + left_size, sha256(b"\x01" + left + h).digest()
+                size, h = size + left_size, node_hash(left, h)
             stack.append((size, h))
         self.size += len(leaves)
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from json.encoder import encode_basestring
 from typing import Any, NamedTuple
 
-from shared.chain import _C_ENCODE, _DECODER, EXCLUDED, _json_text
+from shared.chain import _C_ENCODE, _DECODER, EXCLUDED, _json_text, leaf_hash
 
 
 class Unsupported(ValueError):
@@ -153,7 +153,7 @@ class Checked(NamedTuple):
     bad: int
     findings: list[tuple[int, int, bytes, bytes, bytes, bytes]]
     seqs: list[int] | None          # every row's seq and the Merkle leaf hash of its recomputed hash (RFC 6962's
-    leaves: list[bytes] | None      # sha256(0x00 || hash)), when asked for (checkpoints)
+    leaves: list[bytes] | None      # leaf_hash of each recomputed hash, when asked for (checkpoints)
 
 
 def check(columns: tuple[tuple[str, str], ...], data: bytes, limit: int, keep: bool) -> Checked:
@@ -186,6 +186,6 @@ def check(columns: tuple[tuple[str, str], ...], data: bytes, limit: int, keep: b
             max_seq = seq
         if keep:
             seqs.append(seq)
-            leaves.append(sha256(b"\x00" + recomputed).digest())
+            leaves.append(leaf_hash(recomputed))
         expected, prev_stored = seq + 1, stored
     return Checked(len(lines), first, seq, stored, max_seq, bad, findings, seqs, leaves)

@@ -21,19 +21,6 @@ async def lock_price_lists(conn: asyncpg.Connection) -> None:
     await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", PRICE_LIST_LOCK)
 
 
-async def plan_for_arguments(conn: asyncpg.Connection) -> None:
-    """Have the rest of the transaction's statements planned for their arguments at each run.
-
-    A connection keeps a statement's plan once it has run it a few times (PostgreSQL's generic plan), and
-    plans again only when the tables' statistics change. Planned while the ledger or the usage were a few
-    rows (a new database, or the first minute before autovacuum looks), a lookup of keys is a scan of the
-    whole table, and kept while the table grows: the ledger's idempotency read (shared.ledger_store), made
-    under the ledger's lock, took time in proportion to the ledger, and every rating transaction waited on it.
-    Planned each time, a lookup of a hundred keys uses the unique index as soon as the table is larger than a
-    few pages. ``SET LOCAL``: it ends with the transaction."""
-    await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
-
-
 async def price_list(conn: asyncpg.Connection) -> PriceList:
     rows = await conn.fetch("SELECT body FROM price_list_versions ORDER BY effective_from")
     return PriceList(PROVIDER, tuple(version_from_doc(_doc(r["body"])) for r in rows))

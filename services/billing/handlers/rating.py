@@ -57,7 +57,6 @@ async def rate_and_record(ctx: UnitOfWork, records: list[UsageRecord], *, correl
     new = await repo.new_records(conn, records)
     if not new:
         return 0
-    await repo.plan_for_arguments(conn)                   # before the ledger's lock: see its docstring
     prices = await repo.price_list(conn)
     ratings = [rate(r, prices) for r in new]
     charges = [_charge(r, rating) for r, rating in zip(new, ratings)]

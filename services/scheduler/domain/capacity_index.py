@@ -134,7 +134,7 @@ class Partition:
         for rack, counts in self.racks.items():
             room, low = 0, 0
             for (size, free), ids in counts.items():
-                r = (free // k) * len(ids) if not bare else len(ids) if free == size == k else 0
+                r = _room(size, free, k, bare) * len(ids)
                 if r:
                     room += r
                     low = free if not low else min(low, free)
@@ -144,14 +144,22 @@ class Partition:
     def rack_nodes(self, rack: str, k: int, bare: bool) -> Iterator[tuple[int, int, uuid.UUID]]:
         """The rack's placeable nodes with room for one member of ``k`` GPUs, as (free slots, id as int, id)."""
         for (size, free), ids in self.racks.get(rack, {}).items():
-            if free >= k and (not bare or free == size == k):
+            if _room(size, free, k, bare):
                 yield from ((free, n.int, n) for n in ids)
 
     def rack_nodes_at(self, rack: str, free: int, k: int, bare: bool) -> Iterator[uuid.UUID]:
         """The rack's placeable nodes with exactly ``free`` free slots and room for one member of ``k`` GPUs."""
         for (size, f), ids in self.racks.get(rack, {}).items():
-            if f == free and f >= k and (not bare or f == size == k):
+            if f == free and _room(size, f, k, bare):
                 yield from ids
+
+
+def _room(size: int, free: int, k: int, bare: bool) -> int:
+    """Members of ``k`` GPUs a node of ``size`` slots with ``free`` whole-free slots has room for: as many as fit
+    (a VM member), or one on an entirely free node of exactly ``k`` slots (a bare-metal member)."""
+    if bare:
+        return 1 if free == size == k else 0
+    return free // k
 
 
 def _discard(table: dict, key, nid: uuid.UUID) -> None:
