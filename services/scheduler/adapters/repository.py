@@ -113,6 +113,9 @@ class PgSchedulerRepository(SchedulerRepository):
     async def withdraw(self, allocation_id: uuid.UUID) -> tuple[Row | None, Row | None, Row | None]:
         return await claims.withdraw(self.conn, allocation_id)
 
+    async def withdraw_each(self, allocation_ids: list[uuid.UUID]) -> list[tuple[Row | None, Row | None, Row | None]]:
+        return await claims.withdraw_each(self.conn, allocation_ids)
+
     async def shape_users(self, name: str) -> tuple[int, int]:
         return await claims.shape_users(self.conn, name)
 

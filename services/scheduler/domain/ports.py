@@ -173,6 +173,11 @@ class SchedulerRepository(abc.ABC):
         row, capacity = await self.release(allocation_id)
         return row, capacity, await self.dequeue(allocation_id)
 
+    async def withdraw_each(self, allocation_ids: list[uuid.UUID]) -> list[tuple[Row | None, Row | None, Row | None]]:
+        """``withdraw`` for each allocation, in order (one named twice is found empty the second time). This one
+        withdraws in turn; a repository may do it in one round trip."""
+        return [await self.withdraw(a) for a in allocation_ids]
+
     @abc.abstractmethod
     async def shape_users(self, name: str) -> tuple[int, int]:
         """Before deleting the shape: (allocations using it, placed or queued; other live shapes). Waits for the
