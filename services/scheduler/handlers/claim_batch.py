@@ -24,6 +24,7 @@ from shared.unit_of_work import UnitOfWork
 from ..domain.gang import GangPlacement
 from ..domain.inventory import Placement, Request
 from .active import ActiveScheduler
+from .common import left_for_batch
 from .placing import claim_of, conclude, reserved_result
 
 _NAME = "scheduler.claims"
@@ -52,13 +53,7 @@ class BatchClaims:
     @classmethod
     def of(cls, ctx: UnitOfWork, active: ActiveScheduler) -> BatchClaims | None:
         """The batch's claims, or None when ``ctx``'s reserve must claim at once (not a batched run)."""
-        writes = ctx.writes
-        if not writes.batched:
-            return None
-        claims = writes.later.get(_NAME)
-        if claims is None:
-            claims = writes.later[_NAME] = cls(active, ctx)
-        return claims
+        return left_for_batch(ctx, _NAME, lambda: cls(active, ctx))
 
     def leave(self, ctx: UnitOfWork, req: Request, placement: Placement, data: dict[str, Any]) -> None:
         self.left[req.allocation_id] = _Left(ctx, req, placement, data)

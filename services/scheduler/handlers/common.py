@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
 from shared.refusals import Refusal, text_safe
-from shared.unit_of_work import UnitOfWork
+from shared.unit_of_work import Later, UnitOfWork
 
 from .. import contracts as c
 from ..domain.ports import Row, SchedulerRepository
@@ -100,3 +100,19 @@ async def emit_node(ctx: UnitOfWork, store: SchedulerRepository, node_id: uuid.U
     doc = await store.node_document(node_id)
     await ctx.emit("scheduler.node_changed", c.NodeChanged(**doc), correlation_id=correlation_id)
     return doc
+
+
+L = TypeVar("L", bound=Later)
+
+
+def left_for_batch(ctx: UnitOfWork, name: str, make: Callable[[], L]) -> L | None:
+    """The work of kind ``name`` that the handlers of ``ctx``'s batch leave to be done together just before it writes
+    (``Writes.later``; ``make`` starts it), or None when ``ctx``'s handler must do its own at once (not a batched
+    run)."""
+    writes = ctx.writes
+    if not writes.batched:
+        return None
+    later = writes.later.get(name)
+    if later is None:
+        later = writes.later[name] = make()
+    return later

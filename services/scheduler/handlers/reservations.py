@@ -1,4 +1,4 @@
-"""The reserve step (saga participant), its undo (release), and cancelling a queued request.
+"""The reserve step (saga participant), its undo (release, made in releases.py), and cancelling a queued request.
 
 Reserve, once per idempotency key (the kit's step outcomes, shared.participant): the recorded outcome
 answers any repeat; a request already waiting answers ``reservation_queued`` again (never a second queue
@@ -13,16 +13,12 @@ decide, then make it real in SQL:
   → ``reservation_queued``, the outcome recorded as deferred; the final reply is sent, and recorded, when
   the queue places it (placing.settle) or it is cancelled or released. A higher-priority request that
   could fit by preempting also gets preemption notices for its victims (placing.notify_preemption).
-Release answers ``slots_released`` with the node and its free slots after the release, the same way.
 """
 from __future__ import annotations
 
 import time
 import uuid
-from functools import partial
 from typing import Any
-
-import structlog
 
 from shared import participant
 from shared.participant import Outcome, injected_fault
@@ -36,19 +32,17 @@ from ..domain.ports import SchedulerRepository
 from ..domain.scheduler import Decision
 from .active import ActiveScheduler, request_of
 from .claim_batch import BatchClaims, made_before
-from .common import Rejected, admin, emit_node
+from .common import Rejected, admin
 from .placing import (
     commit,
     conclude,
     notify_preemption,
-    place_released,
     quota_failure,
     refresh_pending_gauge,
     reserved_result,
     settle,
 )
-
-log = structlog.get_logger()
+from .releases import release
 
 _ATTEMPTS = 3   # decisions retried after the index proved stale; then the whole index is reloaded
 _CANCELLED = {"code": "cancelled"}   # the failure code a late reserve of a compensated key answers
@@ -174,50 +168,9 @@ async def _queued(ctx: UnitOfWork, active: ActiveScheduler, data: dict, reason: 
 
 async def release_slots(ctx: UnitOfWork, cmd: c.ReleaseSlots, *, active: ActiveScheduler) -> None:
     """Saga step or compensation: free the allocation's slots, refund its quota, drop it from the queue
-    if it waits there, then re-evaluate the queue. Idempotent; safe when nothing was held."""
+    if it waits there, then re-evaluate the queue (releases.py). Idempotent; safe when nothing was held."""
     await active.ensure_loaded()
-    await participant.undo(ctx, cmd, participant.over(active.repository, partial(_release, ctx=ctx, active=active)),
-                           step=c.RESERVE_SLOTS)
-
-
-async def _quarantine(ctx: UnitOfWork, store: SchedulerRepository, cmd: c.ReleaseSlots) -> uuid.UUID | None:
-    """Quarantine the slots whose wipe failed, before the release frees the rest (the held row names the node);
-    the operator event per slot and the node's document go out with the release. Returns the node."""
-    held = await store.held(cmd.allocation_id) if cmd.quarantine else None
-    if held is None:
-        return None
-    node_id = held["node_id"]
-    await store.node(node_id, lock=True)
-    reasons = {q.slot: q.reason for q in cmd.quarantine if q.slot in held["slots"]}
-    for slot in await store.quarantine_slots(node_id, reasons):
-        await ctx.emit("scheduler.slot_state_changed", c.SlotStateChanged(
-            node_id=node_id, slot=slot, state="quarantined", reason=reasons[slot], allocation_id=cmd.allocation_id))
-        log.warning("scheduler.slot_quarantined", node_id=str(node_id), slot=slot, reason=reasons[slot])
-    return node_id
-
-
-async def _release(store: SchedulerRepository, cmd: c.ReleaseSlots, *, ctx: UnitOfWork,
-                   active: ActiveScheduler) -> dict:
-    quarantined_on = await _quarantine(ctx, store, cmd)
-    row, capacity, queued = await store.withdraw(cmd.allocation_id)    # quota use: published by a loop
-    if quarantined_on is not None:
-        node_row = await store.node(quarantined_on)
-        await emit_node(ctx, store, quarantined_on)
-        # the index learns of the quarantine before it frees the allocation's slots
-        ctx.on_commit(partial(_apply_node, active, node_row))
-    if queued is not None and queued["idempotency_key"] != cmd.compensates:
-        await conclude(ctx, queued["request"], "failed", {"reason": "released while waiting", "code": "cancelled"},
-                       queued["correlation_id"])
-    # The index frees the slots only once this commits: freed earlier, a concurrent claim would pick
-    # them while the committed row still names the allocation, and fail.
-    ctx.on_commit(partial(place_released, ctx, active, cmd.allocation_id))
-    if row is None:
-        return {"slots_freed": 0}
-    return {"slots_freed": len(row["slots"]), "node_id": row["node_id"], "capacity": capacity}
-
-
-async def _apply_node(active: ActiveScheduler, row: dict) -> None:
-    active.apply_node(row)
+    await release(ctx, cmd, active)
 
 
 async def cancel_request(ctx: UnitOfWork, cmd: c.CancelRequest, *, active: ActiveScheduler) -> None:
