@@ -35,7 +35,17 @@ from services.node_agent.adapters.discovery.sim import sim_topology
 from services.scheduler.domain.topology import derive_slot_map
 from shared.db import migrate
 from shared.envelope import Envelope, utcnow
-from tests.bench.common import cpu_of, js_publish_rate, pct, pg_txn_rate, provisioned_dsn, summarise_profile, work_dir, xacts
+from tests.bench.common import (
+    cpu_of,
+    js_publish_rate,
+    pct,
+    pg_txn_rate,
+    provisioned_dsn,
+    report,
+    summarise_profile,
+    work_dir,
+    xacts,
+)
 from tests.support.polling import eventually
 from tooling.embedded import EmbeddedNats, EmbeddedPostgres
 
@@ -309,7 +319,7 @@ def main(argv: list[str] | None = None) -> dict:
           file=sys.stderr)
     result = {"bench": "scheduler", "in_process": engine, "service": service, "target": TARGET,
               "meets_target": service["meets_target"]}
-    print(json.dumps(result))
+    report(result, skip=tuple(result))     # the JSON line only (the figures are on stderr); the work dir then goes
     return result
 
 
