@@ -2,8 +2,8 @@
 replica gains and loses leadership), and the fetch loop that hands each batch to ``shared.batches``, which
 handles it in one transaction with an idempotent inbox, bounded retries and a dead-letter stream.
 
-A consumer takes one message, waiting at most ``fetch_wait_s`` (a long poll), then without waiting as many as
-the server already holds for it, into a window of fetched messages (a few batches' worth); it runs
+A consumer keeps one pull request open on the server for as many messages as its window (a few batches' worth)
+has room for (``shared.pull``), and puts each message into the window as it arrives; it runs
 ``max_workers`` batches at once, each built from the window fairly between the tenants whose messages wait in
 it (``shared.fairness``: weighted deficit round robin, by the ``Tessera-Tenant`` header), so one tenant's burst
 does not queue ahead of another tenant's next message. A message waits in the window under the server's
@@ -30,6 +30,7 @@ from .contract import Catalog, ContractViolation, Message, durable_name
 from .fairness import FairQueue, line_of
 from .observability import CONSUMER_PENDING
 from .outbox import Outbox
+from .pull import StandingPull
 from .refusals import Refusal
 from .settings import BusSettings
 from .steps import Step
@@ -96,7 +97,7 @@ class _Subscription:
         # replica does not hold back from its peers more than it will soon handle
         self.window = _Window(max(batch, min(max(2 * batch * workers, WINDOW_MIN), WINDOW_MAX,
                                              MAX_ACK_PENDING - batch * workers)))
-        self.pull: Any = None                       # the nats-py pull subscription while running
+        self.pull: StandingPull | None = None       # its open pull request while running
         self.pump: asyncio.Task | None = None
         self.inflight: set[asyncio.Task] = set()
 
@@ -214,8 +215,8 @@ class Consumers:
         try:
             for sub in subs:
                 await self._follow_contract(sub)
-                sub.pull = await self.broker.connection.jetstream().pull_subscribe(
-                    sub.subject, durable=sub.name, stream=sub.stream, config=self._consumer_config())
+                sub.pull = await StandingPull(self.broker.connection, sub.stream, sub.name,
+                                              expires_s=self.settings.fetch_wait_s).start()
                 sub.pump = asyncio.create_task(self._pump(sub), name=f"consume {sub.name}")
                 self._running.append(sub)
         except BaseException:
@@ -226,15 +227,19 @@ class Consumers:
             raise
 
     async def _follow_contract(self, sub: _Subscription) -> None:
-        """A durable that exists with another filter than the contract's subject (the contract moved the message,
-        e.g. onto its node's subject) is brought to the contract's: ``pull_subscribe`` binds to an existing durable
-        as it is, and would go on reading the old subject. The server updates a durable's filter in place (NATS
-        2.10+), keeping its position; the bus permissions allow exactly the create of the new filter."""
+        """The durable, created on the contract's subject when it does not exist. One that exists with another
+        filter (the contract moved the message, e.g. onto its node's subject) is brought to the contract's: the
+        server updates a durable's filter in place (NATS 2.10+), keeping its position; the bus permissions allow
+        exactly the create of the new filter."""
         js = self.broker.connection.jetstream()
         try:
             info = await js.consumer_info(sub.stream, sub.name)
         except NotFoundError:
-            return   # pull_subscribe creates it
+            config = self._consumer_config()
+            config.name = config.durable_name = sub.name
+            config.filter_subject = sub.subject
+            await js.add_consumer(sub.stream, config)
+            return
         if info.config.filter_subject == sub.subject or info.config.filter_subjects:
             return
         config = self._consumer_config()
@@ -254,7 +259,7 @@ class Consumers:
                 await sub.pump
         if sub.pull is not None:
             with contextlib.suppress(Exception):
-                await sub.pull.unsubscribe()
+                await sub.pull.stop()
         waiting = sub.window.drain()
         if waiting:   # not handled here: the server delivers them again at once, here or to another replica
             with contextlib.suppress(Exception):
@@ -312,22 +317,13 @@ class Consumers:
                     await asyncio.gather(*(raw.in_progress() for raw in waiting))
 
     async def _fetch(self, sub: _Subscription, room: int) -> list[Msg]:
-        """One message, waiting for it at most ``fetch_wait_s``; then, without waiting, up to ``room`` of those
-        the server already holds for this consumer (the message's ``num_pending`` says how many).
-
-        Not one ``fetch(room)``: a pull request for a batch that finds fewer messages stays open on the server
-        until it expires, and nats-py's fetch waits for the rest of the batch until then, so a lone message
-        could wait the whole poll."""
+        """What the subscription's open pull request delivered (``shared.pull``): the first message to arrive,
+        waiting for it at most ``fetch_wait_s``, and every other one already there, within ``room``."""
         lag = CONSUMER_PENDING.labels(self.service, sub.name)   # the stream's backlog plus the window's
         try:
-            first = await sub.pull.fetch(1, timeout=self.settings.fetch_wait_s)
+            got = await sub.pull.next_batch(room, timeout=self.settings.fetch_wait_s)
         except TimeoutError:
             lag.set(len(sub.window))   # nothing more was there for the whole poll
             raise
-        more = min(room - len(first), first[-1].metadata.num_pending or 0) if first else 0
-        if more > 0:
-            with contextlib.suppress(TimeoutError):   # another replica took them meanwhile
-                first += await sub.pull.fetch(more, timeout=0.05)
-        if first:
-            lag.set((first[-1].metadata.num_pending or 0) + len(sub.window) + len(first))
-        return first
+        lag.set((got[-1].metadata.num_pending or 0) + len(sub.window) + len(got))
+        return got

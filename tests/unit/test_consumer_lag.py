@@ -12,12 +12,12 @@ from shared.observability import CONSUMER_PENDING
 
 
 class FakePull:
-    """A pull subscription over ``held`` messages; a fetch that finds none times out as nats-py's does."""
+    """An open pull request over ``held`` messages; a wait that finds none times out as shared.pull's does."""
 
     def __init__(self, held: int):
         self.held = held
 
-    async def fetch(self, batch: int, timeout: float):
+    async def next_batch(self, batch: int, timeout: float):
         if self.held == 0:
             raise TimeoutError
         n = min(batch, self.held)
