@@ -204,6 +204,12 @@ class Consumers:
                 self._running.remove(sub)
                 await self._stop(sub)
 
+    def renew_pulls(self) -> None:
+        """The connection came back: every running subscriber asks again at once (its open request may be lost)."""
+        for sub in self._running:
+            if sub.pull is not None:
+                sub.pull.renew()
+
     def _consumer_config(self) -> ConsumerConfig:
         """A new one each time: nats-py fills in names on the one it is given."""
         return ConsumerConfig(
@@ -216,7 +222,7 @@ class Consumers:
             for sub in subs:
                 await self._follow_contract(sub)
                 sub.pull = await StandingPull(self.broker.connection, sub.stream, sub.name,
-                                              expires_s=self.settings.fetch_wait_s).start()
+                                              expires_s=self.settings.pull_expires_s).start()
                 sub.pump = asyncio.create_task(self._pump(sub), name=f"consume {sub.name}")
                 self._running.append(sub)
         except BaseException:

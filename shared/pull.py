@@ -5,12 +5,12 @@ request, the server's "no messages" answer, then the long poll that finally deli
 Here a consumer keeps one request open for as many messages as its window has room for (``expires`` after
 ``expires_s``): the server delivers each message as it is published, and a new request goes out only when the
 open one is used up or has expired. A message then costs its delivery and its acknowledgement, and an idle
-consumer one request per ``expires_s``, as a long poll did.
+consumer one request per ``expires_s``.
 
 The request never asks for more than the room it was given, so what it delivers always fits the window it was
 asked for. The server forgets a request whose reply subject lost its subscriber (``stop``), so nothing is
-delivered to a consumer that stopped. A request the server lost without a word (its restart, a reconnect) is
-given up after ``expires_s`` and a margin, and another sent.
+delivered to a consumer that stopped. After a reconnect the request may be gone without a word (the server
+restarted): ``renew`` sends another at once; one lost otherwise is given up after ``expires_s`` and a margin.
 """
 from __future__ import annotations
 
@@ -54,6 +54,12 @@ class StandingPull:
         if self._sub is not None:
             sub, self._sub, self._owed = self._sub, None, 0
             await sub.unsubscribe()
+
+    def renew(self) -> None:
+        """Take the open request for lost (the connection was re-established: the server may have forgotten it),
+        so that the next wait sends another at once."""
+        self._owed = 0
+        self._signal.set()
 
     async def _on_message(self, msg: Msg) -> None:
         self._arrived.append(msg)

@@ -84,7 +84,8 @@ class Runtime:
         self.bus_identity = identity(self.service, settings.instance)
         self.broker = NatsBroker(settings.nats_servers, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
                                  logger=None, security=nats_security(settings),
-                                 inbox_prefix=inbox_prefix(self.bus_identity), error_cb=self._nats_error)
+                                 inbox_prefix=inbox_prefix(self.bus_identity), error_cb=self._nats_error,
+                                 reconnected_cb=self._nats_reconnected)
         self.consumers = Consumers(self.service, self.broker, self.catalog, self.outbox, settings.bus, lambda: self.pool)
         self.http = web.Application(client_max_size=1 << 20)
         self.tasks: list[Callable[[], Awaitable[None]]] = []
@@ -117,6 +118,11 @@ class Runtime:
         silent: nats-py hands the server's asynchronous -ERR only to this callback."""
         refused = "permissions violation" in str(exc).lower()
         (log.error if refused else log.warning)("nats.error", error=repr(exc))
+
+    async def _nats_reconnected(self) -> None:
+        """The connection is back: the consumers' open pull requests may be lost with the old one; ask again."""
+        log.warning("nats.reconnected")
+        self.consumers.renew_pulls()
 
     def answer(self, type_: str, handler: Callable, **params: str) -> None:
         """Answer the request ``type_`` (one this service owns, see shared.rpc) with ``handler`` once started."""

@@ -191,7 +191,10 @@ class BusSettings:
     batch_size: int = setting("TESSERA_CONSUMER_BATCH", 32, integer(1, 256),
                               doc="messages one consumer handles in one transaction at most")
     fetch_wait_s: float = setting("TESSERA_FETCH_WAIT_S", 5.0, number(positive=True),
-                                  doc="seconds an idle consumer's fetch waits for a message (a long poll)")
+                                  doc="seconds an idle consumer waits for a message before it reports its lag again")
+    pull_expires_s: float = setting("TESSERA_PULL_EXPIRES_S", 30.0, number(positive=True),
+                                    doc="seconds a consumer's open pull request lasts on the server before it is "
+                                        "renewed (also renewed at once on every reconnect)")
 
 
 @dataclass(frozen=True)

@@ -95,3 +95,14 @@ async def test_a_heartbeat_does_not_end_the_request_and_stop_unsubscribes():
     assert len(nc.requests) == 1
     await pull.stop()
     assert nc.cb is None
+
+
+async def test_a_renewal_after_a_reconnect_sends_another_request_at_once():
+    nc = FakeConnection()
+    pull = await _pull(nc, expires_s=30)
+    with pytest.raises(TimeoutError):
+        await pull.next_batch(4, timeout=0.01)
+    pull.renew()                          # the connection came back: the open request may be gone
+    with pytest.raises(TimeoutError):
+        await pull.next_batch(4, timeout=0.01)
+    assert len(nc.requests) == 2
