@@ -34,6 +34,7 @@ from .observability import PUBLISHED, inject_trace
 log = structlog.get_logger()
 
 _DRAINED_KEPT = 10_000   # ids of rows the table pass published, remembered for their hand-over
+_HANDED_IN_FLIGHT = 8    # hand-overs whose acks the relay awaits at once (each sent in order, as it came)
 INBOX_RETENTION_DAYS = 8   # > the streams' max_age (shared.streams): no redelivery can be older
 
 
@@ -138,6 +139,10 @@ class OutboxRelay:
         # rows the table pass published before their hand-over reached the relay (committed, not yet
         # handed): their hand-over is skipped, not published twice
         self._drained: dict[uuid.UUID, None] = {}
+        # hand-overs sent whose acks are awaited (a burst of one transaction, e.g. the scheduler's quota use,
+        # does not hold up the rows committed after it), and the rows they carry (the table pass leaves them)
+        self._sending: set[asyncio.Task] = set()
+        self._in_flight: dict[uuid.UUID, None] = {}
         self.published = 0
 
     def take(self, rows: list[Row]) -> None:
@@ -148,6 +153,13 @@ class OutboxRelay:
     async def run(self) -> None:
         """Publish what is handed over as soon as it is; look in the table at start and every ``poll_s``,
         however busy (rows written outside a unit of work, or left by a crash or a failed publish)."""
+        try:
+            await self._run()
+        finally:
+            for task in list(self._sending):
+                task.cancel()
+
+    async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         next_look = loop.time()
         next_purge = next_look + 600 * self.poll_s   # every ten minutes at the default poll
@@ -156,7 +168,7 @@ class OutboxRelay:
             handed, self._handed = self._handed, []
             try:
                 if handed:
-                    await self.publish_handed(handed)
+                    await self._send(handed)
                 if self._unmarked and (len(self._unmarked) >= self.batch or loop.time() >= self._mark_at):
                     await self.flush_marks()
                 if loop.time() >= next_look:
@@ -179,6 +191,29 @@ class OutboxRelay:
                     await self._wake.wait()
             except TimeoutError:
                 pass
+
+    async def _send(self, rows: list[Row]) -> None:
+        """Publish a hand-over without waiting for its acks (``publish_handed`` in a task of its own, its
+        messages sent in the order the hand-overs came), at most ``_HANDED_IN_FLIGHT`` at once. One that
+        fails leaves its rows to the table pass, as a failed publish always did."""
+        while len(self._sending) >= _HANDED_IN_FLIGHT:
+            await asyncio.wait(self._sending, return_when=asyncio.FIRST_COMPLETED)
+        ids = [r.id for r in rows]
+        self._in_flight.update(dict.fromkeys(ids))
+
+        async def send() -> None:
+            try:
+                await self.publish_handed(rows)
+            except Exception as exc:   # noqa: BLE001 - NATS unavailable: the table pass publishes them later
+                log.warning("outbox.publish_failed", error=repr(exc))
+            finally:
+                for i in ids:
+                    self._in_flight.pop(i, None)
+                self._wake.set()       # their marks are due
+
+        task = asyncio.create_task(send())
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
 
     async def publish_handed(self, rows: list[Row]) -> None:
         """Publish rows handed over after their commit, without reading them back, then mark them in one
@@ -227,6 +262,7 @@ class OutboxRelay:
             rows = [Row(r["id"], r["subject"], json.loads(r["headers"]), bytes(r["body"])) for r in await conn.fetch(
                 f"SELECT id, subject, headers, body FROM outbox WHERE published_at IS NULL{scoped} "
                 "ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED", *args)]
+            rows = [r for r in rows if r.id not in self._in_flight]   # a hand-over is sending them
             if not rows:
                 return 0
             await self._publish(rows)
