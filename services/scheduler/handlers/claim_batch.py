@@ -23,11 +23,8 @@ from shared.unit_of_work import UnitOfWork
 
 from ..domain.gang import GangPlacement
 from ..domain.inventory import Placement, Request
-from .active import ActiveScheduler
-from .common import left_for_batch
+from .common import LeftForBatch
 from .placing import claim_of, conclude, reserved_result
-
-_NAME = "scheduler.claims"
 
 
 class ClaimsRefused(Exception):
@@ -43,17 +40,12 @@ class _Left:
     answered: bool = False      # a gang's member: its gang was answered by its own handler
 
 
-class BatchClaims:
-    """The claims the reserves of one batch left, made together before it writes (``Writes.later``)."""
+class BatchClaims(LeftForBatch):
+    """The claims the reserves of one batch left (``_Left``), made together before it writes; ``of`` is None
+    when a reserve must claim at once."""
 
-    def __init__(self, active: ActiveScheduler, ctx: UnitOfWork):
-        self.active, self.ctx = active, ctx
-        self.left: dict[uuid.UUID, _Left] = {}
-
-    @classmethod
-    def of(cls, ctx: UnitOfWork, active: ActiveScheduler) -> BatchClaims | None:
-        """The batch's claims, or None when ``ctx``'s reserve must claim at once (not a batched run)."""
-        return left_for_batch(ctx, _NAME, lambda: cls(active, ctx))
+    name = "scheduler.claims"
+    left: dict[uuid.UUID, _Left]
 
     def leave(self, ctx: UnitOfWork, req: Request, placement: Placement, data: dict[str, Any]) -> None:
         self.left[req.allocation_id] = _Left(ctx, req, placement, data)
@@ -83,6 +75,6 @@ class BatchClaims:
 async def made_before(ctx: UnitOfWork, allocation_id: uuid.UUID) -> None:
     """When the batch holds a claim left for ``allocation_id``, make the claims left now (a later reserve of the
     same allocation must find it held)."""
-    claims = ctx.writes.later.get(_NAME)
+    claims = ctx.writes.later.get(BatchClaims.name)
     if claims is not None and allocation_id in claims.left:
         await claims.flush()

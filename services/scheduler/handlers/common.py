@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, ClassVar, Self
 
 import structlog
 
 from shared.refusals import Refusal, text_safe
-from shared.unit_of_work import Later, UnitOfWork
+from shared.unit_of_work import UnitOfWork
 
 from .. import contracts as c
 from ..domain.ports import Row, SchedulerRepository
@@ -102,17 +102,27 @@ async def emit_node(ctx: UnitOfWork, store: SchedulerRepository, node_id: uuid.U
     return doc
 
 
-L = TypeVar("L", bound=Later)
+class LeftForBatch:
+    """Work of one kind (``name``) that the handlers of a batch leave to be done together just before it writes
+    (``Writes.later``): what each left, by allocation, in ``left``; ``flush`` does it and answers each."""
 
+    name: ClassVar[str]
 
-def left_for_batch(ctx: UnitOfWork, name: str, make: Callable[[], L]) -> L | None:
-    """The work of kind ``name`` that the handlers of ``ctx``'s batch leave to be done together just before it writes
-    (``Writes.later``; ``make`` starts it), or None when ``ctx``'s handler must do its own at once (not a batched
-    run)."""
-    writes = ctx.writes
-    if not writes.batched:
-        return None
-    later = writes.later.get(name)
-    if later is None:
-        later = writes.later[name] = make()
-    return later
+    def __init__(self, active: ActiveScheduler, ctx: UnitOfWork):
+        self.active, self.ctx = active, ctx
+        self.left: dict[uuid.UUID, Any] = {}
+
+    @classmethod
+    def of(cls, ctx: UnitOfWork, active: ActiveScheduler) -> Self | None:
+        """The batch's work of this kind (started by the first handler that leaves some), or None when ``ctx``'s
+        handler must do its own at once (not a batched run)."""
+        writes = ctx.writes
+        if not writes.batched:
+            return None
+        later = writes.later.get(cls.name)
+        if later is None:
+            later = writes.later[cls.name] = cls(active, ctx)
+        return later
+
+    async def flush(self) -> None:
+        raise NotImplementedError

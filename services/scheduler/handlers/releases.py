@@ -30,12 +30,10 @@ from shared.unit_of_work import UnitOfWork
 from .. import contracts as c
 from ..domain.ports import Row, SchedulerRepository
 from .active import ActiveScheduler
-from .common import emit_node, left_for_batch
+from .common import LeftForBatch, emit_node
 from .placing import conclude, place_released
 
 log = structlog.get_logger()
-
-_NAME = "scheduler.releases"
 
 Withdrawn = tuple[Row | None, Row | None, Row | None]    # the holding, the node's capacity, the queue entry
 
@@ -103,17 +101,12 @@ class _Left:
     quarantined_on: uuid.UUID | None
 
 
-class BatchReleases:
-    """The releases of one batch, withdrawn together before it writes (``Writes.later``), then answered."""
+class BatchReleases(LeftForBatch):
+    """The releases of one batch (``_Left``), withdrawn together before it writes, then answered; ``of`` is None
+    when a release must withdraw at once."""
 
-    def __init__(self, active: ActiveScheduler, ctx: UnitOfWork):
-        self.active, self.ctx = active, ctx
-        self.left: dict[uuid.UUID, _Left] = {}
-
-    @classmethod
-    def of(cls, ctx: UnitOfWork, active: ActiveScheduler) -> BatchReleases | None:
-        """The batch's releases, or None when ``ctx``'s release must withdraw at once (not a batched run)."""
-        return left_for_batch(ctx, _NAME, lambda: cls(active, ctx))
+    name = "scheduler.releases"
+    left: dict[uuid.UUID, _Left]
 
     async def leave(self, ctx: UnitOfWork, cmd: c.ReleaseSlots) -> None:
         """Lock the compensated key (``undo`` would, before any effect), quarantine, and leave the withdraw."""
