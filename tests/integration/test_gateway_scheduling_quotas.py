@@ -2,6 +2,7 @@
 POST /v1/allocations the quota view proves over quota is a 403 quota-exceeded that creates and sends nothing."""
 from __future__ import annotations
 
+import json
 import uuid
 
 from tests.support.gateway import node_doc, outbox_count, project
@@ -132,3 +133,23 @@ async def test_a_shape_for_any_model_is_refused_only_when_every_model_of_the_poo
     # a pool whose models are unknown is left to the scheduler
     await project(api, nc, "scheduler.quota_changed", quota(tenant_id, "empty-pool", 0, 0, 1))
     assert (await client.post("/v1/allocations", {"name": "unknown", "shape": "vm.1gpu", "pool": "empty-pool"})).status == 202
+
+
+async def test_many_quotas_use_in_one_message_each_under_its_own_version_guard(api, nc):
+    """``scheduler.quota_use_changed`` carries many quotas' documents: each is applied only when newer than its
+    row (a late one changes nothing), a quota given twice keeps its newest, and the refusal reads the new use."""
+    client, tenant_id = await api.tenant_user()
+    _, other = await api.tenant_user()
+    pool = await pool_with_nodes(api, nc, "H100")
+    await project(api, nc, "scheduler.quota_changed", quota(tenant_id, pool, 4, 0, 5))
+    await project(api, nc, "scheduler.quota_use_changed", {"quotas": [
+        quota(tenant_id, pool, 4, 1, 4),                                    # older than the row: ignored
+        quota(other, pool, 8, 6, 2), quota(other, pool, 8, 7, 3),           # twice: the newest wins
+        quota(tenant_id, pool, 4, 3, 6, model="A100")]})
+    rows = {(str(r["tenant_id"]), r["gpu_model"]): (r["used"], r["version"]) for r in json.loads(await api.scalar(
+        "SELECT json_agg(q) FROM quotas_view q WHERE pool=$1", pool))}
+    assert rows == {(tenant_id, "H100"): (0, 5), (other, "H100"): (7, 3), (tenant_id, "A100"): (3, 6)}
+    await project(api, nc, "scheduler.quota_use_changed", {"quotas": [quota(tenant_id, pool, 4, 3, 6)]})
+    r = await client.post("/v1/allocations", {"name": "big", "shape": "vm.2gpu", "pool": pool})
+    assert r.status == 403 and (r.body["limit"], r.body["used"]) == (4, 3)
+

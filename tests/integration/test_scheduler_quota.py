@@ -14,6 +14,7 @@ from services.scheduler.bootstrap import build
 from services.scheduler.settings import SchedulerSettings
 from tests.support.bus import send_command as send
 from tests.support.concurrency import run_concurrently
+from tests.support.polling import eventually
 from tests.support.scheduler import start
 
 
@@ -79,20 +80,51 @@ async def _assert_no_double_booking_nor_overrun(conn: asyncpg.Connection, pool: 
         assert r["used"] == r["holds"] <= r["limit"], dict(r)
 
 
+def _use_of(tenant: uuid.UUID, used: int):
+    """A predicate: a ``quota_use_changed`` naming the tenant's quota at ``used``."""
+    return lambda i: i[1]["type"] == "scheduler.quota_use_changed" and any(
+        q["tenant_id"] == str(tenant) and q["used"] == used for q in i[1]["data"]["quotas"])
+
+
 async def test_a_quotas_use_is_published_once_coalesced_and_marked_sent(run_service, nc, watch):
-    """Reservations do not each send ``quota_changed``: the leader's loop sends the quota's use once it changed
-    and marks the version sent, so it is not sent again until it changes."""
+    """Reservations do not each send an event: the leader's loop sends the quota's use once it changed
+    (``quota_use_changed``) and marks the version sent, so it is not sent again until it changes."""
     env = await start(run_service, nc, watch)
     tenant = uuid.uuid4()
     await env.grant(tenant, 8)
     await env.onboard()
     for _ in range(2):
         assert (await env.reserve(tenant, "vm.2gpu"))["type"] == "scheduler.slots_reserved"
-    *_, sent = await env.events.wait_for(lambda i: i[1]["type"] == "scheduler.quota_changed"
-                                         and i[1]["data"]["tenant_id"] == str(tenant) and i[1]["data"]["used"] == 4)
+    *_, sent = await env.events.wait_for(_use_of(tenant, 4))
+    [doc] = [q for q in sent[1]["data"]["quotas"] if q["tenant_id"] == str(tenant)]
     async with env.rt.pool.acquire() as conn:
         row = await conn.fetchrow("SELECT version, published FROM quotas WHERE tenant_id=$1", tenant)
-    assert row["published"] == row["version"] == sent[1]["data"]["version"]
+    assert row["published"] == row["version"] == doc["version"]
+
+
+async def test_many_quotas_use_goes_out_in_a_few_messages_of_at_most_the_contracts_size(run_service, nc, watch):
+    """Three hundred quotas whose use changed at once are two ``quota_use_changed`` (256 + 44), not three
+    hundred events; each quota once, each row then marked sent."""
+    env = await start(run_service, nc, watch)
+    tenants = [uuid.uuid4() for _ in range(300)]
+    async with env.rt.pool.acquire() as conn:
+        await conn.execute('INSERT INTO quotas (tenant_id, gpu_model, pool, "limit", used, version, published) '
+                           "SELECT t, 'H100', $2, 8, 3, 2, 1 FROM unnest($1::uuid[]) AS t", tenants, env.pool)
+    wanted = {str(t) for t in tenants}
+
+    def naming(hits) -> list[dict]:
+        return [q for h in hits for q in h[1]["data"]["quotas"] if q["tenant_id"] in wanted]
+
+    hits = await eventually(lambda: [i for i in env.events.items if i[1]["type"] == "scheduler.quota_use_changed"
+                                     and wanted & {q["tenant_id"] for q in i[1]["data"]["quotas"]}],
+                            until=lambda hits: len(naming(hits)) >= 300, timeout=20,
+                            what="quota_use_changed naming the 300 quotas")
+    assert len(hits) == 2 and max(len(h[1]["data"]["quotas"]) for h in hits) == 256
+    assert sorted(q["tenant_id"] for q in naming(hits)) == sorted(wanted)
+    assert all((q["used"], q["version"]) == (3, 2) for q in naming(hits))
+    async with env.rt.pool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM quotas WHERE tenant_id = ANY($1) AND published = version",
+                                   tenants) == 300
 
 
 async def test_two_hundred_concurrent_claims_from_separate_connections_never_share_a_slot_or_overrun(

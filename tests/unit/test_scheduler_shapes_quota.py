@@ -79,3 +79,14 @@ def test_refunds_never_drive_use_below_zero_and_bad_limits_are_refused():
     with pytest.raises(QuotaError, match="guaranteed"):
         book.set_limit(k, 4, guaranteed=-2)
     assert book.limit(k) is None
+
+
+def test_a_quota_use_message_holds_one_to_its_contracts_number_of_quotas():
+    from pydantic import ValidationError
+
+    from services.scheduler import contracts as sc
+    doc = {"tenant_id": uuid.uuid4(), "gpu_model": "H100", "pool": "shared", "limit": 1, "used": 0, "version": 1}
+    assert len(sc.QuotaUseChanged(quotas=[doc] * sc.QUOTA_USE_PER_MESSAGE).quotas) == sc.QUOTA_USE_PER_MESSAGE
+    for quotas in ([], [doc] * (sc.QUOTA_USE_PER_MESSAGE + 1)):
+        with pytest.raises(ValidationError):
+            sc.QuotaUseChanged(quotas=quotas)

@@ -38,6 +38,7 @@ def wire(rt: Runtime) -> None:
     subscribe("scheduler.shape_changed", inventory.on_shape_changed)
     subscribe("scheduler.pool_changed", inventory.on_pool_changed)
     subscribe("scheduler.quota_changed", inventory.on_quota_changed)
+    subscribe("scheduler.quota_use_changed", inventory.on_quota_use_changed)
     subscribe("scheduler.admin_command_rejected", rejections.on_admin_command_rejected)
     subscribe("scheduler.reservation_queued", allocations.on_reservation_queued)
     subscribe("scheduler.slots_reserved", allocations.on_slots_reserved)

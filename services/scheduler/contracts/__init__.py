@@ -197,6 +197,16 @@ class QuotaChanged(Wire):
     version: int = Field(ge=1)
 
 
+QUOTA_USE_PER_MESSAGE = 256   # about 60 KB of JSON: well under the bus's 1 MB message limit
+
+
+class QuotaUseChanged(Wire):
+    """The quotas whose use changed since the last report, each as its whole ``quota_changed`` document, many in
+    one message: at hundreds of decisions a second across a thousand tenants, one event per quota was most of
+    the scheduler's messages. A quota appears at most once in a message."""
+    quotas: list[QuotaChanged] = Field(min_length=1, max_length=QUOTA_USE_PER_MESSAGE)
+
+
 class AdminCommandRejected(Wire):
     """The command changed nothing: refused by a rule, or data it can never store (at once, never after retries)."""
     command: str
@@ -336,7 +346,9 @@ CONTRACT = ServiceContract(
         _m("node_changed", NodeChanged, "event", "A node's whole document after any change."),
         _m("shape_changed", ShapeChanged, "event", "A shape's whole document after any change."),
         _m("pool_changed", PoolChanged, "event", "A pool's whole document after any change."),
-        _m("quota_changed", QuotaChanged, "event", "A quota's limit or use changed."),
+        _m("quota_changed", QuotaChanged, "event", "A quota's limit changed (set by an admin)."),
+        _m("quota_use_changed", QuotaUseChanged, "event",
+           "The use of every quota that changed since the last report, at most once a second, in batches."),
         _m("admin_command_rejected", AdminCommandRejected, "event", "An inventory command could not be applied."),
         _m("scheduling_stats", SchedulingStats, "event", "Periodic pending/utilisation/fragmentation snapshot."),
         _m("preemption_notice", PreemptionNotice, "event", "An allocation will be preempted after its grace period."),

@@ -125,15 +125,18 @@ async def publish_stats(rt: Runtime, active: ActiveScheduler) -> None:
 
 
 async def publish_quota_use(rt: Runtime) -> int:
-    """Send ``quota_changed`` for every quota whose use changed since it was last sent. Reservations and
-    releases do not send one each: at hundreds of decisions a second that doubled the events per decision;
-    coalesced, a quota's use is published at most once per period. Read first, marked last: the claims wait
-    for no quota row while the documents are built."""
+    """Send ``quota_use_changed`` for the quotas whose use changed since it was last sent, up to
+    ``QUOTA_USE_PER_MESSAGE`` to a message. Reservations and releases do not send one each: at hundreds of
+    decisions a second that doubled the events per decision; coalesced, a quota's use is published at most once
+    per period, and a thousand tenants' changes are a handful of messages, not a thousand. Read first, marked
+    last: the claims wait for no quota row while the documents are built."""
     async with UnitOfWork.begin(rt.pool, rt.outbox, name="scheduler.quota_use") as uow:
         rows = await catalog.unpublished_quotas(uow.conn)
         if rows:
-            await uow.emit_many([("scheduler.quota_changed", c.QuotaChanged(**catalog.quota_document(r)), None)
-                                 for r in rows], correlation_id="scheduler-quota-use")
+            docs = [c.QuotaChanged(**catalog.quota_document(r)) for r in rows]
+            step = c.QUOTA_USE_PER_MESSAGE
+            await uow.emit_many([("scheduler.quota_use_changed", c.QuotaUseChanged(quotas=docs[i:i + step]), None)
+                                 for i in range(0, len(docs), step)], correlation_id="scheduler-quota-use")
             await catalog.mark_published(uow.conn, rows)   # the rows' locks only from here to the commit
     return len(rows)
 

@@ -72,9 +72,11 @@ _SHAPE = upsert_newer("shapes_view", ["name"], ["name", "kind", "gpu_count", "gp
                                                 "version"], assign=_CHANGED_NOW, returning=True)
 _POOL = upsert_newer("pools_view", ["name"], ["name", "policy", "taints", "description", "version"], jsonb={"taints"},
                      assign=_CHANGED_NOW, returning=True)
-_QUOTA = upsert_newer("quotas_view", ["tenant_id", "gpu_model", "pool", "user_id"],
-                      ["tenant_id", "gpu_model", "pool", "user_id", '"limit"', "guaranteed", "used", "version"],
-                      assign=_CHANGED_NOW, returning=True)
+_QUOTA_KEY = ["tenant_id", "gpu_model", "pool", "user_id"]
+_QUOTA_COLUMNS = [*_QUOTA_KEY, '"limit"', "guaranteed", "used", "version"]
+_QUOTA = upsert_newer("quotas_view", _QUOTA_KEY, _QUOTA_COLUMNS, assign=_CHANGED_NOW, returning=True)
+_QUOTAS = upsert_newer("quotas_view", _QUOTA_KEY, _QUOTA_COLUMNS, assign=_CHANGED_NOW, returning=True,
+                       arrays=["uuid", "text", "text", "uuid", "int", "int", "int", "int"])
 
 
 async def apply_shape(conn: asyncpg.Connection, d: sc.ShapeChanged) -> bool:
@@ -89,6 +91,20 @@ async def apply_pool(conn: asyncpg.Connection, d: sc.PoolChanged) -> bool:
 async def apply_quota(conn: asyncpg.Connection, d: sc.QuotaChanged) -> bool:
     return bool(await conn.fetchval(_QUOTA, d.tenant_id, d.gpu_model, d.pool, d.user_id or NIL, d.limit, d.guaranteed,
                                     d.used, d.version))
+
+
+async def apply_quotas(conn: asyncpg.Connection, docs: list[sc.QuotaChanged]) -> int:
+    """``apply_quota`` for many documents in one round trip; returns how many were applied. A key given twice
+    keeps its newest document (one statement may not change a row twice)."""
+    newest: dict[tuple, sc.QuotaChanged] = {}
+    for d in docs:
+        key = (d.tenant_id, d.gpu_model, d.pool, d.user_id or NIL)
+        if key not in newest or newest[key].version < d.version:
+            newest[key] = d
+    rows = [(*key, d.limit, d.guaranteed, d.used, d.version) for key, d in newest.items()]
+    if not rows:
+        return 0
+    return len(await conn.fetch(_QUOTAS, *(list(col) for col in zip(*rows, strict=True))))
 
 
 async def on_node_registered(ctx: UnitOfWork, data: sc.NodeRegistered) -> None:
@@ -121,3 +137,8 @@ async def on_pool_changed(ctx: UnitOfWork, data: sc.PoolChanged) -> None:
 async def on_quota_changed(ctx: UnitOfWork, data: sc.QuotaChanged) -> None:
     if not await apply_quota(ctx.conn, data):
         log.info("projection.stale_document_ignored", kind="quota", id=str(data.tenant_id), version=data.version)
+
+
+async def on_quota_use_changed(ctx: UnitOfWork, data: sc.QuotaUseChanged) -> None:
+    """Many quotas' documents in one statement, each under the same version guard as ``quota_changed``."""
+    await apply_quotas(ctx.conn, data.quotas)
