@@ -236,7 +236,7 @@ class Batches:
                     await conn.execute("DELETE FROM inbox WHERE consumer=$1 AND event_id = ANY($2::uuid[])",
                                        self.consumer, failed)
                 try:
-                    await writes.write(conn, self.outbox)   # the batch's outbox rows and outcomes, one statement
+                    await writes.write(conn)   # the batch's outbox rows, outcomes and last statements: one statement
                 except Exception as exc:
                     if not writes.batched:
                         raise

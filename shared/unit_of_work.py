@@ -9,8 +9,10 @@ not run ahead of the database).
 A unit of work that ``defers`` its writes (the consumer kit's, ``begin``'s) keeps its outbox rows and the step
 outcomes its participant records (``shared.participant``) and writes them all in one statement just before the
 commit (``flush``; a batch's units of work share one ``Writes``, so a whole batch writes once) instead of one
-statement per ``emit`` and per outcome. A savepoint a handler opens on ``conn`` (``conn.transaction()``) that
-rolls back drops the rows and outcomes kept inside it, written or not, so nothing it emitted is ever published.
+statement per ``emit`` and per outcome. In the consumer kit's first run of a batch a handler may also leave its
+own last write to that statement (``write_last``: the saga's new state), one round trip fewer per message. A
+savepoint a handler opens on ``conn`` (``conn.transaction()``) that rolls back drops the rows and outcomes kept
+inside it, written or not, so nothing it emitted is ever published.
 """
 from __future__ import annotations
 
@@ -32,14 +34,37 @@ log = structlog.get_logger()
 _RECORD = ("INSERT INTO step_outcomes (idempotency_key, status, result) "
            "SELECT * FROM unnest({}::text[], {}::text[], {}::jsonb[]) ON CONFLICT (idempotency_key) "
            "DO UPDATE SET status = EXCLUDED.status, result = EXCLUDED.result, updated_at = now()")
-_RECORD_ALONE = _RECORD.format("$1", "$2", "$3")
 _RECORD_ONE = ("INSERT INTO step_outcomes (idempotency_key, status, result) VALUES ($1, $2, $3::jsonb) "
                "ON CONFLICT (idempotency_key) DO UPDATE SET status = EXCLUDED.status, result = EXCLUDED.result, "
                "updated_at = now()")
-# the outcomes and the outbox rows of a batch in one statement (a data-modifying WITH runs to completion)
-_RECORD_AND_SEND = (f"WITH recorded AS ({_RECORD.format('$6', '$7', '$8')}) "
-                    "INSERT INTO outbox (id, subject, type, headers, body) "
-                    "SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::bytea[])")
+_SEND = ("INSERT INTO outbox (id, subject, type, headers, body) "
+         "SELECT * FROM unnest({}::uuid[], {}::text[], {}::text[], {}::jsonb[], {}::bytea[])")
+# a statement a handler left to the batch's write (``UnitOfWork.write_last``): its data-modifying queries, written
+# with {0}, {1}... for its parameters, and the parameters
+Last = tuple[tuple[str, ...], list]
+
+
+def one_statement(rows: list[tuple], outcomes: dict[str, tuple[str, str]], last: list[Last]) -> tuple:
+    """What a transaction keeps, as one statement (its SQL, then its parameters, as ``execute`` takes them):
+    the step outcomes and the handlers' last statements as data-modifying WITH queries (each runs to
+    completion; all see the transaction as it was before the statement), the outbox rows as its main query."""
+    args: list = []
+
+    def param(value) -> str:
+        args.append(value)
+        return f"${len(args)}"
+
+    send = _SEND.format(*(param(list(c)) for c in zip(*rows))) if rows else None
+    queries = [("recorded", _RECORD.format(param(list(outcomes)), param([v[0] for v in outcomes.values()]),
+                                           param([v[1] for v in outcomes.values()])))] if outcomes else []
+    for parts, values in last:
+        names = [param(v) for v in values]
+        for part in parts:
+            queries.append((f"w{len(queries)}", part.format(*names)))
+    main = send if send is not None else queries.pop()[1]
+    if queries:
+        main = "WITH " + ", ".join(f"{name} AS ({q})" for name, q in queries) + " " + main
+    return main, *args
 
 
 class RunUnderSavepoint(Exception):
@@ -67,6 +92,8 @@ class Writes:
         # may leave work of the same kind to be done once for all of them, just before the write (``later``)
         self.batched = False
         self.later: dict[str, Later] = {}
+        # the handlers' last statements, by what each changes (``UnitOfWork.write_last``)
+        self.last: dict[str, Last] = {}
 
     def outcome(self, key: str) -> tuple[str, str] | None:
         """The (status, result JSON) last kept for ``key`` and not written yet, if any."""
@@ -82,23 +109,26 @@ class Writes:
         for row in await conn.fetch("SELECT key, status, result FROM step_outcomes_locked($1::text[])", keys):
             self.known[row["key"]] = (row["status"], row["result"])
 
-    async def write(self, conn: asyncpg.Connection, outbox: Outbox) -> None:
+    async def write(self, conn: asyncpg.Connection) -> None:
         """Do the work the handlers left for later (``later``, in the order it was first left; it may keep
         more rows and outcomes), then write everything kept, in one statement, and forget it."""
         while self.later:
             name = next(iter(self.later))
             await self.later.pop(name).flush()
-        rows, latest = self.outbox, {key: (status, result) for key, status, result in self.outcomes}
-        self.outbox, self.outcomes = [], []
-        if not latest:
-            await outbox.insert(conn, rows)
-            return
         # one row per key (an upsert may not touch a row twice): the last outcome kept for it
-        keys, statuses, results = list(latest), [v[0] for v in latest.values()], [v[1] for v in latest.values()]
-        if not rows:
-            await conn.execute(_RECORD_ALONE, keys, statuses, results)
-            return
-        await conn.execute(_RECORD_AND_SEND, *(list(c) for c in zip(*rows)), keys, statuses, results)
+        rows, latest = self.outbox, {key: (status, result) for key, status, result in self.outcomes}
+        last = list(self.last.values())
+        self.outbox, self.outcomes, self.last = [], [], {}
+        if rows or latest or last:
+            await conn.execute(*one_statement(rows, latest, last))
+
+    async def write_last_now(self, conn: asyncpg.Connection, key: str | None = None) -> None:
+        """Write the last statements kept (``key``'s, or all), at once."""
+        kept = [self.last.pop(key)] if key in self.last else [] if key is not None else list(self.last.values())
+        if key is None:
+            self.last = {}
+        if kept:
+            await conn.execute(*one_statement([], {}, kept))
 
 
 class _Savepoint:
@@ -111,6 +141,7 @@ class _Savepoint:
 
     async def __aenter__(self):
         writes = self._uow.writes
+        await writes.write_last_now(self._uow.conn.raw)   # kept before the savepoint: not undone with it
         self._marks = (len(self._uow._queued), len(writes.outbox), len(writes.outcomes))
         return await self._inner.__aenter__()
 
@@ -123,6 +154,7 @@ class _Savepoint:
                 del self._uow._queued[self._marks[0]:]
                 del writes.outbox[self._marks[1]:]
                 del writes.outcomes[self._marks[2]:]
+                writes.last.clear()
 
 
 class _Connection:
@@ -182,7 +214,7 @@ class UnitOfWork:
         for uow in units:
             if id(uow.writes) not in seen:
                 seen.add(id(uow.writes))
-                await uow.writes.write(uow.conn.raw, uow.outbox)
+                await uow.writes.write(uow.conn.raw)
 
     async def record_outcome(self, key: str, status: str, result_json: str) -> None:
         """Record a saga step's outcome under its idempotency key in this transaction: kept with the outbox
@@ -191,6 +223,26 @@ class UnitOfWork:
             self.writes.outcomes.append((key, status, result_json))
         else:
             await self.conn.execute(_RECORD_ONE, key, status, result_json)
+
+    async def write_last(self, key: str, parts: tuple[str, ...], args: list, *, now: bool = False) -> None:
+        """A statement whose result the handler does not need, written in the batch's one statement with its
+        outbox rows in the consumer kit's first run of a batch (``optimistic``; should it fail there, the batch
+        runs again with each handler alone, as when the handler fails), else now. ``parts``: its data-modifying
+        queries (one statement's WITH queries: all see the transaction as it was before the statement, so no
+        two may change one row), written with ``{0}``, ``{1}``... for ``args`` (a literal brace doubled).
+        ``key`` names what it changes: a second statement for one key writes the first now, and a handler that
+        reads it again first calls ``write_last_now(key)``. ``now``: write it at once all the same."""
+        if key in self.writes.last:
+            await self.write_last_now(key)
+        if now or not (self.defer and self.optimistic):
+            await self.conn.raw.execute(*one_statement([], {}, [(parts, args)]))
+        else:
+            self.writes.last[key] = (parts, args)
+
+    async def write_last_now(self, key: str | None = None) -> None:
+        """Write the statements kept by ``write_last`` (``key``'s, or all) now: before this transaction reads
+        what they change."""
+        await self.writes.write_last_now(self.conn.raw, key)
 
     def on_commit(self, callback: Callable[[], Awaitable[None]]) -> None:
         """Run ``callback`` once this transaction has committed (never if it rolls back). A failing callback

@@ -124,3 +124,65 @@ async def test_an_outcome_is_written_at_once_when_the_unit_of_work_does_not_defe
     uow = _unit(conn, defer=False)
     await uow.record_outcome("saga-1:reserve", "done", '{"n": 1}')
     assert conn.statements[0][1:] == ("saga-1:reserve", "done", '{"n": 1}')
+
+
+_LAST = ("UPDATE t SET v={1} WHERE id={0}", "INSERT INTO log (id, v) VALUES ({0}, {1})")
+
+
+async def test_a_handlers_last_statement_is_written_in_the_batchs_one_statement_in_the_kits_first_run():
+    conn = FakeConnection()
+    batch = Writes()
+    first, second = _unit(conn, defer=True, writes=batch), _unit(conn, defer=True, writes=batch)
+    first.optimistic = second.optimistic = True     # the consumer kit's first run of a batch
+    await first.write_last("row:1", _LAST, [1, "a"])
+    sent = await first.emit(batchprobe.PINGED, batchprobe.Ping(n=1))
+    await second.write_last("row:2", _LAST, [2, "b"])
+    assert conn.statements == []
+    await UnitOfWork.insert_pending([first, second])
+    [(sql, ids, *rest)] = conn.statements
+    assert ids == [sent.id] and rest[4:] == [1, "a", 2, "b"]
+    assert sql == ("WITH w0 AS (UPDATE t SET v=$7 WHERE id=$6), w1 AS (INSERT INTO log (id, v) VALUES ($6, $7)), "
+                   "w2 AS (UPDATE t SET v=$9 WHERE id=$8), w3 AS (INSERT INTO log (id, v) VALUES ($8, $9)) "
+                   "INSERT INTO outbox" + sql.split(") INSERT INTO outbox", 1)[1])
+
+
+async def test_a_last_statement_is_written_at_once_outside_the_kits_first_run_or_when_asked():
+    conn = FakeConnection()
+    uow = _unit(conn, defer=True)                  # a loop's, or the kit's run with savepoints: not optimistic
+    await uow.write_last("row:1", _LAST[:1], [1, "a"])
+    assert conn.statements == [("UPDATE t SET v=$2 WHERE id=$1", 1, "a")]
+    uow.optimistic = True
+    await uow.write_last("row:1", _LAST[:1], [1, "b"], now=True)
+    assert conn.statements[-1] == ("UPDATE t SET v=$2 WHERE id=$1", 1, "b")
+    await uow.flush()
+    assert len(conn.statements) == 2                # nothing was kept
+
+
+async def test_a_kept_last_statement_is_written_before_its_key_is_changed_or_read_again():
+    conn = FakeConnection()
+    uow = _unit(conn, defer=True)
+    uow.optimistic = True
+    await uow.write_last("row:1", _LAST[:1], [1, "a"])
+    await uow.write_last("row:2", _LAST[:1], [2, "x"])
+    await uow.write_last("row:1", _LAST[:1], [1, "b"])     # a second change of row 1: the first written now
+    assert conn.statements == [("UPDATE t SET v=$2 WHERE id=$1", 1, "a")]
+    await uow.write_last_now("row:1")                        # about to read row 1 again
+    assert conn.statements[-1] == ("UPDATE t SET v=$2 WHERE id=$1", 1, "b")
+    await uow.flush()
+    assert conn.statements[-1] == ("UPDATE t SET v=$2 WHERE id=$1", 2, "x") and len(conn.statements) == 3
+
+
+async def test_a_savepoint_writes_what_was_kept_before_it_and_drops_what_was_kept_inside_it_when_rolled_back():
+    conn = FakeConnection()
+    uow = _unit(conn, defer=True)
+    uow.optimistic = True
+    await uow.write_last("row:1", _LAST[:1], [1, "a"])
+    try:
+        async with uow.conn.transaction():
+            assert conn.statements == [("UPDATE t SET v=$2 WHERE id=$1", 1, "a")]   # not undone with the savepoint
+            await uow.write_last("row:2", _LAST[:1], [2, "x"])
+            raise _Retracted
+    except _Retracted:
+        pass
+    await uow.flush()
+    assert conn.statements == [("UPDATE t SET v=$2 WHERE id=$1", 1, "a")]

@@ -39,7 +39,7 @@ async def test_a_batchs_claims_are_made_together_before_it_writes_and_each_is_an
     cmds = [reserve_cmd("vm.1gpu", 1) for _ in range(3)]
     writes, units = await _batch(active, conn, cmds)
     assert repo.allocations == {} and all(u.emitted == [] for u in units)      # left for the batch
-    await writes.write(conn, units[0].outbox)
+    await writes.write(conn)
     replies = [u.only("scheduler.slots_reserved").data for u in units]
     assert {r["node_id"] for r in replies} == {str(node)}
     assert len({r["slots"][0] for r in replies}) == 3 and [r["capacity"]["free_slots"] for r in replies] == [3, 2, 1]
@@ -60,7 +60,7 @@ async def _refused_when_written(active, repo, conn, writes: Writes, units: list[
     """The quota lowered under the index to ``limit``: writing the batch fails and marks the index for a reload."""
     repo.quotas_[next(iter(repo.quotas_))]["limit"] = limit
     with pytest.raises(ClaimsRefused):
-        await writes.write(conn, units[0].outbox)
+        await writes.write(conn)
     assert active.needs_reload is True
 
 
@@ -71,7 +71,7 @@ async def test_a_second_reserve_of_an_allocation_whose_claim_waits_finds_it_held
     first = reserve_cmd("vm.1gpu", 1)
     retried = first.model_copy(update={"idempotency_key": step_key(first.saga_id, "reserve_slots#2")})
     writes, (one, two) = await _batch(active, conn, [first, retried])
-    await writes.write(conn, one.outbox)
+    await writes.write(conn)
     a, b = one.only("scheduler.slots_reserved").data, two.only("scheduler.slots_reserved").data
     assert (a["node_id"], a["slots"]) == (b["node_id"], b["slots"]) and len(repo.allocations) == 1
 
@@ -83,7 +83,7 @@ async def test_a_holder_placed_earlier_in_the_batch_is_claimed_before_it_is_pree
     assert preemptor.types() == ["scheduler.preemption_notice", "scheduler.reservation_queued"]
     assert preemptor.emitted[0].data["allocation_id"] == str(spot.allocation_id)
     assert holder.only("scheduler.slots_reserved") and spot.allocation_id in repo.preemptions
-    await writes.write(conn, holder.outbox)
+    await writes.write(conn)
 
 
 def gang_cmd(members: int) -> c.ReserveGang:
@@ -103,7 +103,7 @@ async def test_a_batchs_gangs_leave_their_members_claims_for_one_round_trip_befo
     writes, units = await _gang_batch(active, conn, cmds)
     assert repo.allocations == {}                                   # left for the batch
     placed = [u.only("scheduler.gang_placed").data for u in units]
-    await writes.write(conn, units[0].outbox)
+    await writes.write(conn)
     assert set(repo.allocations) == {m for cmd in cmds for m in cmd.members}
     for answer in placed:
         for m in answer["members"]:

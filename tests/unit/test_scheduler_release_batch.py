@@ -45,7 +45,7 @@ async def _released(active, conn, cmds: list[c.ReleaseSlots]):
     """Run the releases as one batched run, write it, then what each left for after the commit."""
     writes, units = await _batch(active, conn, cmds, h.release_slots, "scheduler.release_slots")
     before = [u.types() for u in units]
-    await writes.write(conn, units[0].outbox)
+    await writes.write(conn)
     for u in units:
         await u.run_after_commit()
     return before, units

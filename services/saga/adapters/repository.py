@@ -12,6 +12,8 @@ from datetime import datetime
 
 import asyncpg
 
+from shared.unit_of_work import one_statement
+
 from ..domain.model import AWAITING, OPEN, Saga, StepRecord
 
 _AWAITING, _OPEN = sorted(AWAITING), sorted(OPEN)
@@ -65,25 +67,38 @@ def _instant(text: str | None) -> datetime | None:
     return datetime.fromisoformat(text) if text else None
 
 
+_SAVE = ("UPDATE sagas SET status={1}, current_step={2}, failed_step={3}, reason={4}, finished_at={5}, "
+         "updated_at=now() WHERE id={0}",
+         "INSERT INTO saga_steps (saga_id, step, phase, status, attempt, deadline, result, error, started_at, "
+         "finished_at) "
+         "SELECT {0}, * FROM unnest({6}::text[], {7}::text[], {8}::text[], {9}::int[], {10}::timestamptz[], "
+         "{11}::jsonb[], {12}::text[], {13}::timestamptz[], {14}::timestamptz[]) ON CONFLICT (saga_id, step, phase) "
+         "DO UPDATE SET status=EXCLUDED.status, attempt=EXCLUDED.attempt, deadline=EXCLUDED.deadline, "
+         "result=EXCLUDED.result, error=EXCLUDED.error, started_at=EXCLUDED.started_at, "
+         "finished_at=EXCLUDED.finished_at")
+
+
 async def save(conn: asyncpg.Connection, before: Saga, after: Saga) -> None:
-    """Write the saga row and every step record that changed between ``before`` and ``after`` (with when
-    each ran: ``model.timed``), in one statement."""
+    """Write ``save_statement`` now."""
+    _, parts, args = save_statement(before, after)
+    await conn.execute(*one_statement([], {}, [(parts, args)]))
+
+
+def save_statement(before: Saga, after: Saga) -> tuple[str, tuple[str, ...], list]:
+    """The statement that writes the saga row and every step record that changed between ``before`` and
+    ``after`` (with when each ran: ``model.timed``), as ``UnitOfWork.write_last`` takes it: (what it changes,
+    its queries, their parameters). Its two queries change two tables: one statement."""
     changed = [(step, phase, r.status, r.attempt, r.deadline, json.dumps(r.result) if r.result is not None else None,
                 r.error, r.started_at, r.finished_at)
                for (step, phase), r in after.steps.items() if before.steps.get((step, phase)) != r]
     columns = list(zip(*changed)) if changed else [()] * 9
-    await conn.execute(
-        "WITH saga AS (UPDATE sagas SET status=$2, current_step=$3, failed_step=$4, reason=$5, finished_at=$6, "
-        "updated_at=now() WHERE id=$1) "
-        "INSERT INTO saga_steps (saga_id, step, phase, status, attempt, deadline, result, error, started_at, "
-        "finished_at) "
-        "SELECT $1, * FROM unnest($7::text[], $8::text[], $9::text[], $10::int[], $11::timestamptz[], $12::jsonb[], "
-        "$13::text[], $14::timestamptz[], $15::timestamptz[]) ON CONFLICT (saga_id, step, phase) DO UPDATE SET "
-        "status=EXCLUDED.status, attempt=EXCLUDED.attempt, deadline=EXCLUDED.deadline, "
-        "result=EXCLUDED.result, error=EXCLUDED.error, started_at=EXCLUDED.started_at, "
-        "finished_at=EXCLUDED.finished_at",
-        after.id, after.status, after.current_step, after.failed_step, after.reason, after.finished_at,
-        *[list(c) for c in columns])
+    return saga_key(after.id), _SAVE, [after.id, after.status, after.current_step, after.failed_step, after.reason,
+                                       after.finished_at, *[list(c) for c in columns]]
+
+
+def saga_key(saga_id: uuid.UUID) -> str:
+    """What ``save_statement`` changes, for ``UnitOfWork.write_last_now``."""
+    return f"saga:{saga_id}"
 
 
 async def claim_due(conn: asyncpg.Connection, skip: list[uuid.UUID]) -> uuid.UUID | None:
