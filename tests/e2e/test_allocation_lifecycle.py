@@ -162,3 +162,29 @@ async def test_watching_an_allocation_streams_its_own_events(tenant):
     # sagas published no saga.step_changed (that is only for timeouts, retries, give-ups and skips)
     await asyncio.wait_for(follow(expected | {"allocation.release_requested", "allocation.released"}), timeout=60)
     assert "saga.step_changed" not in seen
+
+
+async def test_an_allocation_deleted_while_provisioning_is_released_once_active_or_ends_failed(
+        platform, admin, tenant, db):
+    """As Nova deletes a server still building: a DELETE while PROVISIONING is a 202 that keeps the state and
+    shows when the release was asked; the allocation goes ACTIVE and on to RELEASED by itself. One whose
+    provisioning then fails ends FAILED, its steps undone, nothing released twice."""
+    pool = f"slow-{uuid.uuid4().hex[:6]}"
+    await admin.define_pool(pool)
+    await platform.add_node(f"{pool}-0", pool=pool, env={"TESSERA_SIM_LATENCY_S": "provision=2"})
+    await admin.set_quota(tenant.id, pool, "H100", 8)
+    a = await tenant.user.create_allocation("short-lived", shape="vm.1gpu", volume_gb=10, pool=pool)
+    await tenant.user.wait_state(a["id"], "PROVISIONING", timeout=30)
+    asked = await tenant.user.release(a["id"])
+    assert asked["state"] == "PROVISIONING" and asked["release_requested_at"]
+    released = await tenant.user.wait_state(a["id"], "RELEASED", timeout=60)
+    assert released["release_requested_at"] == asked["release_requested_at"]
+    assert await leftovers(db, a["id"]) == NOTHING_LEFT
+    doomed = await tenant.user.create_allocation("doomed", shape="vm.1gpu", pool=pool,
+                                                 labels={FAULT_LABEL: "provision_node=timeout"})
+    await tenant.user.wait_state(doomed["id"], "PROVISIONING", timeout=30)
+    assert (await tenant.user.release(doomed["id"]))["release_requested_at"]
+    with pytest.raises(WaitAborted) as failed:
+        await tenant.user.wait_state(doomed["id"], "RELEASED", timeout=60)
+    assert failed.value.last["state"] == "FAILED" and failed.value.last["failed_step"] == "provision_node"
+    assert await leftovers(db, doomed["id"]) == NOTHING_LEFT

@@ -131,14 +131,10 @@ async def provisioning(nc, client, allocation_id: str, tenant_id: str) -> None:
     await eventually(shown, timeout=PROJECTED_WITHIN_S)
 
 
-async def test_release_needs_an_active_allocation_and_is_sent_once(api, nc, watch):
+async def test_release_of_an_active_allocation_is_sent_once(api, nc, watch):
     client, tenant_id = await api.tenant_user()
     releases = await watch("allocation.cmd.release")
     a = (await client.post("/v1/allocations", body())).body
-    await provisioning(nc, client, a["id"], tenant_id)
-    early = await client.delete(f"/v1/allocations/{a['id']}")
-    assert early.status == 409 and early.content_type == "application/problem+json"
-    assert await api.commands_of("allocation.release", tenant_id) == 0
     await activate(api, nc, client, a["id"], tenant_id)
     first = await client.delete(f"/v1/allocations/{a['id']}")
     assert first.status == 202 and first.body["state"] == "RELEASING"
@@ -147,6 +143,35 @@ async def test_release_needs_an_active_allocation_and_is_sent_once(api, nc, watc
     hits = await releases.wait_for(lambda i: i[1]["data"]["allocation_id"] == a["id"])
     assert hits[0][1]["data"]["tenant_id"] == tenant_id
     assert await api.commands_of("allocation.release", tenant_id) == 1
+
+
+async def test_a_provisioning_allocation_is_withdrawn_once_and_not_released_again_once_active(api, nc, watch):
+    """As Nova deletes a server still building: the DELETE of a PROVISIONING allocation is a 202 that sends one
+    saga.withdraw (the coordinator releases it once ACTIVE) and shows when it was asked; a DELETE again, even
+    once the allocation shows ACTIVE, sends nothing more (the release is the coordinator's to send)."""
+    client, tenant_id = await api.tenant_user()
+    withdrawals = await watch("saga.cmd.withdraw")
+    a = (await client.post("/v1/allocations", body())).body
+    await provisioning(nc, client, a["id"], tenant_id)
+    first = await client.delete(f"/v1/allocations/{a['id']}")
+    assert first.status == 202 and first.body["state"] == "PROVISIONING" and first.body["release_requested_at"]
+    hits = await withdrawals.wait_for(lambda i: i[1]["data"]["allocation_id"] == a["id"])
+    assert hits[0][1]["data"]["tenant_id"] == tenant_id
+    await activate(api, nc, client, a["id"], tenant_id)
+    again = await client.delete(f"/v1/allocations/{a['id']}")
+    assert again.status == 202 and again.body["release_requested_at"] == first.body["release_requested_at"]
+    assert await api.commands_of("saga.withdraw", tenant_id) == 1
+    assert await api.commands_of("allocation.release", tenant_id) == 0
+    failed = (await client.post("/v1/allocations", body())).body      # a FAILED allocation has nothing to release
+    await publish_event(nc.jetstream(), "allocation.failed", {
+        "allocation_id": failed["id"], "tenant_id": tenant_id, "state": "FAILED", "at": "2030-01-01T00:00:00Z",
+        "failed_step": "reserve_slots", "reason": "no capacity"}, tenant_id=tenant_id)
+
+    async def shown_failed() -> bool:
+        return (await client.get(f"/v1/allocations/{failed['id']}")).body["state"] == "FAILED"
+    await eventually(shown_failed, timeout=PROJECTED_WITHIN_S)
+    refused = await client.delete(f"/v1/allocations/{failed['id']}")
+    assert refused.status == 409 and refused.content_type == "application/problem+json"
 
 
 async def test_concurrent_releases_send_one_command(api, nc):

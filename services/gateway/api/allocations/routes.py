@@ -53,7 +53,8 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 
 _SCHEDULING = ("priority", "spot", "pool", "tolerations", "fail_fast", "network_id", "queue_position", "queued_reason",
-               "preemption", "interruption", "problem", "image", "instance", "volumes", "scratch_class")
+               "preemption", "interruption", "problem", "image", "instance", "volumes", "scratch_class",
+               "release_requested_at")
 # fields that came after requests were first fingerprinted: left out of the fingerprint when not sent, so a
 # retry across an upgrade still matches its Idempotency-Key
 _LATER_FIELDS = ("image", "ssh_keys", "key_names", "volumes", "scratch_class")
@@ -197,16 +198,18 @@ async def _cancel_queued(uow: UnitOfWork, row: asyncpg.Record, p: Principal) -> 
 
 
 async def _withdraw_requested(uow: UnitOfWork, row: asyncpg.Record, p: Principal) -> asyncpg.Record:
-    """A REQUESTED allocation is withdrawn, once: the saga coordinator takes it out of its tenant's line and has
-    it released at once (nothing was reserved), or, when its saga had started, has it released once ACTIVE."""
+    """A REQUESTED or PROVISIONING allocation is withdrawn, once: the saga coordinator takes it out of its
+    tenant's line and has it released at once (nothing was reserved), or, when its saga had started, has it
+    released once ACTIVE (nothing when the saga fails: the allocation ends FAILED, its steps undone), as Nova
+    deletes a server still building. ``release_requested_at`` shows the release asked for meanwhile."""
     return await _ask_once(uow, row, p, "release_requested_at", "saga.withdraw", WithdrawAllocation)
 
 
 async def release_allocation(request: web.Request) -> web.Response:
     """202 and one allocation.release for an ACTIVE allocation, or an INTERRUPTED one (the allocation service keeps
     the release until the reschedule has placed it again, then releases it); 202 again (nothing sent) once
-    releasing. A QUEUED allocation is cancelled instead (one scheduler.cancel_request), a REQUESTED one withdrawn
-    (one saga.withdraw)."""
+    releasing. A QUEUED allocation is cancelled instead (one scheduler.cancel_request), a REQUESTED or
+    PROVISIONING one withdrawn (one saga.withdraw: released once ACTIVE)."""
     p = require_tenant_member(request)
     allocation_id = path_uuid(request, "allocation_id", "allocation")
     gw = gateway_of(request)
@@ -217,12 +220,13 @@ async def release_allocation(request: web.Request) -> web.Response:
             raise not_found("allocation")
         if row["state"] == "QUEUED":
             row = await _cancel_queued(uow, row, p)
-        elif row["state"] == "REQUESTED":
+        elif row["state"] in ("REQUESTED", "PROVISIONING") or row["release_requested_at"] is not None:
+            # (an ACTIVE one asked for before it was: its release is the coordinator's to send)
             row = await _withdraw_requested(uow, row, p)
         elif row["state"] not in RELEASE_ALREADY_REQUESTED:
             if row["state"] not in ("ACTIVE", "INTERRUPTED"):
-                raise ProblemError(409, f"the allocation is {row['state']}; only an ACTIVE, INTERRUPTED, QUEUED or "
-                                        "REQUESTED allocation can be released", slug="allocation-not-active")
+                raise ProblemError(409, f"the allocation is {row['state']}; only an ACTIVE, INTERRUPTED, QUEUED, "
+                                        "REQUESTED or PROVISIONING allocation can be released", slug="allocation-not-active")
             # optimistic: the real state is never behind the view, so an ACTIVE view means release applies
             await repo.update(conn, allocation_id, state="RELEASING", release_requested_at=utcnow())
             await uow.emit("allocation.release", ReleaseAllocation(

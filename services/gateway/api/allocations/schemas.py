@@ -160,6 +160,10 @@ class AllocationOut(Out):
     tolerations: list[str] = Field(default_factory=list)
     fail_fast: bool = False
     network_id: uuid.UUID | None = None
+    release_requested_at: datetime | None = Field(
+        default=None, description="When its tenant asked for its release (DELETE). A REQUESTED or PROVISIONING "
+                                  "allocation keeps its state meanwhile: it is released once ACTIVE, or out of "
+                                  "its tenant's line at once.")
     queue_position: int | None = Field(default=None, description="While QUEUED: the place in the tenant's queue (1 = "
                                                                  "next). While REQUESTED with queued_reason "
                                                                  "`tenant_line`: the place in the tenant's line of "
