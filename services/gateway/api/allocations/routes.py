@@ -220,7 +220,8 @@ async def release_allocation(request: web.Request) -> web.Response:
             raise not_found("allocation")
         if row["state"] == "QUEUED":
             row = await _cancel_queued(uow, row, p)
-        elif row["state"] in ("REQUESTED", "PROVISIONING") or row["release_requested_at"] is not None:
+        elif row["state"] in ("REQUESTED", "PROVISIONING") or (
+                row["state"] == "ACTIVE" and row["release_requested_at"] is not None):
             # (an ACTIVE one asked for before it was: its release is the coordinator's to send)
             row = await _withdraw_requested(uow, row, p)
         elif row["state"] not in RELEASE_ALREADY_REQUESTED:
