@@ -111,3 +111,16 @@ async def test_only_the_jobs_a_loss_ended_are_requeued_and_the_rest_are_left_alo
     daemons = _Daemons()
     assert await again(daemons, "ns", rest, ["7", "8", "9", "10"]) == ["7", "8"]   # 11 was not requeued by Tessera
     assert daemons.calls == [("requeue", "7"), ("requeue", "8")]
+
+
+async def test_the_requeued_jobs_start_at_once_and_one_left_held_by_the_requeue_is_released_first():
+    from services.paas.adapters.slurm.requeue import release
+    rest = _Rest([{"job_id": 7, "job_state": "PENDING", "state_reason": "JobHeldUser"},
+                  {"job_id": 8, "job_state": "PENDING", "state_reason": "None"},
+                  {"job_id": 9, "job_state": "PENDING", "state_reason": "JobHeldUser"},   # not requeued by Tessera
+                  {"job_id": 10, "job_state": "PENDING", "state_reason": "BeginTime"},
+                  {"job_id": 11, "job_state": "RUNNING"}])
+    daemons = _Daemons()
+    assert await release(daemons, "ns", rest, {7, 8, 11}) == [7, 8, 10]
+    assert daemons.calls == [("release", "7"), ("update", "JobId=7", "StartTime=now"),
+                             ("update", "JobId=8", "StartTime=now"), ("update", "JobId=10", "StartTime=now")]

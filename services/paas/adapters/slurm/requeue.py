@@ -30,14 +30,22 @@ async def requeued(rest: SlurmRest, ids: set[int]) -> bool:
     return not any(raw["job_id"] in ids and raw.get("job_state") in STILL_THERE for raw in await rest.jobs())
 
 
+# what a job Tessera requeued may be held for: its requeue crossed slurmctld's own after the loss (seen with a
+# moved controller); no tenant can have held it, a running or ended job cannot be held
+HELD = frozenset({"JobHeldUser", "JobHeldAdmin", "launch_failed_requeued_held"})
+
+
 async def release(daemons: ClusterDaemons, netns: str | None, rest: SlurmRest, ids: set[int]) -> list[int]:
-    """Let the requeued jobs start now: those of ``ids`` pending again, and any held back for ``BeginTime``
-    (after a controller restart the requeue may predate what it remembers). Their ids."""
-    held = [raw["job_id"] for raw in await rest.jobs() if raw.get("job_state") == "PENDING"
-            and (raw["job_id"] in ids or raw.get("state_reason") == "BeginTime")]
-    for job_id in held:
-        await daemons.scontrol(netns, "update", f"JobId={job_id}", "StartTime=now")
-    return held
+    """Let the requeued jobs start now: those of ``ids`` pending again (released first when held: ``HELD``),
+    and any held back for ``BeginTime`` (after a controller restart the requeue may predate what it remembers).
+    Their ids."""
+    pending_now = [raw for raw in await rest.jobs() if raw.get("job_state") == "PENDING"
+                   and (raw["job_id"] in ids or raw.get("state_reason") == "BeginTime")]
+    for raw in pending_now:
+        if raw["job_id"] in ids and raw.get("state_reason") in HELD:
+            await daemons.scontrol(netns, "release", str(raw["job_id"]))
+        await daemons.scontrol(netns, "update", f"JobId={raw['job_id']}", "StartTime=now")
+    return [raw["job_id"] for raw in pending_now]
 
 
 async def again(daemons: ClusterDaemons, netns: str | None, rest: SlurmRest, ids: list[str]) -> list[str]:
