@@ -38,6 +38,10 @@ _HANDED_IN_FLIGHT = 8    # hand-overs whose acks the relay awaits at once (each 
 INBOX_RETENTION_DAYS = 8   # > the streams' max_age (shared.streams): no redelivery can be older
 
 
+# outbox rows (id, subject, type, headers JSON, body) in one statement; {} for each column's array parameter
+INSERT_ROWS = ("INSERT INTO outbox (id, subject, type, headers, body) "
+               "SELECT * FROM unnest({}::uuid[], {}::text[], {}::text[], {}::jsonb[], {}::bytea[])")
+
 class Row(NamedTuple):
     """An outbox row as the relay publishes it."""
 
@@ -112,10 +116,7 @@ class Outbox:
     async def insert(conn: asyncpg.Connection, rows: list[tuple]) -> None:
         """Write outbox rows (id, subject, type, headers JSON, body), in order, in one statement."""
         if rows:
-            ids, subjects, types, headers, bodies = (list(c) for c in zip(*rows))
-            await conn.execute("INSERT INTO outbox (id, subject, type, headers, body) "
-                               "SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::bytea[])",
-                               ids, subjects, types, headers, bodies)
+            await conn.execute(INSERT_ROWS.format("$1", "$2", "$3", "$4", "$5"), *(list(c) for c in zip(*rows)))
 
 
 class OutboxRelay:

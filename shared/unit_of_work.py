@@ -26,7 +26,7 @@ import structlog
 from pydantic import BaseModel
 
 from .envelope import Envelope
-from .outbox import Outbox, Row
+from .outbox import INSERT_ROWS, Outbox, Row
 
 log = structlog.get_logger()
 
@@ -37,8 +37,6 @@ _RECORD = ("INSERT INTO step_outcomes (idempotency_key, status, result) "
 _RECORD_ONE = ("INSERT INTO step_outcomes (idempotency_key, status, result) VALUES ($1, $2, $3::jsonb) "
                "ON CONFLICT (idempotency_key) DO UPDATE SET status = EXCLUDED.status, result = EXCLUDED.result, "
                "updated_at = now()")
-_SEND = ("INSERT INTO outbox (id, subject, type, headers, body) "
-         "SELECT * FROM unnest({}::uuid[], {}::text[], {}::text[], {}::jsonb[], {}::bytea[])")
 # a statement a handler left to the batch's write (``UnitOfWork.write_last``): its data-modifying queries, written
 # with {0}, {1}... for its parameters, and the parameters
 Last = tuple[tuple[str, ...], list]
@@ -54,7 +52,7 @@ def one_statement(rows: list[tuple], outcomes: dict[str, tuple[str, str]], last:
         args.append(value)
         return f"${len(args)}"
 
-    send = _SEND.format(*(param(list(c)) for c in zip(*rows))) if rows else None
+    send = INSERT_ROWS.format(*(param(list(c)) for c in zip(*rows))) if rows else None
     queries = [("recorded", _RECORD.format(param(list(outcomes)), param([v[0] for v in outcomes.values()]),
                                            param([v[1] for v in outcomes.values()])))] if outcomes else []
     for parts, values in last:
@@ -124,9 +122,10 @@ class Writes:
 
     async def write_last_now(self, conn: asyncpg.Connection, key: str | None = None) -> None:
         """Write the last statements kept (``key``'s, or all), at once."""
-        kept = [self.last.pop(key)] if key in self.last else [] if key is not None else list(self.last.values())
         if key is None:
-            self.last = {}
+            kept, self.last = list(self.last.values()), {}
+        else:
+            kept = [self.last.pop(key)] if key in self.last else []
         if kept:
             await conn.execute(*one_statement([], {}, kept))
 
