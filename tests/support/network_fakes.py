@@ -13,6 +13,7 @@ from typing import Any
 
 from services.network.adapters.fabric import EvpnNvueDriver, FabricCall, FabricChange
 from services.network.contracts import SecurityRule
+from services.network.domain import model
 from services.network.domain.model import Attachment, IdPool, PortBinding, TenantNetwork, TenantResources
 from services.network.domain.ports import NetworkRepository
 from tests.support.steps import Snapshots
@@ -104,11 +105,15 @@ class FakeNetworkRepository(Snapshots, NetworkRepository):
     async def delete_attachment(self, allocation_id: uuid.UUID) -> None:
         self.attachments.pop(allocation_id, None)
 
-    async def used_addresses(self, network_id: uuid.UUID) -> list[ipaddress.IPv4Address]:
+    def _used(self, network_id: uuid.UUID) -> list[ipaddress.IPv4Address]:
         return [a.ip_address for a in self.attachments.values() if a.network_id == network_id]
 
+    async def free_address(self, network_id: uuid.UUID, first: ipaddress.IPv4Address, last: ipaddress.IPv4Address,
+                           wanted: ipaddress.IPv4Address | None) -> ipaddress.IPv4Address | None:
+        return model.free_address(first, last, wanted, self._used(network_id))
+
     async def count_attachments(self, network_id: uuid.UUID) -> int:
-        return len(await self.used_addresses(network_id))
+        return len(self._used(network_id))
 
     def _of_tenant(self, tenant_id: uuid.UUID) -> list[Attachment]:
         return [a for a in self.attachments.values() if self.networks[a.network_id].tenant_id == tenant_id]

@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from services.network.domain.model import NetworkPlan, VniPool, gateway_ip, lowest_free_slot_address, mac_for
+from services.network.domain.model import NetworkPlan, VniPool, free_address, gateway_ip, mac_for, slot_range
 
 NET = ipaddress.IPv4Network("10.0.0.0/24")
 
@@ -41,21 +41,26 @@ def test_vni_pool_outside_the_24_bit_range_or_reversed_is_refused(first, last):
         VniPool(first, last)
 
 
+def lowest(net: ipaddress.IPv4Network, used: list[ipaddress.IPv4Address]) -> ipaddress.IPv4Address | None:
+    """The address a slot without a wish gets."""
+    return free_address(*slot_range(net), None, used)
+
+
 def test_the_gateway_is_the_first_host_and_slots_start_at_the_next_one():
     assert gateway_ip(NET) == ip("10.0.0.1")
-    assert lowest_free_slot_address(NET, []) == ip("10.0.0.2")
-    assert lowest_free_slot_address(NET, [ip("10.0.0.2"), ip("10.0.0.4")]) == ip("10.0.0.3")
+    assert lowest(NET, []) == ip("10.0.0.2")
+    assert lowest(NET, [ip("10.0.0.2"), ip("10.0.0.4")]) == ip("10.0.0.3")
 
 
 def test_a_released_address_is_reused_first():
     used = [ip(f"10.0.0.{i}") for i in range(2, 12) if i != 4]
-    assert lowest_free_slot_address(NET, used) == ip("10.0.0.4")
+    assert lowest(NET, used) == ip("10.0.0.4")
 
 
 def test_full_subnet_has_no_free_address_and_never_offers_the_gateway_or_broadcast_address():
     used = [ip(f"10.0.0.{i}") for i in range(2, 255)]
-    assert lowest_free_slot_address(NET, used) is None
-    assert lowest_free_slot_address(ipaddress.IPv4Network("10.1.0.0/30"), [ip("10.1.0.2")]) is None
+    assert lowest(NET, used) is None
+    assert lowest(ipaddress.IPv4Network("10.1.0.0/30"), [ip("10.1.0.2")]) is None
 
 
 def test_mac_is_deterministic_per_attachment_and_differs_between_attachments():

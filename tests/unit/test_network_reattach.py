@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from services.network import contracts as c
 from services.network import handlers
-from services.network.domain.model import NetworkPlan, kept_slot_address
+from services.network.domain.model import NetworkPlan, free_address, slot_range, wanted_slot_address
 from shared.wire import step_key
 from tests.support.fakes import FakeUnitOfWork, factory
 from tests.support.network_fakes import FakeNetworkRepository, RecordingFabric
@@ -23,21 +23,22 @@ NET = ipaddress.IPv4Network("10.0.0.0/24")
 
 
 # --- the domain's rule ------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("wanted,used,kept", [
+@pytest.mark.parametrize("wanted,used,got", [
     ("10.0.0.7", [], "10.0.0.7"),
     ("10.0.0.2", [], "10.0.0.2"),               # the first slot address
     ("10.0.0.254", [], "10.0.0.254"),           # the last host
-    ("10.0.0.7", ["10.0.0.7"], None),           # another slot holds it
-    ("10.0.0.1", [], None),                     # the gateway
-    ("10.0.0.0", [], None),                     # the network address
-    ("10.0.0.255", [], None),                   # the broadcast address
-    ("10.0.1.7", [], None),                     # outside the subnet
-    ("2001:db8::7", [], None),                  # tenant subnets are IPv4
-    (None, [], None),                           # no wish
+    ("10.0.0.7", ["10.0.0.7"], "10.0.0.2"),     # another slot holds it: the lowest free one
+    ("10.0.0.7", ["10.0.0.7", "10.0.0.2"], "10.0.0.3"),
+    ("10.0.0.1", [], "10.0.0.2"),               # the gateway: not a wish a slot can have
+    ("10.0.0.0", [], "10.0.0.2"),               # the network address
+    ("10.0.0.255", [], "10.0.0.2"),             # the broadcast address
+    ("10.0.1.7", [], "10.0.0.2"),               # outside the subnet
+    ("2001:db8::7", [], "10.0.0.2"),            # tenant subnets are IPv4
+    (None, [], "10.0.0.2"),                     # no wish
 ])
-def test_an_address_is_kept_only_when_it_is_a_free_slot_host_of_the_subnet(wanted, used, kept):
-    got = kept_slot_address(NET, wanted, [ipaddress.IPv4Address(u) for u in used])
-    assert got == (ipaddress.IPv4Address(kept) if kept else None)
+def test_an_address_is_kept_only_when_it_is_a_free_slot_host_of_the_subnet(wanted, used, got):
+    wish = wanted_slot_address(NET, wanted)
+    assert free_address(*slot_range(NET), wish, [ipaddress.IPv4Address(u) for u in used]) == ipaddress.IPv4Address(got)
 
 
 # --- the contract ------------------------------------------------------------------------------------------------

@@ -182,9 +182,20 @@ class PgNetworkRepository(NetworkRepository):
     async def delete_attachment(self, allocation_id: uuid.UUID) -> None:
         await self.conn.execute("DELETE FROM attachments WHERE allocation_id=$1", allocation_id)
 
-    async def used_addresses(self, network_id: uuid.UUID) -> list[ipaddress.IPv4Address]:
-        rows = await self.conn.fetch("SELECT host(ip_address) AS ip FROM attachments WHERE network_id=$1", network_id)
-        return [ipaddress.IPv4Address(r["ip"]) for r in rows]
+    async def free_address(self, network_id: uuid.UUID, first: ipaddress.IPv4Address, last: ipaddress.IPv4Address,
+                           wanted: ipaddress.IPv4Address | None) -> ipaddress.IPv4Address | None:
+        # in the database, over the (network_id, ip_address) index: no row is read out to find a gap. ``gap``: the
+        # first offset from ``first`` that no address holds (the held ones, in order, are 0, 1, 2... up to it)
+        row = await self.conn.fetchrow(
+            "SELECT NOT EXISTS (SELECT 1 FROM attachments WHERE network_id=$1 AND ip_address = $4::text::inet) AS wanted_free, "
+            "(SELECT coalesce(min(n) FILTER (WHERE off <> n), count(*)) FROM "
+            " (SELECT ip_address - $2::text::inet AS off, row_number() OVER (ORDER BY ip_address) - 1 AS n "
+            "  FROM attachments WHERE network_id=$1 AND ip_address BETWEEN $2::text::inet AND $3::text::inet) held) AS gap",
+            network_id, str(first), str(last), str(wanted) if wanted is not None else None)
+        if wanted is not None and row["wanted_free"]:
+            return wanted
+        address = first + row["gap"]
+        return address if address <= last else None
 
     async def count_attachments(self, network_id: uuid.UUID) -> int:
         return await self.conn.fetchval("SELECT count(*) FROM attachments WHERE network_id=$1", network_id)

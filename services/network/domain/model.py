@@ -124,34 +124,39 @@ def gateway_ip(cidr: ipaddress.IPv4Network) -> ipaddress.IPv4Address:
     return _host_bounds(cidr)[0]
 
 
-def lowest_free_slot_address(cidr: ipaddress.IPv4Network,
-                             used: Iterable[ipaddress.IPv4Address]) -> ipaddress.IPv4Address | None:
-    """The lowest host after the gateway (network, gateway and broadcast excluded) not in ``used``, or None."""
-    taken = set(used)
+def slot_range(cidr: ipaddress.IPv4Network) -> tuple[ipaddress.IPv4Address, ipaddress.IPv4Address]:
+    """The addresses a slot may take: the hosts after the gateway (network, gateway and broadcast excluded)."""
     first, last = _host_bounds(cidr)
-    address = first + 1
-    while address <= last:
-        if address not in taken:
-            return address
-        address += 1
-    return None
+    return first + 1, last
 
 
-def kept_slot_address(cidr: ipaddress.IPv4Network, wanted: str | None,
-                      used: Iterable[ipaddress.IPv4Address]) -> ipaddress.IPv4Address | None:
-    """``wanted`` as an address a slot may take now: a host of ``cidr`` after the gateway (so neither the
-    network, gateway nor broadcast address) that is not in ``used``; None when there is no such wish or it
-    cannot be granted (an IPv6 address never can: tenant subnets are IPv4)."""
+def wanted_slot_address(cidr: ipaddress.IPv4Network, wanted: str | None) -> ipaddress.IPv4Address | None:
+    """``wanted`` as an address of ``slot_range``, or None when there is no such wish or it is not one (an IPv6
+    address never is: tenant subnets are IPv4)."""
     if wanted is None:
         return None
     try:
         address = ipaddress.IPv4Address(wanted)
     except ValueError:
         return None
-    first, last = _host_bounds(cidr)
-    if not first < address <= last or address in set(used):
-        return None
-    return address
+    first, last = slot_range(cidr)
+    return address if first <= address <= last else None
+
+
+def free_address(first: ipaddress.IPv4Address, last: ipaddress.IPv4Address, wanted: ipaddress.IPv4Address | None,
+                 used: Iterable[ipaddress.IPv4Address]) -> ipaddress.IPv4Address | None:
+    """The rule a slot's address follows: ``wanted`` (an address of [first, last]) when not in ``used``, else the
+    lowest address of [first, last] not in ``used``; None when all are. (``NetworkRepository.free_address``
+    applies it where the attachments are stored.)"""
+    taken = set(used)
+    if wanted is not None and wanted not in taken:
+        return wanted
+    address = first
+    while address <= last:
+        if address not in taken:
+            return address
+        address += 1
+    return None
 
 
 def mac_for(attachment_id: uuid.UUID) -> str:

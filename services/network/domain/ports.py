@@ -111,8 +111,10 @@ class NetworkRepository(abc.ABC):
         """Delete the allocation's attachment (none: nothing happens)."""
 
     @abc.abstractmethod
-    async def used_addresses(self, network_id: uuid.UUID) -> list[ipaddress.IPv4Address]:
-        """The addresses the network's attachments hold."""
+    async def free_address(self, network_id: uuid.UUID, first: ipaddress.IPv4Address, last: ipaddress.IPv4Address,
+                           wanted: ipaddress.IPv4Address | None) -> ipaddress.IPv4Address | None:
+        """``domain.model.free_address`` over the addresses the network's attachments hold: ``wanted`` if none
+        holds it, else the lowest address of [first, last] none holds; None when they hold them all."""
 
     @abc.abstractmethod
     async def count_attachments(self, network_id: uuid.UUID) -> int:

@@ -4,7 +4,7 @@ Attach takes the tenant's lock, picks the named network (one of another tenant i
 not found") or the tenant's "default" network (created on first use, on a subnet that overlaps
 none of the tenant's networks: ``NetworkPlan.default_subnet``), gives the slot the
 address the command asks to keep when it can (a reschedule re-attaches an allocation on another node
-with the address it had: ``kept_slot_address``) and otherwise the network's lowest free host after the
+with the address it had: ``wanted_slot_address``) and otherwise the network's lowest free host after the
 gateway, a MAC and an InfiniBand GUID derived from the attachment id, and a leaf-local VLAN on the leaf
 serving the node; then every fabric driver renders and sends its calls, all in the step's transaction.
 An allocation has at most one attachment: an attach of an attached allocation answers that attachment
@@ -35,9 +35,9 @@ from ..domain.model import (
     NetworkPlan,
     TenantNetwork,
     guid_for,
-    kept_slot_address,
-    lowest_free_slot_address,
     mac_for,
+    slot_range,
+    wanted_slot_address,
 )
 from ..domain.networks import Refused, owned
 from ..domain.ports import NetworkRepository
@@ -89,8 +89,7 @@ async def attach_step(networks: NetworkRepository, cmd: c.AttachNetwork, *, ctx:
     except Refused as exc:
         raise StepRejected(exc.reason) from None
     await networks.lock_network(net.id)
-    used = await networks.used_addresses(net.id)
-    ip = kept_slot_address(net.cidr, cmd.ip_address, used) or lowest_free_slot_address(net.cidr, used)
+    ip = await networks.free_address(net.id, *slot_range(net.cidr), wanted_slot_address(net.cidr, cmd.ip_address))
     if ip is None:
         raise StepRejected(f"subnet exhausted: tenant network {net.id} (VNI {net.vni}, {net.cidr}) has no free address")
     attachment_id = uuid.uuid4()
