@@ -281,3 +281,26 @@ async def test_a_heartbeat_as_the_bus_delivers_it_feeds_each_allocations_gpu_uti
     assert scaler.gpu_util == {alloc: {0: (100.0, 0.875)}}
     await scaler.on_heartbeat(_Msg(b"not json"))            # dropped, logged
     assert scaler.gpu_util == {alloc: {0: (100.0, 0.875)}}
+
+
+async def test_the_utilisation_of_allocations_no_heartbeat_tells_of_any_more_is_forgotten():
+    """Every allocation of the fleet passes through the listener: one released (no heartbeat names it again) is
+    forgotten once its samples are older than they stay fresh, and a GPU it no longer has with it."""
+    now = [100.0]
+    scaler = Autoscaler(None, {}, source="metrics", tick_s=15, window_s=70, clock=lambda: now[0])
+    gone, kept = uuid.uuid4(), uuid.uuid4()
+
+    def beat(*gpus: tuple[int, uuid.UUID]) -> _Msg:
+        body = {"node_id": str(uuid.uuid4()), "seq": 1, "sent_at": "2026-11-29T00:00:00Z",
+                "started_at": "2026-11-29T00:00:00Z",
+                "gpus": [{"gpu": g, "allocation_id": str(a), "util_pct": 50, "fb_used_mib": 1, "temp_c": 40,
+                          "power_w": 100} for g, a in gpus]}
+        return _Msg(make_envelope("node_agent.heartbeat", body).model_dump_json().encode())
+
+    await scaler.on_heartbeat(beat((0, gone), (1, kept), (2, kept)))
+    now[0] += 20
+    await scaler.on_heartbeat(beat((1, kept)))          # within the TTL of the first: nothing forgotten yet
+    assert set(scaler.gpu_util) == {gone, kept}
+    now[0] += 15                                         # 35 s after the first beat, 15 s after the second
+    await scaler.on_heartbeat(beat((1, kept)))
+    assert scaler.gpu_util == {kept: {1: (now[0], 0.5)}}

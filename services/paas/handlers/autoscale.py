@@ -42,6 +42,7 @@ class Autoscaler:
         self.windows: dict[uuid.UUID, Window] = {}
         self.last_change: dict[uuid.UUID, float] = {}
         self.gpu_util: dict[uuid.UUID, dict[int, tuple[float, float]]] = {}   # allocation -> gpu -> (at, 0..1)
+        self._pruned_at = clock()
         self._sampling = asyncio.Lock()   # the sampling loop and the tick both sample: one at a time, in order
 
     async def on_heartbeat(self, msg) -> None:
@@ -56,6 +57,20 @@ class Autoscaler:
         for g in hb.gpus:
             if g.allocation_id is not None:
                 self.gpu_util.setdefault(g.allocation_id, {})[g.gpu] = (now, max(0.0, min(1.0, g.util_pct / 100)))
+        if now - self._pruned_at >= _METRIC_TTL_S:
+            self._prune(now)
+
+    def _prune(self, now: float) -> None:
+        """Forget the GPUs no heartbeat has told of for longer than a sample stays fresh, and the allocations left
+        with none: every allocation of the fleet passes through here, and one released is never told of again
+        (every replica listens, so each prunes its own, once a TTL)."""
+        self._pruned_at = now
+        for allocation_id in list(self.gpu_util):
+            gpus = {gpu: seen for gpu, seen in self.gpu_util[allocation_id].items() if now - seen[0] <= _METRIC_TTL_S}
+            if gpus:
+                self.gpu_util[allocation_id] = gpus
+            else:
+                del self.gpu_util[allocation_id]
 
     async def _clusters(self) -> list[Cluster]:
         async with self.begin() as uow:
