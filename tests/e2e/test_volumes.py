@@ -44,6 +44,25 @@ def qgroup_referenced(path: Path) -> int:
     return int(row[1])
 
 
+def quota_evidence(platform, allocation_id: str, path: Path) -> str:
+    """What a failed quota assertion needs to be understood (it is not reproduced on demand): the subvolume's
+    qgroup and limit, the file system's quota state, what the slot has at /mnt/data against the subvolume on the
+    host, and what was written where."""
+    def run(*argv: str) -> str:
+        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=30)
+        return (done.stdout + done.stderr).strip()
+    uuid_ = run("findmnt", "-no", "UUID", str(platform.storage.root))
+    sysfs = Path("/sys/fs/btrfs") / uuid_ / "qgroups"
+    flags = {f: (sysfs / f).read_text().strip() for f in ("enabled", "inconsistent", "mode") if (sysfs / f).exists()}
+    host = os.stat(path)
+    blob = path / "blob"
+    slot = in_slot(platform, allocation_id, "findmnt -no SOURCE,FSTYPE /mnt/data; stat -c %d/%i /mnt/data; ls -l /mnt/data")
+    return (f"qgroup: {run('btrfs', 'qgroup', 'show', '-re', '--raw', '--sync', str(path))}\n"
+            f"quota state {flags}; subvolume dev/ino {host.st_dev} {host.st_ino}; "
+            f"blob in the subvolume: {blob.stat().st_size if blob.exists() else None} bytes\n"
+            f"in the slot: {slot.stdout}{slot.stderr}")
+
+
 def qgroups(root: Path) -> set[str]:
     out = subprocess.run(["btrfs", "qgroup", "show", "--raw", str(root)], capture_output=True, text=True,
                          check=True).stdout
@@ -74,8 +93,9 @@ async def test_a_volume_is_mounted_only_in_its_allocations_slot_enforces_its_siz
     # writing past 50 MiB inside the slot fails: the qgroup refuses it (EDQUOT)
     out = await asyncio.to_thread(in_slot, platform, alloc["id"],
                                   "dd if=/dev/urandom of=/mnt/data/blob bs=1M count=80 conv=fsync")
-    assert out.returncode != 0 and "Disk quota exceeded" in out.stderr, out
     path = subvolume(platform, a.id, data["id"])
+    if not (out.returncode != 0 and "Disk quota exceeded" in out.stderr):
+        pytest.fail(f"80 MiB written into a 50 MiB volume: {out}\n{quota_evidence(platform, alloc['id'], path)}")
     written = os.path.getsize(path / "blob")
     assert 40 * MIB <= written <= 50 * MIB, written
 
