@@ -42,6 +42,7 @@ INBOX_RETENTION_DAYS = 8   # > the streams' max_age (shared.streams): no redeliv
 INSERT_ROWS = ("INSERT INTO outbox (id, subject, type, headers, body) "
                "SELECT * FROM unnest({}::uuid[], {}::text[], {}::text[], {}::jsonb[], {}::bytea[])")
 
+
 class Row(NamedTuple):
     """An outbox row as the relay publishes it."""
 

@@ -60,9 +60,9 @@ async def main(sizes: list[int], repeat: int) -> dict:
                 ids = [uuid.uuid4() for _ in range(size - held)]
                 await conn.execute(
                     "INSERT INTO attachments (id, allocation_id, network_id, ip_address, mac_address, node_id, guid) "
-                    "SELECT i, gen_random_uuid(), $1, $2::inet + o, ('02:00:' || substr(lpad(to_hex(o), 8, '0'), 1, 2) "
-                    " || ':' || substr(lpad(to_hex(o), 8, '0'), 3, 2) || ':' || substr(lpad(to_hex(o), 8, '0'), 5, 2) "
-                    " || ':' || substr(lpad(to_hex(o), 8, '0'), 7, 2))::macaddr, gen_random_uuid(), i::text "
+                    "SELECT i, gen_random_uuid(), $1, $2::inet + o, "
+                    "('02:00:' || regexp_replace(lpad(to_hex(o), 8, '0'), '(..)(..)(..)(..)', '\\1:\\2:\\3:\\4'))::macaddr, "
+                    "gen_random_uuid(), i::text "
                     "FROM (SELECT i, n - 1 + $4 AS o FROM unnest($3::uuid[]) WITH ORDINALITY AS t(i, n)) t",
                     net.id, str(first), ids, held)
                 await conn.execute("ANALYZE attachments")

@@ -8,6 +8,7 @@ import pytest
 
 from services.paas.adapters.slurm.config import ClusterFiles
 from services.paas.adapters.slurm.jobs import expand_hostlist, gpu_count, job_status, layout, node_use, submit_body
+from services.paas.adapters.slurm.requeue import again, release
 from services.paas.adapters.slurm.rest import Token, raise_for
 from services.paas.domain.runtime import ClusterError, JobSpec
 
@@ -104,7 +105,6 @@ class _Daemons:
 
 
 async def test_only_the_jobs_a_loss_ended_are_requeued_and_the_rest_are_left_alone():
-    from services.paas.adapters.slurm.requeue import again
     rest = _Rest([{"job_id": 7, "job_state": "FAILED"}, {"job_id": 8, "job_state": "NODE_FAIL"},
                   {"job_id": 9, "job_state": "PENDING"}, {"job_id": 10, "job_state": "COMPLETED"},
                   {"job_id": 11, "job_state": "FAILED"}])
@@ -114,7 +114,6 @@ async def test_only_the_jobs_a_loss_ended_are_requeued_and_the_rest_are_left_alo
 
 
 async def test_the_requeued_jobs_start_at_once_and_one_left_held_by_the_requeue_is_released_first():
-    from services.paas.adapters.slurm.requeue import release
     rest = _Rest([{"job_id": 7, "job_state": "PENDING", "state_reason": "JobHeldUser"},
                   {"job_id": 8, "job_state": "PENDING", "state_reason": "None"},
                   {"job_id": 9, "job_state": "PENDING", "state_reason": "JobHeldUser"},   # not requeued by Tessera
