@@ -53,9 +53,9 @@ def _handlers(wired: dict[tuple[str, str], list[Wired]], service: str, type_: st
 
 def _saga_rows(catalog: Catalog, wired, unresolved: set[str]) -> Iterable[str]:
     for definition in DEFINITIONS.values():
-        notices = [("(on start)", definition.on_start), ("(on failure)", definition.on_failure)]
-        rows: list[tuple[str, object]] = [(n, s) for n, s in notices[:1] if s]
-        rows += [(s.name, s) for s in definition.steps] + [(n, s) for n, s in notices[1:] if s]
+        rows: list[tuple[str, object]] = [(s.name, s) for s in definition.steps]
+        if definition.on_failure:
+            rows.append(("(on failure)", definition.on_failure))
         for name, step in rows:
             contract = step.contract
             owner = catalog.owner(contract.command.type).service

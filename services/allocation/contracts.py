@@ -14,7 +14,7 @@ from shared.contract import Message, ServiceContract
 from shared.steps import Step
 from shared.wire import StepCommand, StepFailure, Wire
 
-State = Literal["REQUESTED", "PROVISIONING", "ACTIVE", "INTERRUPTED", "RELEASING", "RELEASED", "FAILED"]
+State = Literal["REQUESTED", "ACTIVE", "INTERRUPTED", "RELEASING", "RELEASED", "FAILED"]
 InterruptCategory = Literal["node_lost", "gpu_fault", "drain", "maintenance"]
 
 
@@ -50,6 +50,9 @@ class ReleaseAllocation(Wire):
     allocation_id: uuid.UUID
     tenant_id: uuid.UUID
     requested_by: uuid.UUID
+    withdrawn: bool = Field(default=False, description=(
+        "Set only by the saga coordinator, for an allocation it withdrew before its allocate saga started: the one "
+        "release a REQUESTED allocation accepts (any other is refused while its allocate saga may run)."))
 
 
 class PreemptAllocation(Wire):
@@ -70,11 +73,6 @@ class InterruptAllocation(Wire):
     reason: str = Field(max_length=2000, description="What failed, for the tenant.")
     interrupted_at: datetime = Field(description="When the tenant lost the allocation: the fault's time, before now.")
     next: str = Field(max_length=500, description="What happens next, for the tenant.")
-
-
-class MarkProvisioning(Wire):
-    allocation_id: uuid.UUID
-    saga_id: uuid.UUID
 
 
 class ActivateAllocation(StepCommand):
@@ -107,10 +105,6 @@ class AllocationRequested(AllocationEvent, Scheduling):
     gpu_count: int
     volume_gb: int
     labels: dict[str, str] = Field(default_factory=dict)
-
-
-class AllocationProvisioning(AllocationEvent):
-    saga_id: uuid.UUID
 
 
 class AllocationActivated(AllocationEvent):
@@ -183,9 +177,7 @@ class AllocationCommandRejected(Wire):
     reason: str
 
 
-# --- what the sagas ask of the allocation: two notices (nothing to wait for) and two steps -----------------
-MARK_PROVISIONING = Step.declare(
-    "allocation", command=("mark_provisioning", MarkProvisioning, "The allocate saga has started."))
+# --- what the sagas ask of the allocation: a notice (nothing to wait for) and two steps -----------------
 ACTIVATE = Step.declare(
     "allocation",
     command=("activate", ActivateAllocation, "Last allocate-saga step: the allocation becomes ACTIVE."),
@@ -206,7 +198,7 @@ CONTRACT = ServiceContract(
     service="allocation",
     title="Tessera allocation service",
     description=(
-        "Owns the Allocation aggregate: REQUESTED → PROVISIONING → ACTIVE → RELEASING → RELEASED, or FAILED with a reason; "
+        "Owns the Allocation aggregate: REQUESTED → ACTIVE → RELEASING → RELEASED, or FAILED with a reason; "
         "ACTIVE → INTERRUPTED → ACTIVE when its node fails and it is rescheduled."
     ),
     messages=[
@@ -222,8 +214,6 @@ CONTRACT = ServiceContract(
                 "retry policy's bound for the category is reached."),
         Message("allocation.requested", "allocation.evt.requested", AllocationRequested, "event",
                 "An allocation was requested (REQUESTED)."),
-        Message("allocation.provisioning", "allocation.evt.provisioning", AllocationProvisioning, "event",
-                "Provisioning started (PROVISIONING)."),
         Message("allocation.interrupted", "allocation.evt.interrupted", AllocationInterrupted, "event",
                 "The allocation lost its node and is being rescheduled (INTERRUPTED)."),
         Message("allocation.rescheduled", "allocation.evt.rescheduled", AllocationRescheduled, "event",
@@ -236,5 +226,5 @@ CONTRACT = ServiceContract(
                 "A command did not apply to the allocation's state."),
     ],
     receives=["allocation.request", "allocation.release", "allocation.preempt", "allocation.interrupt"],
-    steps=[MARK_PROVISIONING, ACTIVATE, MARK_RELEASED, FAIL_ALLOCATION],
+    steps=[ACTIVATE, MARK_RELEASED, FAIL_ALLOCATION],
 )

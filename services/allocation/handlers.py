@@ -1,7 +1,7 @@
 """Allocation's handlers: load the aggregate (row locked), apply the command, save, and write the
 events it recorded to the outbox, all in the consumer's transaction.
 
-Plain commands (request, mark_provisioning, fail, release, preempt, interrupt) emit the recorded
+Plain commands (request, fail, release, preempt, interrupt) emit the recorded
 events; a command that does not fit the state emits ``allocation.command_rejected``
 (request, fail, release, preempt, interrupt) or is a no-op when it is stale (see the aggregate).
 A request, release, preempt or interrupt that can never apply (data PostgreSQL refuses, such as a NUL
@@ -45,7 +45,6 @@ RepositoryFactory = Callable[[asyncpg.Connection], AllocationRepository]
 
 WIRE_EVENTS: dict[type, tuple[str, type[BaseModel]]] = {
     events.Requested: ("allocation.requested", c.AllocationRequested),
-    events.Provisioning: ("allocation.provisioning", c.AllocationProvisioning),
     events.Interrupted: ("allocation.interrupted", c.AllocationInterrupted),
     events.Rescheduled: ("allocation.rescheduled", c.AllocationRescheduled),
     events.ReleaseRequested: ("allocation.release_requested", c.AllocationReleaseRequested),
@@ -114,15 +113,6 @@ async def request(ctx: UnitOfWork, cmd: c.RequestAllocation, *,
         await _publish(ctx, alloc)
 
 
-async def mark_provisioning(ctx: UnitOfWork, cmd: c.MarkProvisioning, *,
-                            repository: RepositoryFactory = PgAllocationRepository) -> None:
-    """REQUESTED → PROVISIONING; a stale message (allocation already further on) is a no-op."""
-    allocations = repository(ctx.conn)
-    alloc = await _load(allocations, cmd.allocation_id, "allocation.mark_provisioning")
-    alloc.mark_provisioning(cmd.saga_id, utcnow())
-    await _save(ctx, allocations, alloc)
-
-
 async def fail(ctx: UnitOfWork, cmd: c.FailAllocation, *,
                repository: RepositoryFactory = PgAllocationRepository) -> None:
     """→ FAILED with step and reason; no-op if FAILED already; rejected (no change) if RELEASED."""
@@ -148,15 +138,17 @@ async def _tenants(ctx: UnitOfWork, allocations: AllocationRepository,
 
 async def release(ctx: UnitOfWork, cmd: c.ReleaseAllocation, *,
                   repository: RepositoryFactory = PgAllocationRepository) -> None:
-    """ACTIVE (or REQUESTED, withdrawn by the saga coordinator) → RELEASING; no-op if RELEASING/RELEASED; kept for
-    later while INTERRUPTED (done once the reschedule activates it); otherwise rejected with the reason."""
+    """ACTIVE (or REQUESTED, withdrawn by the saga coordinator: ``cmd.withdrawn``) → RELEASING; no-op if
+    RELEASING/RELEASED; kept for later while INTERRUPTED (done once the reschedule activates it); otherwise rejected
+    with the reason."""
     allocations = repository(ctx.conn)
     if (alloc := await _tenants(ctx, allocations, cmd, "allocation.release")) is None:
         return
     try:
-        alloc.release(cmd.requested_by, utcnow())
+        alloc.release(cmd.requested_by, utcnow(), withdrawn=cmd.withdrawn)
     except IllegalTransition as exc:
-        await _reject(ctx, alloc.id, "allocation.release", f"{exc} (only an ACTIVE or REQUESTED allocation can be released)")
+        await _reject(ctx, alloc.id, "allocation.release",
+                      f"{exc} (only an ACTIVE allocation can be released; a REQUESTED one is withdrawn through its saga)")
         return
     await _save(ctx, allocations, alloc)
 

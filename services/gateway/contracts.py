@@ -87,7 +87,7 @@ CONTRACT = ServiceContract(
                 "No node answered a power action by its deadline (plus a grace): the action failed."),
     ],
     receives=[
-        "allocation.requested", "allocation.provisioning", "allocation.activated", "allocation.release_requested",
+        "allocation.requested", "allocation.activated", "allocation.release_requested",
         "allocation.released", "allocation.failed", "allocation.command_rejected", "allocation.interrupted",
         "allocation.rescheduled", "scheduler.node_registered", "saga.step_changed", "saga.allocation_waiting",
         "scheduler.node_changed", "scheduler.shape_changed", "scheduler.pool_changed", "scheduler.quota_changed",

@@ -17,7 +17,7 @@ import nats
 
 STATELESS = ("allocation", "network", "storage", "billing", "saga")
 # the effects one allocation's allocate saga has, exactly once each (the bench asks for no volume: no storage step)
-ONCE = ("allocation.requested", "allocation.provisioning", "allocation.activated", "scheduler.slots_reserved",
+ONCE = ("allocation.requested", "allocation.activated", "scheduler.slots_reserved",
         "network.network_attached", "billing.meter_started", "saga.completed:allocate")
 _HANDLED = re.compile(r'^tessera_messages_consumed_total\{[^}]*outcome="ok"[^}]*\} (\S+)$', re.M)
 

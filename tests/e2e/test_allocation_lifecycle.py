@@ -142,7 +142,7 @@ async def test_watching_an_allocation_streams_its_own_events(tenant):
     a = await tenant.user.create_allocation("watched", shape="vm.1gpu")
     # each message type has its own consumer, so the stream is in arrival order, not causal order:
     # wait until every expected event has come, whatever their order
-    expected = {"allocation.requested", "allocation.provisioning", "allocation.activated"}
+    expected = {"allocation.requested", "scheduler.slots_reserved", "allocation.activated"}
     seen: list[str] = []
 
     async def follow(until: set[str]):

@@ -15,7 +15,7 @@ from tests.support.platform import NOTHING_LEFT, leftovers
 
 STATELESS = ("allocation", "network", "storage", "billing", "saga")
 # each an effect one allocation must see exactly once over its life (one envelope id each)
-ONCE = ("allocation.requested", "allocation.provisioning", "allocation.activated", "allocation.release_requested",
+ONCE = ("allocation.requested", "allocation.activated", "allocation.release_requested",
         "allocation.released", "scheduler.slots_reserved", "network.network_attached", "network.network_detached",
         "storage.volume_provisioned", "storage.volume_deleted", "billing.meter_started", "billing.meter_stopped",
         "saga.completed:allocate", "saga.completed:release")

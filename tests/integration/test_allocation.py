@@ -96,9 +96,6 @@ async def test_full_life_cycle_reaches_released_with_release_carrying_node_volum
     rt, js, events = await started(run_service, nc, watch)
     alloc, tenant, saga, node = uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
     await requested(js, events, alloc, tenant)
-    await send(js, "allocation.mark_provisioning", {"allocation_id": alloc, "saga_id": saga})
-    [prov] = await events.wait_for(of(alloc, "allocation.provisioning"))
-    assert prov[1]["data"]["state"] == "PROVISIONING" and prov[1]["data"]["saga_id"] == str(saga)
     await send(js, "allocation.activate", step_cmd(alloc, tenant, saga, "activate", node_id=node))
     [act] = await events.wait_for(of(alloc, "allocation.activated"))
     assert (act[1]["data"]["state"], act[1]["data"]["node_id"]) == ("ACTIVE", str(node))
@@ -146,28 +143,23 @@ async def test_activate_of_a_failed_allocation_replies_activation_failed_and_sta
     assert (r["state"], r["failed_step"], r["reason"], r["node_id"]) == ("FAILED", "reserve_slots", "no capacity: 2 GPUs", None)
 
 
-async def test_stale_mark_provisioning_after_activation_changes_nothing(run_service, nc, watch):
-    rt, js, events = await started(run_service, nc, watch)
-    alloc, tenant = uuid.uuid4(), uuid.uuid4()
-    await activated(js, events, alloc, tenant)
-    _, seq = await send(js, "allocation.mark_provisioning", {"allocation_id": alloc, "saga_id": uuid.uuid4()})
-    await wait_handled(js, "allocation", "allocation.mark_provisioning", seq)
-    assert (await row(rt, alloc))["state"] == "ACTIVE"
-    assert await emitted(rt, alloc, "allocation.provisioning") == 0
-
-
-async def test_release_of_an_allocation_that_is_provisioning_is_rejected_with_the_reason(run_service, nc, watch):
+async def test_a_release_of_a_requested_allocation_but_a_withdrawal_is_rejected_with_the_reason(run_service, nc, watch):
+    """REQUESTED lasts while the allocate saga runs: only the coordinator's withdrawal (no saga ran, none will)
+    releases it; any other release could race with the saga."""
     rt, js, events = await started(run_service, nc, watch)
     alloc, tenant = uuid.uuid4(), uuid.uuid4()
     await requested(js, events, alloc, tenant)
-    await send(js, "allocation.mark_provisioning", {"allocation_id": alloc, "saga_id": uuid.uuid4()})
-    await events.wait_for(of(alloc, "allocation.provisioning"))
     await send(js, "allocation.release", {"allocation_id": alloc, "tenant_id": tenant, "requested_by": uuid.uuid4()})
     [rej] = await events.wait_for(of(alloc, "allocation.command_rejected"))
     assert rej[1]["data"]["command"] == "allocation.release"
-    assert "PROVISIONING" in rej[1]["data"]["reason"] and "only an ACTIVE or REQUESTED" in rej[1]["data"]["reason"]
-    assert (await row(rt, alloc))["state"] == "PROVISIONING"
+    assert "REQUESTED" in rej[1]["data"]["reason"] and "only an ACTIVE allocation" in rej[1]["data"]["reason"]
+    assert (await row(rt, alloc))["state"] == "REQUESTED"
     assert await emitted(rt, alloc, "allocation.release_requested") == 0
+    await send(js, "allocation.release", {"allocation_id": alloc, "tenant_id": tenant, "requested_by": uuid.uuid4(),
+                                          "withdrawn": True})
+    [rel] = await events.wait_for(of(alloc, "allocation.release_requested"))
+    assert (rel[1]["data"]["state"], rel[1]["data"]["node_id"]) == ("RELEASING", None)
+    assert (await row(rt, alloc))["state"] == "RELEASING"
 
 
 async def test_release_by_another_tenant_is_rejected_and_releasing_twice_is_a_no_op(run_service, nc, watch):

@@ -121,10 +121,12 @@ async def test_pagination_returns_every_allocation_once_newest_first(api):
 
 
 async def provisioning(nc, client, allocation_id: str, tenant_id: str) -> None:
-    """Play the allocation service: publish allocation.provisioning and wait until the gateway shows it."""
-    data = {"allocation_id": allocation_id, "tenant_id": tenant_id, "state": "PROVISIONING",
-            "at": "2030-01-01T00:00:00Z", "saga_id": uuid.uuid4()}
-    await publish_event(nc.jetstream(), "allocation.provisioning", data, tenant_id=tenant_id)
+    """Play the scheduler: publish scheduler.slots_reserved (the allocate saga's placement) and wait until the
+    gateway shows the allocation PROVISIONING."""
+    saga = uuid.uuid4()
+    data = {"saga_id": saga, "step": "reserve_slots", "idempotency_key": f"{saga}:reserve_slots",
+            "allocation_id": allocation_id, "node_id": uuid.uuid4(), "slots": [0, 1], "gpu_model": "H100"}
+    await publish_event(nc.jetstream(), "scheduler.slots_reserved", data, tenant_id=tenant_id)
 
     async def shown():
         return (await client.get(f"/v1/allocations/{allocation_id}")).body["state"] == "PROVISIONING"

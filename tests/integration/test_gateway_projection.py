@@ -16,11 +16,17 @@ def activated(a: dict, node_id: uuid.UUID) -> dict:
             "step": "activate", "idempotency_key": f"{saga}:activate", "node_id": node_id}
 
 
+def slots_reserved(a: dict, saga: uuid.UUID, node_id: uuid.UUID) -> dict:
+    """The scheduler's placement: the allocation is PROVISIONING on ``node_id``."""
+    return {"saga_id": saga, "step": "reserve_slots", "idempotency_key": f"{saga}:reserve_slots",
+            "allocation_id": a["id"], "node_id": node_id, "slots": [0, 1], "gpu_model": "H100"}
+
+
 async def recorded(api, env) -> bool:
     return bool(await api.scalar("SELECT 1 FROM allocation_events WHERE event_id=$1", env.id))
 
 
-async def test_activated_event_makes_get_show_active_and_a_late_provisioning_does_not_move_it_back(api, nc):
+async def test_activated_event_makes_get_show_active_and_a_late_placement_does_not_move_it_back(api, nc):
     client, _ = await api.tenant_user()
     a = (await client.post("/v1/allocations", {"name": "p1", "shape": "vm.4gpu"})).body
     node = uuid.uuid4()
@@ -31,9 +37,7 @@ async def test_activated_event_makes_get_show_active_and_a_late_provisioning_doe
         return r.body if r.body["state"] == "ACTIVE" else None
     shown = await eventually(state, timeout=PROJECTED_WITHIN_S)
     assert shown["node_id"] == str(node)
-    late = await publish(nc, "allocation.provisioning",
-                         {"allocation_id": a["id"], "tenant_id": a["tenant_id"], "state": "PROVISIONING", "at": AT,
-                          "saga_id": uuid.uuid4()}, a["tenant_id"])
+    late = await publish(nc, "scheduler.slots_reserved", slots_reserved(a, uuid.uuid4(), node), a["tenant_id"])
     await eventually(lambda: recorded(api, late), timeout=PROJECTED_WITHIN_S)
     assert (await client.get(f"/v1/allocations/{a['id']}")).body["state"] == "ACTIVE"
 
@@ -91,15 +95,13 @@ async def test_event_stream_replays_stored_events_then_delivers_live_ones(api, n
     client, _ = await api.tenant_user()
     a = (await client.post("/v1/allocations", {"name": "sse", "shape": "vm.2gpu"})).body
     saga = uuid.uuid4()
-    stored = await publish(nc, "allocation.provisioning",
-                           {"allocation_id": a["id"], "tenant_id": a["tenant_id"], "state": "PROVISIONING", "at": AT,
-                            "saga_id": saga}, a["tenant_id"])
+    stored = await publish(nc, "scheduler.slots_reserved", slots_reserved(a, saga, uuid.uuid4()), a["tenant_id"])
     await eventually(lambda: recorded(api, stored), timeout=PROJECTED_WITHIN_S)
     async with client.http.get(a["links"]["events"], headers={"Authorization": f"Bearer {client.token}"}) as resp:
         assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/event-stream")
         sse = SseReader(resp)
         first = await sse.next_event()
-        assert first["id"] == str(stored.id) and first["event"] == "allocation.provisioning"
+        assert first["id"] == str(stored.id) and first["event"] == "scheduler.slots_reserved"
         assert json.loads(first["data"])["data"]["saga_id"] == str(saga)
         # live: a saga step (the stream polls only every 30 s here, so this arrives through NOTIFY)
         step = await publish(nc, "saga.step_changed",

@@ -75,17 +75,17 @@ async def test_a_catalog_shape_fixes_the_gpu_count_of_the_request(api, nc, watch
     assert r.status == 202 and r.body["gpu_count"] == 2 and r.body["shape"] == name
 
 
-async def test_a_queued_request_shows_its_place_and_a_late_saga_start_does_not_move_it_back(api, nc):
+async def test_a_queued_request_shows_its_place_and_a_late_place_in_its_tenants_line_does_not_move_it_back(api, nc):
     client, tenant_id = await api.tenant_user()
     a = await queued(api, nc, client, tenant_id, position=3)
     doc = await shown(client, a)
     assert (doc["state"], doc["queue_position"], doc["queued_reason"]) == ("QUEUED", 3, "no node has 8 free GPUs")
-    await project(api, nc, "allocation.provisioning", {"allocation_id": a["id"], "tenant_id": tenant_id,
-                                                       "state": "PROVISIONING", "at": AT, "saga_id": uuid.uuid4()},
-                  tenant_id)
-    assert (await shown(client, a))["state"] == "QUEUED"
+    await project(api, nc, "saga.allocation_waiting", {"allocation_id": a["id"], "tenant_id": tenant_id,
+                                                       "position": 1}, tenant_id)
+    doc = await shown(client, a)
+    assert (doc["state"], doc["queue_position"], doc["queued_reason"]) == ("QUEUED", 3, "no node has 8 free GPUs")
     events = [e["event"] for e in await _stored_events(api, a)]
-    assert "scheduler.reservation_queued" in events
+    assert events.index("scheduler.reservation_queued") < events.index("saga.allocation_waiting")
 
 
 async def _stored_events(api, a: dict) -> list[dict]:

@@ -141,10 +141,10 @@ async def test_happy_path_sends_every_step_command_in_order_and_finally_activate
     rt = await run_service("saga", build)
     p = await Participants.start(watch, nc)
     await p.request()
-    marked = await p.command("allocation.mark_provisioning")
+    saga_id = (await p.event("saga.started"))["saga_id"]
     for type_ in ALLOCATE_ORDER:
         cmd = await p.command(type_)
-        assert cmd["data"]["labels"] == {"team": "ml"} and cmd["data"]["saga_id"] == marked["data"]["saga_id"]
+        assert cmd["data"]["labels"] == {"team": "ml"} and cmd["data"]["saga_id"] == saga_id
         await p.succeed(cmd)
     await p.event("saga.completed")
     provision = p.commands("node_agent.provision")[0]
@@ -230,7 +230,7 @@ async def test_saga_stopped_mid_way_finishes_on_a_new_runtime_over_the_same_data
     for type_ in ALLOCATE_ORDER[2:]:
         await p.succeed(await p.command(type_))
     await p.event("saga.completed")
-    assert len(p.commands("network.attach_network")) == 1 and len(p.commands("allocation.mark_provisioning")) == 1
+    assert len(p.commands("network.attach_network")) == 1 and len(p.commands("scheduler.reserve_slots")) == 1
     assert (await saga_row(second, p.allocation_id))["status"] == "completed"
 
 
@@ -247,7 +247,7 @@ async def test_release_saga_runs_every_release_step_then_marks_the_allocation_re
     assert p.commands("node_agent.wipe_slots")[0]["data"]["node_id"] == str(p.node_id)
     await p.event("saga.completed")
     assert (await saga_row(rt, p.allocation_id, "release"))["status"] == "completed"
-    assert not p.commands("allocation.mark_provisioning")
+    assert not p.commands("scheduler.reserve_slots")
 
 
 async def test_a_second_allocation_requested_for_one_allocation_starts_no_second_saga(run_service, watch, nc):
@@ -262,7 +262,7 @@ async def test_a_second_allocation_requested_for_one_allocation_starts_no_second
     await eventually(both_handled, timeout=20)
     async with rt.pool.acquire() as conn:
         assert await conn.fetchval("SELECT count(*) FROM sagas WHERE allocation_id=$1", p.allocation_id) == 1
-        marks = await conn.fetchval("SELECT count(*) FROM outbox WHERE type='allocation.mark_provisioning' "
+        marks = await conn.fetchval("SELECT count(*) FROM outbox WHERE type='scheduler.reserve_slots' "
                                     "AND convert_from(body, 'UTF8')::jsonb->'data'->>'allocation_id' = $1",
                                     str(p.allocation_id))
     assert marks == 1

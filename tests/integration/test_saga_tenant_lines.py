@@ -58,18 +58,17 @@ async def test_a_tenants_burst_runs_two_at_a_time_in_order_while_another_tenant_
     a = [of_tenant(first, tenant_a) for _ in range(6)]
     await request_in_turn(rt, a)
     assert await line(rt, tenant_a) == (2, [p.allocation_id for p in a[2:]])
-    assert not a[2].commands("allocation.mark_provisioning")        # it waits: nothing was sent for it
+    assert not a[2].commands("scheduler.reserve_slots")        # it waits: nothing was sent for it
 
     b = of_tenant(first, uuid.uuid4())                               # another tenant, after A's six
     await b.request()
-    await b.command("allocation.mark_provisioning")                 # starts at once, not behind A's line
-    await b.command("scheduler.reserve_slots")
+    await b.command("scheduler.reserve_slots")                      # starts at once, not behind A's line
     assert (await line(rt, tenant_a))[0] == 2
 
     for k, p in enumerate(a):                                        # each that ends lets the oldest waiting in
         await complete(p)
         if k + 2 < len(a):
-            await a[k + 2].command("allocation.mark_provisioning")
+            await a[k + 2].command("scheduler.reserve_slots")
         in_flight, waiting = await line(rt, tenant_a)
         assert in_flight <= 2 and waiting == [q.allocation_id for q in a[k + 3:]]
     rows = [await saga_row(rt, p.allocation_id) for p in a]
@@ -88,7 +87,7 @@ async def test_a_saga_that_fails_gives_its_place_to_the_next_waiting_request(run
     assert await line(rt, tenant) == (1, [two.allocation_id])
     await one.fail(await one.command("scheduler.reserve_slots"), "quota exceeded")
     await one.command("allocation.fail")
-    await two.command("allocation.mark_provisioning")
+    await two.command("scheduler.reserve_slots")
     assert await line(rt, tenant) == (1, [])
     assert (await saga_row(rt, one.allocation_id))["status"] == "failed"
 
@@ -108,9 +107,9 @@ async def test_a_redelivered_request_neither_starts_twice_nor_waits_twice(run_se
     await eventually(handled, timeout=20)
     assert await line(rt, tenant) == (2, [a[2].allocation_id, a[3].allocation_id])
     await complete(a[0])
-    await a[2].command("allocation.mark_provisioning")
+    await a[2].command("scheduler.reserve_slots")
     assert await line(rt, tenant) == (2, [a[3].allocation_id])
-    assert len(a[0].commands("allocation.mark_provisioning")) == 1
+    assert len(a[0].commands("scheduler.reserve_slots")) == 1
 
 
 async def test_two_coordinators_count_one_tenants_burst_together(run_service, watch, nc):
@@ -129,8 +128,8 @@ async def test_two_coordinators_count_one_tenants_burst_together(run_service, wa
     assert (in_flight, len(waiting)) == (2, 6)
     started = [p for p in burst if p.allocation_id not in waiting]
     for p in started:
-        await p.command("allocation.mark_provisioning")
-    assert all(not p.commands("allocation.mark_provisioning") for p in burst if p.allocation_id in waiting)
+        await p.command("scheduler.reserve_slots")
+    assert all(not p.commands("scheduler.reserve_slots") for p in burst if p.allocation_id in waiting)
 
 
 async def test_a_waiting_request_of_a_tenant_with_room_is_started_by_the_deadline_loop(run_service, watch, nc):
@@ -142,7 +141,7 @@ async def test_a_waiting_request_of_a_tenant_with_room_is_started_by_the_deadlin
     async with rt.pool.acquire() as conn:                            # as left by such a race: room, and a waiting row
         await conn.execute("INSERT INTO saga_waiting (allocation_id, tenant_id, input) VALUES ($1, $2, $3::jsonb)",
                            p.allocation_id, p.tenant_id, json.dumps(data))
-    await p.command("allocation.mark_provisioning")
+    await p.command("scheduler.reserve_slots")
     await complete(p)
     assert await line(rt, p.tenant_id) == (0, [])
 
@@ -175,7 +174,8 @@ async def release_withdrawn(p: Participants) -> None:
     """Play the allocation: the coordinator's allocation.release makes it RELEASING; answer its release saga's
     only step, and wait for that saga to complete."""
     release = await p.command("allocation.release")
-    assert release["data"]["tenant_id"] == str(p.tenant_id)
+    # marked withdrawn: the one release a REQUESTED allocation takes (none of its allocate saga ran, nor will)
+    assert (release["data"]["tenant_id"], release["data"]["withdrawn"]) == (str(p.tenant_id), True)
     await p.request_release(None)
     await p.succeed(await p.command("allocation.mark_released"))
     await p.event("saga.completed", lambda d: d["kind"] == "release")
@@ -188,7 +188,7 @@ async def test_waiting_allocations_are_told_their_places_as_the_line_moves(run_s
     assert places_told(one) == []                                    # it started at once
 
     await complete(one)                                              # the line moves: two starts, three is next
-    await two.command("allocation.mark_provisioning")
+    await two.command("scheduler.reserve_slots")
     await told(three, 1)
     assert (places_told(two), places_told(three)) == ([1], [2, 1])
     async with rt.pool.acquire() as conn:
@@ -211,7 +211,7 @@ async def test_a_waiting_allocation_released_leaves_the_line_at_once_with_nothin
     assert await line(rt, tenant) == (1, [three.allocation_id])
     row = await saga_row(rt, two.allocation_id, "release")
     assert (row["status"], await saga_row(rt, two.allocation_id)) == ("completed", None)   # no allocate saga
-    for type_ in ("allocation.mark_provisioning", "scheduler.reserve_slots", "scheduler.release_slots",
+    for type_ in ("scheduler.reserve_slots", "scheduler.release_slots",
                   "billing.stop_meter", "storage.delete_volume", "network.detach_network"):
         assert not two.commands(type_), type_                      # nothing reserved, nothing to undo
 
@@ -221,11 +221,11 @@ async def test_a_waiting_allocation_released_leaves_the_line_at_once_with_nothin
     assert not three.commands("scheduler.reserve_slots") and not three.commands("scheduler.release_slots")
     assert one.commands("scheduler.reserve_slots") and not one.commands("allocation.release")   # unaffected
     await complete(one)
-    assert not two.commands("allocation.mark_provisioning") and not three.commands("allocation.mark_provisioning")
+    assert not two.commands("scheduler.reserve_slots") and not three.commands("scheduler.reserve_slots")
     await withdraw(two)                                              # repeated: nothing more
     await one.publish("saga.withdraw", {"allocation_id": one.allocation_id, "tenant_id": tenant,
                                         "requested_by": uuid.uuid4()})
-    await one.command("allocation.release")                          # one is ACTIVE: released now
+    assert not (await one.command("allocation.release"))["data"]["withdrawn"]   # one is ACTIVE: released now
     assert len(two.commands("allocation.release")) == 1
 
 
@@ -235,7 +235,7 @@ async def test_a_release_racing_the_start_waits_for_the_saga_and_an_early_one_fo
     tenant = uuid.uuid4()
     one, two = of_tenant(first, tenant), of_tenant(first, tenant)
     await one.request()
-    await one.command("allocation.mark_provisioning")
+    await one.command("scheduler.reserve_slots")
     await withdraw(one)                                              # too late for the line: its saga runs
 
     async def kept():
@@ -247,13 +247,13 @@ async def test_a_release_racing_the_start_waits_for_the_saga_and_an_early_one_fo
         await one.succeed(await one.command(type_))
     assert not one.commands("allocation.release")                    # not while it provisions
     await one.succeed(await one.command("allocation.activate"))
-    await one.command("allocation.release")                          # then the normal release
+    assert not (await one.command("allocation.release"))["data"]["withdrawn"]   # then the normal release
 
     await withdraw(two)                                              # before the coordinator had its request
     await eventually(partial(known_withdrawal, rt, two.allocation_id), timeout=20)
     await two.request()
     await release_withdrawn(two)
-    assert not two.commands("allocation.mark_provisioning") and await line(rt, tenant) == (0, [])
+    assert not two.commands("scheduler.reserve_slots") and await line(rt, tenant) == (0, [])
 
 
 async def known_withdrawal(rt, allocation_id: uuid.UUID) -> bool:

@@ -8,8 +8,6 @@ import aiohttp
 
 from tests.support.gateway import ADMIN_KEY, SseReader, publish
 
-AT = "2030-01-01T00:00:00Z"
-
 
 async def browser(api, key: str) -> aiohttp.ClientSession:
     """A cookie-keeping session signed in through the form (as a browser does, with its Origin)."""
@@ -103,9 +101,8 @@ async def test_the_stream_tells_the_page_of_its_tenants_events_only(api, nc):
         assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/event-stream")
         sse = SseReader(resp)
         for x in (b, a):
-            await publish(nc, "allocation.provisioning", {"allocation_id": x["id"], "tenant_id": x["tenant_id"],
-                                                          "state": "PROVISIONING", "at": AT, "saga_id": uuid.uuid4()},
-                          x["tenant_id"])
+            await publish(nc, "allocation.command_rejected", {"allocation_id": x["id"], "command": "allocation.release",
+                                                              "reason": "the allocation is REQUESTED"}, x["tenant_id"])
         got = await sse.next_event()
         assert got["event"] == "allocation" and json.loads(got["data"])["allocation_id"] == a["id"]
     assert tenant_id == a["tenant_id"]

@@ -9,12 +9,10 @@ from services.gateway.adapters.event_feed import FeedFilter
 from services.gateway.api.events.feed import FeedReader
 from tests.support.gateway import SseReader, assert_problem, publish
 
-AT = "2030-01-01T00:00:00Z"
 
-
-def provisioning(a: dict) -> dict:
-    return {"allocation_id": a["id"], "tenant_id": a["tenant_id"], "state": "PROVISIONING", "at": AT,
-            "saga_id": uuid.uuid4()}
+def rejected(a: dict) -> dict:
+    """An allocation event that leaves the view's state as it is (a refused release)."""
+    return {"allocation_id": a["id"], "command": "allocation.release", "reason": "the allocation is REQUESTED"}
 
 
 def step(a: dict) -> dict:
@@ -34,13 +32,13 @@ async def test_a_tenant_sees_its_own_events_live_and_never_another_tenants(api, 
     async with feed(alice) as resp:   # the poll interval is 30 s here: what arrives comes through NOTIFY
         assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/event-stream")
         sse = SseReader(resp)
-        await publish(nc, "allocation.provisioning", provisioning(b), b["tenant_id"])
-        mine = await publish(nc, "allocation.provisioning", provisioning(a), a["tenant_id"])
+        await publish(nc, "allocation.command_rejected", rejected(b), b["tenant_id"])
+        mine = await publish(nc, "allocation.command_rejected", rejected(a), a["tenant_id"])
         got = await sse.next_event()
         data = json.loads(got["data"])
-        assert got["event"] == "allocation.provisioning" and got["id"] == str(data["seq"])
+        assert got["event"] == "allocation.command_rejected" and got["id"] == str(data["seq"])
         assert data["allocation_id"] == a["id"] and data["tenant_id"] == a["tenant_id"]
-        assert data["envelope"]["id"] == str(mine.id) and data["type"] == "allocation.provisioning"
+        assert data["envelope"]["id"] == str(mine.id) and data["type"] == "allocation.command_rejected"
         later = await publish(nc, "saga.step_changed", step(a), a["tenant_id"])
         second = await sse.next_event()
         assert json.loads(second["data"])["envelope"]["id"] == str(later.id) and int(second["id"]) > int(got["id"])
@@ -48,8 +46,8 @@ async def test_a_tenant_sees_its_own_events_live_and_never_another_tenants(api, 
     async with feed(alice, headers={"Last-Event-ID": got["id"]}) as resp:
         assert json.loads((await SseReader(resp).next_event())["data"])["envelope"]["id"] == str(later.id)
     async with feed(alice, f"?after={got['id']}&type=allocation.") as resp:   # the type filter skips the step
-        await publish(nc, "allocation.provisioning", provisioning(a), a["tenant_id"])
-        assert json.loads((await SseReader(resp).next_event())["data"])["type"] == "allocation.provisioning"
+        await publish(nc, "allocation.command_rejected", rejected(a), a["tenant_id"])
+        assert json.loads((await SseReader(resp).next_event())["data"])["type"] == "allocation.command_rejected"
 
 
 async def test_the_provider_admin_sees_every_tenant_and_may_narrow_to_one(api, nc):
@@ -59,8 +57,8 @@ async def test_the_provider_admin_sees_every_tenant_and_may_narrow_to_one(api, n
     a = (await alice.post("/v1/allocations", {"name": "x", "shape": "vm.2gpu"})).body
     b = (await bob.post("/v1/allocations", {"name": "y", "shape": "vm.2gpu"})).body
     async with feed(admin) as every, feed(admin, f"?tenant_id={b['tenant_id']}") as bobs:
-        await publish(nc, "allocation.provisioning", provisioning(a), a["tenant_id"])
-        await publish(nc, "allocation.provisioning", provisioning(b), b["tenant_id"])
+        await publish(nc, "allocation.command_rejected", rejected(a), a["tenant_id"])
+        await publish(nc, "allocation.command_rejected", rejected(b), b["tenant_id"])
         everyone, only_bob = SseReader(every), SseReader(bobs)
         seen = {json.loads((await everyone.next_event())["data"])["tenant_id"] for _ in range(2)}
         assert seen == {a["tenant_id"], b["tenant_id"]}

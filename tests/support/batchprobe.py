@@ -80,7 +80,7 @@ async def on_ping(ctx: UnitOfWork, ping: Ping) -> None:
 def build(nats_url: str, db_dsn: str, *, nkey_file: str | None = None, ack_wait_s: float = 2.0, batch_size: int = 64,
           max_workers: int = 1, notice: bool = False, even_only: bool = False) -> Runtime:
     """The probe; with ``notice`` its ping is consumed as a saga's notice (a step command with no reply and no
-    idempotency key, like ``allocation.mark_provisioning``) through ``participate``; with ``even_only`` it follows
+    idempotency key, like ``allocation.fail``) through ``participate``; with ``even_only`` it follows
     only the pings of an even ``n`` (an ``interest`` that asks the database, as the paas's does)."""
     rt = probe_runtime(CONTRACT, nats_url, db_dsn, nkey_file=nkey_file, ack_wait_s=ack_wait_s, max_workers=max_workers,
                        batch_size=batch_size)

@@ -9,7 +9,7 @@ import pytest
 
 from services.allocation import contracts as c
 from services.allocation import handlers
-from services.allocation.domain.model import ACTIVE, FAILED, PROVISIONING, RELEASED, RELEASING, REQUESTED, Allocation
+from services.allocation.domain.model import ACTIVE, FAILED, RELEASED, RELEASING, REQUESTED, Allocation
 from shared.participant import StepRejected
 from shared.refusals import PermanentError
 from shared.wire import step_key
@@ -22,8 +22,6 @@ TENANT, NODE = uuid.uuid4(), uuid.uuid4()
 def allocation(state: str = REQUESTED, *, tenant: uuid.UUID = TENANT) -> Allocation:
     """A stored allocation brought to ``state`` by the aggregate's own commands (on NODE once activated)."""
     a = Allocation.request(uuid.uuid4(), tenant, uuid.uuid4(), "train-1", "vm.2gpu", 2, 50, {"team": "ml"}, T0)
-    if state == PROVISIONING:
-        a.mark_provisioning(uuid.uuid4(), T0)
     if state in (ACTIVE, RELEASING, RELEASED):
         a.activate(NODE, T0)
     if state in (RELEASING, RELEASED):
@@ -56,8 +54,8 @@ def step_cmd(model, a: Allocation, step: str, **extra):
                  tenant_id=a.tenant_id, **extra)
 
 
-def release_cmd(a: Allocation, tenant: uuid.UUID = TENANT) -> c.ReleaseAllocation:
-    return c.ReleaseAllocation(allocation_id=a.id, tenant_id=tenant, requested_by=uuid.uuid4())
+def release_cmd(a: Allocation, tenant: uuid.UUID = TENANT, *, withdrawn: bool = False) -> c.ReleaseAllocation:
+    return c.ReleaseAllocation(allocation_id=a.id, tenant_id=tenant, requested_by=uuid.uuid4(), withdrawn=withdrawn)
 
 
 def preempt_cmd(a: Allocation) -> c.PreemptAllocation:
@@ -99,35 +97,9 @@ async def test_a_request_whose_gpu_count_is_not_the_shapes_is_rejected_naming_th
     assert repo.rows == {}
 
 
-# --- mark_provisioning -----------------------------------------------------------------------------------------
-async def test_mark_provisioning_moves_a_requested_allocation_to_provisioning_and_emits_provisioning_with_the_saga():
-    a = allocation(REQUESTED)
-    repo, saga = FakeAllocationRepository(a), uuid.uuid4()
-    uow = await handle(handlers.mark_provisioning, "allocation.mark_provisioning",
-                       c.MarkProvisioning(allocation_id=a.id, saga_id=saga), repo)
-    assert repo.rows[a.id].state == PROVISIONING
-    env = uow.only("allocation.provisioning")
-    assert (env.data["state"], env.data["saga_id"], env.tenant_id) == (PROVISIONING, str(saga), TENANT)
-
-
-async def test_a_stale_mark_provisioning_after_activation_changes_nothing_and_emits_nothing():
-    a = allocation(ACTIVE)
-    repo = FakeAllocationRepository(a)
-    uow = await handle(handlers.mark_provisioning, "allocation.mark_provisioning",
-                       c.MarkProvisioning(allocation_id=a.id, saga_id=uuid.uuid4()), repo)
-    assert repo.rows[a.id].state == ACTIVE and uow.emitted == []
-
-
-async def test_mark_provisioning_of_an_unknown_allocation_is_a_permanent_error():
-    with pytest.raises(PermanentError, match="no allocation"):
-        await handle(handlers.mark_provisioning, "allocation.mark_provisioning",
-                     c.MarkProvisioning(allocation_id=uuid.uuid4(), saga_id=uuid.uuid4()), FakeAllocationRepository())
-
-
 # --- activate (saga step) --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("state", [REQUESTED, PROVISIONING])
-async def test_the_activate_step_makes_the_allocation_active_on_the_node_and_replies_with_state_and_node(state):
-    a = allocation(state)
+async def test_the_activate_step_makes_the_allocation_active_on_the_node_and_replies_with_state_and_node():
+    a = allocation(REQUESTED)
     repo, node = FakeAllocationRepository(a), uuid.uuid4()
     cmd = step_cmd(c.ActivateAllocation, a, "activate", node_id=node)
     reply = await handlers.activate_step(repo, cmd)
@@ -185,20 +157,22 @@ async def test_release_moves_an_active_allocation_to_releasing_and_emits_release
 async def test_release_of_a_requested_allocation_the_saga_withdrew_moves_it_to_releasing_without_a_node():
     a = allocation(REQUESTED)
     repo = FakeAllocationRepository(a)
-    uow = await handle(handlers.release, "allocation.release", release_cmd(a), repo)
+    uow = await handle(handlers.release, "allocation.release", release_cmd(a, withdrawn=True), repo)
     assert repo.rows[a.id].state == RELEASING
     data = uow.only("allocation.release_requested").data
     assert (data["state"], data["node_id"]) == (RELEASING, None)
 
 
-@pytest.mark.parametrize("state", [PROVISIONING, FAILED])
-async def test_release_while_provisioning_or_after_failure_is_rejected_with_the_state_and_changes_nothing(state):
+@pytest.mark.parametrize("state", [REQUESTED, FAILED])
+async def test_release_while_the_allocate_saga_may_run_or_after_failure_is_rejected_with_the_state_and_changes_nothing(
+        state):
+    """REQUESTED lasts while the allocate saga runs: only the coordinator's withdrawal (``withdrawn``) releases it."""
     a = allocation(state)
     repo = FakeAllocationRepository(a)
     uow = await handle(handlers.release, "allocation.release", release_cmd(a), repo)
     rejected = uow.only("allocation.command_rejected").data
     assert rejected["command"] == "allocation.release"
-    assert state in rejected["reason"] and "only an ACTIVE or REQUESTED allocation can be released" in rejected["reason"]
+    assert state in rejected["reason"] and "only an ACTIVE allocation can be released" in rejected["reason"]
     assert repo.rows[a.id].state == state
 
 
@@ -244,16 +218,16 @@ async def test_preempting_an_allocation_that_is_releasing_released_or_failed_is_
 
 
 async def test_preempting_an_allocation_before_it_is_active_is_rejected_and_changes_nothing():
-    a = allocation(PROVISIONING)
+    a = allocation(REQUESTED)
     repo = FakeAllocationRepository(a)
     uow = await handle(handlers.preempt, "allocation.preempt", preempt_cmd(a), repo)
     rejected = uow.only("allocation.command_rejected").data
-    assert rejected["command"] == "allocation.preempt" and PROVISIONING in rejected["reason"]
-    assert repo.rows[a.id].state == PROVISIONING
+    assert rejected["command"] == "allocation.preempt" and REQUESTED in rejected["reason"]
+    assert repo.rows[a.id].state == REQUESTED
 
 
 # --- fail ------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("state", [REQUESTED, PROVISIONING, ACTIVE, RELEASING])
+@pytest.mark.parametrize("state", [REQUESTED, ACTIVE, RELEASING])
 async def test_fail_moves_a_live_allocation_to_failed_recording_step_and_reason_and_emits_failed(state):
     a = allocation(state)
     repo = FakeAllocationRepository(a)

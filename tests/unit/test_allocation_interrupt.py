@@ -15,7 +15,6 @@ from services.allocation.domain.model import (
     ACTIVE,
     FAILED,
     INTERRUPTED,
-    PROVISIONING,
     RELEASED,
     RELEASING,
     REQUESTED,
@@ -36,8 +35,6 @@ def allocation(state: str = ACTIVE) -> Allocation:
     """A stored allocation brought to ``state`` by the aggregate's own commands (on NODE once activated)."""
     a = Allocation.request(uuid.uuid4(), TENANT, uuid.uuid4(), "train-1", "vm.2gpu", 2, 50, {"team": "ml"}, T0,
                            options=OPTIONS)
-    if state == PROVISIONING:
-        a.mark_provisioning(uuid.uuid4(), T0)
     if state in (ACTIVE, INTERRUPTED, RELEASING, RELEASED):
         a.activate(NODE, T0)
     if state == INTERRUPTED:
@@ -116,8 +113,8 @@ async def test_an_interrupt_for_another_node_than_the_allocations_is_stale_and_a
     assert uow.types() == [] and (repo.rows[a.id].state, repo.rows[a.id].node_id) == (state, NODE)
 
 
-@pytest.mark.parametrize("state", [REQUESTED, PROVISIONING])
-async def test_interrupting_an_allocation_before_it_is_active_is_rejected_and_changes_nothing(state):
+async def test_interrupting_an_allocation_before_it_is_active_is_rejected_and_changes_nothing():
+    state = REQUESTED
     a = allocation(state)
     repo = FakeAllocationRepository(a)
     uow = await interrupt(repo, interrupt_cmd(a))
@@ -197,9 +194,8 @@ async def test_activate_from_interrupted_moves_it_to_the_new_node_and_publishes_
     assert repo.rows[a.id].interrupted_at == lost   # the facts stay for the tenant's view
 
 
-@pytest.mark.parametrize("state", [REQUESTED, PROVISIONING])
-async def test_activate_of_a_new_allocation_publishes_no_rescheduled(state):
-    a = allocation(state)
+async def test_activate_of_a_new_allocation_publishes_no_rescheduled():
+    a = allocation(REQUESTED)
     repo, published = FakeAllocationRepository(a), []
 
     async def publish(ev):

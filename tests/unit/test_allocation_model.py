@@ -8,7 +8,7 @@ import pytest
 
 from services.allocation.domain import events
 from services.allocation.domain.errors import IllegalTransition, InvalidSpec
-from services.allocation.domain.model import ACTIVE, FAILED, PROVISIONING, RELEASED, RELEASING, REQUESTED, Allocation
+from services.allocation.domain.model import ACTIVE, FAILED, RELEASED, RELEASING, REQUESTED, Allocation
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -28,7 +28,6 @@ def in_state(state: str) -> Allocation:
     a = requested()
     steps = {
         REQUESTED: [],
-        PROVISIONING: [lambda: a.mark_provisioning(uuid.uuid4(), at(1))],
         ACTIVE: [lambda: a.activate(uuid.uuid4(), at(2))],
         RELEASING: [lambda: a.activate(uuid.uuid4(), at(2)), lambda: a.release(uuid.uuid4(), at(3))],
         RELEASED: [lambda: a.activate(uuid.uuid4(), at(2)), lambda: a.release(uuid.uuid4(), at(3)),
@@ -79,13 +78,12 @@ def test_preempting_before_the_allocation_is_active_is_an_illegal_transition():
 
 
 def test_happy_path_walks_the_whole_life_cycle_recording_one_event_per_transition():
-    a, node, saga, user = requested(), uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
-    a.mark_provisioning(saga, at(1))
+    a, node, user = requested(), uuid.uuid4(), uuid.uuid4()
     a.activate(node, at(2))
     a.release(user, at(3))
     a.mark_released(at(4))
     kinds = [type(e) for e in a.pull_events()]
-    assert kinds == [events.Requested, events.Provisioning, events.Activated, events.ReleaseRequested, events.Released]
+    assert kinds == [events.Requested, events.Activated, events.ReleaseRequested, events.Released]
     assert (a.state, a.node_id, a.updated_at) == (RELEASED, node, at(4))
 
 
@@ -94,19 +92,6 @@ def test_release_requested_carries_what_the_release_saga_needs():
     a.release(uuid.uuid4(), at(5))
     [ev] = a.pull_events()
     assert (ev.node_id, ev.volume_gb, ev.labels, ev.state) == (a.node_id, 100, {"team": "ml"}, RELEASING)
-
-
-@pytest.mark.parametrize("state", [PROVISIONING, ACTIVE, RELEASING, RELEASED, FAILED])
-def test_mark_provisioning_after_requested_is_a_stale_no_op(state):
-    a = in_state(state)
-    a.mark_provisioning(uuid.uuid4(), at(9))
-    assert a.state == state and a.pull_events() == []
-
-
-def test_activate_may_overtake_mark_provisioning():
-    a, node = requested(), uuid.uuid4()
-    a.activate(node, at(1))
-    assert a.state == ACTIVE and a.node_id == node
 
 
 @pytest.mark.parametrize("state", [FAILED, RELEASING, RELEASED])
@@ -129,7 +114,7 @@ def test_activate_twice_on_the_same_node_is_a_no_op_but_another_node_is_illegal(
     assert a.node_id == node
 
 
-@pytest.mark.parametrize("state", [REQUESTED, PROVISIONING, ACTIVE, RELEASING])
+@pytest.mark.parametrize("state", [REQUESTED, ACTIVE, RELEASING])
 def test_fail_from_any_live_state_records_step_and_reason(state):
     a = in_state(state)
     a.fail("attach_network", "pool exhausted", at(9))
@@ -153,15 +138,16 @@ def test_fail_after_released_is_illegal():
 
 def test_a_requested_allocation_withdrawn_before_it_started_is_released_without_a_node():
     a = in_state(REQUESTED)
-    a.release(uuid.uuid4(), at(9))
+    a.release(uuid.uuid4(), at(9), withdrawn=True)
     [ev] = a.pull_events()
     assert (a.state, ev.state, ev.node_id) == (RELEASING, RELEASING, None)
     a.mark_released(at(10))
     assert a.state == RELEASED
 
 
-@pytest.mark.parametrize("state", [PROVISIONING, FAILED])
-def test_release_while_provisioning_or_failed_is_illegal(state):
+@pytest.mark.parametrize("state", [REQUESTED, FAILED])
+def test_a_release_but_a_withdrawal_while_requested_and_any_once_failed_is_illegal(state):
+    """REQUESTED lasts while its allocate saga runs: a release then could race with the saga."""
     a = in_state(state)
     with pytest.raises(IllegalTransition) as err:
         a.release(uuid.uuid4(), at(9))
@@ -176,7 +162,7 @@ def test_release_when_already_releasing_or_released_is_a_no_op(state):
     assert a.state == state and a.pull_events() == []
 
 
-@pytest.mark.parametrize("state", [REQUESTED, PROVISIONING, ACTIVE, FAILED])
+@pytest.mark.parametrize("state", [REQUESTED, ACTIVE, FAILED])
 def test_mark_released_only_follows_releasing(state):
     a = in_state(state)
     with pytest.raises(IllegalTransition):
@@ -191,5 +177,5 @@ def test_mark_released_twice_is_a_no_op():
 
 def test_updated_at_never_moves_backwards():
     a = requested(at=at(10))
-    a.mark_provisioning(uuid.uuid4(), at(5))
+    a.activate(uuid.uuid4(), at(5))
     assert a.updated_at == at(10)

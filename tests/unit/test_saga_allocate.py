@@ -48,9 +48,9 @@ def expect_compensations(s: SagaScenario, steps: list[str]) -> None:
         s.undone(cmd)
 
 
-def test_start_marks_provisioning_announces_the_saga_and_reserves_slots():
+def test_start_announces_the_saga_and_reserves_slots_telling_the_allocation_nothing():
+    """The allocation stays REQUESTED until it is activated: the start's first command is the reservation."""
     s = SagaScenario.allocate()
-    s.expect_command("allocation.mark_provisioning", saga_id=s.saga.id, allocation_id=s.saga.allocation_id)
     cmd = s.expect_command("scheduler.reserve_slots", shape="vm.2gpu", gpu_count=2, step="reserve_slots",
                            idempotency_key=step_key(s.saga.id, "reserve_slots"), labels={"team": "ml"})
     assert cmd.data["tenant_id"] == s.saga.tenant_id
@@ -62,7 +62,6 @@ def test_start_marks_provisioning_announces_the_saga_and_reserves_slots():
 
 def test_every_step_succeeding_sends_commands_in_order_with_earlier_results_and_completes():
     s = SagaScenario.allocate()
-    s.expect_command("allocation.mark_provisioning")
     sent = {}
     for st in ALLOCATE.steps:
         sent[st.name] = s.expect_command(st.invoke, step=st.name, idempotency_key=step_key(s.saga.id, st.name),
@@ -90,19 +89,16 @@ def test_every_step_succeeding_sends_commands_in_order_with_earlier_results_and_
 def test_a_successful_allocation_publishes_its_commands_and_the_saga_start_and_end_but_no_step_change():
     """Each step's command says it was invoked and the participant's reply that it succeeded."""
     s = SagaScenario.allocate()
-    s.expect_command("allocation.mark_provisioning")
     s.succeed(run_until(s, "activate"), **OK_DATA["activate"])
     assert s.saga.status == "completed"
     assert len(s.step_changes()) == 2 * len(STEPS) and s.published_step_changes() == []
     assert [a.type for a in s.actions if isinstance(a, Event)] == ["saga.started", "saga.completed"]
-    assert [a.type for a in s.actions if isinstance(a, Command)] == ["allocation.mark_provisioning",
-                                                                     *(st.invoke for st in ALLOCATE.steps)]
+    assert [a.type for a in s.actions if isinstance(a, Command)] == [st.invoke for st in ALLOCATE.steps]
 
 
 @pytest.mark.parametrize("failing", STEPS)
 def test_failure_at_any_step_undoes_the_completed_steps_in_reverse_then_fails_the_allocation(failing):
     s = SagaScenario.allocate()
-    s.expect_command("allocation.mark_provisioning")
     cmd = run_until(s, failing)
     s.fail(cmd, f"{failing} refused: no capacity")
     done = STEPS[:STEPS.index(failing)]
@@ -121,7 +117,6 @@ def test_failure_at_any_step_undoes_the_completed_steps_in_reverse_then_fails_th
 @pytest.mark.parametrize("silent", STEPS)
 def test_timeout_at_any_step_compensates_that_step_first_then_the_earlier_ones(silent):
     s = SagaScenario.allocate()
-    s.expect_command("allocation.mark_provisioning")
     run_until(s, silent)
     timeout = Policy().step_timeout_of(silent)   # 30 s, but a VM's boot (provision_node) may take 600
     s.advance(timeout - 0.1)
@@ -138,7 +133,6 @@ def test_timeout_at_any_step_compensates_that_step_first_then_the_earlier_ones(s
 
 def test_compensation_commands_name_the_step_they_undo_and_carry_labels_and_the_node():
     s = SagaScenario.allocate()
-    s.expect_command("allocation.mark_provisioning")
     s.fail(run_until(s, "start_meter"), "billing down")
     sid = s.saga.id
     # the server's port goes back to the provisioning network before the server is powered off
@@ -153,7 +147,6 @@ def test_compensation_commands_name_the_step_they_undo_and_carry_labels_and_the_
 def test_a_vm_slice_has_no_port_to_move():
     """No switch port in the instance (a VM slice, or a server whose cabling is not known): bind_port is skipped."""
     s = SagaScenario.allocate()
-    s.expect_command("allocation.mark_provisioning")
     for st in ALLOCATE.steps[:4]:
         s.succeed(s.expect_command(st.invoke, step=st.name), **OK_DATA[st.name] | (
             {"instance": {"instance_id": "vm-1", "driver": "libvirt"}} if st.name == "provision_node" else {}))
@@ -165,7 +158,6 @@ def test_a_vm_slice_has_no_port_to_move():
 
 def test_late_success_of_a_timed_out_step_is_ignored_while_it_is_compensated():
     s = SagaScenario.allocate()
-    s.expect_command("allocation.mark_provisioning")
     cmd = run_until(s, "provision_volume")
     s.advance(30)
     detach_volume = s.expect_command("storage.delete_volume", step="provision_volume")
@@ -180,7 +172,6 @@ def test_late_success_of_a_timed_out_step_is_ignored_while_it_is_compensated():
 
 def test_duplicate_stale_and_mismatched_replies_change_nothing():
     s = SagaScenario.allocate()
-    s.expect_command("allocation.mark_provisioning")
     reserve = s.expect_command("scheduler.reserve_slots")
     sid = s.saga.id
     # wrong key, unknown step, a reply type that does not belong to the step, an undo nobody asked for
@@ -201,7 +192,6 @@ def test_duplicate_stale_and_mismatched_replies_change_nothing():
 
 def test_a_reply_before_the_deadline_means_no_timeout_and_a_second_start_does_nothing():
     s = SagaScenario.allocate()
-    s.expect_command("allocation.mark_provisioning")
     s.advance(29)
     s.succeed(s.expect_command("scheduler.reserve_slots"), **OK_DATA["reserve_slots"])
     s.advance(29)
@@ -213,7 +203,6 @@ def test_a_reply_before_the_deadline_means_no_timeout_and_a_second_start_does_no
 
 def test_unanswered_compensation_is_resent_with_backoff_then_reported_and_the_earlier_ones_still_run():
     s = SagaScenario.allocate(Policy(compensation_timeout_s=10, compensation_attempts=3, backoff_s=(0.5, 1)))
-    s.expect_command("allocation.mark_provisioning")
     s.fail(run_until(s, "provision_volume"), "quota exceeded")
     first = s.expect_command("network.detach_network")
     s.advance(10)                                   # no reply: wait the first backoff
@@ -240,7 +229,6 @@ def test_unanswered_compensation_is_resent_with_backoff_then_reported_and_the_ea
 
 def test_a_late_undo_reply_during_the_backoff_wait_is_accepted_and_duplicates_are_ignored():
     s = SagaScenario.allocate()
-    s.expect_command("allocation.mark_provisioning")
     s.fail(run_until(s, "attach_network"), "no vni left")
     release = s.expect_command("scheduler.release_slots")
     s.advance(10)
@@ -258,7 +246,6 @@ def test_a_late_undo_reply_during_the_backoff_wait_is_accepted_and_duplicates_ar
 
 def test_the_machine_never_mutates_the_saga_it_is_given():
     s = SagaScenario.allocate()
-    s.expect_command("allocation.mark_provisioning")
     reserve = s.expect_command("scheduler.reserve_slots")
     before = s.saga
     snapshot = repr(before)
@@ -272,7 +259,6 @@ def test_the_named_volumes_go_to_storage_and_their_exports_to_the_node():
     named = [{"volume_id": str(uuid.uuid4()), "mode": "ro"}]
     user = str(uuid.uuid4())
     s = SagaScenario.allocate(volumes=named, scratch_class="lustre", user_id=user)
-    s.expect_command("allocation.mark_provisioning")
     for st in ALLOCATE.steps[:2]:
         s.succeed(s.expect_command(st.invoke, step=st.name), **OK_DATA[st.name])
     cmd = s.expect_command("storage.provision_volume", step="provision_volume")
@@ -290,7 +276,6 @@ def test_without_volumes_storage_is_not_asked_and_the_node_is_told_of_none():
     """No scratch and no named volume: provision_volume has nothing to do, so it is skipped (recorded, not
     published: the common case of a VM slice) and has nothing to undo."""
     s = SagaScenario.allocate(volume_gb=0)
-    s.expect_command("allocation.mark_provisioning")
     for st in ALLOCATE.steps[:2]:
         s.succeed(s.expect_command(st.invoke, step=st.name), **OK_DATA[st.name])
     node = s.expect_command("node_agent.provision", step="provision_node")
@@ -305,7 +290,6 @@ def test_without_volumes_storage_is_not_asked_and_the_node_is_told_of_none():
 
 def test_named_volumes_without_scratch_still_go_to_storage():
     s = SagaScenario.allocate(volume_gb=0, volumes=[{"volume_id": str(uuid.uuid4()), "mode": "ro"}])
-    s.expect_command("allocation.mark_provisioning")
     for st in ALLOCATE.steps[:2]:
         s.succeed(s.expect_command(st.invoke, step=st.name), **OK_DATA[st.name])
     assert s.expect_command("storage.provision_volume", step="provision_volume", size_gb=0).data["volumes"]

@@ -19,21 +19,18 @@ def queued(s: SagaScenario, cmd, position: int = 1, reason: str = "no capacity n
 def test_scheduling_options_of_the_request_reach_the_reserve_command():
     s = SagaScenario.allocate(POLICY, priority=50, spot=True, pool="spot", tolerations=["spot=true:NoSchedule"],
                               fail_fast=True, user_id=str(uuid.uuid4()))
-    s.expect_command("allocation.mark_provisioning")
     s.expect_command("scheduler.reserve_slots", priority=50, spot=True, pool="spot",
                      tolerations=["spot=true:NoSchedule"], fail_fast=True)
 
 
 def test_options_the_request_did_not_give_are_left_out_so_the_command_defaults_apply():
     s = SagaScenario.allocate(POLICY)
-    s.expect_command("allocation.mark_provisioning")
     cmd = s.expect_command("scheduler.reserve_slots")
     assert not {"priority", "spot", "pool", "tolerations", "fail_fast", "user_id"} & set(cmd.data)
 
 
 def test_a_queued_reservation_waits_past_the_step_timeout_until_the_queue_timeout():
     s = SagaScenario.allocate(POLICY)
-    s.expect_command("allocation.mark_provisioning")
     cmd = s.expect_command("scheduler.reserve_slots")
     queued(s, cmd, position=3)
     rec = s.saga.record("reserve_slots")
@@ -48,7 +45,6 @@ def test_a_queued_reservation_waits_past_the_step_timeout_until_the_queue_timeou
 
 def test_a_duplicate_queued_reply_does_not_move_the_deadline_again():
     s = SagaScenario.allocate(POLICY)
-    s.expect_command("allocation.mark_provisioning")
     cmd = s.expect_command("scheduler.reserve_slots")
     queued(s, cmd)
     first = s.saga.record("reserve_slots").deadline
@@ -59,7 +55,6 @@ def test_a_duplicate_queued_reply_does_not_move_the_deadline_again():
 
 def test_a_queued_reservation_that_never_gets_capacity_times_out_and_is_released():
     s = SagaScenario.allocate(POLICY)
-    s.expect_command("allocation.mark_provisioning")
     cmd = s.expect_command("scheduler.reserve_slots")
     queued(s, cmd)
     s.advance(POLICY.queue_timeout_s + 1)
@@ -71,7 +66,6 @@ def test_a_queued_reservation_that_never_gets_capacity_times_out_and_is_released
 
 def test_a_cancelled_queued_reservation_fails_the_saga_without_compensation():
     s = SagaScenario.allocate(POLICY)
-    s.expect_command("allocation.mark_provisioning")
     cmd = s.expect_command("scheduler.reserve_slots")
     queued(s, cmd)
     s.fail(cmd, "cancelled by the tenant")
@@ -81,7 +75,6 @@ def test_a_cancelled_queued_reservation_fails_the_saga_without_compensation():
 
 def test_a_queued_reply_for_another_saga_changes_nothing():
     s = SagaScenario.allocate(POLICY)
-    s.expect_command("allocation.mark_provisioning")
     s.expect_command("scheduler.reserve_slots")
     s.reply("scheduler.reservation_queued", "reserve_slots", step_key(uuid.uuid4(), "reserve_slots"),
             tenant_id=str(s.saga.tenant_id), position=1, reason="x")
@@ -91,7 +84,6 @@ def test_a_queued_reply_for_another_saga_changes_nothing():
 def test_network_choice_and_attach_results_flow_to_the_node_agent():
     net = str(uuid.uuid4())
     s = SagaScenario.allocate(POLICY, network_id=net)
-    s.expect_command("allocation.mark_provisioning")
     s.succeed(s.expect_command("scheduler.reserve_slots"), node_id=NODE, slots=[0], gpu_model="H100")
     attach = s.expect_command("network.attach_network", network_id=net)
     attachment = {"attachment_id": str(uuid.uuid4()), "ip_address": "10.0.0.2"}

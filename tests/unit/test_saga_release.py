@@ -38,12 +38,6 @@ def test_release_runs_every_step_in_order_and_completes():
     assert s.published_step_changes() == []         # each command and its reply say every step change
 
 
-def test_release_does_not_mark_the_allocation_provisioning():
-    s = SagaScenario.release()
-    assert s.expect_command("billing.stop_meter")
-    assert all(a.type != "allocation.mark_provisioning" for a in s.actions)
-
-
 def test_unconfirmed_release_step_is_resent_with_backoff_and_a_late_reply_is_accepted():
     s = SagaScenario.release(Policy(step_timeout_s=30, backoff_s=(0.5, 1, 2)))
     first = s.expect_command("billing.stop_meter")

@@ -32,7 +32,6 @@ def test_a_skipped_step_starts_and_finishes_at_once():
 
 def test_an_allocate_saga_times_every_step_and_finishes_with_its_last():
     s = SagaScenario.allocate()
-    s.expect_command("allocation.mark_provisioning")
     cmd = s.expect_command("scheduler.reserve_slots")
     s.now = at(2)
     s.succeed(cmd, node_id="n", slots=[1], gpu_model="H100")
@@ -46,7 +45,6 @@ def test_an_allocate_saga_times_every_step_and_finishes_with_its_last():
 
 def test_a_failed_step_finishes_and_its_compensations_are_timed_in_their_own_rows():
     s = SagaScenario.allocate()
-    s.expect_command("allocation.mark_provisioning")
     s.succeed(s.expect_command("scheduler.reserve_slots"), node_id="n", slots=[1], gpu_model="H100")
     s.now = at(1)
     s.fail(s.expect_command("network.attach_network"), "no address left")
@@ -66,7 +64,6 @@ def test_a_failed_step_finishes_and_its_compensations_are_timed_in_their_own_row
 
 def test_a_timed_out_step_finishes_when_it_times_out():
     s = SagaScenario.allocate(Policy(step_timeout_s=30))
-    s.expect_command("allocation.mark_provisioning")
     s.expect_command("scheduler.reserve_slots")
     s.advance(30)
     rec = s.saga.record("reserve_slots")

@@ -50,11 +50,6 @@ class Requested(AllocationEvent, Request):
 
 
 @dataclass(frozen=True)
-class Provisioning(AllocationEvent):
-    saga_id: uuid.UUID
-
-
-@dataclass(frozen=True)
 class Activated(AllocationEvent):
     node_id: uuid.UUID
     instance: dict | None = None

@@ -1,7 +1,6 @@
 """The Allocation aggregate: a tenant's GPU allocation and its life cycle (pure, no I/O).
 
-    REQUESTED → PROVISIONING → ACTIVE → RELEASING → RELEASED
-    REQUESTED → ACTIVE            (activate may overtake a late mark_provisioning)
+    REQUESTED → ACTIVE → RELEASING → RELEASED
     REQUESTED → RELEASING         (withdrawn before its allocate saga started: the release saga only marks it)
     ACTIVE → INTERRUPTED          (its node failed: a reschedule saga places it again, same id)
     INTERRUPTED → ACTIVE          (activate, on the new node: the reschedule succeeded)
@@ -9,6 +8,11 @@
                                    once; a failed reschedule ends FAILED, which holds nothing either way)
     any non-terminal state → FAILED (with the failed step and the reason; from INTERRUPTED: the reschedule
                                      failed, or from ACTIVE at an interruption the retry policy gives up on)
+
+REQUESTED lasts while the allocate saga runs: the allocation is told nothing until the saga activates it (a
+notice at the saga's start would cost two messages per allocation). So a REQUESTED allocation takes no release but
+a withdrawal's (``release(..., withdrawn=True)``, sent by the saga coordinator only when no allocate saga ran nor
+will run): any other might race with a running allocate saga, and is refused.
 
 Each command method either changes the state and records one event, does
 nothing (the command is a duplicate or arrives after a later one: the result it
@@ -29,13 +33,12 @@ from . import events
 from .errors import IllegalTransition, InvalidSpec
 from .policy import RESCHEDULE_LIMITS, limit_reason, may_reschedule
 
-REQUESTED, PROVISIONING, ACTIVE = "REQUESTED", "PROVISIONING", "ACTIVE"
+REQUESTED, ACTIVE = "REQUESTED", "ACTIVE"
 RELEASING, RELEASED, FAILED = "RELEASING", "RELEASED", "FAILED"
 INTERRUPTED = "INTERRUPTED"
 
 TRANSITIONS: dict[str, frozenset[str]] = {
-    REQUESTED: frozenset({PROVISIONING, ACTIVE, RELEASING, FAILED}),
-    PROVISIONING: frozenset({ACTIVE, FAILED}),
+    REQUESTED: frozenset({ACTIVE, RELEASING, FAILED}),
     ACTIVE: frozenset({RELEASING, INTERRUPTED, FAILED}),
     INTERRUPTED: frozenset({ACTIVE, FAILED}),
     RELEASING: frozenset({RELEASED, FAILED}),
@@ -97,15 +100,8 @@ class Allocation:
         out, self._events = self._events, []
         return out
 
-    def mark_provisioning(self, saga_id: uuid.UUID, at: datetime) -> None:
-        """REQUESTED → PROVISIONING. In any later state the message is stale: no-op."""
-        if self.state != REQUESTED:
-            return
-        self._move(PROVISIONING, "mark provisioning", at)
-        self._record(events.Provisioning, saga_id=saga_id)
-
     def activate(self, node_id: uuid.UUID, at: datetime, instance: Mapping | None = None) -> None:
-        """REQUESTED/PROVISIONING → ACTIVE on ``node_id``, recording Activated; INTERRUPTED → ACTIVE on the
+        """REQUESTED → ACTIVE on ``node_id``, recording Activated; INTERRUPTED → ACTIVE on the
         node it was rescheduled to, recording Activated then Rescheduled (from the node it lost, and the gap
         since it lost it); no-op if already ACTIVE on that node.
 
@@ -133,7 +129,7 @@ class Allocation:
         on one more reschedule, → FAILED (failed step "reschedule"), recording Failed. Returns False (no-op) when
         it is INTERRUPTED for that node already, releasing, released or failed, or on another node (the
         interruption is stale: it moved already). Raises IllegalTransition before it is ACTIVE."""
-        if self.state in (REQUESTED, PROVISIONING):
+        if self.state == REQUESTED:
             raise IllegalTransition(self.id, self.state, INTERRUPTED, "interrupt")
         if self.state != ACTIVE or self.node_id != node_id:
             return False
@@ -158,19 +154,23 @@ class Allocation:
         self.failed_step, self.reason = failed_step, reason
         self._record(events.Failed, failed_step=failed_step, reason=reason)
 
-    def release(self, requested_by: uuid.UUID | None, at: datetime) -> None:
+    def release(self, requested_by: uuid.UUID | None, at: datetime, *, withdrawn: bool = False) -> None:
         """ACTIVE → RELEASING; no-op if RELEASING or RELEASED already. Raises IllegalTransition otherwise.
         INTERRUPTED: nothing changes now, the release is kept and done when the reschedule activates it (a
         command the gateway accepted never dies silently; a reschedule that fails leaves it FAILED, holding
         nothing).
 
-        Also REQUESTED → RELEASING: asked of a REQUESTED allocation only by the saga coordinator, for one it
-        withdrew from its tenant's line (no allocate saga ever ran for it; the gateway asks it of ACTIVE ones)."""
+        Also REQUESTED → RELEASING, ``withdrawn`` only: the saga coordinator's, for an allocation it withdrew
+        before its allocate saga started (none ran, none will). Without it a REQUESTED allocation's release is
+        refused: its allocate saga may be running (the gateway withdraws such an allocation through the
+        coordinator, which keeps the release until the saga ends)."""
         if self.state in (RELEASING, RELEASED):
             return
         if self.state == INTERRUPTED:   # the reschedule owns it: the release waits until it is ACTIVE again
             self.release_pending, self.release_pending_by = True, requested_by
             return
+        if self.state == REQUESTED and not withdrawn:
+            raise IllegalTransition(self.id, self.state, RELEASING, "release (its allocate saga may be running)")
         self._move(RELEASING, "release", at)
         self._record(events.ReleaseRequested, requested_by=requested_by, node_id=self.node_id,
                      volume_gb=self.volume_gb, labels=dict(self.labels))

@@ -9,8 +9,8 @@ Role = Literal["provider_admin", "tenant_admin", "tenant_user"]
 State = Literal["REQUESTED", "QUEUED", "PROVISIONING", "ACTIVE", "INTERRUPTED", "RELEASING", "RELEASED", "FAILED"]
 
 # Forward order of the allocation lifecycle; FAILED ranks above everything so it always wins.
-# The saga's start (allocation.provisioning) comes before the scheduler queues the request, so
-# PROVISIONING < QUEUED; PROVISIONING once slots are reserved ("placed") ranks after QUEUED.
+# An allocation is PROVISIONING once the scheduler reserved its slots ("placed"), after QUEUED. A view moved to
+# PROVISIONING before its placement (older versions told the saga's start) ranks before QUEUED.
 # ACTIVE and INTERRUPTED share a rank: an allocation goes back and forth between them (its node failed, it was
 # rescheduled), which the rank cannot order; the reschedule's attempt number does (``interruption_moves``).
 _RANK: dict[str, int] = {"REQUESTED": 0, "PROVISIONING": 1, "QUEUED": 2, "ACTIVE": 4, "INTERRUPTED": 4,
@@ -25,7 +25,7 @@ def advances(current: str, new: str) -> bool:
     """True when moving the read model from ``current`` to ``new`` is forward.
 
     Events arrive on separate consumers, so their order is not guaranteed: a late
-    ``provisioning`` must not drag an ACTIVE allocation back. Terminal states never change.
+    ``slots_reserved`` must not drag an ACTIVE allocation back. Terminal states never change.
     Raises KeyError for a state outside the lifecycle.
     """
     if current in TERMINAL:

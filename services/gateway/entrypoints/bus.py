@@ -23,7 +23,6 @@ from ..api.storage import projection as volumes
 def wire(rt: Runtime) -> None:
     subscribe = rt.consumers.subscribe
     subscribe("allocation.requested", allocations.on_requested)
-    subscribe("allocation.provisioning", allocations.on_provisioning)
     subscribe("allocation.activated", allocations.on_activated)
     subscribe("allocation.release_requested", allocations.on_release_requested)
     subscribe("allocation.released", allocations.on_released)

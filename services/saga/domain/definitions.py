@@ -9,9 +9,11 @@ the volume id); ``subject`` names the commands' subject parameters (the node-age
 command's own field of that name, else the context value. A release saga's steps are the participants' undo
 commands run as steps of their own (``Step.undo_step``).
 
-A definition may also send notices, commands that are not steps (nothing to wait for or undo):
-``on_start`` when the saga starts, ``on_failure`` when it ends failed. Their ``fields`` read the saga's
-facts: saga_id, allocation_id, tenant_id, and at the end failed_step and reason.
+A definition may also send a notice, a command that is not a step (nothing to wait for or undo):
+``on_failure`` when it ends failed. Its ``fields`` read the saga's facts: saga_id, allocation_id, tenant_id,
+failed_step and reason. Nothing is sent when a saga starts: the allocation stays REQUESTED until it is activated
+(a notice would cost a command, its event and a transaction on each side, per allocation), and the saga's own
+``saga.started`` tells the operators.
 
 Pure data: no I/O (the coordinator validates every command against its contract when it writes it to the
 outbox).
@@ -22,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from services.allocation.contracts import ACTIVATE, FAIL_ALLOCATION, MARK_PROVISIONING, MARK_RELEASED
+from services.allocation.contracts import ACTIVATE, FAIL_ALLOCATION, MARK_RELEASED
 from services.billing.contracts import START_METER
 from services.network.contracts import ATTACH_NETWORK, BIND_PORT
 from services.node_agent.contracts import FENCE_NODE, PROVISION_NODE, WIPE_SLOTS
@@ -198,7 +200,6 @@ class SagaDefinition:
     # "compensate": a failure or timeout undoes the completed steps in reverse order.
     # "retry": forward-only; a step without a reply is resent with backoff until it is confirmed.
     recovery: Literal["compensate", "retry"]
-    on_start: Notice | None = None       # sent when the saga starts
     on_failure: Notice | None = None     # sent when the saga ends failed
 
     @property
@@ -215,15 +216,15 @@ class SagaDefinition:
 
     @property
     def contracts(self) -> list[Step]:
-        """Every declared step this saga uses: its notices and its steps."""
-        return [n.contract for n in (self.on_start, self.on_failure) if n] + [s.contract for s in self.steps]
+        """Every declared step this saga uses: its notice and its steps."""
+        notices = [self.on_failure.contract] if self.on_failure else []
+        return notices + [s.contract for s in self.steps]
 
 
 _FAILED = Notice(FAIL_ALLOCATION, _pick("allocation_id", "saga_id", "failed_step", "reason"))
 
 ALLOCATE = SagaDefinition(
     "allocate", recovery="compensate",
-    on_start=Notice(MARK_PROVISIONING, _pick("allocation_id", "saga_id")),
     steps=(
         SagaStep("reserve_slots", RESERVE_SLOTS, yields=("node_id", "slots", "slot_details", "gpu_model", "pool"),
                  fields=_some("shape", "gpu_count", "user_id", "priority", "spot", "pool", "tolerations", "fail_fast")),

@@ -105,7 +105,6 @@ class _Transition:
     def start(self) -> None:
         if self.saga.steps:          # already started: a redelivered start does nothing
             return
-        self._notify(self.definition.on_start)
         self._event("saga.started", steps=self.definition.names)
         self._invoke(self.definition.steps[0], attempt=1)
 

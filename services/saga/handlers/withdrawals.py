@@ -1,9 +1,10 @@
 """A tenant's release of an allocation whose allocate saga may not have started (``saga.withdraw``; the gateway
-sends it for a REQUESTED allocation).
+sends it for a REQUESTED or PROVISIONING allocation, as its view shows it).
 
 Decided under the tenant's line lock, the same lock under which requests join the line or start
 (``domain.lines.withdrawal``). An allocation waiting in the line leaves it (the others move up) and is
-released at once through the allocation's own release: the coordinator sends ``allocation.release``, the
+released at once through the allocation's own release: the coordinator sends ``allocation.release`` marked
+``withdrawn`` (the only release a REQUESTED allocation takes: it stays REQUESTED while its allocate saga runs), the
 allocation becomes RELEASING and announces it, and the release saga that follows skips every step but
 ``mark_released`` (``withdrawn``: nothing was reserved, no step ran), so it ends RELEASED.
 
@@ -32,9 +33,11 @@ from .places import tell_places
 log = structlog.get_logger()
 
 
-async def _release(uow: UnitOfWork, allocation_id: uuid.UUID, tenant_id: uuid.UUID, requested_by: uuid.UUID) -> None:
+async def _release(uow: UnitOfWork, allocation_id: uuid.UUID, tenant_id: uuid.UUID, requested_by: uuid.UUID, *,
+                   withdrawn: bool = False) -> None:
+    """``withdrawn``: no allocate saga ran nor will run for it (the one release a REQUESTED allocation takes)."""
     await uow.emit("allocation.release", ReleaseAllocation(
-        allocation_id=allocation_id, tenant_id=tenant_id, requested_by=requested_by),
+        allocation_id=allocation_id, tenant_id=tenant_id, requested_by=requested_by, withdrawn=withdrawn),
         correlation_id=str(allocation_id), tenant_id=tenant_id)
 
 
@@ -52,7 +55,7 @@ async def withdraw(ctx: UnitOfWork, cmd: WithdrawAllocation) -> None:
     log.info("saga.withdrawal", allocation_id=str(alloc), decision=decision)
     if decision == lines.FROM_LINE:
         await store.record(conn, alloc, tenant, cmd.requested_by, "withdrawn")
-        await _release(ctx, alloc, tenant, cmd.requested_by)
+        await _release(ctx, alloc, tenant, cmd.requested_by, withdrawn=True)
         await tell_places(ctx, tenant)   # the ones behind it moved up
     elif decision in (lines.EARLY, lines.AFTER_START):
         await store.record(conn, alloc, tenant, cmd.requested_by, decision)
@@ -66,7 +69,7 @@ async def on_request(ctx: UnitOfWork, saga: Saga) -> bool:
     the tenant's line lock."""
     requested_by = await store.take_early(ctx.conn, saga.allocation_id, saga.tenant_id)
     if requested_by is not None:
-        await _release(ctx, saga.allocation_id, saga.tenant_id, requested_by)
+        await _release(ctx, saga.allocation_id, saga.tenant_id, requested_by, withdrawn=True)
         return True
     return await store.state(ctx.conn, saga.allocation_id) == "withdrawn"
 

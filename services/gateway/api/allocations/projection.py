@@ -15,8 +15,9 @@ and replies (a step invoked, answered, compensated) are not subscribed to, so no
 
 Each handler runs in the consumer's transaction (inbox dedupe included). The view only moves
 forward, whatever order the events arrive in: ``domain.model.advances`` for the allocation's
-own lifecycle, ``advances_to`` once the scheduler is involved (REQUESTED < PROVISIONING (saga
-started) < QUEUED < PROVISIONING with slots reserved < ACTIVE ...). Every event about an
+own lifecycle, ``advances_to`` once the scheduler is involved (REQUESTED < QUEUED < PROVISIONING, its slots
+reserved, < ACTIVE ...). An allocation stays REQUESTED while its allocate saga waits for the scheduler: the saga
+tells no one it started (``saga.started`` is for the operators). Every event about an
 allocation is appended to its event stream and NOTIFYs the streams watching it. ``slots_reserved`` also
 carries the node's free slots after the reservation: shown on the node (``inventory.apply_capacity``).
 """
@@ -71,10 +72,6 @@ async def on_requested(ctx: UnitOfWork, data: ac.AllocationRequested) -> None:
         "volumes": [v.model_dump(mode="json") for v in data.volumes], "scratch_class": data.scratch_class,
         "price": data.price.model_dump(mode="json") if data.price is not None else None})
     await _record(ctx, data.allocation_id)
-
-
-async def on_provisioning(ctx: UnitOfWork, data: ac.AllocationProvisioning) -> None:
-    await _record(ctx, data.allocation_id, "PROVISIONING")
 
 
 async def on_activated(ctx: UnitOfWork, data: ac.AllocationActivated) -> None:

@@ -316,8 +316,8 @@ ENDPOINTS = [
              description="Repeating it while RELEASING or RELEASED answers 202 again. A QUEUED allocation is "
                          "cancelled: it ends FAILED (cancelled) once the scheduler dropped it. A REQUESTED one "
                          "waiting in its tenant's line (`queued_reason` `tenant_line`) leaves the line and ends "
-                         "RELEASED at once, nothing reserved; one whose provisioning had started is released once "
-                         "ACTIVE (none if it fails). PROVISIONING is a 409.",
+                         "RELEASED at once, nothing reserved; one whose provisioning had started (REQUESTED out of "
+                         "its line, or PROVISIONING) is released once ACTIVE (none if it fails).",
              audit_state=_ALLOCATION),
     *EVENT_ENDPOINTS,
 ]
