@@ -78,6 +78,8 @@ class InterruptAllocation(Wire):
 class ActivateAllocation(StepCommand):
     node_id: uuid.UUID
     instance: InstanceInfo | None = None
+    gpu_model: str | None = Field(default=None, max_length=64, description="The reserved GPUs' model.")
+    pool: str | None = Field(default=None, max_length=64, description="The pool the slots were reserved in.")
 
 
 class FailAllocation(Wire):
@@ -108,11 +110,21 @@ class AllocationRequested(AllocationEvent, Scheduling):
 
 
 class AllocationActivated(AllocationEvent):
+    """The allocation is ACTIVE (the activate step's reply), with what billing meters it by from ``at``: billing
+    starts its meter on this event (none of these fields: a reply recorded before they existed)."""
     saga_id: uuid.UUID
     step: str
     idempotency_key: str
     node_id: uuid.UUID
     instance: InstanceInfo | None = Field(default=None, description="What runs on the node (absent before VM slices).")
+    shape: str | None = None
+    gpu_count: int | None = Field(default=None, ge=1, le=16)
+    user_id: uuid.UUID | None = None
+    gpu_model: str | None = Field(default=None, max_length=64, description="The reserved GPUs' model.")
+    pool: str | None = Field(default=None, max_length=64, description="The pool the slots were reserved in.")
+    spot: bool = False
+    price: PriceSnapshot | None = Field(default=None, description="The price quoted at creation; none: the price "
+                                                                  "list in force at each hour applies.")
 
 
 class AllocationActivationFailed(StepFailure):

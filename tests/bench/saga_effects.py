@@ -18,7 +18,7 @@ import nats
 STATELESS = ("allocation", "network", "storage", "billing", "saga")
 # the effects one allocation's allocate saga has, exactly once each (the bench asks for no volume: no storage step)
 ONCE = ("allocation.requested", "allocation.activated", "scheduler.slots_reserved",
-        "network.network_attached", "billing.meter_started", "saga.completed:allocate")
+        "network.network_attached", "saga.completed:allocate")
 _HANDLED = re.compile(r'^tessera_messages_consumed_total\{[^}]*outcome="ok"[^}]*\} (\S+)$', re.M)
 
 
@@ -69,6 +69,10 @@ class Effects:
             active = await conn.fetchval(
                 "SELECT count(*) FROM allocation.allocations WHERE id = ANY($1::uuid[]) AND state = 'ACTIVE'",
                 [uuid.UUID(a) for a in ids])
+            # billing meters each activation (allocation.activated): one meter each, whichever replica took it
+            metered_once = await conn.fetchval(
+                "SELECT count(*) FROM (SELECT allocation_id FROM billing.meters WHERE allocation_id = ANY($1::uuid[]) "
+                "GROUP BY allocation_id HAVING count(*) = 1) AS m", [uuid.UUID(a) for a in ids])
         finally:
             await conn.close()
         one_saga = sum(1 for r in sagas if r["n"] == 1)
@@ -82,9 +86,10 @@ class Effects:
         unused = sorted(svc for svc, reps in replicas.items() if all(n <= 0 for n in reps.values()))
         return {"allocations_checked": len(ids), "allocations_with_an_effect_not_once": len(wrong),
                 "not_once_examples": dict(list(wrong.items())[:3]), "allocate_sagas": one_saga, "active": active,
+                "metered_once": metered_once,
                 "steps_retried": sum(1 for r in sagas if (r["attempts"] or 0) > 1),
                 "replicas_that_handled_nothing": idle, "services_not_on_the_path": unused,
-                "exactly_once": bool(ids) and not wrong and one_saga == len(ids) == active and not idle}
+                "exactly_once": bool(ids) and not wrong and one_saga == len(ids) == active == metered_once and not idle}
 
 
 async def handled(port: int) -> float:

@@ -13,7 +13,8 @@ from tests.support.platform import NOTHING_LEFT, leftovers
 from tests.support.polling import eventually
 from tooling.client import ApiError, WaitAborted
 
-ALLOCATE_STEPS = ["reserve_slots", "attach_network", "provision_volume", "provision_node", "start_meter"]
+# activate too: an allocation refused at its activation was never metered (billing meters activations)
+ALLOCATE_STEPS = ["reserve_slots", "attach_network", "provision_volume", "provision_node", "activate"]
 
 
 async def test_allocation_goes_active_then_released_and_leaves_nothing_behind(tenant, db):

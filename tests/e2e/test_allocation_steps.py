@@ -7,8 +7,7 @@ from shared.participant import FAULT_LABEL
 from tests.support.polling import eventually
 from tooling.client import ApiError
 
-ALLOCATE_STEPS = ["reserve_slots", "attach_network", "provision_volume", "provision_node", "bind_port", "start_meter",
-                  "activate"]
+ALLOCATE_STEPS = ["reserve_slots", "attach_network", "provision_volume", "provision_node", "bind_port", "activate"]
 SKIPPED = {"bind_port"}   # a VM has no switch port to move: skipped (succeeded, attempt 0, 0 s)
 
 
@@ -52,7 +51,7 @@ async def test_a_failed_allocation_shows_its_failed_step_and_the_compensations(t
     assert undone == [("reserve_slots", "compensated"), ("attach_network", "compensated")]
     assert all(s["finished_at"] >= failed["finished_at"] for s in saga["steps"]
                if s["phase"] == "compensate" and s["started_at"])
-    assert not any(s["step"] in ("provision_node", "bind_port", "start_meter", "activate") for s in saga["steps"])
+    assert not any(s["step"] in ("provision_node", "bind_port", "activate") for s in saga["steps"])
 
 
 async def test_another_tenants_allocation_is_not_found(tenant, make_tenant):

@@ -16,7 +16,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE2ZZdnE/RtlHeGDHHC2CVZeBzgkzYhgCfhP2TXh3PAj ada@example"
-ALLOCATE_STEPS = ["reserve_slots", "attach_network", "provision_volume", "provision_node", "start_meter"]
+ALLOCATE_STEPS = ["reserve_slots", "attach_network", "provision_volume", "provision_node"]
 
 
 def cli_env(tmp_path: Path, url: str | None = None, key: str | None = None) -> dict:

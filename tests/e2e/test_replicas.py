@@ -17,7 +17,7 @@ STATELESS = ("allocation", "network", "storage", "billing", "saga")
 # each an effect one allocation must see exactly once over its life (one envelope id each)
 ONCE = ("allocation.requested", "allocation.activated", "allocation.release_requested",
         "allocation.released", "scheduler.slots_reserved", "network.network_attached", "network.network_detached",
-        "storage.volume_provisioned", "storage.volume_deleted", "billing.meter_started", "billing.meter_stopped",
+        "storage.volume_provisioned", "storage.volume_deleted", "billing.meter_stopped",
         "saga.completed:allocate", "saga.completed:release")
 HANDLED = re.compile(r'^tessera_messages_consumed_total\{[^}]*outcome="ok"[^}]*\} (\S+)$', re.M)
 
@@ -55,6 +55,10 @@ async def test_two_replicas_of_each_stateless_service_under_load_give_every_effe
             counts = {t: len(seen.get((i, t), ())) for t in ONCE}
             assert counts == dict.fromkeys(ONCE, 1), f"allocation {i}: {counts}"
             assert await leftovers(db, i) == NOTHING_LEFT
+        # billing meters each activation (allocation.activated) once, whichever of its replicas took it
+        meters = await db.fetch("SELECT allocation_id, count(*) AS n FROM billing.meters "
+                                "WHERE allocation_id = ANY($1::uuid[]) GROUP BY allocation_id", [uuid.UUID(i) for i in ids])
+        assert {str(r["allocation_id"]): r["n"] for r in meters} == dict.fromkeys(ids, 1)
         # one saga of each kind per allocation, and every step answered at its first attempt
         sagas = Counter(r["kind"] for r in await db.fetch(
             "SELECT kind FROM saga.sagas WHERE allocation_id = ANY($1::uuid[])", [uuid.UUID(i) for i in ids]))

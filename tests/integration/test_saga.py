@@ -23,7 +23,6 @@ REPLIES = {
     "network.attach_network": ("network.network_attached", "network.network_attach_failed"),
     "storage.provision_volume": ("storage.volume_provisioned", "storage.volume_provision_failed"),
     "node_agent.provision": ("node_agent.node_provisioned", "node_agent.node_provision_failed"),
-    "billing.start_meter": ("billing.meter_started", "billing.meter_start_failed"),
     "allocation.activate": ("allocation.activated", "allocation.activation_failed"),
     "scheduler.release_slots": ("scheduler.slots_released", None),
     "network.detach_network": ("network.network_detached", None),
@@ -122,7 +121,6 @@ class Participants:
             "node_agent.node_provisioned": {"node_id": self.node_id, "instance_id": "vm-7"},
             "node_agent.slots_wiped": {"node_id": self.node_id},
             "node_agent.node_deprovisioned": {"node_id": self.node_id},
-            "billing.meter_started": {"meter_id": uuid.uuid4(), "started_at": utcnow()},
             "allocation.activated": {"tenant_id": self.tenant_id, "state": "ACTIVE", "at": utcnow(), "node_id": self.node_id},
             "allocation.released": {"tenant_id": self.tenant_id, "state": "RELEASED", "at": utcnow()},
         }.get(type_, {})
@@ -134,7 +132,7 @@ async def saga_row(rt, allocation_id: uuid.UUID, kind: str = "allocate"):
 
 
 ALLOCATE_ORDER = ["scheduler.reserve_slots", "network.attach_network", "storage.provision_volume",
-                  "node_agent.provision", "billing.start_meter", "allocation.activate"]
+                  "node_agent.provision", "allocation.activate"]
 
 
 async def test_happy_path_sends_every_step_command_in_order_and_finally_activates(run_service, watch, nc):
@@ -153,8 +151,8 @@ async def test_happy_path_sends_every_step_command_in_order_and_finally_activate
     # each step invoked once (in order: the loop above answered each before the next came); the command says
     # so, and no saga.step_changed restates it
     steps = [(c["data"]["step"], c["type"]) for t in ALLOCATE_ORDER for c in p.commands(t)]
-    assert steps == list(zip(["reserve_slots", "attach_network", "provision_volume", "provision_node", "start_meter",
-                              "activate"], ALLOCATE_ORDER))
+    assert steps == list(zip(["reserve_slots", "attach_network", "provision_volume", "provision_node", "activate"],
+                             ALLOCATE_ORDER))
     assert p.step_changes() == []
     assert (await saga_row(rt, p.allocation_id))["status"] == "completed"
 

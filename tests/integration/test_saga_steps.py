@@ -11,8 +11,7 @@ from shared import rpc
 from shared.contract import load_catalog
 from tests.integration.test_saga import ALLOCATE_ORDER, SHORT_STEP, Participants
 
-ALLOCATE_STEPS = ["reserve_slots", "attach_network", "provision_volume", "provision_node", "bind_port", "start_meter",
-                  "activate"]
+ALLOCATE_STEPS = ["reserve_slots", "attach_network", "provision_volume", "provision_node", "bind_port", "activate"]
 SKIPPED = {"bind_port"}   # a VM has no switch port to move: skipped (succeeded, attempt 0, 0 s)
 
 

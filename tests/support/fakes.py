@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import uuid
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel
@@ -184,6 +185,7 @@ class FakeMeterRepository(MeterRepository):
 
     def __init__(self, *meters: Meter):
         self.segments: list[Meter] = [copy.copy(m) for m in meters]
+        self.stops_ahead: set[tuple[uuid.UUID, datetime]] = set()
 
     @property
     def meters(self) -> dict[uuid.UUID, Meter]:
@@ -205,3 +207,22 @@ class FakeMeterRepository(MeterRepository):
     async def save_stop(self, meter: Meter) -> None:
         [stored] = [m for m in self.segments if m.id == meter.id]
         stored.stopped_at = meter.stopped_at
+
+    async def metered_from(self, allocation_id: uuid.UUID, at: datetime) -> bool:
+        return any(m.started_at == at for m in self.of(allocation_id))
+
+    async def add_activation(self, meter: Meter) -> None:
+        assert not await self.metered_from(meter.allocation_id, meter.started_at), "one meter per start time"
+        assert not meter.running or not any(m.running for m in self.of(meter.allocation_id)), \
+            f"allocation {meter.allocation_id} has a running meter already"
+        self.segments.append(copy.copy(meter))
+
+    async def keep_stop_ahead(self, allocation_id: uuid.UUID, at: datetime) -> None:
+        self.stops_ahead.add((allocation_id, at))
+
+    async def take_stop_ahead(self, allocation_id: uuid.UUID, at: datetime) -> datetime | None:
+        kept = sorted(t for a, t in self.stops_ahead if a == allocation_id and t >= at)
+        if not kept:
+            return None
+        self.stops_ahead.discard((allocation_id, kept[0]))
+        return kept[0]

@@ -60,13 +60,15 @@ async def test_stop_records_gpu_seconds_as_gpus_times_elapsed_seconds():
     c.MeterStopped(saga_id=cmd.saga_id, step=cmd.step, idempotency_key=cmd.idempotency_key, allocation_id=alloc, **reply)
 
 
-async def test_stopping_again_keeps_the_first_stop_time_and_gpu_seconds():
+async def test_stopping_again_keeps_the_first_stop_time_and_keeps_the_second_for_an_activation_to_come():
+    """A second stop finds nothing running: it is kept for the activation it may have overtook (activations.py)."""
     alloc = uuid.uuid4()
     repo = FakeMeterRepository(Meter(uuid.uuid4(), alloc, TENANT, "vm.8gpu", 8, T0))
     first = await handlers.stop_step(repo, stop_cmd(alloc), clock=clock(10))
     again = await handlers.stop_step(repo, stop_cmd(alloc), clock=clock(3600))
-    assert first == again and first["gpu_seconds"] == 80.0
+    assert first["gpu_seconds"] == 80.0 and again == {}
     assert repo.meters[alloc].stopped_at == T0 + timedelta(seconds=10)
+    assert repo.stops_ahead == {(alloc, T0 + timedelta(seconds=3600))}
 
 
 async def test_a_stop_dated_before_the_start_measures_zero_gpu_seconds():
@@ -76,12 +78,13 @@ async def test_a_stop_dated_before_the_start_measures_zero_gpu_seconds():
     assert repo.meters[alloc].stopped_at == T0
 
 
-async def test_stopping_an_allocation_without_a_meter_changes_nothing_and_replies_without_one():
+async def test_stopping_an_allocation_without_a_meter_keeps_the_stop_and_replies_without_one():
     other = Meter(uuid.uuid4(), uuid.uuid4(), TENANT, "vm.2gpu", 2, T0)
     repo, alloc = FakeMeterRepository(other), uuid.uuid4()
     cmd = stop_cmd(alloc)
     reply = await handlers.stop_step(repo, cmd, clock=clock(10))
     assert reply == {} and list(repo.meters) == [other.allocation_id] and repo.meters[other.allocation_id].running
+    assert repo.stops_ahead == {(alloc, T0 + timedelta(seconds=10))}   # for the activation it overtook
     stopped = c.MeterStopped(saga_id=cmd.saga_id, step=cmd.step, idempotency_key=cmd.idempotency_key,
                              allocation_id=alloc, **reply)
     assert (stopped.meter_id, stopped.gpu_seconds) == (None, 0.0)

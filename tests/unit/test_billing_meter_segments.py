@@ -67,12 +67,13 @@ async def test_a_stop_at_a_moment_before_the_start_or_the_usage_already_recorded
     assert (repo.meters[alloc].stopped_at, repo.meters[other].stopped_at) == (t(100), t(60))
 
 
-async def test_a_stop_with_no_meter_running_answers_the_last_ones_figures_and_changes_nothing():
+async def test_a_stop_with_no_meter_running_leaves_the_last_one_as_it_was_and_waits_for_its_activation():
     repo, alloc = FakeMeterRepository(), uuid.uuid4()
     await handlers.start_step(repo, start_cmd(alloc), clock=clock(0))
     first = await handlers.stop_step(repo, stop_cmd(alloc, at=t(100)), clock=clock(100))
     again = await handlers.stop_step(repo, stop_cmd(alloc), clock=clock(900))
-    assert again == first and [m.stopped_at for m in repo.of(alloc)] == [t(100)]
+    assert first["gpu_seconds"] == 200.0 and again == {}
+    assert [m.stopped_at for m in repo.of(alloc)] == [t(100)] and repo.stops_ahead == {(alloc, t(900))}
 
 
 async def test_starting_while_a_segment_runs_returns_it_and_starts_no_second():

@@ -15,7 +15,7 @@ NODE, VOLUME = str(uuid.uuid4()), str(uuid.uuid4())
 PORT = {"leaf": "leaf-1", "port": "swp1"}
 # what each step's participant answers on success
 OK_DATA = {
-    "reserve_slots": {"node_id": NODE, "slots": [2, 3], "gpu_model": "H100"},
+    "reserve_slots": {"node_id": NODE, "slots": [2, 3], "gpu_model": "H100", "pool": "west"},
     "attach_network": {"attachment_id": str(uuid.uuid4()), "vni": 4100, "ip_address": "10.0.0.5",
                        "mac_address": "02:00:00:00:00:05"},
     "provision_volume": {"volume_id": VOLUME, "size_gb": 50},
@@ -25,7 +25,6 @@ OK_DATA = {
                                     "hca_guids": ["0x0002c90300a1b2c3"], "phases": [{"name": "deploy", "seconds": 9.5}]}},
     "bind_port": {"network_id": str(uuid.uuid4()), "leaf": "leaf-1", "port": "swp1", "vlan": 2, "vni": 4100,
                   "moved_s": 0.25},
-    "start_meter": {"meter_id": str(uuid.uuid4()), "started_at": "2030-01-01T00:00:00+00:00"},
     "activate": {"node_id": NODE, "state": "ACTIVE"},
 }
 STEPS = ALLOCATE.names
@@ -76,6 +75,8 @@ def test_every_step_succeeding_sends_commands_in_order_with_earlier_results_and_
     assert sent["bind_port"].data["switch_port"] == PORT
     assert sent["bind_port"].data["hca_guids"] == ["0x0002c90300a1b2c3"]
     assert sent["activate"].data["node_id"] == NODE
+    # the activated event tells billing where the GPUs were reserved: it meters the allocation from it
+    assert (sent["activate"].data["gpu_model"], sent["activate"].data["pool"]) == ("H100", "west")
     instance = sent["activate"].data["instance"]   # the port's move is a phase; the server is the tenant's
     assert instance["network_phase"] == "tenant"
     assert instance["phases"] == [{"name": "deploy", "seconds": 9.5}, {"name": "port_to_tenant", "seconds": 0.25}]
@@ -133,7 +134,7 @@ def test_timeout_at_any_step_compensates_that_step_first_then_the_earlier_ones(s
 
 def test_compensation_commands_name_the_step_they_undo_and_carry_labels_and_the_node():
     s = SagaScenario.allocate()
-    s.fail(run_until(s, "start_meter"), "billing down")
+    s.fail(run_until(s, "activate"), "the allocation failed meanwhile")
     sid = s.saga.id
     # the server's port goes back to the provisioning network before the server is powered off
     s.undone(s.expect_command("network.unbind_port", step="bind_port", compensates=step_key(sid, "bind_port")))
@@ -150,7 +151,6 @@ def test_a_vm_slice_has_no_port_to_move():
     for st in ALLOCATE.steps[:4]:
         s.succeed(s.expect_command(st.invoke, step=st.name), **OK_DATA[st.name] | (
             {"instance": {"instance_id": "vm-1", "driver": "libvirt"}} if st.name == "provision_node" else {}))
-    s.succeed(s.expect_command("billing.start_meter", step="start_meter"), **OK_DATA["start_meter"])
     assert s.saga.record("bind_port").status == "succeeded"
     assert s.published_step_changes() == []   # a skip where the step never applies is recorded, not published
     assert "network_phase" not in s.expect_command("allocation.activate").data["instance"]

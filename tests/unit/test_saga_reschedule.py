@@ -37,8 +37,8 @@ def test_a_move_fences_the_old_placement_before_it_places_the_allocation_again()
     s.succeed(attach, ip_address="10.0.0.7", mac_address="52:54:00:00:00:07", attachment={}, tenant_networks={})
     s.succeed(s.expect_command("storage.provision_volume", size_gb=50))
     s.succeed(s.expect_command("node_agent.provision", node_id=NEW_NODE), instance={"kind": "sim"})
-    s.succeed(s.expect_command("billing.start_meter"))
-    s.succeed(s.expect_command("allocation.activate", node_id=NEW_NODE))
+    activate = s.expect_command("allocation.activate", node_id=NEW_NODE)   # billing meters it from its activation
+    s.succeed(activate)
     s.expect_no_command()
     assert s.saga.status == "completed"
     assert s.events("saga.started")[0]["steps"] == RESCHEDULE.names

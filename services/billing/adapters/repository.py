@@ -50,6 +50,27 @@ class PgMeterRepository(MeterRepository):
         await self.conn.execute("UPDATE meters SET stopped_at=$2, gpu_seconds=$3 WHERE id=$1",
                                 m.id, m.stopped_at, m.gpu_seconds)
 
+    async def metered_from(self, allocation_id: uuid.UUID, at: datetime) -> bool:
+        return await self.conn.fetchval("SELECT EXISTS (SELECT 1 FROM meters WHERE allocation_id=$1 AND started_at=$2)",
+                                        allocation_id, at)
+
+    async def add_activation(self, m: Meter) -> None:
+        await self.conn.execute(
+            "INSERT INTO meters (id, allocation_id, tenant_id, shape, gpu_count, started_at, user_id, gpu_model, pool, "
+            "spot, price, stopped_at, gpu_seconds) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11::jsonb,$12,$13)",
+            m.id, m.allocation_id, m.tenant_id, m.shape, m.gpu_count, m.started_at, m.user_id, m.gpu_model, m.pool,
+            m.spot, json.dumps(m.price.as_doc()) if m.price else None, m.stopped_at,
+            m.gpu_seconds if m.stopped_at else None)
+
+    async def keep_stop_ahead(self, allocation_id: uuid.UUID, at: datetime) -> None:
+        await self.conn.execute("INSERT INTO meter_stops_ahead (allocation_id, at) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                                allocation_id, at)
+
+    async def take_stop_ahead(self, allocation_id: uuid.UUID, at: datetime) -> datetime | None:
+        return await self.conn.fetchval(
+            "DELETE FROM meter_stops_ahead WHERE (allocation_id, at) = (SELECT allocation_id, at FROM meter_stops_ahead "
+            "WHERE allocation_id=$1 AND at >= $2 ORDER BY at LIMIT 1) RETURNING at", allocation_id, at)
+
 
 async def running_to_cut(conn: asyncpg.Connection, now: datetime, limit: int) -> list[Meter]:
     """Up to ``limit`` running meters with usage not yet recorded before ``now``, locked until the transaction

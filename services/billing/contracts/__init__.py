@@ -68,7 +68,8 @@ class MeterStopped(StepUndone):
 
 START_METER = Step.declare(
     "billing",
-    command=("start_meter", StartMeter, "Saga step: start metering the allocation."),
+    command=("start_meter", StartMeter, "Start metering the allocation (sent by sagas started before billing metered "
+                                        "allocation.activated; none sends it now)."),
     ok=("meter_started", MeterStarted, "The meter runs."),
     failed=("meter_start_failed", MeterStartFailed, "The meter could not be started."),
     undo=("stop_meter", StopMeter, "Saga step or compensation: stop the allocation's meter (idempotent)."),
@@ -333,6 +334,6 @@ CONTRACT = ServiceContract(
                 "Recompute the billing ledger's chain and checkpoints now.", reply=LedgerVerification),
     ],
     receives=["billing.publish_price_list", "billing.set_budget", "billing.delete_budget", "storage.volume_changed",
-              "storage.usage_reported"],
+              "storage.usage_reported", "allocation.activated", "allocation.failed"],
     steps=[START_METER],
 )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import abc
 import uuid
+from datetime import datetime
 
 from .model import Meter
 
@@ -32,3 +33,21 @@ class MeterRepository(abc.ABC):
     async def save_stop(self, meter: Meter) -> None:
         """Write back when a meter loaded with ``get_for_allocation`` stopped and the GPU-seconds it measured
         (nothing else of a meter ever changes)."""
+
+    @abc.abstractmethod
+    async def metered_from(self, allocation_id: uuid.UUID, at: datetime) -> bool:
+        """Whether a meter of the allocation started at ``at`` (an activation already metered)."""
+
+    @abc.abstractmethod
+    async def add_activation(self, meter: Meter) -> None:
+        """Store a meter started at an activation, running or already stopped (its stop came first). Like ``add``,
+        its allocation must have no other running meter when it runs; at most one meter per start time."""
+
+    @abc.abstractmethod
+    async def keep_stop_ahead(self, allocation_id: uuid.UUID, at: datetime) -> None:
+        """Keep a stop at ``at`` that found no meter of the allocation running: it overtook the activation it ends
+        (kept once per time)."""
+
+    @abc.abstractmethod
+    async def take_stop_ahead(self, allocation_id: uuid.UUID, at: datetime) -> datetime | None:
+        """Remove and return the earliest stop kept for the allocation at or after ``at`` (None: none)."""

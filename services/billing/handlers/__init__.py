@@ -1,11 +1,14 @@
 """Billing's saga-step handlers: start a meter, stop it (both idempotent per key).
 
-A meter stores the price its allocation was quoted (``StartMeter.price``); the stop records the usage the
-running cuts (handlers/meters.py) have not, [cut_until or started_at, stopped_at).
+The sagas no longer start meters: billing meters an allocation from its ``allocation.activated``
+(handlers/activations.py). ``start_meter`` stays for a saga started before that, which still sends it.
+
+A meter stores the price its allocation was quoted (``StartMeter.price``, ``AllocationActivated.price``); the
+stop records the usage the running cuts (handlers/meters.py) have not, [cut_until or started_at, stopped_at).
 
 A reschedule pauses an allocation's metering and resumes it: its saga stops the meter at the interruption
-(``StopMeter.at``) and, on the new node, starts it again under its own keys, which starts a new meter (a
-segment) for the same allocation. Its usage then has a hole where the tenant had no GPUs.
+(``StopMeter.at``), and its activation on the new node starts a new meter (a segment) for the same allocation.
+Its usage then has a hole where the tenant had no GPUs.
 
 Each step's effect (``start_step``, ``stop_step``) is a function of the ``MeterRepository``
 port, the command and a clock, returning the reply's fields; the handlers run it through
@@ -28,6 +31,7 @@ from .. import contracts as c
 from ..adapters.repository import PgMeterRepository
 from ..domain.model import Meter, QuotedPrice
 from ..domain.ports import MeterRepository
+from .activations import stop_until
 from .rating import meter_stopped
 from .rating import publish_price_list as publish_prices
 
@@ -50,20 +54,14 @@ async def start_step(meters: MeterRepository, cmd: c.StartMeter, *, clock: Clock
 async def stop_step(meters: MeterRepository, cmd: c.StopMeter, *, clock: Clock = utcnow,
                     stopped: Callable[[Meter], Awaitable[object]] | None = None) -> dict:
     """The stop step's effect: the allocation's running meter stops at ``cmd.at`` or now, whichever is earlier
-    (never before its start or the usage already recorded), or, with none running, its last meter stays as it
-    was stopped; returns that meter and the GPU-seconds it measured (nothing when the allocation has no meter).
-    ``stopped`` gets the stopped meter while it is still locked (the handler meters and rates its usage there:
-    rating.meter_stopped)."""
-    meter = await meters.get_for_allocation(cmd.allocation_id)
-    if meter is None:
-        return {}
+    (never before its start or the usage already recorded); returns that meter and the GPU-seconds it measured.
+    With none running, the stop overtook the activation it ends (activations.py): it is kept for it, and the
+    reply names no meter. ``stopped`` gets the stopped meter while it is still locked (the handler meters and
+    rates its usage there: rating.meter_stopped)."""
     now = clock()
     at = cmd.at if cmd.at is None or cmd.at.tzinfo is not None else cmd.at.replace(tzinfo=UTC)   # zoneless: UTC
-    meter.stop(min(at, now) if at is not None else now)
-    await meters.save_stop(meter)
-    if stopped is not None:
-        await stopped(meter)
-    return {"meter_id": meter.id, "gpu_seconds": meter.gpu_seconds}
+    meter = await stop_until(meters, cmd.allocation_id, min(at, now) if at is not None else now, stopped=stopped)
+    return {} if meter is None else {"meter_id": meter.id, "gpu_seconds": meter.gpu_seconds}
 
 
 async def start_meter(ctx: UnitOfWork, cmd: c.StartMeter, *, sim_faults: bool = False,

@@ -72,12 +72,6 @@ def _volume(ctx: Context) -> dict:
             **_some("scratch_class", "volumes", "user_id", "node_id", "ip_address")(ctx)}
 
 
-def _meter(ctx: Context) -> dict:
-    """What billing prices usage by: the shape and GPUs always, the user, GPU model, pool (the reservation's),
-    spot and the price quoted at creation when the context has them."""
-    return {**_pick("shape", "gpu_count")(ctx), **_some("user_id", "gpu_model", "pool", "spot", "price")(ctx)}
-
-
 def _node(ctx: Context) -> dict:
     """What the node-agent provisions: the slots, the network attachment, the guest, and the volumes to mount
     (the exports provision_volume answered with)."""
@@ -95,8 +89,9 @@ def _port(ctx: Context) -> dict:
 
 def _activate(ctx: Context) -> dict:
     """The instance as the tenant sees it: a bare-metal server's port move is one of its phases, and its network
-    phase is the tenant's once the port was moved."""
-    fields = _some("node_id", "instance")(ctx)
+    phase is the tenant's once the port was moved. With the reservation's GPU model and pool: the activated event
+    carries them to billing, which meters the allocation from its activation."""
+    fields = _some("node_id", "instance", "gpu_model", "pool")(ctx)
     if fields.get("instance") and ctx.get("moved_s") is not None:
         instance = dict(fields["instance"])
         instance["network_phase"] = "tenant"
@@ -239,7 +234,8 @@ ALLOCATE = SagaDefinition(
         # bare metal: deployed on the provisioning network, the server's port moves to its tenant network before the
         # allocation is active (undone: back to the provisioning network, before the server is powered off)
         SagaStep("bind_port", BIND_PORT, fields=_port, requires="switch_port", quiet_skip=True, yields=("moved_s",)),
-        SagaStep("start_meter", START_METER, fields=_meter),
+        # no meter step: billing starts the allocation's meter on its allocation.activated (as it stops it on its
+        # allocation.failed), so metering costs the allocation no step of its own
         SagaStep("activate", ACTIVATE, fields=_activate),
     ),
     on_failure=_FAILED,
@@ -300,7 +296,8 @@ def _keep_address(ctx: Context) -> dict:
 
 # An interrupted allocation moves: pause its meter, power its bare-metal server off (confirmed), fence its old port
 # out of the tenant's network, free its old slots (into quarantine: unwiped), then place, attach (same address),
-# provision and meter it on a healthy node as the allocate saga does, and activate it there (same allocation id).
+# provision it on a healthy node as the allocate saga does, and activate it there (same allocation id; billing
+# meters it again from that activation).
 # Its volumes stay where they are (the storage service keeps the allocation's scratch and named volumes, exported
 # to its address), so provision_volume finds them. The first four steps have nothing to undo (the old placement
 # is gone for good); a failure after them undoes the new placement's steps and fails the allocation. A bare-metal
@@ -321,8 +318,7 @@ RESCHEDULE = SagaDefinition(
         # always: the allocation may have had volumes attached since it was created, and they must let its new
         # address in
         replace(_MOVE["provision_volume"], requires=None, quiet_skip=False),
-        _MOVE["provision_node"], _MOVE["bind_port"], _MOVE["start_meter"],
-        _MOVE["activate"],
+        _MOVE["provision_node"], _MOVE["bind_port"], _MOVE["activate"],
     ),
     on_failure=_FAILED,
 )
