@@ -9,6 +9,7 @@ from datetime import timedelta
 from decimal import Decimal
 
 from services.billing.bootstrap import build
+from services.billing.handlers.activations import KEPT_FOR, forget_stale_stops
 from shared.envelope import utcnow
 from shared.wire import step_key
 from tests.support.bus import publish_event, send_command
@@ -80,3 +81,16 @@ async def test_an_activation_meters_once_however_often_told_and_a_failure_stops_
     meters, used, kept = await eventually(lambda: metered(rt, alloc), until=lambda m: m[0][0][1] is not None,
                                           timeout=20, what="the meter stopped")
     assert meters == [(began, failed_at)] and used == Decimal(60) and kept == 0
+
+
+async def test_a_stop_kept_longer_than_any_consumer_lags_is_forgotten_and_a_younger_one_is_not(run_service):
+    rt = await run_service("billing", lambda s: build(s, checkpoint_s=0, cut_s=0))
+    old, young = uuid.uuid4(), uuid.uuid4()
+    async with rt.pool.acquire() as conn:
+        await conn.execute("INSERT INTO meter_stops_ahead (allocation_id, at, kept_at) VALUES "
+                           "($1, now(), now() - $3::interval), ($2, now(), now() - $4::interval)", old, young,
+                           KEPT_FOR + timedelta(minutes=1), KEPT_FOR - timedelta(minutes=1))
+    assert await forget_stale_stops(rt) == 1
+    async with rt.pool.acquire() as conn:
+        assert [r["allocation_id"] for r in await conn.fetch("SELECT allocation_id FROM meter_stops_ahead "
+                                                             "WHERE allocation_id = ANY($1::uuid[])", [old, young])] == [young]

@@ -1,4 +1,5 @@
-"""Billing's periodic work: ledger checkpoints, meter cuts, the invoice tick, webhook deliveries.
+"""Billing's periodic work: ledger checkpoints, meter cuts, the invoice tick, webhook deliveries, and forgetting
+stops whose activation never came.
 
 Each runs on the leader only (the kit's leadership ``billing``, shared.periodic): one replica at a time, and a
 standby takes over when it dies. Each would stay correct on several replicas at once (a checkpoint of the same
@@ -11,7 +12,7 @@ from functools import partial
 
 from shared.runtime import Runtime
 
-from ..handlers import budgets, invoices, meters, rating
+from ..handlers import activations, budgets, invoices, meters, rating
 from ..settings import BillingSettings
 
 
@@ -23,3 +24,4 @@ def wire(rt: Runtime, config: BillingSettings) -> None:
         rt.every(config.cut_s, partial(meters.cut, rt, grace_s=config.invoice_grace_s), leader="billing")
     rt.every(config.invoice_tick_s, partial(invoices.tick, rt), leader="billing")
     rt.every(config.webhook_tick_s, partial(budgets.deliver_due, rt, config=config), leader="billing")
+    rt.every(3600, partial(activations.forget_stale_stops, rt), leader="billing")

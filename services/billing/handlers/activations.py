@@ -8,6 +8,9 @@ overtook the activation it ends: it is kept (``keep_stop_ahead``), and that acti
 it comes, is metered up to it at once (the earliest kept stop at or after the activation's time). So each stretch
 an allocation ran is metered once, from its activation to its stop, whichever of them came first.
 
+A stop kept for ``KEPT_FOR`` without its activation coming is forgotten (``forget_stale_stops``, hourly on the
+leader): most are an allocation.failed of an allocation that never ran, whose activation never comes.
+
 An activation already metered (the event redelivered, the step's reply repeated) does nothing. A meter still
 running from an earlier activation when a later one comes (a saga started before billing metered activations ran
 its own start_meter step, just before it activated the allocation) ends at the later activation.
@@ -16,12 +19,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import asyncpg
 import structlog
 
 from services.allocation.contracts import AllocationActivated, AllocationFailed
+from shared.envelope import utcnow
+from shared.runtime import Runtime
 from shared.unit_of_work import UnitOfWork
 
 from ..adapters.repository import PgMeterRepository
@@ -32,6 +37,8 @@ from .rating import meter_stopped
 log = structlog.get_logger()
 
 Stopped = Callable[[Meter], Awaitable[object]]
+# how long a stop waits for the activation it overtook: far longer than any consumer lags behind another
+KEPT_FOR = timedelta(days=30)
 RepositoryFactory = Callable[[asyncpg.Connection], MeterRepository]
 
 
@@ -95,3 +102,17 @@ async def on_failed(ctx: UnitOfWork, evt: AllocationFailed, *, grace_s: int | No
     has not come yet)."""
     await stop_until(repository(ctx.conn), evt.allocation_id, evt.at,
                      stopped=lambda m: meter_stopped(ctx, m, grace_s=grace_s))
+
+
+async def forget_stale_stops(rt: Runtime, *, now: datetime | None = None) -> int:
+    """Forget the stops kept longer than ``KEPT_FOR`` (their activation never came); returns how many."""
+    async with rt.pool.acquire() as conn:
+        gone = await forget_kept_before(conn, (now or utcnow()) - KEPT_FOR)
+    if gone:
+        log.info("billing.stale_stops_forgotten", stops=gone)
+    return gone
+
+
+async def forget_kept_before(conn: asyncpg.Connection, before: datetime) -> int:
+    status = await conn.execute("DELETE FROM meter_stops_ahead WHERE kept_at < $1", before)
+    return int(status.split()[-1])
