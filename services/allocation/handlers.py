@@ -215,10 +215,10 @@ async def activate_step(allocations: AllocationRepository, cmd: c.ActivateAlloca
     for ev in alloc.pull_events():   # Activated is the step's reply; a move's follow-ups are published with it
         if publish is not None and isinstance(ev, (events.Rescheduled, events.ReleaseRequested)):
             await publish(ev)
-    return _as_reply(alloc, node_id=alloc.node_id, instance=instance, **metered_by(alloc, cmd))
+    return _as_reply(alloc, node_id=alloc.node_id, instance=instance, **_metered_by(alloc, cmd))
 
 
-def metered_by(alloc: Allocation, cmd: c.ActivateAllocation) -> dict:
+def _metered_by(alloc: Allocation, cmd: c.ActivateAllocation) -> dict:
     """What billing meters an active allocation by (the activated event's fields): its spec, user, spot and quoted
     price, and where the slots were reserved (the command's)."""
     return {"shape": alloc.shape, "gpu_count": alloc.gpu_count, "user_id": alloc.user_id,

@@ -111,6 +111,21 @@ async def test_the_activate_step_makes_the_allocation_active_on_the_node_and_rep
     assert sent.state == ACTIVE
 
 
+async def test_the_activated_reply_tells_billing_what_the_allocation_is_metered_by():
+    """Billing meters an allocation from its activated event: its spec, user, spot and quoted price, and the
+    reservation's GPU model and pool (the command's)."""
+    quote = {"price_list_version": "2030-01", "currency": "USD", "micros_per_gpu_hour": 2_000_000, "sku_id": "vm.2gpu",
+             "gpu_count": 2, "hourly_amount": "4", "quoted_at": T0.isoformat()}
+    a = Allocation.request(uuid.uuid4(), TENANT, uuid.uuid4(), "train-1", "vm.2gpu", 2, 0, {}, T0,
+                           options={"spot": True, "price": quote})
+    cmd = step_cmd(c.ActivateAllocation, a, "activate", node_id=NODE, gpu_model="H100", pool="west")
+    reply = await handlers.activate_step(FakeAllocationRepository(a), cmd)
+    sent = c.AllocationActivated(saga_id=cmd.saga_id, step=cmd.step, idempotency_key=cmd.idempotency_key,
+                                 allocation_id=a.id, **reply)
+    assert (sent.shape, sent.gpu_count, sent.user_id, sent.spot) == ("vm.2gpu", 2, a.user_id, True)
+    assert (sent.gpu_model, sent.pool, sent.price.micros_per_gpu_hour) == ("H100", "west", 2_000_000)
+
+
 async def test_the_activate_step_again_on_the_same_node_is_a_no_op_with_the_same_reply():
     a = allocation(ACTIVE)
     repo = FakeAllocationRepository(a)

@@ -4,9 +4,9 @@
 ``allocation.failed`` (an allocation that failed while it ran, or was activated after its saga gave up on it).
 
 These come on different consumers, in no order among them. A stop that finds no meter of the allocation running
-overtook the activation it ends: it is kept (``keep_stop_ahead``), and that activation, when
-it comes, is metered up to it at once (the earliest kept stop at or after the activation's time). So each stretch
-an allocation ran is metered once, from its activation to its stop, whichever of them came first.
+overtook the activation it ends: it is kept (``keep_stop_ahead``), and that activation, when it comes, is metered
+up to it at once (the earliest kept stop at or after the activation's time). So each stretch an allocation ran is
+metered once, from its activation to its stop, whichever of them came first.
 
 A stop kept for ``KEPT_FOR`` without its activation coming is forgotten (``forget_stale_stops``, hourly on the
 leader): most are an allocation.failed of an allocation that never ran, whose activation never comes.
