@@ -5,7 +5,9 @@ preemption of an allocation.
 An allocation waiting in its tenant's line (saga.allocation_waiting) stays REQUESTED and shows the queue fields
 the scheduler's queue fills: ``queued_reason`` ``tenant_line`` and ``queue_position`` its place (1 = next).
 Places only go down while it waits, so the smallest told wins, whatever order the messages arrive in; the
-fields are cleared when the view leaves REQUESTED (its saga started, or it was released).
+fields are cleared when the view leaves REQUESTED: the scheduler placed or queued it, or it was released. Nothing
+tells the view that its saga started, so between its start and the scheduler's answer (milliseconds, unless the
+scheduler is down) it still shows place 1 in its line.
 
 The saga publishes ``saga.step_changed`` only for step changes no other message states (the rule is
 ``restated`` in services/saga/domain/machine.py): a step timed out, a resend is scheduled, the coordinator gave
