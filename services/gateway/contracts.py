@@ -90,6 +90,7 @@ CONTRACT = ServiceContract(
         "allocation.requested", "allocation.activated", "allocation.release_requested",
         "allocation.released", "allocation.failed", "allocation.command_rejected", "allocation.interrupted",
         "allocation.rescheduled", "scheduler.node_registered", "saga.step_changed", "saga.allocation_waiting",
+        "saga.allocation_left_line",
         "scheduler.node_changed", "scheduler.shape_changed", "scheduler.pool_changed", "scheduler.quota_changed",
         "scheduler.quota_use_changed", "scheduler.admin_command_rejected", "scheduler.reservation_queued",
         "scheduler.slots_reserved",

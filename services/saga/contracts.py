@@ -73,6 +73,14 @@ class AllocationWaiting(Wire):
     reason: Literal["tenant_line"] = "tenant_line"
 
 
+class AllocationLeftLine(Wire):
+    """The allocation left its tenant's line: its allocate saga started (told only to one that waited in it, whose
+    view would otherwise show its last place until the scheduler placed or queued it)."""
+
+    allocation_id: uuid.UUID
+    tenant_id: uuid.UUID
+
+
 class WithdrawAllocation(Wire):
     """A tenant releases an allocation whose allocate saga may not have started (REQUESTED): the coordinator
     drops it from its tenant's line and has it released at once, or has it released once its saga completes."""
@@ -133,6 +141,8 @@ CONTRACT = ServiceContract(
                 "Operator attention: an undo failed after all retries."),
         Message("saga.allocation_waiting", "saga.evt.allocation_waiting", AllocationWaiting, "event",
                 "The allocation waits in its tenant's line, at this place."),
+        Message("saga.allocation_left_line", "saga.evt.allocation_left_line", AllocationLeftLine, "event",
+                "The allocation that waited in its tenant's line left it: its allocate saga started."),
         Message("saga.withdraw", "saga.cmd.withdraw", WithdrawAllocation, "command",
                 "Release an allocation not started yet: out of its tenant's line at once, or once its saga completes "
                 "(sent by the gateway)."),

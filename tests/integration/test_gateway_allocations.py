@@ -6,7 +6,7 @@ import uuid
 from functools import partial
 
 from tests.support.bus import publish_event
-from tests.support.gateway import PROJECTED_WITHIN_S
+from tests.support.gateway import PROJECTED_WITHIN_S, project
 from tests.support.polling import eventually
 
 
@@ -184,6 +184,26 @@ async def test_concurrent_releases_send_one_command(api, nc):
     assert {r.status for r in replies} == {202}
     assert await api.commands_of("allocation.release", tenant_id) == 1
 
+
+
+async def test_an_allocation_that_left_its_tenants_line_shows_no_place_not_even_one_told_late(api, nc):
+    """Its saga started: the place goes, and a place told before it left but handled after (another consumer's
+    message) is not shown again."""
+    client, tenant_id = await api.tenant_user()
+    a = (await client.post("/v1/allocations", body())).body
+    waiting = {"allocation_id": a["id"], "tenant_id": tenant_id, "reason": "tenant_line"}
+
+    async def shown() -> tuple:
+        got = (await client.get(f"/v1/allocations/{a['id']}")).body
+        return got["state"], got.get("queue_position"), got.get("queued_reason")
+    await project(api, nc, "saga.allocation_waiting", waiting | {"position": 2}, tenant_id)
+    assert await shown() == ("REQUESTED", 2, "tenant_line")
+    await project(api, nc, "saga.allocation_left_line", {"allocation_id": a["id"], "tenant_id": tenant_id}, tenant_id)
+    assert await shown() == ("REQUESTED", None, None)
+    await project(api, nc, "saga.allocation_waiting", waiting | {"position": 1}, tenant_id)   # told earlier, handled late
+    assert await shown() == ("REQUESTED", None, None)
+    assert await api.scalar("SELECT count(*) FROM allocation_events WHERE allocation_id=$1 "   # on its event stream
+                            "AND type='saga.allocation_left_line'", uuid.UUID(a["id"])) == 1
 
 async def test_a_requested_allocation_shows_its_place_in_its_tenants_line_and_release_withdraws_it_once(api, nc, watch):
     client, tenant_id = await api.tenant_user()

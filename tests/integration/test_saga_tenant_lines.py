@@ -189,8 +189,11 @@ async def test_waiting_allocations_are_told_their_places_as_the_line_moves(run_s
 
     await complete(one)                                              # the line moves: two starts, three is next
     await two.command("scheduler.reserve_slots")
+    await two.event("saga.allocation_left_line")                     # told it left the line, as it started
     await told(three, 1)
     assert (places_told(two), places_told(three)) == ([1], [2, 1])
+    left = [e["data"]["allocation_id"] for _, e, _ in one.events.items if e["type"] == "saga.allocation_left_line"]
+    assert left == [str(two.allocation_id)]                          # one started at once: it never waited
     async with rt.pool.acquire() as conn:
         assert await conn.fetchval("SELECT told_place FROM saga_waiting WHERE allocation_id=$1", three.allocation_id) == 1
 

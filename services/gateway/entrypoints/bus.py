@@ -32,6 +32,7 @@ def wire(rt: Runtime) -> None:
     subscribe("allocation.rescheduled", interruptions.on_rescheduled)
     subscribe("saga.step_changed", allocations.on_saga_step_changed)
     subscribe("saga.allocation_waiting", allocations.on_allocation_waiting)
+    subscribe("saga.allocation_left_line", allocations.on_allocation_left_line)
     subscribe("scheduler.node_registered", inventory.on_node_registered)
     subscribe("scheduler.node_changed", inventory.on_node_changed)
     subscribe("scheduler.shape_changed", inventory.on_shape_changed)

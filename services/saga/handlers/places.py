@@ -1,4 +1,5 @@
-"""Telling the requests waiting in their tenant's line their places (``saga.allocation_waiting``).
+"""Telling the requests waiting in their tenant's line their places (``saga.allocation_waiting``), and each that
+leaves it to start that it did (``saga.allocation_left_line``, in the transaction that starts it).
 
 A request is told its place when it joins the line, in that transaction. When the line moves under the
 tenant's lock (requests started by ``sagas._fill``, one withdrawn), the waiting ones are told their new
@@ -21,7 +22,7 @@ from shared.outbox import Outbox
 from shared.unit_of_work import UnitOfWork
 
 from ..adapters import lines as line_store
-from ..contracts import AllocationWaiting
+from ..contracts import AllocationLeftLine, AllocationWaiting
 from ..domain import lines
 
 log = structlog.get_logger()
@@ -40,6 +41,12 @@ async def _tell(uow: UnitOfWork, tenant_id: uuid.UUID, told: list[tuple[uuid.UUI
 async def tell_joined(uow: UnitOfWork, tenant_id: uuid.UUID, allocation_id: uuid.UUID) -> None:
     """Tell a request that just joined its tenant's line (the caller holds the line's lock) its place."""
     await _tell(uow, tenant_id, [(allocation_id, await line_store.joined_at(uow.conn, tenant_id))])
+
+
+async def tell_left(uow: UnitOfWork, tenant_id: uuid.UUID, allocation_id: uuid.UUID) -> None:
+    """Tell a request that waited in its tenant's line that it left it: its allocate saga started."""
+    await uow.emit("saga.allocation_left_line", AllocationLeftLine(allocation_id=allocation_id, tenant_id=tenant_id),
+                   correlation_id=str(allocation_id), tenant_id=tenant_id)
 
 
 async def tell_places(uow: UnitOfWork, tenant_id: uuid.UUID) -> int:

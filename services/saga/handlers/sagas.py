@@ -34,7 +34,7 @@ from ..domain import lines
 from ..domain.definitions import DEFINITIONS, context
 from ..domain.machine import expired, handle
 from ..domain.model import Command, Input, Policy, Reply, Saga, Start
-from .places import each_free_line, tell_joined, tell_places
+from .places import each_free_line, tell_joined, tell_left, tell_places
 from .withdrawals import after_allocate, on_request, withdrawn
 
 log = structlog.get_logger()
@@ -128,7 +128,9 @@ async def _fill(ctx: UnitOfWork, tenant_id: uuid.UUID, policy: Policy) -> int:
     started = 0
     room = lines.room(await line_store.in_flight(ctx.conn, tenant_id, policy.tenant_inflight), policy.tenant_inflight)
     while started < room and (saga := await line_store.take_next(ctx.conn, tenant_id)) is not None:
-        started += await _start(ctx, saga, policy)
+        if await _start(ctx, saga, policy):
+            started += 1
+            await tell_left(ctx, tenant_id, saga.allocation_id)
     if started:
         await tell_places(ctx, tenant_id)
     return started
@@ -209,6 +211,7 @@ async def apply(uow: UnitOfWork, saga: Saga, message: Input, policy: Policy, *, 
         await after_allocate(uow, after)
         waiting = await line_store.take_next_if_room(uow.conn, saga.tenant_id, policy.tenant_inflight)
         if waiting is not None:
-            await _start(uow, waiting, policy)
+            if await _start(uow, waiting, policy):
+                await tell_left(uow, saga.tenant_id, waiting.allocation_id)
             await line_store.moved(uow.conn, saga.tenant_id)   # the places behind it are told by the deadline loop
     return after

@@ -1,13 +1,12 @@
 """The allocation read model (allocations_view, and allocation_events with its NOTIFY to the open streams), fed by
-allocation.*, saga.step_changed, saga.allocation_waiting and the scheduler's queue, placement, refusal and
-preemption of an allocation.
+allocation.*, saga.step_changed, saga.allocation_waiting, saga.allocation_left_line and the scheduler's queue,
+placement, refusal and preemption of an allocation.
 
 An allocation waiting in its tenant's line (saga.allocation_waiting) stays REQUESTED and shows the queue fields
 the scheduler's queue fills: ``queued_reason`` ``tenant_line`` and ``queue_position`` its place (1 = next).
 Places only go down while it waits, so the smallest told wins, whatever order the messages arrive in; the
-fields are cleared when the view leaves REQUESTED: the scheduler placed or queued it, or it was released. Nothing
-tells the view that its saga started, so between its start and the scheduler's answer (milliseconds, unless the
-scheduler is down) it still shows place 1 in its line.
+fields are cleared when it leaves the line (saga.allocation_left_line: its saga started; a place told after it is
+not shown again) or the view leaves REQUESTED (the scheduler placed or queued it, or it was released).
 
 The saga publishes ``saga.step_changed`` only for step changes no other message states (the rule is
 ``restated`` in services/saga/domain/machine.py): a step timed out, a resend is scheduled, the coordinator gave
@@ -31,7 +30,7 @@ import uuid
 import structlog
 
 from services.allocation import contracts as ac
-from services.saga.contracts import AllocationWaiting, SagaStepChanged
+from services.saga.contracts import AllocationLeftLine, AllocationWaiting, SagaStepChanged
 from services.scheduler import contracts as sc
 from shared.unit_of_work import UnitOfWork
 
@@ -115,9 +114,20 @@ async def on_allocation_waiting(ctx: UnitOfWork, data: AllocationWaiting) -> Non
     await append_event(ctx.conn, data.allocation_id, ctx.causation)
     await ctx.conn.execute(
         "UPDATE allocations_view SET queue_position=$2, queued_reason=$3, updated_at=now() WHERE id=$1 "
-        "AND state='REQUESTED' "
+        "AND state='REQUESTED' AND NOT line_left "
         "AND (queued_reason IS DISTINCT FROM $3 OR queue_position IS NULL OR queue_position > $2)",
         data.allocation_id, data.position, TENANT_LINE)
+
+
+async def on_allocation_left_line(ctx: UnitOfWork, data: AllocationLeftLine) -> None:
+    """It left its tenant's line (its saga started): no place shown, nor any told later; the scheduler's queue
+    fields, when it queued the request already, stay."""
+    await append_event(ctx.conn, data.allocation_id, ctx.causation)
+    await ctx.conn.execute(
+        "UPDATE allocations_view SET line_left=true, updated_at=now(), "
+        "queue_position = CASE WHEN queued_reason=$2 THEN NULL ELSE queue_position END, "
+        "queued_reason = CASE WHEN queued_reason=$2 THEN NULL ELSE queued_reason END WHERE id=$1",
+        data.allocation_id, TENANT_LINE)
 
 
 # --- the scheduler's part: queue, placement, refusal, preemption --------------------------------------------
