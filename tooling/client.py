@@ -198,9 +198,11 @@ class TesseraClient:
         body = {"proposal": proposal, **({"wipe_policy": wipe_policy} if wipe_policy is not None else {})}
         return (await self.request("POST", f"/v1/nodes/{node_id}/approve", json_body=body))[1]
 
-    async def onboard_node(self, node_id: str, timeout: float = 30.0, wipe_policy: str | None = None) -> dict:
+    async def onboard_node(self, node_id: str, timeout: float = 90.0, wipe_policy: str | None = None) -> dict:
         """Wait for the node-agent's discovery, approve the proposed slot map (with ``wipe_policy`` for every slot,
-        when given), wait until schedulable (its burn-in passed)."""
+        when given), wait until schedulable (its burn-in passed). Each wait returns as soon as the node gets
+        there; ``timeout`` bounds it on a machine starting cold (a fresh clone's first run compiles every
+        service's modules while the nodes burn in)."""
         pending = await self.wait_node(node_id, "pending_approval", timeout)
         await self.approve_node(node_id, pending["proposal"], wipe_policy)
         return await self.wait_node(node_id, "schedulable", timeout)
