@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from services.billing.contracts import PriceSnapshot
+from services.billing.contracts import MeterTerms, PriceSnapshot
 from services.node_agent.contracts import Guest, InstanceInfo
 from services.storage.contracts import MAX_ATTACHED, ClassName, VolumeRef
 from shared.contract import Message, ServiceContract
@@ -109,9 +109,9 @@ class AllocationRequested(AllocationEvent, Scheduling):
     labels: dict[str, str] = Field(default_factory=dict)
 
 
-class AllocationActivated(AllocationEvent):
+class AllocationActivated(AllocationEvent, MeterTerms):
     """The allocation is ACTIVE (the activate step's reply), with what billing meters it by from ``at``: billing
-    starts its meter on this event (none of these fields: a reply recorded before they existed)."""
+    starts its meter on this event (no shape nor GPUs: a reply recorded before it told them)."""
     saga_id: uuid.UUID
     step: str
     idempotency_key: str
@@ -119,12 +119,6 @@ class AllocationActivated(AllocationEvent):
     instance: InstanceInfo | None = Field(default=None, description="What runs on the node (absent before VM slices).")
     shape: str | None = None
     gpu_count: int | None = Field(default=None, ge=1, le=16)
-    user_id: uuid.UUID | None = None
-    gpu_model: str | None = Field(default=None, max_length=64, description="The reserved GPUs' model.")
-    pool: str | None = Field(default=None, max_length=64, description="The pool the slots were reserved in.")
-    spot: bool = False
-    price: PriceSnapshot | None = Field(default=None, description="The price quoted at creation; none: the price "
-                                                                  "list in force at each hour applies.")
 
 
 class AllocationActivationFailed(StepFailure):

@@ -35,15 +35,21 @@ class PriceSnapshot(Wire):
     quoted_at: datetime
 
 
-class StartMeter(StepCommand):
-    shape: str
-    gpu_count: int
+class MeterTerms(Wire):
+    """What billing prices an allocation's usage by, besides its shape and GPUs: the user, where the slots were
+    reserved, spot, and the price quoted at creation (``allocation.activated`` carries them, as ``start_meter``
+    did)."""
     user_id: uuid.UUID | None = None
     gpu_model: str | None = Field(default=None, max_length=64, description="The reserved GPUs' model.")
     pool: str | None = Field(default=None, max_length=64, description="The pool the slots were reserved in.")
     spot: bool = False
     price: PriceSnapshot | None = Field(default=None, description="The price quoted at creation; none: the "
                                                                   "price list in force at each hour applies.")
+
+
+class StartMeter(StepCommand, MeterTerms):
+    shape: str
+    gpu_count: int
 
 
 class MeterStarted(StepReply):

@@ -17,7 +17,6 @@ work's connection (the asyncpg one unless told otherwise).
 """
 from __future__ import annotations
 
-import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
@@ -29,9 +28,9 @@ from shared.unit_of_work import UnitOfWork
 
 from .. import contracts as c
 from ..adapters.repository import PgMeterRepository
-from ..domain.model import Meter, QuotedPrice
+from ..domain.model import Meter
 from ..domain.ports import MeterRepository
-from .activations import stop_until
+from .activations import new_meter, stop_until
 from .rating import meter_stopped
 from .rating import publish_price_list as publish_prices
 
@@ -44,9 +43,7 @@ async def start_step(meters: MeterRepository, cmd: c.StartMeter, *, clock: Clock
     has one; a new meter, a segment, if its last one was stopped); returns the reply's fields."""
     meter = await meters.get_for_allocation(cmd.allocation_id)
     if meter is None or not meter.running:
-        meter = Meter(uuid.uuid4(), cmd.allocation_id, cmd.tenant_id, cmd.shape, cmd.gpu_count, clock(),
-                      user_id=cmd.user_id, gpu_model=cmd.gpu_model, pool=cmd.pool, spot=cmd.spot,
-                      price=QuotedPrice.from_doc(cmd.price.model_dump()) if cmd.price is not None else None)
+        meter = new_meter(cmd, clock())
         await meters.add(meter)
     return {"meter_id": meter.id, "started_at": meter.started_at}
 

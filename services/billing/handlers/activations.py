@@ -30,6 +30,7 @@ from shared.runtime import Runtime
 from shared.unit_of_work import UnitOfWork
 
 from ..adapters.repository import PgMeterRepository
+from ..contracts import StartMeter
 from ..domain.model import Meter, QuotedPrice
 from ..domain.ports import MeterRepository
 from .rating import meter_stopped
@@ -40,6 +41,13 @@ Stopped = Callable[[Meter], Awaitable[object]]
 # how long a stop waits for the activation it overtook: far longer than any consumer lags behind another
 KEPT_FOR = timedelta(days=30)
 RepositoryFactory = Callable[[asyncpg.Connection], MeterRepository]
+
+
+def new_meter(msg: AllocationActivated | StartMeter, started_at: datetime) -> Meter:
+    """A meter of the message's allocation, from ``started_at``, with its shape, GPUs and terms (``MeterTerms``)."""
+    return Meter(uuid.uuid4(), msg.allocation_id, msg.tenant_id, msg.shape, msg.gpu_count, started_at,
+                 user_id=msg.user_id, gpu_model=msg.gpu_model, pool=msg.pool, spot=msg.spot,
+                 price=QuotedPrice.from_doc(msg.price.model_dump()) if msg.price is not None else None)
 
 
 async def stop_until(meters: MeterRepository, allocation_id: uuid.UUID, until: datetime, *,
@@ -70,9 +78,7 @@ async def activation_step(meters: MeterRepository, evt: AllocationActivated, *,
     current = await meters.get_for_allocation(evt.allocation_id)   # the allocation's meters locked from here
     if await meters.metered_from(evt.allocation_id, evt.at):
         return None
-    meter = Meter(uuid.uuid4(), evt.allocation_id, evt.tenant_id, evt.shape, evt.gpu_count, evt.at,
-                  user_id=evt.user_id, gpu_model=evt.gpu_model, pool=evt.pool, spot=evt.spot,
-                  price=QuotedPrice.from_doc(evt.price.model_dump()) if evt.price is not None else None)
+    meter = new_meter(evt, evt.at)
     until = await meters.take_stop_ahead(evt.allocation_id, evt.at)
     if until is not None:
         meter.stop(until)

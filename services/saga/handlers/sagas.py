@@ -122,15 +122,21 @@ async def _start(ctx: UnitOfWork, saga: Saga, policy: Policy) -> bool:
     return True
 
 
+async def _start_from_line(ctx: UnitOfWork, saga: Saga, policy: Policy) -> bool:
+    """Start a request taken out of its tenant's line and tell it it left (``_start``'s answer)."""
+    started = await _start(ctx, saga, policy)
+    if started:
+        await tell_left(ctx, saga.tenant_id, saga.allocation_id)
+    return started
+
+
 async def _fill(ctx: UnitOfWork, tenant_id: uuid.UUID, policy: Policy) -> int:
     """Start the tenant's oldest waiting requests while it has room; the caller holds the tenant's line.
     Returns how many started."""
     started = 0
     room = lines.room(await line_store.in_flight(ctx.conn, tenant_id, policy.tenant_inflight), policy.tenant_inflight)
     while started < room and (saga := await line_store.take_next(ctx.conn, tenant_id)) is not None:
-        if await _start(ctx, saga, policy):
-            started += 1
-            await tell_left(ctx, tenant_id, saga.allocation_id)
+        started += await _start_from_line(ctx, saga, policy)
     if started:
         await tell_places(ctx, tenant_id)
     return started
@@ -211,7 +217,6 @@ async def apply(uow: UnitOfWork, saga: Saga, message: Input, policy: Policy, *, 
         await after_allocate(uow, after)
         waiting = await line_store.take_next_if_room(uow.conn, saga.tenant_id, policy.tenant_inflight)
         if waiting is not None:
-            if await _start(uow, waiting, policy):
-                await tell_left(uow, saga.tenant_id, waiting.allocation_id)
+            await _start_from_line(uow, waiting, policy)
             await line_store.moved(uow.conn, saga.tenant_id)   # the places behind it are told by the deadline loop
     return after
