@@ -51,10 +51,14 @@ async def provision_service(admin: asyncpg.Connection, service: str, secret: str
 
 
 async def migrate(conn: asyncpg.Connection, schema: str, sql_dir: Path | None) -> list[str]:
-    """Apply the kit's tables (outbox, inbox) and the service's own migrations, once each, in order."""
+    """Apply the kit's tables (outbox, inbox) and the service's own migrations, once each, in order. Safe to
+    run from several processes at once (replicas, or a rack of node-agents starting together): every step
+    holds the schema's advisory lock."""
     await conn.execute(f"SET search_path = {schema}")
-    await conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations "
-                       "(name text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())")
+    async with conn.transaction():   # under the lock too: two creating the table at once collide in pg_type
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", schema)
+        await conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations "
+                           "(name text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())")
     applied: list[str] = []
     files = sorted(KIT_SQL.glob("*.sql")) + (sorted(sql_dir.glob("*.sql")) if sql_dir and sql_dir.exists() else [])
     for f in files:
