@@ -1,17 +1,19 @@
 """The saga repository against a real PostgreSQL: a saga read under its lock sees what the previous holder of
 the lock committed, whether or not it waited for it (``repository.get`` reads the steps in its own statement's
-snapshot when nothing changed, with a second statement otherwise)."""
+snapshot when nothing changed, with a second statement otherwise); the deadline loop's look (``repository.due``)
+finds what each of its passes would."""
 from __future__ import annotations
 
 import asyncio
 import time
 import uuid
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import asyncpg
 
-from services.saga.adapters import repository
+from services.saga.adapters import lines, repository
 from services.saga.domain.model import Saga, StepRecord
 from shared.db import migrate
 from tests.support.polling import eventually
@@ -68,3 +70,33 @@ async def _waits_on_a_lock(observer: asyncpg.Connection, waiter: asyncpg.Connect
     pid = waiter.get_server_pid()
     return bool(await observer.fetchval(
         "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1", pid))
+
+
+async def test_the_deadline_loops_look_finds_each_kind_of_work_and_nothing_once_it_is_gone(infra, provision):
+    schema = f"sagaprobe_{uuid.uuid4().hex[:8]}"   # empty: the other tests' sagas are not in it
+    conn = await asyncpg.connect(await provision(schema))
+    try:
+        await migrate(conn, schema, SAGA_SQL)
+        assert await repository.due(conn, 2) == (False, False, False)
+        saga = Saga(uuid.uuid4(), "allocate", uuid.uuid4(), uuid.uuid4(), {"gpu_count": 1})
+        await repository.create(conn, saga)
+        passed = datetime.now(UTC) - timedelta(seconds=1)
+        running = replace(saga, status="running", steps={("reserve_slots", "invoke"): StepRecord("invoked", deadline=passed)})
+        await repository.save(conn, saga, running)
+        assert await repository.due(conn, 2) == (True, False, False)
+        answered = replace(running, steps={("reserve_slots", "invoke"): StepRecord("succeeded")})
+        await repository.save(conn, running, answered)
+        assert await repository.due(conn, 2) == (False, False, False)
+
+        waiting = Saga(uuid.uuid4(), "allocate", uuid.uuid4(), saga.tenant_id, {"gpu_count": 1})
+        await lines.enqueue(conn, waiting)   # its tenant has one saga in flight: room under a bound of 2, none under 1
+        assert await repository.due(conn, 2) == (False, True, False)
+        assert await repository.due(conn, 1) == (False, False, False)
+        await lines.moved(conn, saga.tenant_id)
+        assert await repository.due(conn, 1) == (False, False, True)
+        await lines.clear_moves(conn, saga.tenant_id)
+        assert await lines.take_next(conn, saga.tenant_id) is not None
+        assert await repository.due(conn, 2) == (False, False, False)
+    finally:
+        await conn.execute(f"DROP SCHEMA {schema} CASCADE")
+        await conn.close()

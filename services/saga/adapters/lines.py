@@ -21,9 +21,12 @@ import asyncpg
 from ..domain.lines import IN_FLIGHT, Line
 from ..domain.model import Saga
 
-_IN_FLIGHT = sorted(IN_FLIGHT)
+IN_FLIGHT_STATES = sorted(IN_FLIGHT)
 _COUNT = ("(SELECT count(*) FROM (SELECT 1 FROM sagas WHERE tenant_id=$1 AND kind='allocate' "
           "AND status = ANY($2::text[]) LIMIT $3) f)")   # capped: only "under the bound or not" matters
+# a tenant (``w``) with fewer than ``bound`` sagas in flight
+SHORT = ("(SELECT count(*) FROM (SELECT 1 FROM sagas s WHERE s.tenant_id=w.tenant_id AND s.kind='allocate' "
+         "AND s.status = ANY({states}::text[]) LIMIT {bound}) f) < {bound}")
 
 
 async def lock(conn: asyncpg.Connection, tenant_id: uuid.UUID, *, wait: bool = True) -> bool:
@@ -46,13 +49,13 @@ async def read(conn: asyncpg.Connection, tenant_id: uuid.UUID, allocation_id: uu
         "SELECT EXISTS (SELECT 1 FROM sagas WHERE allocation_id=$4 AND kind='allocate') "
         "OR EXISTS (SELECT 1 FROM saga_waiting WHERE allocation_id=$4) AS known, "
         f"{_COUNT} AS in_flight, EXISTS (SELECT 1 FROM saga_waiting WHERE tenant_id=$1) AS waiting",
-        tenant_id, _IN_FLIGHT, bound, allocation_id)
+        tenant_id, IN_FLIGHT_STATES, bound, allocation_id)
     return row["known"], Line(row["in_flight"], row["waiting"])
 
 
 async def in_flight(conn: asyncpg.Connection, tenant_id: uuid.UUID, bound: int) -> int:
     """The tenant's allocate sagas in flight (counted up to ``bound``)."""
-    return await conn.fetchval(f"SELECT {_COUNT}", tenant_id, _IN_FLIGHT, bound)
+    return await conn.fetchval(f"SELECT {_COUNT}", tenant_id, IN_FLIGHT_STATES, bound)
 
 
 async def enqueue(conn: asyncpg.Connection, saga: Saga) -> None:
@@ -82,15 +85,14 @@ async def take_next_if_room(conn: asyncpg.Connection, tenant_id: uuid.UUID, boun
     return _saga(await conn.fetchrow(
         "DELETE FROM saga_waiting WHERE seq = (SELECT seq FROM saga_waiting WHERE tenant_id=$1 ORDER BY seq "
         f"LIMIT 1 FOR UPDATE SKIP LOCKED) AND {_COUNT} < $3 RETURNING allocation_id, tenant_id, input",
-        tenant_id, _IN_FLIGHT, bound))
+        tenant_id, IN_FLIGHT_STATES, bound))
 
 
 async def short_lines(conn: asyncpg.Connection, bound: int, limit: int = 100) -> list[uuid.UUID]:
     """Tenants with requests waiting and fewer than ``bound`` sagas in flight (a missed hand-over)."""
     rows = await conn.fetch(
         "SELECT w.tenant_id FROM (SELECT DISTINCT tenant_id FROM saga_waiting) w "
-        "WHERE (SELECT count(*) FROM (SELECT 1 FROM sagas s WHERE s.tenant_id=w.tenant_id AND s.kind='allocate' "
-        "AND s.status = ANY($1::text[]) LIMIT $2) f) < $2 LIMIT $3", _IN_FLIGHT, bound, limit)
+        f"WHERE {SHORT.format(states='$1', bound='$2')} LIMIT $3", IN_FLIGHT_STATES, bound, limit)
     return [r["tenant_id"] for r in rows]
 
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import datetime
+from typing import NamedTuple
 
 import asyncpg
 
 from shared.unit_of_work import one_statement
 
 from ..domain.model import AWAITING, OPEN, Saga, StepRecord
+from . import lines
 
 _AWAITING, _OPEN = sorted(AWAITING), sorted(OPEN)
 
@@ -101,15 +103,38 @@ def saga_key(saga_id: uuid.UUID) -> str:
     return f"saga:{saga_id}"
 
 
+# an open saga (``s``) with a step whose deadline passed
+_DUE = ("s.status = ANY({open}::text[]) AND EXISTS (SELECT 1 FROM saga_steps st WHERE st.saga_id = s.id "
+        "AND st.deadline <= clock_timestamp() AND st.status = ANY({awaiting}::text[]))")
+
+
 async def claim_due(conn: asyncpg.Connection, skip: list[uuid.UUID]) -> uuid.UUID | None:
     """Lock one open saga with a passed deadline that no one else holds (never blocks); None if none."""
     return await conn.fetchval(
-        "SELECT s.id FROM sagas s "
-        "WHERE s.status = ANY($1::text[]) AND s.id <> ALL($3::uuid[]) AND EXISTS ("
-        "  SELECT 1 FROM saga_steps st WHERE st.saga_id = s.id AND st.deadline <= clock_timestamp() "
-        "  AND st.status = ANY($2::text[])) "
-        "ORDER BY s.updated_at LIMIT 1 FOR UPDATE OF s SKIP LOCKED",
-        _OPEN, _AWAITING, skip)
+        f"SELECT s.id FROM sagas s WHERE {_DUE.format(open='$1', awaiting='$2')} AND s.id <> ALL($3::uuid[]) "
+        "ORDER BY s.updated_at LIMIT 1 FOR UPDATE OF s SKIP LOCKED", _OPEN, _AWAITING, skip)
+
+
+class Due(NamedTuple):
+    """What the deadline loop finds to do: passed deadlines, lines with room and requests waiting (a missed
+    hand-over), lines that moved without their tenant's lock."""
+
+    deadlines: bool
+    short_lines: bool
+    moved_lines: bool
+
+
+async def due(conn: asyncpg.Connection, bound: int) -> Due:
+    """Whether the deadline loop has each of its kinds of work, in one statement and no transaction: nearly
+    always it has none, and each kind's own pass costs a few round trips. Read without locks: what another
+    replica takes meanwhile, its pass finds gone; what commits just after, the next pass finds."""
+    row = await conn.fetchrow(
+        f"SELECT EXISTS (SELECT 1 FROM sagas s WHERE {_DUE.format(open='$1', awaiting='$2')}) AS deadlines, "
+        "EXISTS (SELECT 1 FROM (SELECT DISTINCT tenant_id FROM saga_waiting) w "
+        f"WHERE {lines.SHORT.format(states='$3', bound='$4')}) AS short_lines, "
+        "EXISTS (SELECT 1 FROM saga_line_moves) AS moved_lines",
+        _OPEN, _AWAITING, lines.IN_FLIGHT_STATES, bound)
+    return Due(row["deadlines"], row["short_lines"], row["moved_lines"])
 
 
 # the reservation the allocation holds: its latest move's (a reschedule running or completed: one that failed
