@@ -13,10 +13,13 @@ from ..settings import PaasSettings
 def wire(rt: Runtime, runtimes: Runtimes, paas: PaasSettings, spot_provider_of) -> None:
     def begin():
         return UnitOfWork.begin(rt.pool, rt.outbox, name="paas.reconcile")
-    reconciler = Reconciler(begin, runtimes, netns=paas.nodes == "netns")
+
+    def read():
+        return rt.pool.acquire()
+    reconciler = Reconciler(begin, runtimes, netns=paas.nodes == "netns", read=read)
     rt.every(paas.reconcile_s, reconciler.clusters_step, leader="paas", at_once=True)
     rt.every(paas.reconcile_s, reconciler.jobs_step, leader="paas", at_once=True)
-    market = SpotMarket(begin, spot_provider_of, usage_s=paas.spot_usage_s)
+    market = SpotMarket(begin, spot_provider_of, read=read, usage_s=paas.spot_usage_s)
     rt.every(paas.reconcile_s, market.step, leader="paas", at_once=True)
     scaler = Autoscaler(begin, runtimes, source=paas.utilisation, tick_s=paas.autoscale_tick_s,
                         window_s=paas.autoscale_window_s)

@@ -38,8 +38,10 @@ Runtimes = Mapping[str, ClusterRuntime]
 
 
 class Reconciler:
-    def __init__(self, begin, runtimes: Runtimes, *, netns: bool) -> None:
-        self.begin, self.runtimes, self.netns = begin, runtimes, netns
+    def __init__(self, begin, runtimes: Runtimes, *, netns: bool, read) -> None:
+        """``begin``: a unit of work; ``read``: a connection for a lone read (no transaction: what the steps
+        look at every pass, nearly always finding nothing to do)."""
+        self.begin, self.runtimes, self.netns, self.read = begin, runtimes, netns, read
 
     async def _load(self, cluster_id) -> Cluster | None:
         async with self.begin() as uow:
@@ -54,8 +56,8 @@ class Reconciler:
 
     # ---- clusters
     async def clusters_step(self) -> None:
-        async with self.begin() as uow:
-            ids = await PgClusters(uow.conn).working()
+        async with self.read() as conn:
+            ids = await PgClusters(conn).working()
         for cid in ids:
             cl = await self._load(cid)
             if cl is None:
@@ -160,8 +162,8 @@ class Reconciler:
 
     # ---- jobs
     async def jobs_step(self) -> None:
-        async with self.begin() as uow:
-            ids = await PgJobs(uow.conn).live()
+        async with self.read() as conn:
+            ids = await PgJobs(conn).live()
         clusters: dict = {}
         for jid in ids:
             async with self.begin() as uow:

@@ -29,8 +29,10 @@ OFFER_TTL_S = 3600.0          # an offer's ``until``; renewed by the next regist
 
 
 class SpotMarket:
-    def __init__(self, begin, provider_of: Callable[[str], SpotCapacityProvider], *, usage_s: float = 15.0) -> None:
-        self.begin = begin
+    def __init__(self, begin, provider_of: Callable[[str], SpotCapacityProvider], *, read,
+                 usage_s: float = 15.0) -> None:
+        """``begin``: a unit of work; ``read``: a connection for the offerings' lone read each pass."""
+        self.begin, self.read = begin, read
         self.provider_of = provider_of
         self.usage_s = usage_s
         self._providers: dict[str, SpotCapacityProvider] = {}
@@ -38,8 +40,8 @@ class SpotMarket:
         self._asked: dict[str, float] = {}           # pool -> when the market last reported its usage
 
     async def step(self) -> None:
-        async with self.begin() as uow:
-            offerings = await SpotStore(uow.conn).all()
+        async with self.read() as conn:
+            offerings = await SpotStore(conn).all()
         for off in offerings:
             try:
                 told = await self._tell(off, time.time())
