@@ -42,15 +42,16 @@ async def lock(conn: asyncpg.Connection, tenant_id: uuid.UUID, *, wait: bool = T
 
 
 async def read(conn: asyncpg.Connection, tenant_id: uuid.UUID, allocation_id: uuid.UUID,
-               bound: int) -> tuple[bool, Line]:
-    """(whether the allocation already has an allocate saga or waits in line, the tenant's line); read after
-    ``lock``."""
+               bound: int) -> tuple[bool, Line, str | None]:
+    """(whether the allocation already has an allocate saga or waits in line, the tenant's line, the state of the
+    allocation's withdrawal: ``adapters.withdrawals.state``), in one statement; read after ``lock``."""
     row = await conn.fetchrow(
         "SELECT EXISTS (SELECT 1 FROM sagas WHERE allocation_id=$4 AND kind='allocate') "
         "OR EXISTS (SELECT 1 FROM saga_waiting WHERE allocation_id=$4) AS known, "
-        f"{_COUNT} AS in_flight, EXISTS (SELECT 1 FROM saga_waiting WHERE tenant_id=$1) AS waiting",
+        f"{_COUNT} AS in_flight, EXISTS (SELECT 1 FROM saga_waiting WHERE tenant_id=$1) AS waiting, "
+        "(SELECT state FROM saga_withdrawals WHERE allocation_id=$4) AS withdrawal",
         tenant_id, IN_FLIGHT_STATES, bound, allocation_id)
-    return row["known"], Line(row["in_flight"], row["waiting"])
+    return row["known"], Line(row["in_flight"], row["waiting"]), row["withdrawal"]
 
 
 async def in_flight(conn: asyncpg.Connection, tenant_id: uuid.UUID, bound: int) -> int:

@@ -54,9 +54,10 @@ async def start_allocate(ctx: UnitOfWork, evt: AllocationRequested, *, policy: P
     saga_input.update({k: data[k] for k in SCHEDULING_INPUT if data.get(k) is not None})
     saga = Saga(uuid.uuid4(), "allocate", evt.allocation_id, evt.tenant_id, {**saga_input, "node_id": None})
     await line_store.lock(ctx.conn, saga.tenant_id)
-    if await on_request(ctx, saga):
+    known, line, withdrawal = await line_store.read(ctx.conn, saga.tenant_id, saga.allocation_id,
+                                                    policy.tenant_inflight)
+    if withdrawal is not None and await on_request(ctx, saga, withdrawal):
         return
-    known, line = await line_store.read(ctx.conn, saga.tenant_id, saga.allocation_id, policy.tenant_inflight)
     if known:
         log.info("saga.already_started", allocation_id=str(saga.allocation_id), kind=saga.kind)
     elif lines.admits(line, policy.tenant_inflight):

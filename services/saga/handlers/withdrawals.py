@@ -63,15 +63,16 @@ async def withdraw(ctx: UnitOfWork, cmd: WithdrawAllocation) -> None:
         await _release(ctx, alloc, tenant, cmd.requested_by)
 
 
-async def on_request(ctx: UnitOfWork, saga: Saga) -> bool:
-    """Whether the allocation's request is answered by its withdrawal (neither started nor put in line): one
-    asked before the request came is released now; one withdrawn already does nothing more. The caller holds
-    the tenant's line lock."""
-    requested_by = await store.take_early(ctx.conn, saga.allocation_id, saga.tenant_id)
-    if requested_by is not None:
-        await _release(ctx, saga.allocation_id, saga.tenant_id, requested_by, withdrawn=True)
-        return True
-    return await store.state(ctx.conn, saga.allocation_id) == "withdrawn"
+async def on_request(ctx: UnitOfWork, saga: Saga, state: str) -> bool:
+    """Whether the allocation's request is answered by its withdrawal, in ``state`` (neither started nor put in
+    line): one asked before the request came is released now; one withdrawn already does nothing more. The
+    caller holds the tenant's line lock, under which it read ``state``."""
+    if state == lines.EARLY:
+        requested_by = await store.take_early(ctx.conn, saga.allocation_id, saga.tenant_id)
+        if requested_by is not None:
+            await _release(ctx, saga.allocation_id, saga.tenant_id, requested_by, withdrawn=True)
+            return True
+    return state == "withdrawn"
 
 
 async def after_allocate(ctx: UnitOfWork, after: Saga) -> None:
