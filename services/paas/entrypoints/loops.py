@@ -23,6 +23,7 @@ def wire(rt: Runtime, runtimes: Runtimes, paas: PaasSettings, spot_provider_of) 
     rt.every(paas.reconcile_s, market.step, leader="paas", at_once=True)
     scaler = Autoscaler(begin, runtimes, source=paas.utilisation, tick_s=paas.autoscale_tick_s,
                         window_s=paas.autoscale_window_s)
-    rt.listen("node_agent.heartbeat", scaler.on_heartbeat)
+    if paas.utilisation != "scheduler":   # metrics: the GPUs' utilisation comes in the heartbeats
+        rt.listen("node_agent.heartbeat", scaler.on_heartbeat)
     rt.every(scaler.sample_s, scaler.sample_step, leader="paas", at_once=True)
     rt.every(paas.autoscale_tick_s, scaler.decide_step, leader="paas")
