@@ -72,6 +72,11 @@ class PgMeterRepository(MeterRepository):
             "WHERE allocation_id=$1 AND at >= $2 ORDER BY at LIMIT 1) RETURNING at", allocation_id, at)
 
 
+async def forget_kept_before(conn: asyncpg.Connection, before: datetime) -> int:
+    """Delete the stops kept (``keep_stop_ahead``) before ``before``; returns how many."""
+    status = await conn.execute("DELETE FROM meter_stops_ahead WHERE kept_at < $1", before)
+    return int(status.split()[-1])
+
 async def running_to_cut(conn: asyncpg.Connection, now: datetime, limit: int) -> list[Meter]:
     """Up to ``limit`` running meters with usage not yet recorded before ``now``, locked until the transaction
     ends; meters another transaction holds (a stop, another replica's cut) are skipped."""

@@ -24,4 +24,4 @@ def wire(rt: Runtime, config: BillingSettings) -> None:
         rt.every(config.cut_s, partial(meters.cut, rt, grace_s=config.invoice_grace_s), leader="billing")
     rt.every(config.invoice_tick_s, partial(invoices.tick, rt), leader="billing")
     rt.every(config.webhook_tick_s, partial(budgets.deliver_due, rt, config=config), leader="billing")
-    rt.every(3600, partial(activations.forget_stale_stops, rt), leader="billing")
+    rt.every(activations.FORGET_EVERY_S, partial(activations.forget_stale_stops, rt), leader="billing")

@@ -29,7 +29,7 @@ from shared.envelope import utcnow
 from shared.runtime import Runtime
 from shared.unit_of_work import UnitOfWork
 
-from ..adapters.repository import PgMeterRepository
+from ..adapters.repository import PgMeterRepository, forget_kept_before
 from ..contracts import StartMeter
 from ..domain.model import Meter, QuotedPrice
 from ..domain.ports import MeterRepository
@@ -40,6 +40,7 @@ log = structlog.get_logger()
 Stopped = Callable[[Meter], Awaitable[object]]
 # how long a stop waits for the activation it overtook: far longer than any consumer lags behind another
 KEPT_FOR = timedelta(days=30)
+FORGET_EVERY_S = 3600   # how often the leader forgets them
 RepositoryFactory = Callable[[asyncpg.Connection], MeterRepository]
 
 
@@ -117,8 +118,3 @@ async def forget_stale_stops(rt: Runtime, *, now: datetime | None = None) -> int
     if gone:
         log.info("billing.stale_stops_forgotten", stops=gone)
     return gone
-
-
-async def forget_kept_before(conn: asyncpg.Connection, before: datetime) -> int:
-    status = await conn.execute("DELETE FROM meter_stops_ahead WHERE kept_at < $1", before)
-    return int(status.split()[-1])

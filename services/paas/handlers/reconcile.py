@@ -39,13 +39,14 @@ Runtimes = Mapping[str, ClusterRuntime]
 
 class Reconciler:
     def __init__(self, begin, runtimes: Runtimes, *, netns: bool, read) -> None:
-        """``begin``: a unit of work; ``read``: a connection for a lone read (no transaction: what the steps
-        look at every pass, nearly always finding nothing to do)."""
+        """``begin``: a unit of work; ``read``: a connection for what the steps only read every pass (the work
+        lists, each cluster and job before acting): no transaction, whose BEGIN and COMMIT would be two more
+        round trips (each statement sees what was committed before it either way)."""
         self.begin, self.runtimes, self.netns, self.read = begin, runtimes, netns, read
 
     async def _load(self, cluster_id) -> Cluster | None:
-        async with self.begin() as uow:
-            return await PgClusters(uow.conn).get(cluster_id)
+        async with self.read() as conn:
+            return await PgClusters(conn).get(cluster_id)
 
     async def _write(self, cluster_id, change) -> None:
         """Apply ``change(cluster, uow)`` under the cluster's lock and publish it (if it returns True)."""
@@ -166,8 +167,8 @@ class Reconciler:
             ids = await PgJobs(conn).live()
         clusters: dict = {}
         for jid in ids:
-            async with self.begin() as uow:
-                job = await PgJobs(uow.conn).get(jid)
+            async with self.read() as conn:
+                job = await PgJobs(conn).get(jid)
             if job is None:
                 continue
             cid = job["cluster_id"]
