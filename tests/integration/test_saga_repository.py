@@ -1,7 +1,7 @@
 """The saga repository against a real PostgreSQL: a saga read under its lock sees what the previous holder of
 the lock committed, whether or not it waited for it (``repository.get`` reads the steps in its own statement's
 snapshot when nothing changed, with a second statement otherwise); the deadline loop's look (``repository.due``)
-finds what each of its passes would."""
+finds what each of its passes would; what the lines and the loop read does not grow with the sagas that ended."""
 from __future__ import annotations
 
 import asyncio
@@ -16,6 +16,7 @@ import asyncpg
 from services.saga.adapters import lines, repository
 from services.saga.domain.model import Saga, StepRecord
 from shared.db import migrate
+from tests.support.pg_reads import read_so_far
 from tests.support.polling import eventually
 
 SAGA_SQL = Path(repository.__file__).resolve().parents[1] / "schema"
@@ -97,6 +98,47 @@ async def test_the_deadline_loops_look_finds_each_kind_of_work_and_nothing_once_
         await lines.clear_moves(conn, saga.tenant_id)
         assert await lines.take_next(conn, saga.tenant_id) is not None
         assert await repository.due(conn, 2) == (False, False, False)
+    finally:
+        await conn.execute(f"DROP SCHEMA {schema} CASCADE")
+        await conn.close()
+
+
+async def test_the_lines_and_the_deadline_loop_read_the_open_sagas_not_every_saga_there_ever_was(infra, provision):
+    """3,000 finished allocate sagas of three tenants, and one running: each statement that counts a tenant's
+    sagas in flight or looks for open ones reads a handful of rows and index entries, under the generic plan
+    that a prepared statement runs from its sixth execution on. With the states passed as a parameter that plan
+    could not use the partial indexes (sagas_in_flight, sagas_open) and read every allocate saga there was."""
+    schema = f"sagahistory_{uuid.uuid4().hex[:8]}"
+    conn = await asyncpg.connect(await provision(schema))
+    try:
+        await migrate(conn, schema, SAGA_SQL)
+        tenant, others = uuid.uuid4(), [uuid.uuid4(), uuid.uuid4()]
+        await conn.execute(
+            "INSERT INTO sagas (id, kind, allocation_id, tenant_id, status, input) SELECT gen_random_uuid(), "
+            "'allocate', gen_random_uuid(), ($1::uuid[])[1 + i % 3], 'completed', '{}' FROM generate_series(1, 3000) i",
+            [tenant, *others])
+        saga = Saga(uuid.uuid4(), "allocate", uuid.uuid4(), tenant, {"gpu_count": 1})
+        await repository.create(conn, saga)
+        await repository.save(conn, saga, replace(saga, status="running", steps={
+            ("reserve_slots", "invoke"): StepRecord("invoked", deadline=datetime.now(UTC) + timedelta(minutes=5))}))
+        await lines.enqueue(conn, Saga(uuid.uuid4(), "allocate", uuid.uuid4(), tenant, {"gpu_count": 1}))
+        await conn.execute("ANALYZE sagas")
+        await conn.execute("SET plan_cache_mode = force_generic_plan")
+
+        reads = {}
+        for name, call in [("read", lambda: lines.read(conn, tenant, uuid.uuid4(), 64)),
+                           ("in_flight", lambda: lines.in_flight(conn, tenant, 64)),
+                           ("short_lines", lambda: lines.short_lines(conn, 64)),
+                           ("take_next_if_room", lambda: lines.take_next_if_room(conn, tenant, 1)),
+                           ("due", lambda: repository.due(conn, 64)),
+                           ("claim_due", lambda: repository.claim_due(conn, []))]:
+            async with conn.transaction():
+                before = await read_so_far(conn, "sagas")
+                await call()
+                reads[name] = await read_so_far(conn, "sagas") - before
+        assert all(n <= 20 for n in reads.values()), reads
+        assert await lines.in_flight(conn, tenant, 64) == 1   # and the counts are still right
+        assert await lines.short_lines(conn, 64) == [tenant]
     finally:
         await conn.execute(f"DROP SCHEMA {schema} CASCADE")
         await conn.close()

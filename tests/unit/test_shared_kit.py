@@ -8,7 +8,7 @@ import uuid
 import pytest
 from pydantic import ValidationError
 
-from shared.db import role_name, service_dsn
+from shared.db import in_list, role_name, service_dsn
 from shared.envelope import Envelope, utcnow
 from shared.participant import FAULT_LABEL, injected_fault
 from shared.periodic import Leadership, periodic
@@ -49,6 +49,14 @@ def test_service_dsn_swaps_in_the_services_own_role():
     dsn = service_dsn("postgresql://postgres:pw@127.0.0.1:5432/tessera", "billing", "s3cret")
     assert dsn.startswith(f"postgresql://{role_name('billing')}:") and dsn.endswith("@127.0.0.1:5432/tessera")
     assert "pw@" not in dsn
+
+
+def test_a_constants_values_are_written_as_one_sql_list_and_anything_else_is_refused():
+    assert in_list({"running", "compensating"}) == "('compensating', 'running')"
+    assert in_list(("in-use", "RUNNING", "in-use")) == "('RUNNING', 'in-use')"
+    for bad in ([], ["it's"], ["a b"], ["x'); DROP TABLE t; --"], ["é"]):
+        with pytest.raises(ValueError):
+            in_list(bad)
 
 
 def test_every_stream_is_file_backed_with_a_duplicate_window():

@@ -12,6 +12,8 @@ from datetime import datetime
 
 import asyncpg
 
+from shared.db import in_list
+
 from .keyset import newest_first
 
 CLUSTER_COLS = ("id, tenant_id, user_id, name, kind, shape, gpu_count, node_count, pending_node_count, network_id, "
@@ -20,6 +22,7 @@ CLUSTER_COLS = ("id, tenant_id, user_id, name, kind, shape, gpu_count, node_coun
 JOB_COLS = ("id, tenant_id, user_id, cluster_id, name, state, reason, exit_code, external_id, tasks, gpus_per_task, "
             "time_limit_s, nodes, cancel_requested_at, version, created_at, started_at, ended_at, updated_at")
 ENDED_CLUSTER = ("deleted", "failed")
+_ENDED = in_list(ENDED_CLUSTER)   # written in: the partial index clusters_view_live_name (shared.db.in_list)
 FINAL_JOB = ("SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT", "REJECTED")
 
 
@@ -40,8 +43,8 @@ async def lock_tenant_clusters(conn: asyncpg.Connection, tenant_id: uuid.UUID) -
 
 
 async def live_cluster_named(conn: asyncpg.Connection, tenant_id: uuid.UUID, name: str) -> uuid.UUID | None:
-    return await conn.fetchval("SELECT id FROM clusters_view WHERE tenant_id=$1 AND name=$2 AND state <> ALL($3) "
-                               "LIMIT 1", tenant_id, name, list(ENDED_CLUSTER))
+    return await conn.fetchval(f"SELECT id FROM clusters_view WHERE tenant_id=$1 AND name=$2 AND state NOT IN {_ENDED} "
+                               "LIMIT 1", tenant_id, name)
 
 
 async def insert_cluster(conn: asyncpg.Connection, c: dict) -> asyncpg.Record:

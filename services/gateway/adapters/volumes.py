@@ -11,9 +11,13 @@ from datetime import datetime
 
 import asyncpg
 
+from shared.db import in_list
+
 from ..domain.scheduling import NIL
 from ..domain.volumes import ENDED_ALLOCATION, LIVE, NO_OFFER, Offer, StorageClass, Use
 from .keyset import newest_first
+
+_LIVE = in_list(LIVE)   # written in: the partial index volumes_view_live holds only these (shared.db.in_list)
 
 VOL_COLS = ("id, tenant_id, user_id, name, storage_class, backend, size_bytes, pending_size_bytes, used_bytes, shared, "
             "scratch, state, reason, attachments, version, created_at, updated_at")
@@ -35,8 +39,8 @@ async def lock_tenant(conn: asyncpg.Connection, tenant_id: uuid.UUID) -> None:
 
 
 async def live_named(conn: asyncpg.Connection, tenant_id: uuid.UUID, name: str) -> asyncpg.Record | None:
-    return await conn.fetchrow("SELECT id FROM volumes_view WHERE tenant_id=$1 AND name=$2 AND state = ANY($3) LIMIT 1",
-                               tenant_id, name, list(LIVE))
+    return await conn.fetchrow(f"SELECT id FROM volumes_view WHERE tenant_id=$1 AND name=$2 AND state IN {_LIVE} LIMIT 1",
+                               tenant_id, name)
 
 
 async def request_volume(conn: asyncpg.Connection, volume_id: uuid.UUID, tenant_id: uuid.UUID, user_id: uuid.UUID,
@@ -144,8 +148,8 @@ async def use_of(conn: asyncpg.Connection, tenant_id: uuid.UUID, storage_class: 
     and how many, scratch volumes included."""
     row = await conn.fetchrow(
         f"SELECT coalesce(sum({_HELD}), 0) AS bytes, count(*) AS volumes FROM volumes_view "
-        "WHERE tenant_id=$1 AND storage_class=$2 AND state = ANY($3) AND ($4::uuid IS NULL OR user_id=$4)",
-        tenant_id, storage_class, list(LIVE), user_id)
+        f"WHERE tenant_id=$1 AND storage_class=$2 AND state IN {_LIVE} AND ($3::uuid IS NULL OR user_id=$3)",
+        tenant_id, storage_class, user_id)
     return Use(int(row["bytes"]), row["volumes"])   # a numeric sum: never a bigint overflow
 
 
@@ -159,7 +163,7 @@ async def usage_by_class(conn: asyncpg.Connection, tenant_id: uuid.UUID) -> list
     """Per class and user of the tenant's live volumes: bytes held, how many, and what the storage systems count."""
     rows = await conn.fetch(
         f"SELECT storage_class, user_id, coalesce(sum({_HELD}), 0) AS provisioned_bytes, count(*) AS volumes, "
-        "coalesce(sum(used_bytes), 0) AS used_bytes FROM volumes_view WHERE tenant_id=$1 AND state = ANY($2) "
-        "GROUP BY storage_class, user_id", tenant_id, list(LIVE))
+        f"coalesce(sum(used_bytes), 0) AS used_bytes FROM volumes_view WHERE tenant_id=$1 AND state IN {_LIVE} "
+        "GROUP BY storage_class, user_id", tenant_id)
     return [{**dict(r), "provisioned_bytes": int(r["provisioned_bytes"]), "used_bytes": int(r["used_bytes"])}
             for r in rows]

@@ -7,6 +7,8 @@ from typing import Any
 
 import asyncpg
 
+from shared.db import in_list
+
 from ..domain.clusters import Cluster, Member
 
 _CLUSTER = ("id", "tenant_id", "user_id", "name", "kind", "shape", "gpu_count", "node_count", "network_id", "pool",
@@ -17,6 +19,8 @@ _MEMBER += ("adopted",)     # an allocation the tenant held before the cluster (
 _ENDED_MEMBER = ("released", "failed", "returned")
 _JSON = ("autoscaling", "handle")
 JOB_LIVE = ("SUBMITTING", "PENDING", "RUNNING", "CANCELLING")
+# written into the statements: every plan then reads the partial index jobs_live, not every job that ever ran
+_LIVE = in_list(JOB_LIVE)
 
 
 def _cluster(row: asyncpg.Record, members: list[asyncpg.Record]) -> Cluster:
@@ -141,7 +145,7 @@ class PgJobs:
 
     async def live(self) -> list[uuid.UUID]:
         return [r[0] for r in await self.conn.fetch(
-            "SELECT id FROM jobs WHERE state = ANY($1::text[]) ORDER BY submitted_at", list(JOB_LIVE))]
+            f"SELECT id FROM jobs WHERE state IN {_LIVE} ORDER BY submitted_at")]
 
     async def requeued_by_loss(self, cluster_id: uuid.UUID, node: str) -> list[str]:
         """The scheduler ids of the cluster's jobs requeued because ``node`` was lost (``domain.clusters.lost_job``)."""
@@ -151,4 +155,4 @@ class PgJobs:
 
     async def live_of(self, cluster_id: uuid.UUID) -> list[uuid.UUID]:
         return [r[0] for r in await self.conn.fetch(
-            "SELECT id FROM jobs WHERE cluster_id=$1 AND state = ANY($2::text[])", cluster_id, list(JOB_LIVE))]
+            f"SELECT id FROM jobs WHERE cluster_id=$1 AND state IN {_LIVE}", cluster_id)]

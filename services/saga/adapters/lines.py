@@ -18,15 +18,19 @@ import uuid
 
 import asyncpg
 
+from shared.db import in_list
+
 from ..domain.lines import IN_FLIGHT, Line
 from ..domain.model import Saga
 
-IN_FLIGHT_STATES = sorted(IN_FLIGHT)
+# the states written into the statements, so that every plan reads the partial index sagas_in_flight (only
+# the sagas in flight), never every allocate saga there ever was (shared.db.in_list)
+_IN_FLIGHT = in_list(IN_FLIGHT)
 _COUNT = ("(SELECT count(*) FROM (SELECT 1 FROM sagas WHERE tenant_id=$1 AND kind='allocate' "
-          "AND status = ANY($2::text[]) LIMIT $3) f)")   # capped: only "under the bound or not" matters
+          f"AND status IN {_IN_FLIGHT} LIMIT $2) f)")   # capped: only "under the bound or not" matters
 # a tenant (``w``) with fewer than ``bound`` sagas in flight
 SHORT = ("(SELECT count(*) FROM (SELECT 1 FROM sagas s WHERE s.tenant_id=w.tenant_id AND s.kind='allocate' "
-         "AND s.status = ANY({states}::text[]) LIMIT {bound}) f) < {bound}")
+         f"AND s.status IN {_IN_FLIGHT} LIMIT {{bound}}) f) < {{bound}}")
 
 
 async def lock(conn: asyncpg.Connection, tenant_id: uuid.UUID, *, wait: bool = True) -> bool:
@@ -46,17 +50,17 @@ async def read(conn: asyncpg.Connection, tenant_id: uuid.UUID, allocation_id: uu
     """(whether the allocation already has an allocate saga or waits in line, the tenant's line, the state of the
     allocation's withdrawal: ``adapters.withdrawals.state``), in one statement; read after ``lock``."""
     row = await conn.fetchrow(
-        "SELECT EXISTS (SELECT 1 FROM sagas WHERE allocation_id=$4 AND kind='allocate') "
-        "OR EXISTS (SELECT 1 FROM saga_waiting WHERE allocation_id=$4) AS known, "
+        "SELECT EXISTS (SELECT 1 FROM sagas WHERE allocation_id=$3 AND kind='allocate') "
+        "OR EXISTS (SELECT 1 FROM saga_waiting WHERE allocation_id=$3) AS known, "
         f"{_COUNT} AS in_flight, EXISTS (SELECT 1 FROM saga_waiting WHERE tenant_id=$1) AS waiting, "
-        "(SELECT state FROM saga_withdrawals WHERE allocation_id=$4) AS withdrawal",
-        tenant_id, IN_FLIGHT_STATES, bound, allocation_id)
+        "(SELECT state FROM saga_withdrawals WHERE allocation_id=$3) AS withdrawal",
+        tenant_id, bound, allocation_id)
     return row["known"], Line(row["in_flight"], row["waiting"]), row["withdrawal"]
 
 
 async def in_flight(conn: asyncpg.Connection, tenant_id: uuid.UUID, bound: int) -> int:
     """The tenant's allocate sagas in flight (counted up to ``bound``)."""
-    return await conn.fetchval(f"SELECT {_COUNT}", tenant_id, IN_FLIGHT_STATES, bound)
+    return await conn.fetchval(f"SELECT {_COUNT}", tenant_id, bound)
 
 
 async def enqueue(conn: asyncpg.Connection, saga: Saga) -> None:
@@ -85,15 +89,15 @@ async def take_next_if_room(conn: asyncpg.Connection, tenant_id: uuid.UUID, boun
     counted), in one statement: what an ending saga runs."""
     return _saga(await conn.fetchrow(
         "DELETE FROM saga_waiting WHERE seq = (SELECT seq FROM saga_waiting WHERE tenant_id=$1 ORDER BY seq "
-        f"LIMIT 1 FOR UPDATE SKIP LOCKED) AND {_COUNT} < $3 RETURNING allocation_id, tenant_id, input",
-        tenant_id, IN_FLIGHT_STATES, bound))
+        f"LIMIT 1 FOR UPDATE SKIP LOCKED) AND {_COUNT} < $2 RETURNING allocation_id, tenant_id, input",
+        tenant_id, bound))
 
 
 async def short_lines(conn: asyncpg.Connection, bound: int, limit: int = 100) -> list[uuid.UUID]:
     """Tenants with requests waiting and fewer than ``bound`` sagas in flight (a missed hand-over)."""
     rows = await conn.fetch(
         "SELECT w.tenant_id FROM (SELECT DISTINCT tenant_id FROM saga_waiting) w "
-        f"WHERE {SHORT.format(states='$1', bound='$2')} LIMIT $3", IN_FLIGHT_STATES, bound, limit)
+        f"WHERE {SHORT.format(bound='$1')} LIMIT $2", bound, limit)
     return [r["tenant_id"] for r in rows]
 
 
