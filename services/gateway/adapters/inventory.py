@@ -100,15 +100,24 @@ async def get_quota(conn: asyncpg.Connection, tenant_id: uuid.UUID, pool: str, g
     return dict(row) if row else None
 
 
+# the GPU models of the pool's nodes, one probe of nodes_view_pool_model per model (a loose index scan): a DISTINCT
+# read every node of the pool, on every request, thousands of index entries in a large pool
+_POOL_MODELS = (
+    "ARRAY(WITH RECURSIVE m AS ((SELECT gpu_model FROM nodes_view WHERE pool=$2 AND version > 0 ORDER BY gpu_model "
+    "LIMIT 1) UNION ALL SELECT (SELECT n.gpu_model FROM nodes_view n WHERE n.pool=$2 AND n.version > 0 "
+    "AND n.gpu_model > m.gpu_model ORDER BY n.gpu_model LIMIT 1) FROM m WHERE m.gpu_model IS NOT NULL) "
+    "SELECT gpu_model FROM m WHERE gpu_model IS NOT NULL)")
+
+
 async def quota_rows(conn: asyncpg.Connection, tenant_id: uuid.UUID, pool: str, user_id: uuid.UUID, *,
                      pool_models: bool) -> tuple[list[QuotaRow], list[str]]:
     """The tenant's own quotas in ``pool`` and the user's splits there (what one request is charged against), and,
     when ``pool_models`` and there is any such quota, the GPU models of the nodes the scheduler placed in the pool.
     One round trip: the models are an uncorrelated subquery, read once and only when a quota row is found."""
     rows = await conn.fetch(
-        'SELECT gpu_model, user_id, "limit", used, CASE WHEN $4 THEN ARRAY(SELECT DISTINCT gpu_model FROM nodes_view '
-        "WHERE pool=$2 AND version > 0) END AS pool_models FROM quotas_view WHERE tenant_id=$1 AND pool=$2 "
-        "AND user_id = ANY($3::uuid[])", tenant_id, pool, [NIL, user_id], pool_models)
+        f'SELECT gpu_model, user_id, "limit", used, CASE WHEN $4 THEN {_POOL_MODELS} END AS pool_models '
+        "FROM quotas_view WHERE tenant_id=$1 AND pool=$2 AND user_id = ANY($3::uuid[])",
+        tenant_id, pool, [NIL, user_id], pool_models)
     models = list(rows[0]["pool_models"] or []) if rows else []
     return [QuotaRow(r["gpu_model"], r["user_id"], r["limit"], r["used"]) for r in rows], models
 
