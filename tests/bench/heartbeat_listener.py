@@ -28,29 +28,34 @@ from tooling.embedded import EmbeddedNats
 SUBJECT = "node_agent.evt.heartbeat"
 
 
-async def listen(url: str, options: str, mode: str) -> None:
-    """The listener's process: counts what it got every 0.1 s on stdout ("ready" first)."""
+async def listen(url: str, options: str, mode: str, total: str) -> None:
+    """The listener's process: says "ready" once subscribed and "done" once ``total`` heartbeats came, then stays
+    (idle) until it is killed, so that its CPU can still be read."""
     from services.scheduler.handlers.health import HealthMonitor, on_heartbeat
     from services.scheduler.settings import SchedulerSettings
 
-    monitor, got = HealthMonitor(SchedulerSettings.from_env({})), 0
+    monitor, got, done = HealthMonitor(SchedulerSettings.from_env({})), 0, asyncio.Event()
+
+    def count() -> None:
+        nonlocal got
+        got += 1
+        if got == int(total):
+            done.set()
 
     async def keep(msg) -> None:
-        nonlocal got
-        got += 1
         await on_heartbeat(msg, monitor=monitor)
+        count()
 
     async def nothing(msg) -> None:
-        nonlocal got
-        got += 1
+        count()
 
     nc = await nats.connect(url, **json.loads(options))
     await nc.subscribe(f"{SUBJECT}.*", cb=keep if mode == "keep" else nothing)
     await nc.flush()
     print("ready", flush=True)
-    while True:
-        await asyncio.sleep(0.1)
-        print(got, len(monitor.beats), flush=True)
+    await done.wait()
+    print("done", flush=True)
+    await asyncio.Future()
 
 
 def heartbeats(nodes: int, gpus: int) -> list[tuple[str, bytes]]:
@@ -74,14 +79,14 @@ def heartbeats(nodes: int, gpus: int) -> list[tuple[str, bytes]]:
 async def measure(server: EmbeddedNats, mode: str, beats: list[tuple[str, bytes]], rate: int,
                   seconds: float) -> dict:
     """Start a listener, send it ``rate`` heartbeats a second for ``seconds``; its CPU per heartbeat."""
-    options = json.dumps(server.connect_options("scheduler"))
+    options, total = json.dumps(server.connect_options("scheduler")), int(rate * seconds)
     child = subprocess.Popen([sys.executable, "-m", "tests.bench.heartbeat_listener", "--listen", server.url,
-                              options, mode], stdout=subprocess.PIPE, text=True)
+                              options, mode, str(total)], stdout=subprocess.PIPE, text=True)
     try:
         if child.stdout.readline().strip() != "ready":
             raise RuntimeError(f"the {mode} listener did not start")
         nc = await nats.connect(server.url, **server.connect_options("admin"))
-        proc, total, sent = psutil.Process(child.pid), int(rate * seconds), 0
+        proc, sent = psutil.Process(child.pid), 0
         cpu0, t0 = sum(proc.cpu_times()[:2]), time.perf_counter()
         while sent < total:   # paced: what is due by now, then a short pause
             due = min(total, int((time.perf_counter() - t0) * rate))
@@ -90,8 +95,8 @@ async def measure(server: EmbeddedNats, mode: str, beats: list[tuple[str, bytes]
                 sent += 1
             await asyncio.sleep(0.005)
         await nc.flush()
-        while int(child.stdout.readline().split()[0]) < total:
-            pass
+        if child.stdout.readline().strip() != "done":   # blocks until the last heartbeat is handled
+            raise RuntimeError(f"the {mode} listener stopped before its last heartbeat")
         cpu, wall = sum(proc.cpu_times()[:2]) - cpu0, time.perf_counter() - t0
         await nc.close()
     finally:
@@ -118,7 +123,7 @@ async def main(rate: int, seconds: float, nodes: int, gpus: int) -> dict:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--listen"]:
-        asyncio.run(listen(*sys.argv[2:5]))
+        asyncio.run(listen(*sys.argv[2:6]))
     else:
         ap = argparse.ArgumentParser()
         ap.add_argument("--rate", type=int, default=2500, help="heartbeats a second")

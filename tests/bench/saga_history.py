@@ -51,9 +51,8 @@ async def main(sagas: int, repeat: int) -> dict:
             ("reserve_slots", "invoke"): StepRecord("invoked", deadline=datetime.now(UTC) + timedelta(minutes=5))}))
         await conn.execute("VACUUM ANALYZE sagas")
         out: dict = {"sagas": sagas, "repeat": repeat}
-        for mode in ("auto", "force_generic_plan"):
+        for mode, key in (("auto", "auto"), ("force_generic_plan", "generic")):
             await conn.execute(f"SET plan_cache_mode = {mode}")
-            key = "generic" if mode != "auto" else "auto"
             out[f"baseline_pk_lookup_ms_{key}"] = await timed(
                 lambda: conn.fetchval("SELECT status FROM sagas WHERE id=$1", saga.id), repeat)
             out[f"line_read_ms_{key}"] = await timed(lambda: lines.read(conn, tenant, uuid.uuid4(), 64), repeat)

@@ -5,12 +5,9 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-import asyncpg
-
 from services.gateway.adapters import inventory
 from services.gateway.domain.scheduling import NIL
-from shared.db import migrate
-from tests.support.pg_reads import read_so_far
+from tests.support.pg import fresh_schema, reads_of
 
 GATEWAY_SQL = Path(__file__).resolve().parents[2] / "services" / "gateway" / "schema"
 
@@ -18,11 +15,8 @@ GATEWAY_SQL = Path(__file__).resolve().parents[2] / "services" / "gateway" / "sc
 async def test_a_pools_gpu_models_are_read_one_probe_per_model_not_one_entry_per_node(infra, provision):
     """3,000 nodes of three models in the pool (and nodes of another pool, and a node not yet seen, version 0):
     the quota read finds the three models and reads a few dozen entries of nodes_view, not thousands."""
-    schema = f"gatewaymodels_{uuid.uuid4().hex[:8]}"
     await provision("gateway")   # the role the gateway's migrations grant to
-    conn = await asyncpg.connect(await provision(schema))
-    try:
-        await migrate(conn, schema, GATEWAY_SQL)
+    async with fresh_schema(provision, "gatewaymodels", GATEWAY_SQL) as conn:
         tenant = uuid.uuid4()
         await conn.execute(
             "INSERT INTO nodes_view (id, name, gpu_model, gpu_count, status, pool, version) SELECT gen_random_uuid(), "
@@ -33,13 +27,8 @@ async def test_a_pools_gpu_models_are_read_one_probe_per_model_not_one_entry_per
         await conn.execute("INSERT INTO quotas_view (tenant_id, gpu_model, pool, \"limit\", version) "
                            "VALUES ($1, 'H100', 'shared', 16, 1)", tenant)
         await conn.execute("ANALYZE nodes_view")
-        async with conn.transaction():
-            before = await read_so_far(conn, "nodes_view")
-            rows, models = await inventory.quota_rows(conn, tenant, "shared", NIL, pool_models=True)
-            read = await read_so_far(conn, "nodes_view") - before
+        (rows, models), read = await reads_of(
+            conn, "nodes_view", lambda: inventory.quota_rows(conn, tenant, "shared", NIL, pool_models=True))
         assert sorted(models) == ["A100", "H100", "L40S"]
         assert [(r.gpu_model, r.limit) for r in rows] == [("H100", 16)]
         assert read <= 50, read
-    finally:
-        await conn.execute(f"DROP SCHEMA {schema} CASCADE")
-        await conn.close()

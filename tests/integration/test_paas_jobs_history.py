@@ -6,11 +6,8 @@ import json
 import uuid
 from pathlib import Path
 
-import asyncpg
-
 from services.paas.adapters.repository import PgJobs
-from shared.db import migrate
-from tests.support.pg_reads import read_so_far
+from tests.support.pg import fresh_schema, reads_of
 
 PAAS_SQL = Path(__file__).resolve().parents[2] / "services" / "paas" / "schema"
 
@@ -19,10 +16,7 @@ async def test_the_live_jobs_are_read_from_their_index_whatever_the_jobs_that_en
     """3,000 ended jobs and one running: listing the live jobs (all, and one cluster's) reads a handful of rows
     and index entries under the generic plan a prepared statement runs from its sixth execution on, and finds the
     running job. With the states passed as a parameter that plan could not use the partial index jobs_live."""
-    schema = f"paashistory_{uuid.uuid4().hex[:8]}"
-    conn = await asyncpg.connect(await provision(schema))
-    try:
-        await migrate(conn, schema, PAAS_SQL)
+    async with fresh_schema(provision, "paashistory", PAAS_SQL) as conn:
         cluster, tenant, user = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
         await conn.execute("INSERT INTO clusters (id, tenant_id, user_id, name, kind, shape, gpu_count, node_count, state) "
                            "VALUES ($1, $2, $3, 'c', 'slurm', 'vm.1gpu', 1, 1, 'ready')", cluster, tenant, user)
@@ -36,11 +30,6 @@ async def test_the_live_jobs_are_read_from_their_index_whatever_the_jobs_that_en
         await conn.execute("SET plan_cache_mode = force_generic_plan")
         jobs, reads = PgJobs(conn), {}
         for name, call in [("live", jobs.live), ("live_of", lambda: jobs.live_of(cluster))]:
-            async with conn.transaction():
-                before = await read_so_far(conn, "jobs")
-                assert await call() == [running]
-                reads[name] = await read_so_far(conn, "jobs") - before
+            found, reads[name] = await reads_of(conn, "jobs", call)
+            assert found == [running]
         assert all(n <= 20 for n in reads.values()), reads
-    finally:
-        await conn.execute(f"DROP SCHEMA {schema} CASCADE")
-        await conn.close()

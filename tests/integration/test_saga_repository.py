@@ -16,7 +16,7 @@ import asyncpg
 from services.saga.adapters import lines, repository
 from services.saga.domain.model import Saga, StepRecord
 from shared.db import migrate
-from tests.support.pg_reads import read_so_far
+from tests.support.pg import fresh_schema, reads_of
 from tests.support.polling import eventually
 
 SAGA_SQL = Path(repository.__file__).resolve().parents[1] / "schema"
@@ -74,10 +74,7 @@ async def _waits_on_a_lock(observer: asyncpg.Connection, waiter: asyncpg.Connect
 
 
 async def test_the_deadline_loops_look_finds_each_kind_of_work_and_nothing_once_it_is_gone(infra, provision):
-    schema = f"sagaprobe_{uuid.uuid4().hex[:8]}"   # empty: the other tests' sagas are not in it
-    conn = await asyncpg.connect(await provision(schema))
-    try:
-        await migrate(conn, schema, SAGA_SQL)
+    async with fresh_schema(provision, "sagaprobe", SAGA_SQL) as conn:   # empty: the other tests' sagas are not in it
         assert await repository.due(conn, 2) == (False, False, False)
         saga = Saga(uuid.uuid4(), "allocate", uuid.uuid4(), uuid.uuid4(), {"gpu_count": 1})
         await repository.create(conn, saga)
@@ -98,9 +95,6 @@ async def test_the_deadline_loops_look_finds_each_kind_of_work_and_nothing_once_
         await lines.clear_moves(conn, saga.tenant_id)
         assert await lines.take_next(conn, saga.tenant_id) is not None
         assert await repository.due(conn, 2) == (False, False, False)
-    finally:
-        await conn.execute(f"DROP SCHEMA {schema} CASCADE")
-        await conn.close()
 
 
 async def test_the_lines_and_the_deadline_loop_read_the_open_sagas_not_every_saga_there_ever_was(infra, provision):
@@ -108,10 +102,7 @@ async def test_the_lines_and_the_deadline_loop_read_the_open_sagas_not_every_sag
     sagas in flight or looks for open ones reads a handful of rows and index entries, under the generic plan
     that a prepared statement runs from its sixth execution on. With the states passed as a parameter that plan
     could not use the partial indexes (sagas_in_flight, sagas_open) and read every allocate saga there was."""
-    schema = f"sagahistory_{uuid.uuid4().hex[:8]}"
-    conn = await asyncpg.connect(await provision(schema))
-    try:
-        await migrate(conn, schema, SAGA_SQL)
+    async with fresh_schema(provision, "sagahistory", SAGA_SQL) as conn:
         tenant, others = uuid.uuid4(), [uuid.uuid4(), uuid.uuid4()]
         await conn.execute(
             "INSERT INTO sagas (id, kind, allocation_id, tenant_id, status, input) SELECT gen_random_uuid(), "
@@ -132,13 +123,7 @@ async def test_the_lines_and_the_deadline_loop_read_the_open_sagas_not_every_sag
                            ("take_next_if_room", lambda: lines.take_next_if_room(conn, tenant, 1)),
                            ("due", lambda: repository.due(conn, 64)),
                            ("claim_due", lambda: repository.claim_due(conn, []))]:
-            async with conn.transaction():
-                before = await read_so_far(conn, "sagas")
-                await call()
-                reads[name] = await read_so_far(conn, "sagas") - before
+            _, reads[name] = await reads_of(conn, "sagas", call)
         assert all(n <= 20 for n in reads.values()), reads
         assert await lines.in_flight(conn, tenant, 64) == 1   # and the counts are still right
         assert await lines.short_lines(conn, 64) == [tenant]
-    finally:
-        await conn.execute(f"DROP SCHEMA {schema} CASCADE")
-        await conn.close()

@@ -77,6 +77,7 @@ async def forget_kept_before(conn: asyncpg.Connection, before: datetime) -> int:
     status = await conn.execute("DELETE FROM meter_stops_ahead WHERE kept_at < $1", before)
     return int(status.split()[-1])
 
+
 async def running_to_cut(conn: asyncpg.Connection, now: datetime, limit: int) -> list[Meter]:
     """Up to ``limit`` running meters with usage not yet recorded before ``now``, locked until the transaction
     ends; meters another transaction holds (a stop, another replica's cut) are skipped."""
