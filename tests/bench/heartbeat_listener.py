@@ -88,12 +88,12 @@ async def measure(server: EmbeddedNats, mode: str, beats: list[tuple[str, bytes]
         nc = await nats.connect(server.url, **server.connect_options("admin"))
         proc, sent = psutil.Process(child.pid), 0
         cpu0, t0 = sum(proc.cpu_times()[:2]), time.perf_counter()
-        while sent < total:   # paced: what is due by now, then a short pause
+        while sent < total:   # paced: what is due by now, then until the next one is due
             due = min(total, int((time.perf_counter() - t0) * rate))
             for subject, body in beats[sent % len(beats):][:due - sent]:
                 await nc.publish(subject, body)
                 sent += 1
-            await asyncio.sleep(0.005)
+            await asyncio.sleep(max(0.0, t0 + (sent + 1) / rate - time.perf_counter()))
         await nc.flush()
         if child.stdout.readline().strip() != "done":   # blocks until the last heartbeat is handled
             raise RuntimeError(f"the {mode} listener stopped before its last heartbeat")
